@@ -1,1 +1,126 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests: stock git run with a fixed identity and clock, the
+//! process's own thread count, and syscall counts of a test re-run under strace.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Run stock git in `dir` with a fixed identity and dates, no user or system config, one thread
+/// for packing: the same inputs give the same object ids and pack bytes on every machine.
+pub fn git(dir: &Path, args: &[&str]) -> Output {
+    let out = git_command(dir).args(args).output().expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?} in {} failed: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `git` with the deterministic environment, for callers that need stdin or their own checks.
+pub fn git_command(dir: &Path) -> Command {
+    let mut cmd = Command::new("git");
+    cmd.current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "A U Thor")
+        .env("GIT_AUTHOR_EMAIL", "author@example.com")
+        .env("GIT_COMMITTER_NAME", "C O Mitter")
+        .env("GIT_COMMITTER_EMAIL", "committer@example.com")
+        .env("GIT_AUTHOR_DATE", "1700000000 +0000")
+        .env("GIT_COMMITTER_DATE", "1700000000 +0000")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .args(["-c", "pack.threads=1", "-c", "init.defaultBranch=main", "-c", "gc.auto=0"]);
+    cmd
+}
+
+/// Standard output of a git command, trimmed.
+pub fn git_out(dir: &Path, args: &[&str]) -> String {
+    String::from_utf8(git(dir, args).stdout).expect("utf8").trim().to_owned()
+}
+
+/// The threads of this process now (entries of /proc/self/task).
+pub fn threads_now() -> usize {
+    std::fs::read_dir("/proc/self/task").expect("linux /proc").count()
+}
+
+/// A fresh bare-or-not repository in a temp dir; keep the guard alive as long as it is used.
+pub fn temp_repo(bare: bool) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join(if bare { "repo.git" } else { "repo" });
+    std::fs::create_dir_all(&path).unwrap();
+    if bare {
+        git(&path, &["init", "-q", "--bare"]);
+    } else {
+        git(&path, &["init", "-q"]);
+    }
+    (tmp, path)
+}
+
+/// Write `files` (path, content) into the work tree, commit them with `message`, return the commit id.
+pub fn commit_files(repo: &Path, files: &[(&str, &[u8])], message: &str) -> String {
+    for (path, content) in files {
+        let full = repo.join(path);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(full, content).unwrap();
+    }
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-q", "--allow-empty", "-m", message]);
+    git_out(repo, &["rev-parse", "HEAD"])
+}
+
+/// Counts of the syscalls named in `trace` (strace's `-e trace=` syntax) made by the test
+/// `inner` of the current test binary and every thread it starts, run under `strace -f -c`.
+/// `None` when strace is not installed (the caller decides whether that may pass).
+///
+/// The inner test must be `#[ignore]`d so that it only runs when asked for here.
+pub fn syscall_counts_of_test(inner: &str, trace: &str) -> Option<BTreeMap<String, u64>> {
+    let have_strace = Command::new("strace").arg("-V").output().map(|o| o.status.success()).unwrap_or(false);
+    if !have_strace {
+        return None;
+    }
+    let out_file = tempfile::NamedTempFile::new().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let status = Command::new("strace")
+        .args(["-f", "-c", "-U", "name,calls", "-e"])
+        .arg(format!("trace={trace}"))
+        .arg("-o")
+        .arg(out_file.path())
+        .arg("--")
+        .arg(exe)
+        .args(["--exact", inner, "--ignored", "--test-threads=1", "-q"])
+        .status()
+        .expect("strace runs");
+    assert!(status.success(), "inner test {inner} failed under strace");
+    let text = std::fs::read_to_string(out_file.path()).unwrap();
+    Some(parse_strace_summary(&text))
+}
+
+/// Parse the table `strace -c -U name,calls` writes: a header, dashes, `name calls` rows, a total.
+pub fn parse_strace_summary(text: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        if let (Some(name), Some(calls), None) = (words.next(), words.next(), words.next())
+            && let Ok(calls) = calls.parse::<u64>()
+            && name != "total"
+        {
+            out.insert(name.to_owned(), calls);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn strace_summary_rows_are_read_and_the_total_is_not() {
+        let text = "syscall            calls\n------------------ -----\nclone3                 2\nclock_nanosleep        1\n------------------ -----\ntotal                  3\n";
+        let got = super::parse_strace_summary(text);
+        assert_eq!(got.get("clone3"), Some(&2));
+        assert_eq!(got.get("clock_nanosleep"), Some(&1));
+        assert_eq!(got.len(), 2);
+    }
+}

@@ -57,8 +57,14 @@ enum PatchCmd {
     },
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
+fn main() {
+    if let Err(err) = run(Cli::parse()) {
+        eprintln!("error: {err:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
     let root = repo_root();
     match cli.command {
         Top::Patches { command } => match command {

@@ -4,24 +4,40 @@ mod stepped {
 
     /// An iterator adaptor to allow running computations using [`in_parallel()`][crate::in_parallel()] in a step-wise manner, see the [module docs][crate]
     /// for details.
+    ///
+    /// When `thread_limit` allows only one thread, no thread is spawned: `consume` and the reducer
+    /// run on the thread calling [`next()`][Iterator::next()], in input order.
     pub struct Stepwise<Reduce: super::Reduce> {
-        /// This field is first to assure it's dropped first and cause threads that are dropped next to stop their loops
-        /// as sending results fails when the receiver is dropped.
-        receive_result: std::sync::mpsc::Receiver<Reduce::Input>,
-        /// `join()` will be called on these guards to assure every thread tries to send through a closed channel. When
-        /// that happens, they break out of their loops.
-        threads: Vec<std::thread::JoinHandle<()>>,
+        /// Where the results of `consume` come from.
+        source: Source<Reduce::Input>,
         /// The reducer is called only in the thread using the iterator, dropping it has no side effects.
         reducer: Option<Reduce>,
     }
 
+    enum Source<O> {
+        /// Worker threads feed results through a channel.
+        Threads {
+            /// This field is first to assure it's dropped first and cause threads that are dropped next to stop their loops
+            /// as sending results fails when the receiver is dropped.
+            receive_result: std::sync::mpsc::Receiver<O>,
+            /// `join()` will be called on these guards to assure every thread tries to send through a closed channel. When
+            /// that happens, they break out of their loops.
+            threads: Vec<std::thread::JoinHandle<()>>,
+        },
+        /// One thread is allowed, so it is the caller's: input is consumed lazily in `next()`.
+        Inline(Box<dyn Iterator<Item = O> + Send>),
+    }
+
     impl<Reduce: super::Reduce> Drop for Stepwise<Reduce> {
         fn drop(&mut self) {
+            let Source::Threads { receive_result, threads } = &mut self.source else {
+                return;
+            };
             let (_, sink) = std::sync::mpsc::channel();
-            drop(std::mem::replace(&mut self.receive_result, sink));
+            drop(std::mem::replace(receive_result, sink));
 
             let mut last_err = None;
-            for handle in std::mem::take(&mut self.threads) {
+            for handle in std::mem::take(threads) {
                 if let Err(err) = handle.join() {
                     last_err = Some(err);
                 }
@@ -33,7 +49,8 @@ mod stepped {
     }
 
     impl<Reduce: super::Reduce> Stepwise<Reduce> {
-        /// Instantiate a new iterator and start working in threads.
+        /// Instantiate a new iterator and start working in threads, or, if `thread_limit` allows only one
+        /// thread, prepare to work on the calling thread without spawning any.
         /// For a description of parameters, see [`in_parallel()`][crate::in_parallel()].
         pub fn new<InputIter, ThreadStateFn, ConsumeFn, I, O, S>(
             input: InputIter,
@@ -49,8 +66,17 @@ mod stepped {
             Reduce: super::Reduce<Input = O> + 'static,
             I: Send + 'static,
             O: Send + 'static,
+            S: Send + 'static,
         {
             let num_threads = num_threads(thread_limit);
+            if num_threads == 1 {
+                let mut state = new_thread_state(0);
+                let produce = input.map(move |item| consume(item, &mut state));
+                return Stepwise {
+                    source: Source::Inline(Box::new(produce)),
+                    reducer: Some(reducer),
+                };
+            }
             let mut threads = Vec::with_capacity(num_threads + 1);
             let receive_result = {
                 let (send_input, receive_input) = crossbeam_channel::bounded::<I>(num_threads);
@@ -82,8 +108,10 @@ mod stepped {
                 receive_result
             };
             Stepwise {
-                threads,
-                receive_result,
+                source: Source::Threads {
+                    receive_result,
+                    threads,
+                },
                 reducer: Some(reducer),
             }
         }
@@ -104,10 +132,11 @@ mod stepped {
         type Item = Result<Reduce::FeedProduce, Reduce::Error>;
 
         fn next(&mut self) -> Option<<Self as Iterator>::Item> {
-            self.receive_result
-                .recv()
-                .ok()
-                .and_then(|input| self.reducer.as_mut().map(|r| r.feed(input)))
+            let input = match &mut self.source {
+                Source::Threads { receive_result, .. } => receive_result.recv().ok(),
+                Source::Inline(produce) => produce.next(),
+            };
+            input.and_then(|input| self.reducer.as_mut().map(|r| r.feed(input)))
         }
     }
 

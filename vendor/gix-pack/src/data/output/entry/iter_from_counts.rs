@@ -10,7 +10,7 @@ pub(crate) mod function {
         prodash::{Count, DynNestedProgress},
     };
 
-    use super::{Mode, Options, Outcome, ProgressId, reduce, util};
+    use super::{DeltaBase, Mode, Options, Outcome, ProgressId, reduce, util};
     use crate::data::output;
 
     /// Given a known list of object `counts`, calculate entries ready to be put into a data pack.
@@ -43,6 +43,38 @@ pub(crate) mod function {
     ///   or keeping enough state to write a pack and then generate an index with recorded data.
     ///
     pub fn iter_from_counts<Find>(
+        counts: Vec<output::Count>,
+        db: Find,
+        progress: Box<dyn DynNestedProgress + 'static>,
+        options: Options,
+    ) -> Result<
+        impl Iterator<Item = Result<(SequenceId, Vec<output::Entry>)>>
+        + parallel::Finalize<Reduce = reduce::Statistics<gix_error::Error>>,
+    >
+    where
+        Find: crate::Find + Send + Clone + 'static,
+    {
+        iter_from_counts_with_delta_bases(counts, db, progress, options, None::<fn(&gix_hash::oid) -> DeltaBase>)
+            .map(|(_num_entries, entries)| entries)
+    }
+
+    /// Like [`iter_from_counts()`], but `delta_base(id)` decides what happens to each base of a selected
+    /// delta that lies in the same pack but is not among the `counts` (in mode
+    /// [`PackCopyAndBaseObjects`][Mode::PackCopyAndBaseObjects]); each such base is asked about once:
+    ///
+    /// * [`DeltaBase::Include`] adds the base to the pack, so delta and base are both copied as they are
+    ///   (a base that is itself a delta is considered in turn);
+    /// * [`DeltaBase::Thin`] refers to the base by id, which the receiver has, if `allow_thin_pack` is set;
+    /// * [`DeltaBase::Recompress`] (and `Thin` without `allow_thin_pack`) decodes the delta and deflates it
+    ///   as a whole object, which is what [`iter_from_counts()`] always does.
+    ///
+    /// With a `delta_base` function, thin-pack deltas are made only against bases it answered `Thin` for,
+    /// never against other objects of the pack. Bases are added in a deterministic order, and the number
+    /// added is reported in [`Outcome::delta_bases_included`].
+    ///
+    /// Returns the number of entries the iterator will produce, which a pack header needs up front,
+    /// along with the iterator.
+    pub fn iter_from_counts_with_delta_bases<Find>(
         mut counts: Vec<output::Count>,
         db: Find,
         mut progress: Box<dyn DynNestedProgress + 'static>,
@@ -54,10 +86,12 @@ pub(crate) mod function {
             chunk_size,
             compression,
         }: Options,
-    ) -> Result<
+        delta_base: Option<impl FnMut(&gix_hash::oid) -> DeltaBase>,
+    ) -> Result<(
+        usize,
         impl Iterator<Item = Result<(SequenceId, Vec<output::Entry>)>>
         + parallel::Finalize<Reduce = reduce::Statistics<gix_error::Error>>,
-    >
+    )>
     where
         Find: crate::Find + Send + Clone + 'static,
     {
@@ -97,6 +131,14 @@ pub(crate) mod function {
             )?;
             progress.lock().show_throughput(start);
         }
+        let (delta_bases_included, thin_bases) = match (mode, delta_base) {
+            (Mode::PackCopyAndBaseObjects, Some(mut decide)) => {
+                let (included, thin) = super::bases::include(&mut counts, &db, &mut decide, allow_thin_pack)?;
+                (included, Some(thin))
+            }
+            (_, None) => (0, None),
+        };
+        let thin_bases = Arc::new(thin_bases);
         let counts_range_by_pack_id = match mode {
             Mode::PackCopyAndBaseObjects => {
                 let mut progress = progress.add_child_with_id("sorting".into(), ProgressId::SortEntries.into());
@@ -139,7 +181,7 @@ pub(crate) mod function {
         let progress = Arc::new(parking_lot::Mutex::new(progress));
         let chunks = util::ChunkRanges::new(chunk_size, counts.len());
 
-        Ok(parallel::Stepwise::new(
+        Ok((counts.len(), parallel::Stepwise::new(
             chunks.enumerate(),
             thread_limit,
             {
@@ -155,6 +197,7 @@ pub(crate) mod function {
             },
             {
                 let counts = Arc::clone(&counts);
+                let thin_bases = Arc::clone(&thin_bases);
                 move |(chunk_id, chunk_range): (SequenceId, std::ops::Range<usize>), (buf, progress)| {
                     let mut out = Vec::new();
                     let chunk = &counts[chunk_range];
@@ -188,6 +231,11 @@ pub(crate) mod function {
                                     base_index_offset,
                                     allow_thin_pack.then_some({
                                         |pack_id, base_offset| {
+                                            if let Some(thin_bases) = thin_bases.as_ref() {
+                                                let base = thin_bases.get(&(pack_id, base_offset)).copied();
+                                                stats.ref_delta_objects += usize::from(base.is_some());
+                                                return Ok(base);
+                                            }
                                             if pack_offsets_to_id.is_none() {
                                                 let mut offsets =
                                                     db.pack_offsets_and_oid(pack_id)?.ok_or_raise(|| {
@@ -249,8 +297,117 @@ pub(crate) mod function {
                     Ok((chunk_id, out, stats))
                 }
             },
-            reduce::Statistics::default(),
-        ))
+            reduce::Statistics::with_delta_bases_included(delta_bases_included),
+        )))
+    }
+}
+
+mod bases {
+    use std::collections::{HashMap, HashSet, hash_map};
+
+    use gix_error::{OptionExt, Result, not_found};
+    use gix_hash::ObjectId;
+
+    use super::DeltaBase;
+    use crate::data::{self, output};
+
+    /// Enough bytes for any entry header: a type-and-size varint and an ofs-delta distance varint
+    /// (at most 10 bytes each), or a ref-delta base id (at most 32 bytes).
+    const MAX_ENTRY_HEADER_LEN: usize = 64;
+
+    /// Thin-pack bases by `(pack_id, pack_offset)`.
+    pub type ThinBases = HashMap<(u32, data::Offset), ObjectId>;
+
+    /// Ask `decide` about every ofs-delta base in the pack of a selected delta that is not itself
+    /// selected, appending the bases it includes to `counts` (and then their bases, in turn).
+    /// Returns how many were added, and the bases to refer to by id.
+    pub fn include(
+        counts: &mut Vec<output::Count>,
+        db: &impl crate::Find,
+        decide: &mut impl FnMut(&gix_hash::oid) -> DeltaBase,
+        allow_thin_pack: bool,
+    ) -> Result<(usize, ThinBases)> {
+        let mut present: HashSet<(u32, data::Offset)> = counts
+            .iter()
+            .filter_map(|c| c.entry_pack_location.as_ref())
+            .map(|l| (l.pack_id, l.pack_offset))
+            .collect();
+        let mut decided: HashSet<(u32, data::Offset)> = HashSet::new();
+        let mut thin = ThinBases::new();
+        let mut offsets_by_pack: HashMap<u32, Vec<(data::Offset, ObjectId)>> = HashMap::new();
+        let mut buf = Vec::new();
+        let mut included = 0;
+        let mut next = 0;
+        while next < counts.len() {
+            let count = &counts[next];
+            next += 1;
+            let Some(location) = count.entry_pack_location.as_ref() else {
+                continue;
+            };
+            let mut header_only = location.clone();
+            header_only.entry_size = header_only.entry_size.min(MAX_ENTRY_HEADER_LEN);
+            let Some(entry) = db.entry_by_location(&header_only) else {
+                continue;
+            };
+            let Ok(entry) = data::Entry::from_bytes(&entry.data, location.pack_offset, count.id.kind()) else {
+                continue; // a corrupt entry is reported when it is copied
+            };
+            let data::entry::Header::OfsDelta { base_distance } = entry.header else {
+                continue;
+            };
+            let Some(base_offset) = data::entry::Header::verified_base_pack_offset(location.pack_offset, base_distance)
+            else {
+                continue;
+            };
+            let pack_id = location.pack_id;
+            let key = (pack_id, base_offset);
+            if present.contains(&key) || !decided.insert(key) {
+                continue;
+            }
+            let offsets = match offsets_by_pack.entry(pack_id) {
+                hash_map::Entry::Occupied(e) => e.into_mut(),
+                hash_map::Entry::Vacant(e) => {
+                    let mut offsets = db
+                        .pack_offsets_and_oid(pack_id)?
+                        .ok_or_raise(|| not_found("Pack used for counts is no longer available"))?;
+                    offsets.sort_by_key(|e| e.0);
+                    e.insert(offsets)
+                }
+            };
+            let Ok(idx) = offsets.binary_search_by_key(&base_offset, |e| e.0) else {
+                continue;
+            };
+            let base_id = offsets[idx].1;
+            match decide(&base_id) {
+                DeltaBase::Include => {
+                    let entry_size = match offsets.get(idx + 1) {
+                        Some((next_offset, _)) => usize::try_from(next_offset - base_offset).ok(),
+                        None => db
+                            .location_by_oid(&base_id, &mut buf)?
+                            .filter(|l| l.pack_id == pack_id && l.pack_offset == base_offset)
+                            .map(|l| l.entry_size),
+                    };
+                    let Some(entry_size) = entry_size else {
+                        continue;
+                    };
+                    counts.push(output::Count::from_data(
+                        base_id,
+                        Some(data::entry::Location {
+                            pack_id,
+                            entry_size,
+                            pack_offset: base_offset,
+                        }),
+                    ));
+                    present.insert(key);
+                    included += 1;
+                }
+                DeltaBase::Thin if allow_thin_pack => {
+                    thin.insert(key, base_id);
+                }
+                DeltaBase::Thin | DeltaBase::Recompress => {}
+            }
+        }
+        Ok((included, thin))
     }
 }
 
@@ -302,10 +459,13 @@ mod reduce {
         _err: PhantomData<E>,
     }
 
-    impl<E> Default for Statistics<E> {
-        fn default() -> Self {
+    impl<E> Statistics<E> {
+        pub fn with_delta_bases_included(delta_bases_included: usize) -> Self {
             Statistics {
-                total: Default::default(),
+                total: Outcome {
+                    delta_bases_included,
+                    ..Default::default()
+                },
                 _err: PhantomData,
             }
         }
@@ -344,6 +504,9 @@ mod types {
         pub objects_copied_from_pack: usize,
         /// The amount of objects that ref to their base as ref-delta, an indication for a thin back being created.
         pub ref_delta_objects: usize,
+        /// The amount of delta bases added to the counts because the caller's `delta_base` function answered
+        /// [`DeltaBase::Include`] (see [`iter_from_counts_with_delta_bases()`][crate::data::output::entry::iter_from_counts_with_delta_bases()]).
+        pub delta_bases_included: usize,
     }
 
     impl Outcome {
@@ -354,13 +517,27 @@ mod types {
                 missing_objects,
                 objects_copied_from_pack,
                 ref_delta_objects,
+                delta_bases_included,
             }: Self,
         ) {
             self.decoded_and_recompressed_objects += decoded_objects;
             self.missing_objects += missing_objects;
             self.objects_copied_from_pack += objects_copied_from_pack;
             self.ref_delta_objects += ref_delta_objects;
+            self.delta_bases_included += delta_bases_included;
         }
+    }
+
+    /// What to do with the base of a selected delta when that base is in the same pack but not selected,
+    /// as answered by the caller of [`iter_from_counts_with_delta_bases()`][crate::data::output::entry::iter_from_counts_with_delta_bases()].
+    #[derive(PartialEq, Eq, Debug, Hash, Clone, Copy)]
+    pub enum DeltaBase {
+        /// Add the base to the pack: both entries are copied as they are, nothing is re-deflated.
+        Include,
+        /// The receiver has the base: refer to it by id (a thin pack, only with `allow_thin_pack`).
+        Thin,
+        /// Neither: decode the delta and deflate it as a whole object.
+        Recompress,
     }
 
     /// The way the iterator operates.
@@ -436,4 +613,4 @@ mod types {
         }
     }
 }
-pub use types::{Mode, Options, Outcome, ProgressId};
+pub use types::{DeltaBase, Mode, Options, Outcome, ProgressId};

@@ -1,0 +1,180 @@
+//! Guard of patches/gix-pack/0001-delta-base-inclusion.patch: a selected delta whose base is in
+//! the pack but not selected is copied with its base when the caller allows the base, and is
+//! re-deflated (its base never sent) when the caller refuses it.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use gix_hash::ObjectId;
+use gix_pack::data::output::{self, entry::iter_from_counts::DeltaBase};
+use gixd_tests::{commit_files, git, git_command, git_out, temp_repo};
+
+/// A text file of `lines` numbered lines, with a recognisable `tag` in each.
+fn text(tag: &str, lines: usize) -> Vec<u8> {
+    (0..lines).map(|n| format!("{tag} line {n}: some ordinary text to make deltas\n")).collect::<String>().into_bytes()
+}
+
+fn oid(hex: &str) -> ObjectId {
+    ObjectId::from_hex(hex.as_bytes()).unwrap()
+}
+
+/// `(id, base id)` of every delta in the repository's one pack, from `git verify-pack -v`.
+fn deltas(repo: &Path) -> Vec<(String, String)> {
+    let pack_dir = repo.join(".git/objects/pack");
+    let idx = std::fs::read_dir(&pack_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "idx"))
+        .expect("one pack");
+    let out = git_out(repo, &["verify-pack", "-v", idx.to_str().unwrap()]);
+    out.lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.len() == 7).then(|| (w[0].to_owned(), w[6].to_owned()))
+        })
+        .collect()
+}
+
+/// A repository whose `main` has `file.txt` stored as a delta against the bigger version on
+/// branch `other`, packed while both branches existed. Returns (repo, main's blob, other's blob).
+fn repo_with_delta_against(other_branch: &str) -> (tempfile::TempDir, std::path::PathBuf, String, String) {
+    let (tmp, repo) = temp_repo(false);
+    commit_files(&repo, &[("file.txt", &text("shared", 120))], "main");
+    git(&repo, &["checkout", "-q", "-b", other_branch]);
+    let mut bigger = text("shared", 120);
+    bigger.extend(text(other_branch, 40));
+    commit_files(&repo, &[("file.txt", &bigger)], other_branch);
+    git(&repo, &["checkout", "-q", "main"]);
+    git(&repo, &["repack", "-adfq", "--window=10", "--depth=10"]);
+    let small = git_out(&repo, &["rev-parse", "main:file.txt"]);
+    let big = git_out(&repo, &[ "rev-parse", &format!("{other_branch}:file.txt")]);
+    assert!(
+        deltas(&repo).contains(&(small.clone(), big.clone())),
+        "precondition: git stored main's blob as a delta against {other_branch}'s"
+    );
+    (tmp, repo, small, big)
+}
+
+/// The objects reachable from `main` only, as unresolved counts.
+fn main_counts(repo: &Path) -> Vec<output::Count> {
+    git_out(repo, &["rev-list", "--objects", "main"])
+        .lines()
+        .map(|l| output::Count {
+            id: oid(l.split(' ').next().unwrap()),
+            entry_pack_location: output::count::PackLocation::NotLookedUp,
+        })
+        .collect()
+}
+
+struct Generated {
+    ids: BTreeSet<ObjectId>,
+    outcome: output::entry::iter_from_counts::Outcome,
+    pack: Vec<u8>,
+}
+
+/// Generate a pack of `main`'s objects, asking `decide` about unselected delta bases.
+fn generate(repo: &Path, decide: impl FnMut(&gix_hash::oid) -> DeltaBase) -> Generated {
+    let mut odb = gix_odb::at(repo.join(".git/objects"), gix_hash::Kind::Sha1).unwrap();
+    odb.prevent_pack_unload();
+    let (num_entries, mut chunks) = output::entry::iter_from_counts_with_delta_bases(
+        main_counts(repo),
+        odb,
+        Box::new(gix_utils::progress::Discard),
+        output::entry::iter_from_counts::Options {
+            thread_limit: Some(1),
+            ..Default::default()
+        },
+        Some(decide),
+    )
+    .unwrap();
+    let mut entries = Vec::new();
+    for chunk in chunks.by_ref() {
+        entries.extend(chunk.unwrap().1);
+    }
+    let outcome = gix_parallel::Finalize::finalize(chunks).unwrap();
+    assert_eq!(entries.len(), num_entries, "the announced entry count is the real one");
+    let ids = entries.iter().map(|e| e.id).collect();
+    let mut pack = Vec::new();
+    let writer = output::bytes::FromEntriesIter::new(
+        std::iter::once(Ok::<_, gix_error::Error>(entries)),
+        &mut pack,
+        num_entries as u32,
+        gix_pack::data::Version::V2,
+        gix_hash::Kind::Sha1,
+    );
+    for step in writer {
+        step.unwrap();
+    }
+    Generated { ids, outcome, pack }
+}
+
+/// Index `pack` with stock git and list the objects it holds.
+fn objects_git_reads_from(pack: &[u8]) -> BTreeSet<ObjectId> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.pack");
+    std::fs::write(&path, pack).unwrap();
+    let out = git_command(dir.path()).args(["index-pack", "--strict"]).arg(&path).output().unwrap();
+    assert!(out.status.success(), "git index-pack refused the pack: {}", String::from_utf8_lossy(&out.stderr));
+    let idx = git_command(dir.path()).args(["show-index", "--object-format=sha1"]).stdin(std::fs::File::open(path.with_extension("idx")).unwrap()).output().unwrap();
+    String::from_utf8(idx.stdout).unwrap().lines().map(|l| oid(l.split_whitespace().nth(1).unwrap())).collect()
+}
+
+#[test]
+fn an_allowed_unselected_base_is_added_and_both_entries_are_copied() {
+    let (_tmp, repo, small, big) = repo_with_delta_against("other");
+    let mut asked = Vec::new();
+    let got = generate(&repo, |id| {
+        asked.push(id.to_owned());
+        DeltaBase::Include
+    });
+    assert_eq!(asked, vec![oid(&big)], "asked once, about the one unselected base");
+    assert_eq!(got.outcome.decoded_and_recompressed_objects, 0, "nothing re-deflated");
+    assert_eq!(got.outcome.delta_bases_included, 1);
+    assert!(got.ids.contains(&oid(&big)) && got.ids.contains(&oid(&small)));
+    assert_eq!(got.outcome.objects_copied_from_pack, main_counts(&repo).len() + 1);
+    assert_eq!(objects_git_reads_from(&got.pack), got.ids, "git indexes the pack and finds every entry");
+}
+
+#[test]
+fn a_refused_base_is_never_sent_and_the_delta_is_re_deflated() {
+    let (_tmp, repo, small, secret) = repo_with_delta_against("secret");
+    // The secret branch goes away after packing: its blob stays in the pack, unreachable.
+    git(&repo, &["branch", "-q", "-D", "secret"]);
+    let reachable: BTreeSet<ObjectId> = git_out(&repo, &["rev-list", "--objects", "--all"])
+        .lines()
+        .map(|l| oid(l.split(' ').next().unwrap()))
+        .collect();
+    assert!(!reachable.contains(&oid(&secret)));
+    let got = generate(&repo, |id| {
+        if reachable.contains(id) { DeltaBase::Include } else { DeltaBase::Recompress }
+    });
+    assert!(!got.ids.contains(&oid(&secret)), "the unreachable base was sent");
+    assert_eq!(got.outcome.decoded_and_recompressed_objects, 1, "the delta against it was re-deflated");
+    assert_eq!(got.outcome.delta_bases_included, 0);
+    assert!(got.ids.contains(&oid(&small)));
+    let in_pack = objects_git_reads_from(&got.pack);
+    assert!(!in_pack.contains(&oid(&secret)));
+    assert_eq!(in_pack, got.ids);
+}
+
+#[test]
+fn without_a_decision_function_nothing_changes() {
+    let (_tmp, repo, _small, big) = repo_with_delta_against("other");
+    let mut odb = gix_odb::at(repo.join(".git/objects"), gix_hash::Kind::Sha1).unwrap();
+    odb.prevent_pack_unload();
+    let mut chunks = output::entry::iter_from_counts(
+        main_counts(&repo),
+        odb,
+        Box::new(gix_utils::progress::Discard),
+        output::entry::iter_from_counts::Options {
+            thread_limit: Some(1),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let ids: BTreeSet<ObjectId> = chunks.by_ref().flat_map(|c| c.unwrap().1).map(|e| e.id).collect();
+    let outcome = gix_parallel::Finalize::finalize(chunks).unwrap();
+    assert!(!ids.contains(&oid(&big)));
+    assert_eq!(outcome.decoded_and_recompressed_objects, 1, "stock behaviour: the delta is re-deflated");
+    assert_eq!(outcome.delta_bases_included, 0);
+}
