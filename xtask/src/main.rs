@@ -5,7 +5,9 @@
 //! - `vendor/<crate>/` is pristine + that crate's patches, reached through `[patch.crates-io]`.
 //! - pristine sources come through cargo itself (`tree::pristine`), cached in `target/xtask/`.
 
+mod bench;
 mod queue;
+mod report;
 mod tree;
 
 use anyhow::{Context, Result, bail};
@@ -28,6 +30,26 @@ enum Top {
     Patches {
         #[command(subcommand)]
         command: PatchCmd,
+    },
+    /// Benchmarks that compare arms side by side in one run and store their results.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCmd,
+    },
+    /// Render result files into the documents that quote them (upstream/ reports).
+    Report {
+        /// Only verify that the documents match the results.
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Pack generation on stock crates vs the patched vendor/ (threads, re-deflated objects, CPU).
+    Patches {
+        #[arg(long, default_value_t = 9)]
+        rounds: usize,
     },
 }
 
@@ -80,6 +102,8 @@ fn run(cli: Cli) -> Result<()> {
                 rebase(&root, &moves, !no_test)
             }
         },
+        Top::Bench { command: BenchCmd::Patches { rounds } } => bench::patches(&root, rounds),
+        Top::Report { check } => report::run(&root, check),
     }
 }
 

@@ -1,0 +1,256 @@
+//! What the patch queue changes in pack generation, measured by one program built twice: on
+//! stock gitoxide crates and (feature `patched`) on vendor/. `cargo xtask bench patches` drives it.
+//!
+//! - `patch-costs fixture DIR` writes the deterministic fixture repository (git fast-import).
+//! - `patch-costs measure --repo DIR --rev REV --arm NAME` generates the pack of `REV`'s objects
+//!   once with `thread_limit: Some(1)` and prints one JSON line: counts first (threads, objects
+//!   copied and re-deflated, bytes), then CPU and wall time.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use gix_hash::ObjectId;
+use gix_pack::data::output;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("fixture") => fixture(Path::new(args.get(1).expect("fixture DIR"))),
+        Some("measure") => {
+            let flag = |name: &str| {
+                args.iter()
+                    .position(|a| a == name)
+                    .and_then(|i| args.get(i + 1))
+                    .unwrap_or_else(|| panic!("{name} is required"))
+                    .clone()
+            };
+            measure(&PathBuf::from(flag("--repo")), &flag("--rev"), &flag("--arm"));
+        }
+        _ => {
+            eprintln!("usage: patch-costs fixture DIR | measure --repo DIR --rev REV --arm NAME");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn git(dir: &Path) -> Command {
+    let mut cmd = Command::new("git");
+    cmd.current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .args(["-c", "pack.threads=1", "-c", "gc.auto=0", "-c", "init.defaultBranch=main"]);
+    cmd
+}
+
+fn run(mut cmd: Command) -> String {
+    let out = cmd.output().expect("git runs");
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf8")
+}
+
+/// A deterministic pseudo-random sequence (an LCG): the fixture is the same on every machine.
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+}
+
+const WORDS: &[&str] = &[
+    "pack", "delta", "base", "object", "tree", "commit", "blob", "tag", "ref", "want", "have", "ack", "window", "depth",
+    "offset", "index", "stream", "thread", "chunk", "count", "server", "client", "fetch", "clone",
+];
+
+fn line(rng: &mut Lcg) -> String {
+    let n = 4 + rng.next() % 8;
+    let mut s: Vec<&str> = (0..n).map(|_| WORDS[(rng.next() % WORDS.len() as u64) as usize]).collect();
+    s.push("\n");
+    s.join(" ")
+}
+
+/// A repository where a single-branch clone of `main` selects many blobs that git stored as deltas
+/// against bigger versions on branch `topic`: 30 files, 600 commits on main editing three files
+/// each, and 200 commits on topic (forked at main's 300th) appending to two files each.
+fn fixture(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    run({
+        let mut c = git(dir);
+        c.args(["init", "-q", "--bare"]);
+        c
+    });
+    let mut rng = Lcg(42);
+    let mut files: Vec<Vec<String>> = (0..30).map(|_| (0..200).map(|_| line(&mut rng)).collect()).collect();
+    let mut stream = String::new();
+    let mut mark = 0;
+    let commit = |stream: &mut String, branch: &str, parent: Option<usize>, files: &[(usize, String)], time: u64, mark: &mut usize| {
+        *mark += 1;
+        stream.push_str(&format!("commit refs/heads/{branch}\nmark :{mark}\n"));
+        stream.push_str(&format!("author A U Thor <author@example.com> {time} +0000\n"));
+        stream.push_str(&format!("committer C O Mitter <committer@example.com> {time} +0000\n"));
+        let msg = format!("change {mark} on {branch}\n");
+        stream.push_str(&format!("data {}\n{msg}", msg.len()));
+        if let Some(p) = parent {
+            stream.push_str(&format!("from :{p}\n"));
+        }
+        for (n, content) in files {
+            stream.push_str(&format!("M 100644 inline src/file{n:02}.txt\ndata {}\n{content}\n", content.len()));
+        }
+        *mark
+    };
+    let all: Vec<(usize, String)> = files.iter().enumerate().map(|(n, f)| (n, f.concat())).collect();
+    let mut tip = commit(&mut stream, "main", None, &all, 1_600_000_000, &mut mark);
+    let mut fork = tip;
+    for i in 1..600u64 {
+        let mut changed = Vec::new();
+        for _ in 0..3 {
+            let n = (rng.next() % 30) as usize;
+            let at = (rng.next() as usize) % files[n].len();
+            files[n][at] = line(&mut rng);
+            files[n].insert(at, line(&mut rng));
+            changed.push((n, files[n].concat()));
+        }
+        tip = commit(&mut stream, "main", Some(tip), &changed, 1_600_000_000 + i * 60, &mut mark);
+        if i == 300 {
+            fork = tip;
+        }
+    }
+    let mut topic_files = files.clone();
+    let mut topic = fork;
+    for i in 0..200u64 {
+        let mut changed = Vec::new();
+        for _ in 0..2 {
+            let n = (rng.next() % 30) as usize;
+            for _ in 0..20 {
+                topic_files[n].push(line(&mut rng));
+            }
+            changed.push((n, topic_files[n].concat()));
+        }
+        topic = commit(&mut stream, "topic", Some(topic), &changed, 1_700_000_000 + i * 60, &mut mark);
+    }
+    let mut child = git(dir).args(["fast-import", "--quiet"]).stdin(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(stream.as_bytes()).unwrap();
+    assert!(child.wait().unwrap().success());
+    run({
+        let mut c = git(dir);
+        c.args(["repack", "-adfq", "--window=50", "--depth=50"]);
+        c
+    });
+}
+
+fn object_ids(repo: &Path, rev: &str) -> Vec<ObjectId> {
+    run({
+        let mut c = git(repo);
+        c.args(["rev-list", "--objects", rev]);
+        c
+    })
+    .lines()
+    .map(|l| ObjectId::from_hex(l.split(' ').next().unwrap().as_bytes()).unwrap())
+    .collect()
+}
+
+fn threads_now() -> usize {
+    std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0)
+}
+
+fn cpu_micros() -> (i64, i64) {
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct it is given.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let us = |t: libc::timeval| t.tv_sec * 1_000_000 + t.tv_usec;
+    (us(usage.ru_utime), us(usage.ru_stime))
+}
+
+/// Counts the bytes written to it.
+struct CountingSink(u64);
+impl Write for CountingSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn measure(repo: &Path, rev: &str, arm: &str) {
+    let selected = object_ids(repo, rev);
+    let counts: Vec<output::Count> = selected
+        .iter()
+        .map(|id| output::Count {
+            id: *id,
+            entry_pack_location: output::count::PackLocation::NotLookedUp,
+        })
+        .collect();
+    // Bases a client of this repository may be sent: everything reachable from its refs.
+    let reachable: HashSet<ObjectId> = object_ids(repo, "--all").into_iter().collect();
+    let mut odb = gix_odb::at(repo.join("objects"), gix_hash::Kind::Sha1).unwrap();
+    odb.prevent_pack_unload();
+    let options = output::entry::iter_from_counts::Options {
+        thread_limit: Some(1),
+        ..Default::default()
+    };
+
+    let threads_before = threads_now();
+    let (cpu_user_0, cpu_sys_0) = cpu_micros();
+    let start = std::time::Instant::now();
+
+    #[cfg(feature = "patched")]
+    let (num_entries, mut chunks) = output::entry::iter_from_counts_with_delta_bases(
+        counts,
+        odb,
+        Box::new(gix_utils::progress::Discard),
+        options,
+        Some(|id: &gix_hash::oid| {
+            if reachable.contains(id) {
+                output::entry::iter_from_counts::DeltaBase::Include
+            } else {
+                output::entry::iter_from_counts::DeltaBase::Recompress
+            }
+        }),
+    )
+    .unwrap();
+    #[cfg(not(feature = "patched"))]
+    let (num_entries, mut chunks) = {
+        let _ = &reachable;
+        let n = counts.len();
+        (n, output::entry::iter_from_counts(counts, odb, Box::new(gix_utils::progress::Discard), options).unwrap())
+    };
+
+    let mut most_threads = threads_now();
+    let mut entries = Vec::new();
+    for chunk in chunks.by_ref() {
+        entries.extend(chunk.unwrap().1);
+        most_threads = most_threads.max(threads_now());
+    }
+    let outcome = gix_parallel::Finalize::finalize(chunks).unwrap();
+    let mut sink = CountingSink(0);
+    for step in output::bytes::FromEntriesIter::new(
+        std::iter::once(Ok::<_, gix_error::Error>(entries)),
+        &mut sink,
+        num_entries as u32,
+        gix_pack::data::Version::V2,
+        gix_hash::Kind::Sha1,
+    ) {
+        step.unwrap();
+    }
+    let wall = start.elapsed();
+    let (cpu_user_1, cpu_sys_1) = cpu_micros();
+
+    let row = serde_json::json!({
+        "arm": arm,
+        "repo": repo.file_name().map(|n| n.to_string_lossy().into_owned()),
+        "rev": rev,
+        "selected_objects": selected.len(),
+        "pack_entries": num_entries,
+        "threads_started": most_threads - threads_before,
+        "copied_from_pack": outcome.objects_copied_from_pack,
+        "re_deflated": outcome.decoded_and_recompressed_objects,
+        "pack_bytes": sink.0,
+        "cpu_us": (cpu_user_1 - cpu_user_0) + (cpu_sys_1 - cpu_sys_0),
+        "wall_us": wall.as_micros() as u64,
+    });
+    println!("{row}");
+}

@@ -1,0 +1,149 @@
+//! `cargo xtask report`: render measured numbers into the documents that quote them. Each document
+//! holds a block between `<!-- generated: NAME -->` and `<!-- end generated -->`; the block is
+//! rewritten from the result file, so no number in it was typed by hand. `--check` fails when a
+//! block is not what the results render to (a result re-measured without re-rendering, or an edit).
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use std::path::Path;
+
+/// Documents and the generated blocks they hold.
+const TARGETS: &[(&str, &str)] = &[
+    ("upstream/serial-stepwise.md", "patch-costs"),
+    ("upstream/delta-base-inclusion.md", "patch-costs"),
+];
+
+pub fn run(root: &Path, check: bool) -> Result<()> {
+    let mut stale = Vec::new();
+    for (doc, block) in TARGETS {
+        let rendered = match *block {
+            "patch-costs" => patch_costs(root)?,
+            other => bail!("no renderer for block {other}"),
+        };
+        let path = root.join(doc);
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {doc}"))?;
+        let new = replace_block(&text, block, &rendered).with_context(|| format!("{doc}: block '{block}'"))?;
+        if new != text {
+            if check {
+                stale.push(*doc);
+            } else {
+                std::fs::write(&path, new)?;
+                println!("{doc}: '{block}' rendered");
+            }
+        }
+    }
+    if !stale.is_empty() {
+        bail!("not rendered from the current results: {stale:?}; run `cargo xtask report`");
+    }
+    Ok(())
+}
+
+pub fn replace_block(text: &str, name: &str, body: &str) -> Result<String> {
+    let open = format!("<!-- generated: {name} -->\n");
+    let close = "<!-- end generated -->";
+    let start = text.find(&open).context("opening marker missing")? + open.len();
+    let end = start + text[start..].find(close).context("closing marker missing")?;
+    Ok(format!("{}{}{}", &text[..start], body, &text[end..]))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// A count that must be the same in every run of an arm: shown once, or as `min–max` if not.
+fn count(runs: &[&Value], key: &str) -> String {
+    let vals: Vec<u64> = runs.iter().filter_map(|r| r[key].as_u64()).collect();
+    match (vals.iter().min(), vals.iter().max()) {
+        (Some(a), Some(b)) if a == b => a.to_string(),
+        (Some(a), Some(b)) => format!("{a}–{b}"),
+        _ => "NOT MEASURED".into(),
+    }
+}
+
+fn ratio(stock: f64, patched: f64) -> String {
+    if stock > 0.0 && patched.is_finite() { format!("{:.3}", patched / stock) } else { "—".into() }
+}
+
+fn patch_costs(root: &Path) -> Result<String> {
+    let path = root.join(crate::bench::RESULTS);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(format!("NOT MEASURED: no {}. Run `cargo xtask bench patches`.\n", crate::bench::RESULTS));
+    };
+    let doc: Value = serde_json::from_str(&text)?;
+    let runs = doc["runs"].as_array().context("runs")?;
+    let arm = |name: &str| runs.iter().filter(|r| r["arm"] == name).collect::<Vec<_>>();
+    let (stock, patched) = (arm("stock"), arm("patched"));
+    let c = &doc["conditions"];
+    let ms = |runs: &[&Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect()) / 1000.0;
+    let mut out = String::new();
+    out.push_str(&format!(
+        "Measured by `cargo xtask bench patches` ({} rounds, arms alternated and order swapped each round), \
+         commit {}, {}, {} CPUs, load {} → {}, {}, {}. Fixture: the deterministic `patch-costs` repository \
+         (bench/patch-costs), pack of `{}`'s objects with `thread_limit: Some(1)`.\n\n",
+        c["rounds"],
+        c["commit"].as_str().unwrap_or("?").get(..10).unwrap_or("?"),
+        c["date"].as_str().unwrap_or("?"),
+        c["nproc"],
+        c["loadavg_start"].as_str().unwrap_or("?"),
+        c["loadavg_end"].as_str().unwrap_or("?"),
+        c["git"].as_str().unwrap_or("?"),
+        c["rustc"].as_str().unwrap_or("?"),
+        c["rev"].as_str().unwrap_or("?"),
+    ));
+    out.push_str("| measure | stock crates | patched (vendor/) | patched ÷ stock |\n|---|---|---|---|\n");
+    for (label, key) in [
+        ("threads started during generation", "threads_started"),
+        ("objects selected", "selected_objects"),
+        ("pack entries written", "pack_entries"),
+        ("entries copied from the pack", "copied_from_pack"),
+        ("entries decoded and re-deflated", "re_deflated"),
+        ("pack bytes", "pack_bytes"),
+    ] {
+        let (s, p) = (count(&stock, key), count(&patched, key));
+        let r = match (s.parse::<f64>(), p.parse::<f64>()) {
+            (Ok(s), Ok(p)) => ratio(s, p),
+            _ => "—".into(),
+        };
+        out.push_str(&format!("| {label} | {s} | {p} | {r} |\n"));
+    }
+    for (label, key) in [("process CPU per generation, median (ms)", "cpu_us"), ("wall per generation, median (ms)", "wall_us")] {
+        let (s, p) = (ms(&stock, key), ms(&patched, key));
+        out.push_str(&format!("| {label} | {s:.2} | {p:.2} | {} |\n", ratio(s, p)));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_block_is_replaced_between_its_markers_only() {
+        let text = "a\n<!-- generated: x -->\nold\n<!-- end generated -->\nb\n";
+        assert_eq!(replace_block(text, "x", "new\n").unwrap(), "a\n<!-- generated: x -->\nnew\n<!-- end generated -->\nb\n");
+        assert!(replace_block(text, "y", "new\n").is_err());
+    }
+
+    #[test]
+    fn counts_that_vary_between_runs_show_their_range() {
+        let a = serde_json::json!({"k": 3});
+        let b = serde_json::json!({"k": 5});
+        assert_eq!(count(&[&a, &a], "k"), "3");
+        assert_eq!(count(&[&a, &b], "k"), "3–5");
+        assert_eq!(count(&[], "k"), "NOT MEASURED");
+    }
+
+    #[test]
+    fn median_of_even_and_odd_counts() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+}
