@@ -107,8 +107,14 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// The checkout this runs in: the nearest directory, from the current one upwards, that holds
+/// `patches/series` (found at run time, so a binary built in another checkout cannot act here).
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
+    let cwd = std::env::current_dir().expect("a current directory");
+    cwd.ancestors()
+        .find(|d| d.join("patches/series").is_file() && d.join("Cargo.toml").is_file())
+        .unwrap_or_else(|| panic!("no gixd checkout (patches/series) at or above {}", cwd.display()))
+        .to_owned()
 }
 
 fn pristine_cache(root: &Path) -> PathBuf {
