@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: stock git run with a fixed identity and clock, the
 //! process's own thread count, and syscall counts of a test re-run under strace.
 
+pub mod server;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

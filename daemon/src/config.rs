@@ -1,0 +1,58 @@
+//! Settings: where repositories are, which are served, and every limit, each with why it exists.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Which repositories under the base path may be served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exports {
+    /// Only those holding a `git-daemon-export-ok` file (git daemon's rule).
+    DaemonExportOk,
+    /// Every repository under the base path (`--export-all`).
+    All,
+    /// Exactly this git directory (the checkout `gixd serve` was started in).
+    Only(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// Repositories are looked up below this directory, never outside it.
+    pub base_path: PathBuf,
+    pub exports: Exports,
+    /// Bytes per HTTP response frame: the in-flight window between the pack writer and the
+    /// socket. Larger means fewer wake-ups, smaller means less memory per transfer. Floored to 1.
+    pub stream_window: usize,
+    /// Largest request body read as sent (gzip or not): a negotiation is wants and haves, so
+    /// anything near this is not a git client.
+    pub max_request_body: usize,
+    /// Largest request body after gzip inflation: caps a gzip bomb at a size we can afford.
+    pub max_inflated_body: usize,
+    /// Most `want` lines one request may carry: one per ref a client can ask for, with room.
+    pub max_wants: usize,
+    /// Most `have` lines one request may carry (stateless HTTP re-sends the common ones).
+    pub max_haves: usize,
+}
+
+impl Config {
+    pub const DEFAULT_LISTEN: &'static str = "127.0.0.1:8080";
+    pub const DEFAULT_STREAM_WINDOW: usize = 256 * 1024;
+
+    pub fn new(base_path: PathBuf) -> Self {
+        Config {
+            listen: Self::DEFAULT_LISTEN.parse().expect("valid default"),
+            base_path,
+            exports: Exports::DaemonExportOk,
+            stream_window: Self::DEFAULT_STREAM_WINDOW,
+            max_request_body: 16 * 1024 * 1024,
+            max_inflated_body: 64 * 1024 * 1024,
+            max_wants: 100_000,
+            max_haves: 100_000,
+        }
+    }
+
+    /// The window actually used: 0 would accept no byte ever and hang the transfer.
+    pub fn effective_stream_window(&self) -> usize {
+        self.stream_window.max(1)
+    }
+}

@@ -1,0 +1,34 @@
+//! gixd — a git server on gitoxide.
+//!
+//! # Layout
+//!
+//! A request travels down these layers; each module owns one and says so in its header.
+//!
+//! - [`transport`] — bytes in, bytes out: smart HTTP on hyper (`transport::http`). It knows URLs,
+//!   headers, body limits and streaming; it never parses a pkt-line.
+//! - [`protocol`] — pkt-lines (`protocol::pkt`), the v0/v1 ref advertisement and stateless
+//!   negotiation (`protocol::v0`), the v2 capability advertisement and its command table
+//!   (`protocol::v2`), and what both share: which haves are common, when to say ready
+//!   (`protocol::negotiate`).
+//! - [`select`] — object selection: what to send for some wants given the common commits.
+//! - [`pack`] — pack writing: gix-pack entries streamed through side-band to a sink.
+//! - [`repo`] — repository access: URL path to repository under the base path, export rules,
+//!   the ref snapshot, and which objects a client may be sent.
+//! - [`server`] — the accept loop and runtime; [`config`] — every limit, with why it exists;
+//!   [`error`] — the typed errors, reported once at the edge; [`demo`] — the repository served
+//!   when gixd starts with no configuration.
+
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod pack;
+pub mod protocol;
+pub mod repo;
+pub mod select;
+pub mod server;
+pub mod transport;
+
+/// `agent=` value: gixd and its version.
+pub fn agent() -> String {
+    format!("gixd/{}", env!("CARGO_PKG_VERSION"))
+}

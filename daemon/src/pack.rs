@@ -1,0 +1,289 @@
+//! Pack writing: a selection becomes a pack through gix-pack (`iter_from_counts_with_delta_bases`,
+//! `PackCopyAndBaseObjects`, one thread: the caller's), streamed through side-band to any
+//! `io::Write`. Unselected delta bases are added only when the client may read them; thin-pack
+//! bases only when the client has them and may read them.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::io::{self, Write};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use gix_hash::ObjectId;
+use gix_pack::data::output;
+use gix_pack::data::output::entry::iter_from_counts::DeltaBase;
+use gix_packetline::Channel;
+
+use crate::error::ServeError;
+use crate::protocol::pkt;
+use crate::select::Selection;
+
+/// How the pack travels inside the response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// `side-band-64k` (and every v2 packfile section): packets of up to 65515 payload bytes.
+    SideBand64k,
+    /// `side-band`: packets of up to 995 payload bytes.
+    SideBand,
+    /// Neither: the raw pack, and no progress.
+    Raw,
+}
+
+/// Pack bytes, progress and errors multiplexed onto `out`. Pack data is gathered into full
+/// packets: one write per packet, header and payload together.
+pub struct Bands<W: Write> {
+    out: W,
+    framing: Framing,
+    progress: bool,
+    pending: Vec<u8>,
+}
+
+impl<W: Write> Bands<W> {
+    pub fn new(out: W, framing: Framing, progress: bool) -> Self {
+        let cap = match framing {
+            Framing::SideBand64k => pkt::MAX_SIDEBAND_64K,
+            Framing::SideBand => pkt::MAX_SIDEBAND,
+            Framing::Raw => 64 * 1024,
+        };
+        Bands {
+            out,
+            framing,
+            progress: progress && framing != Framing::Raw,
+            pending: Vec::with_capacity(cap),
+        }
+    }
+
+    fn max_payload(&self) -> usize {
+        self.pending.capacity()
+    }
+
+    fn emit(&mut self, band: Channel, data: &[u8]) -> io::Result<()> {
+        match self.framing {
+            Framing::Raw => self.out.write_all(data),
+            _ => {
+                let mut w = pkt::Writer { buf: Vec::with_capacity(data.len() + 5) };
+                w.band(band, data);
+                self.out.write_all(&w.buf)
+            }
+        }
+    }
+
+    fn emit_pending(&mut self) -> io::Result<()> {
+        if !self.pending.is_empty() {
+            let cap = self.max_payload();
+            let data = std::mem::replace(&mut self.pending, Vec::with_capacity(cap));
+            self.emit(Channel::Data, &data)?;
+        }
+        Ok(())
+    }
+
+    /// A progress message (band 2), unless the client asked for none.
+    pub fn progress(&mut self, message: &str) -> io::Result<()> {
+        if self.progress {
+            self.emit_pending()?;
+            self.emit(Channel::Progress, message.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// A fatal error for the client (band 3; raw framing cannot carry one).
+    pub fn error(&mut self, message: &str) -> io::Result<()> {
+        self.emit_pending()?;
+        if self.framing != Framing::Raw {
+            let mut message = message.to_owned();
+            message.truncate(pkt::MAX_SIDEBAND.min(message.len()));
+            self.emit(Channel::Error, format!("error: {message}\n").as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Emit what is pending and return the inner writer.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.emit_pending()?;
+        Ok(self.out)
+    }
+}
+
+impl<W: Write> Write for Bands<W> {
+    fn write(&mut self, mut data: &[u8]) -> io::Result<usize> {
+        let written = data.len();
+        while !data.is_empty() {
+            let room = self.max_payload() - self.pending.len();
+            let take = room.min(data.len());
+            self.pending.extend_from_slice(&data[..take]);
+            data = &data[take..];
+            if self.pending.len() == self.max_payload() {
+                self.emit_pending()?;
+            }
+        }
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        // Packets stay full: pending data leaves with the next packet or at `finish`.
+        Ok(())
+    }
+}
+
+/// What a pack request asks for beyond the objects.
+pub struct Options {
+    pub thin_pack: bool,
+    pub ofs_delta: bool,
+}
+
+/// What went into a pack; counts, so they can be compared and snapshot.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stats {
+    pub entries: usize,
+    pub copied: usize,
+    pub re_deflated: usize,
+    pub bases_included: usize,
+    pub thin_deltas: usize,
+    pub bytes: u64,
+}
+
+/// Write the pack of `selection` to `bands`. `readable` answers whether the client may be sent an
+/// object (it is reachable from a ref the client may read); it is asked only about delta bases
+/// outside the selection.
+pub fn write<W: Write>(
+    repo: &gix::Repository,
+    selection: &Selection,
+    options: Options,
+    mut readable: impl FnMut() -> Result<Arc<HashSet<ObjectId>>, ServeError>,
+    bands: &mut Bands<W>,
+) -> Result<Stats, ServeError> {
+    let counts: Vec<output::Count> = selection
+        .objects
+        .iter()
+        .map(|id| output::Count {
+            id: *id,
+            entry_pack_location: output::count::PackLocation::NotLookedUp,
+        })
+        .collect();
+    let mut db = repo.objects.clone().into_inner();
+    db.prevent_pack_unload();
+    // The decision function moves into gix-pack, so the one failure it can meet comes back through a cell.
+    let readable_error: Rc<RefCell<Option<ServeError>>> = Rc::default();
+    let decide = {
+        let readable_error = readable_error.clone();
+        let mut readable_set: Option<Arc<HashSet<ObjectId>>> = None;
+        move |id: &gix_hash::oid| {
+            if readable_set.is_none() {
+                match readable() {
+                    Ok(set) => readable_set = Some(set),
+                    Err(err) => {
+                        readable_error.borrow_mut().get_or_insert(err);
+                        return DeltaBase::Recompress;
+                    }
+                }
+            }
+            let may_read = readable_set.as_ref().is_some_and(|set| set.contains(id));
+            if !may_read {
+                DeltaBase::Recompress
+            } else if options.thin_pack && selection.client_has.contains(id) {
+                DeltaBase::Thin
+            } else {
+                DeltaBase::Include
+            }
+        }
+    };
+    let (num_entries, mut chunks) = output::entry::iter_from_counts_with_delta_bases(
+        counts,
+        db,
+        Box::new(gix_utils::progress::Discard),
+        output::entry::iter_from_counts::Options {
+            thread_limit: Some(1),
+            allow_thin_pack: options.thin_pack,
+            ..Default::default()
+        },
+        Some(decide),
+    )
+    .map_err(ServeError::pack)?;
+    if let Some(err) = readable_error.borrow_mut().take() {
+        tracing::warn!(%err, "could not tell which delta bases are readable; their deltas were re-deflated");
+    }
+    let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::pack("more than 2^32 objects"))?;
+
+    // Without ofs-delta, a delta refers to its base by id; keep the ids written so far for that.
+    let mut ids: Vec<ObjectId> = Vec::new();
+    let mut missing = None;
+    let entries = chunks.by_ref().map(|chunk| {
+        let (_seq, mut entries) = chunk?;
+        for entry in &mut entries {
+            if entry.is_invalid() {
+                missing.get_or_insert(entry.id);
+            }
+            if !options.ofs_delta {
+                if let output::entry::Kind::DeltaRef { object_index } = entry.kind {
+                    entry.kind = output::entry::Kind::DeltaOid { id: ids[object_index] };
+                }
+                ids.push(entry.id);
+            }
+        }
+        Ok(entries)
+    });
+    let mut bytes = 0;
+    let mut writer = output::bytes::FromEntriesIter::new(entries, &mut *bands, num_entries_u32, gix_pack::data::Version::V2, repo.object_hash());
+    for step in writer.by_ref() {
+        bytes += step.map_err(|err| {
+            if is_disconnect(&err) { ServeError::Disconnected } else { ServeError::pack(err) }
+        })?;
+    }
+    drop(writer);
+    if missing.is_some() {
+        return Err(ServeError::pack("an object to send is missing from the repository"));
+    }
+    let outcome = gix_parallel::Finalize::finalize(chunks).map_err(ServeError::pack)?;
+    Ok(Stats {
+        entries: num_entries,
+        copied: outcome.objects_copied_from_pack,
+        re_deflated: outcome.decoded_and_recompressed_objects,
+        bases_included: outcome.delta_bases_included,
+        thin_deltas: outcome.ref_delta_objects,
+        bytes,
+    })
+}
+
+/// True when an error from writing the pack comes from the client going away.
+fn is_disconnect(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<io::Error>()
+            && io.kind() == io::ErrorKind::BrokenPipe
+        {
+            return true;
+        }
+        current = e.source();
+    }
+    err.to_string().contains("client disconnected")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_data_leaves_in_full_side_band_packets() {
+        let mut bands = Bands::new(Vec::new(), Framing::SideBand64k, true);
+        for _ in 0..3 {
+            bands.write_all(&vec![7u8; 50_000]).unwrap();
+        }
+        let out = bands.finish().unwrap();
+        let lines = pkt::read_all(&out).unwrap();
+        let sizes: Vec<usize> = lines
+            .iter()
+            .map(|l| match l {
+                pkt::Line::Data(d) => d.len() - 1,
+                _ => 0,
+            })
+            .collect();
+        assert_eq!(sizes, vec![pkt::MAX_SIDEBAND_64K, pkt::MAX_SIDEBAND_64K, 150_000 - 2 * pkt::MAX_SIDEBAND_64K]);
+    }
+
+    #[test]
+    fn progress_is_dropped_when_the_client_asked_for_none() {
+        let mut bands = Bands::new(Vec::new(), Framing::SideBand64k, false);
+        bands.progress("Counting\n").unwrap();
+        assert!(bands.finish().unwrap().is_empty());
+    }
+}

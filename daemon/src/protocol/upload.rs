@@ -1,0 +1,118 @@
+//! What v0 and v2 upload-pack share once negotiation is over: checking wants, then selecting
+//! and sending the pack with progress, reporting a failure in-band.
+
+use std::io::Write;
+
+use gix_hash::ObjectId;
+
+use super::Context;
+use crate::error::{ProtocolError, ServeError};
+use crate::pack::{self, Bands, Framing};
+use crate::repo::RefSnapshot;
+use crate::select;
+
+/// An object id as the client wrote it, in the repository's hash.
+pub fn parse_oid(hex: &str, kind: gix_hash::Kind) -> Result<ObjectId, ProtocolError> {
+    match ObjectId::from_hex(hex.as_bytes()) {
+        Ok(id) if id.kind() == kind => Ok(id),
+        _ => Err(ProtocolError::BadObjectId(hex.chars().take(80).collect())),
+    }
+}
+
+/// Every want must be what a ref points at (git's rule without want-by-oid options).
+pub fn check_wants(refs: &RefSnapshot, wants: &[ObjectId], max_wants: usize) -> Result<(), ProtocolError> {
+    if wants.len() > max_wants {
+        return Err(ProtocolError::TooMany { what: "want", limit: max_wants });
+    }
+    for want in wants {
+        if !refs.is_tip(want) {
+            return Err(ProtocolError::WantNotAdvertised(*want));
+        }
+    }
+    Ok(())
+}
+
+/// The pack a negotiated request gets.
+pub struct PackRequest<'a> {
+    pub wants: &'a [ObjectId],
+    pub common: &'a [ObjectId],
+    pub include_tag: bool,
+    pub thin_pack: bool,
+    pub ofs_delta: bool,
+    pub framing: Framing,
+    pub progress: bool,
+}
+
+/// Select and send the pack on `out`, ending with a flush when it is multiplexed (v0 side-band and
+/// v2's packfile section); a failure after this point is reported on band 3.
+pub fn send_pack<W: Write>(
+    ctx: &Context<'_>,
+    repo: &gix::Repository,
+    refs: &RefSnapshot,
+    request: &PackRequest<'_>,
+    out: W,
+) -> Result<pack::Stats, ServeError> {
+    let mut bands = Bands::new(out, request.framing, request.progress);
+    let result = select_and_write(ctx, repo, refs, request, &mut bands);
+    match result {
+        Ok(stats) => {
+            let mut out = bands.finish()?;
+            if request.framing != Framing::Raw {
+                let mut w = crate::protocol::pkt::Writer::new();
+                w.flush();
+                out.write_all(&w.buf)?;
+            }
+            Ok(stats)
+        }
+        Err(ServeError::Disconnected) => Err(ServeError::Disconnected),
+        Err(err) => {
+            // The client gets the reason; if it is gone, there is no one to tell.
+            let _ = bands.error(&err.to_string()).and_then(|()| bands.finish().map(drop));
+            Err(err)
+        }
+    }
+}
+
+fn select_and_write<W: Write>(
+    ctx: &Context<'_>,
+    repo: &gix::Repository,
+    refs: &RefSnapshot,
+    request: &PackRequest<'_>,
+    bands: &mut Bands<W>,
+) -> Result<pack::Stats, ServeError> {
+    let selection = select::select(
+        repo,
+        &select::Request {
+            wants: request.wants,
+            common: request.common,
+            include_tag: request.include_tag,
+            refs,
+        },
+    )?;
+    bands.progress(&format!("Enumerating objects: {}, done.\n", selection.objects.len()))?;
+    let stats = pack::write(
+        repo,
+        &selection,
+        pack::Options {
+            thin_pack: request.thin_pack,
+            ofs_delta: request.ofs_delta,
+        },
+        || ctx.repos.readable_objects(ctx.served, repo, refs),
+        bands,
+    )?;
+    bands.progress(&format!(
+        "Total {} (reused {}, re-deflated {}, delta bases added {}, thin deltas {})\n",
+        stats.entries, stats.copied, stats.re_deflated, stats.bases_included, stats.thin_deltas
+    ))?;
+    tracing::info!(
+        repo = %ctx.served.name,
+        objects = selection.objects.len(),
+        entries = stats.entries,
+        copied = stats.copied,
+        re_deflated = stats.re_deflated,
+        bases_included = stats.bases_included,
+        bytes = stats.bytes,
+        "pack sent"
+    );
+    Ok(stats)
+}

@@ -1,0 +1,350 @@
+//! Protocol v0/v1 upload-pack: the ref advertisement, and stateless negotiation as smart HTTP
+//! needs it (every request re-sends its wants and the haves found common; the server answers
+//! `ACK <id> common|ready` and `NAK`, and sends the pack after `done`, or right after `ready`
+//! with `no-done`).
+
+use std::io::Write;
+
+use gix_hash::ObjectId;
+
+use super::negotiate::{Common, Have};
+use super::pkt::{self, Line};
+use super::upload::{self, PackRequest};
+use super::{Context, Version};
+use crate::error::{ProtocolError, ServeError};
+use crate::pack::Framing;
+use crate::repo::{HeadState, RefSnapshot};
+
+/// The capabilities advertised, in git's order, before `symref=`, `object-format=` and `agent=`.
+const CAPABILITIES: &[&str] = &[
+    "multi_ack",
+    "thin-pack",
+    "side-band",
+    "side-band-64k",
+    "ofs-delta",
+    "no-progress",
+    "include-tag",
+    "multi_ack_detailed",
+];
+
+/// Capabilities only meaningful for stateless (HTTP) service.
+const STATELESS_CAPABILITIES: &[&str] = &["no-done"];
+
+/// Write the ref advertisement (without HTTP's `# service=` preamble), ending in a flush.
+pub fn advertise(refs: &RefSnapshot, version: Version, stateless: bool, out: &mut pkt::Writer) {
+    if version == Version::V1 {
+        out.text("version 1");
+    }
+    let mut caps: Vec<String> = CAPABILITIES.iter().map(|c| c.to_string()).collect();
+    if stateless {
+        caps.extend(STATELESS_CAPABILITIES.iter().map(|c| c.to_string()));
+    }
+    if let HeadState::Symbolic { target, .. } = &refs.head {
+        caps.push(format!("symref=HEAD:{target}"));
+    }
+    caps.push(format!("object-format={}", hash_name(refs.object_hash)));
+    caps.push(format!("agent={}", crate::agent()));
+    let caps = caps.join(" ");
+
+    let mut lines: Vec<(ObjectId, String)> = Vec::new();
+    if let Some(id) = refs.head_id() {
+        lines.push((id, "HEAD".into()));
+    }
+    for r in &refs.refs {
+        lines.push((r.id, r.name.to_string()));
+        if let Some(peeled) = r.peeled {
+            lines.push((peeled, format!("{}^{{}}", r.name)));
+        }
+    }
+    if lines.is_empty() {
+        lines.push((refs.object_hash.null(), "capabilities^{}".into()));
+    }
+    for (i, (id, name)) in lines.iter().enumerate() {
+        if i == 0 {
+            out.text(format!("{id} {name}\0{caps}"));
+        } else {
+            out.text(format!("{id} {name}"));
+        }
+    }
+    out.flush();
+}
+
+pub fn hash_name(kind: gix_hash::Kind) -> &'static str {
+    match kind {
+        gix_hash::Kind::Sha1 => "sha1",
+        gix_hash::Kind::Sha256 => "sha256",
+        _ => "unknown",
+    }
+}
+
+/// The capabilities a client asked for on its first want line.
+#[derive(Debug, Default, Clone)]
+pub struct ClientCaps {
+    pub multi_ack: bool,
+    pub multi_ack_detailed: bool,
+    pub no_done: bool,
+    pub thin_pack: bool,
+    pub side_band: bool,
+    pub side_band_64k: bool,
+    pub ofs_delta: bool,
+    pub no_progress: bool,
+    pub include_tag: bool,
+}
+
+impl ClientCaps {
+    fn parse(words: &[&str], hash: gix_hash::Kind) -> Result<ClientCaps, ProtocolError> {
+        let mut caps = ClientCaps::default();
+        for word in words {
+            match *word {
+                "multi_ack" => caps.multi_ack = true,
+                "multi_ack_detailed" => caps.multi_ack_detailed = true,
+                "no-done" => caps.no_done = true,
+                "thin-pack" => caps.thin_pack = true,
+                "side-band" => caps.side_band = true,
+                "side-band-64k" => caps.side_band_64k = true,
+                "ofs-delta" => caps.ofs_delta = true,
+                "no-progress" => caps.no_progress = true,
+                "include-tag" => caps.include_tag = true,
+                w if w.starts_with("agent=") || w.starts_with("session-id=") => {}
+                w if w.starts_with("object-format=") => {
+                    let asked = &w["object-format=".len()..];
+                    if asked != hash_name(hash) {
+                        return Err(ProtocolError::ObjectFormat {
+                            asked: asked.into(),
+                            ours: hash_name(hash).into(),
+                        });
+                    }
+                }
+                other => return Err(ProtocolError::UnknownCapability(other.to_owned())),
+            }
+        }
+        Ok(caps)
+    }
+
+    fn framing(&self) -> Framing {
+        if self.side_band_64k {
+            Framing::SideBand64k
+        } else if self.side_band {
+            Framing::SideBand
+        } else {
+            Framing::Raw
+        }
+    }
+}
+
+/// One parsed v0 request.
+#[derive(Debug, Default)]
+pub struct Request {
+    pub wants: Vec<ObjectId>,
+    pub caps: ClientCaps,
+    pub haves: Vec<ObjectId>,
+    /// The client sent `done`.
+    pub done: bool,
+}
+
+/// Parse a stateless v0 request: want lines and a flush, then have lines (with flushes between
+/// rounds) and, last, `done` or a flush.
+pub fn parse(lines: &[Line<'_>], hash: gix_hash::Kind, max_haves: usize) -> Result<Request, ProtocolError> {
+    let mut req = Request::default();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        i += 1;
+        match line {
+            Line::Flush => break,
+            Line::Data(_) => {
+                let text = line.as_text().ok_or_else(|| ProtocolError::Unexpected("non-UTF-8 line".into()))?;
+                let mut words = text.split(' ');
+                match words.next() {
+                    Some("want") => {
+                        let hex = words.next().ok_or_else(|| ProtocolError::Unexpected(text.into()))?;
+                        req.wants.push(upload::parse_oid(hex, hash)?);
+                        let rest: Vec<&str> = words.filter(|w| !w.is_empty()).collect();
+                        if req.wants.len() == 1 {
+                            req.caps = ClientCaps::parse(&rest, hash)?;
+                        } else if !rest.is_empty() {
+                            return Err(ProtocolError::Unexpected(text.into()));
+                        }
+                    }
+                    Some(word @ ("shallow" | "deepen" | "deepen-since" | "deepen-not" | "filter")) => {
+                        return Err(ProtocolError::UnknownArgument(word.into()));
+                    }
+                    _ => return Err(ProtocolError::Unexpected(text.chars().take(100).collect())),
+                }
+            }
+            other => return Err(ProtocolError::Unexpected(format!("{other:?}"))),
+        }
+    }
+    if req.wants.is_empty() {
+        return Ok(req); // nothing wanted: the client is done
+    }
+    if !matches!(lines.get(i - 1), Some(Line::Flush)) {
+        return Err(ProtocolError::Truncated);
+    }
+    let mut ended = false;
+    for line in &lines[i..] {
+        if ended {
+            return Err(ProtocolError::Unexpected("data after done".into()));
+        }
+        match line {
+            Line::Flush => {}
+            Line::Data(_) => {
+                let text = line.as_text().ok_or_else(|| ProtocolError::Unexpected("non-UTF-8 line".into()))?;
+                if text == "done" {
+                    req.done = true;
+                    ended = true;
+                } else if let Some(hex) = text.strip_prefix("have ") {
+                    if req.haves.len() >= max_haves {
+                        return Err(ProtocolError::TooMany { what: "have", limit: max_haves });
+                    }
+                    req.haves.push(upload::parse_oid(hex, hash)?);
+                } else {
+                    return Err(ProtocolError::Unexpected(text.chars().take(100).collect()));
+                }
+            }
+            other => return Err(ProtocolError::Unexpected(format!("{other:?}"))),
+        }
+    }
+    if !req.done && !matches!(lines.last(), Some(Line::Flush)) {
+        return Err(ProtocolError::Truncated);
+    }
+    Ok(req)
+}
+
+/// Serve one stateless v0 upload-pack request: acknowledgements, then the pack if negotiation is over.
+pub fn upload_pack<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<(), ServeError> {
+    let repo = ctx.served.repo.to_thread_local();
+    let refs = RefSnapshot::load(&repo)?;
+    let mut w = pkt::Writer::new();
+    let result = negotiate(ctx, &repo, &refs, body, &mut w);
+    match result {
+        Err(err) => {
+            w.err(&err.to_string());
+            out.write_all(&w.buf)?;
+            Err(err)
+        }
+        Ok(None) => Ok(out.write_all(&w.buf)?),
+        Ok(Some((req, common))) => {
+            out.write_all(&w.buf)?;
+            let caps = &req.caps;
+            upload::send_pack(
+                ctx,
+                &repo,
+                &refs,
+                &PackRequest {
+                    wants: &req.wants,
+                    common: &common,
+                    include_tag: caps.include_tag,
+                    thin_pack: caps.thin_pack,
+                    ofs_delta: caps.ofs_delta,
+                    framing: caps.framing(),
+                    progress: !caps.no_progress,
+                },
+                out,
+            )
+            .map(drop)
+        }
+    }
+}
+
+/// Process the request's haves as git's upload-pack does in stateless mode. Writes ACK/NAK lines
+/// to `w`; returns the request and common commits when a pack is to follow.
+fn negotiate(
+    ctx: &Context<'_>,
+    repo: &gix::Repository,
+    refs: &RefSnapshot,
+    body: &[u8],
+    w: &mut pkt::Writer,
+) -> Result<Option<(Request, Vec<ObjectId>)>, ServeError> {
+    let lines = pkt::read_all(body)?;
+    let req = parse(&lines, refs.object_hash, ctx.config.max_haves)?;
+    if req.wants.is_empty() {
+        return Ok(None);
+    }
+    upload::check_wants(refs, &req.wants, ctx.config.max_wants)?;
+    let caps = req.caps.clone();
+    let multi_ack = caps.multi_ack || caps.multi_ack_detailed;
+    let mut common = Common::default();
+    let mut last_common: Option<ObjectId> = None;
+    // `ready` is costly (a walk); remember the answer until the common set grows.
+    let mut ready_cache: Option<bool> = None;
+    let mut sent_ready = false;
+    let (mut got_common, mut got_other) = (false, false);
+    // Walk the haves segment by segment, as git reads them between flushes.
+    let start = lines.iter().position(|l| *l == Line::Flush).map_or(lines.len(), |p| p + 1);
+    for line in &lines[start..] {
+        match line {
+            Line::Data(b"done") => {
+                match last_common {
+                    Some(last) if multi_ack => {
+                        w.text(format!("ACK {last}"));
+                    }
+                    Some(_) => {}
+                    None => {
+                        w.text("NAK");
+                    }
+                }
+                return Ok(Some((req, common.commits)));
+            }
+            Line::Data(d) => {
+                let hex = d
+                    .strip_prefix(b"have ")
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .ok_or_else(|| ProtocolError::Unexpected("expected 'have <id>'".into()))?;
+                let id = upload::parse_oid(hex, refs.object_hash)?;
+                let before = common.commits.len();
+                match common.have(repo, id)? {
+                    Have::Common => {
+                        got_common = true;
+                        last_common = Some(id);
+                        if common.commits.len() != before {
+                            ready_cache = None;
+                        }
+                        if caps.multi_ack_detailed {
+                            w.text(format!("ACK {id} common"));
+                        } else if caps.multi_ack {
+                            w.text(format!("ACK {id} continue"));
+                        } else if common.commits.len() == 1 && before == 0 {
+                            w.text(format!("ACK {id}"));
+                        }
+                    }
+                    Have::Unknown => {
+                        got_other = true;
+                        if multi_ack && is_ready(&mut ready_cache, &common, repo, &req.wants)? {
+                            if caps.multi_ack_detailed {
+                                sent_ready = true;
+                                w.text(format!("ACK {id} ready"));
+                            } else {
+                                w.text(format!("ACK {id} continue"));
+                            }
+                        }
+                    }
+                }
+            }
+            Line::Flush => {
+                if caps.multi_ack_detailed && got_common && !got_other && is_ready(&mut ready_cache, &common, repo, &req.wants)? {
+                    sent_ready = true;
+                    w.text(format!("ACK {} ready", last_common.expect("got common")));
+                }
+                if common.is_empty() || multi_ack {
+                    w.text("NAK");
+                }
+                if caps.no_done && sent_ready {
+                    w.text(format!("ACK {}", last_common.expect("ready implies common")));
+                    return Ok(Some((req, common.commits)));
+                }
+                // Stateless: this round is over; the client sends the next request.
+                return Ok(None);
+            }
+            _ => return Err(ProtocolError::Unexpected("unexpected packet among haves".into()).into()),
+        }
+    }
+    Err(ProtocolError::Truncated.into())
+}
+
+fn is_ready(cache: &mut Option<bool>, common: &Common, repo: &gix::Repository, wants: &[ObjectId]) -> Result<bool, ServeError> {
+    if cache.is_none() {
+        *cache = Some(common.ready(repo, wants)?);
+    }
+    Ok(cache.expect("just set"))
+}

@@ -1,0 +1,320 @@
+//! Protocol v2: the capability advertisement and the commands, one row of [`COMMANDS`] each
+//! (name, what to advertise, what to run) — adding a command is adding a row. Here: `ls-refs`
+//! (ref-prefix, symrefs, peel, unborn) and `fetch` (want, have, done, thin-pack, no-progress,
+//! include-tag, ofs-delta, wait-for-done; acknowledgments with ACK/NAK/ready; packfile section).
+
+use std::io::Write;
+
+use gix_hash::ObjectId;
+
+use super::negotiate::{Common, Have};
+use super::pkt::{self, Line};
+use super::upload::{self, PackRequest};
+use super::v0::hash_name;
+use super::Context;
+use crate::error::{ProtocolError, ServeError};
+use crate::pack::Framing;
+use crate::repo::{HeadState, RefSnapshot};
+
+type Run = fn(&Context<'_>, &gix::Repository, &RefSnapshot, &[Line<'_>], &mut dyn Write) -> Result<(), ServeError>;
+
+/// One row of the capability table.
+pub struct Capability {
+    pub name: &'static str,
+    /// The value after `=` in the advertisement, if any.
+    pub value: fn(&RefSnapshot) -> Option<String>,
+    /// For a command: how to run it.
+    pub run: Option<Run>,
+}
+
+/// The v2 capabilities, in git's advertisement order.
+pub const COMMANDS: &[Capability] = &[
+    Capability {
+        name: "agent",
+        value: |_| Some(crate::agent()),
+        run: None,
+    },
+    Capability {
+        name: "ls-refs",
+        value: |_| Some("unborn".into()),
+        run: Some(ls_refs),
+    },
+    Capability {
+        name: "fetch",
+        value: |_| Some("wait-for-done".into()),
+        run: Some(fetch),
+    },
+    Capability {
+        name: "server-option",
+        value: |_| None,
+        run: None,
+    },
+    Capability {
+        name: "object-format",
+        value: |refs| Some(hash_name(refs.object_hash).into()),
+        run: None,
+    },
+];
+
+/// `version 2` and the capability lines, ending in a flush.
+pub fn advertise(refs: &RefSnapshot, out: &mut pkt::Writer) {
+    out.text("version 2");
+    for cap in COMMANDS {
+        match (cap.value)(refs) {
+            Some(value) => out.text(format!("{}={value}", cap.name)),
+            None => out.text(cap.name),
+        };
+    }
+    out.flush();
+}
+
+/// Serve one v2 command request (stateless: one command per request body).
+pub fn serve<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<(), ServeError> {
+    let repo = ctx.served.repo.to_thread_local();
+    let refs = RefSnapshot::load(&repo)?;
+    let run = || -> Result<Option<(Run, Vec<Line<'_>>)>, ServeError> {
+        let lines = pkt::read_all(body)?;
+        if lines.is_empty() || lines == [Line::Flush] {
+            return Ok(None); // the client ends the session
+        }
+        let command = lines[0]
+            .as_text()
+            .and_then(|l| l.strip_prefix("command="))
+            .ok_or_else(|| ProtocolError::Unexpected("expected 'command=<name>'".into()))?;
+        let row = COMMANDS
+            .iter()
+            .find(|c| c.name == command && c.run.is_some())
+            .ok_or_else(|| ProtocolError::UnknownCommand(command.chars().take(64).collect()))?;
+        // Capability lines up to the delimiter (or the flush when there are no arguments).
+        let mut i = 1;
+        while let Some(line) = lines.get(i) {
+            match line {
+                Line::Delim | Line::Flush => break,
+                Line::Data(_) => {
+                    let text = line.as_text().unwrap_or_default();
+                    let (key, value) = text.split_once('=').unwrap_or((text, ""));
+                    match key {
+                        "agent" | "server-option" | "session-id" => {}
+                        "object-format" if value == hash_name(refs.object_hash) => {}
+                        "object-format" => {
+                            return Err(ProtocolError::ObjectFormat {
+                                asked: value.into(),
+                                ours: hash_name(refs.object_hash).into(),
+                            }
+                            .into());
+                        }
+                        other => return Err(ProtocolError::UnknownCapability(other.chars().take(64).collect()).into()),
+                    }
+                }
+                Line::ResponseEnd => return Err(ProtocolError::Unexpected("response-end in a request".into()).into()),
+            }
+            i += 1;
+        }
+        let args_start = match lines.get(i) {
+            Some(Line::Delim) => i + 1,
+            Some(Line::Flush) => i,
+            _ => return Err(ProtocolError::Truncated.into()),
+        };
+        let args_end = lines[args_start..]
+            .iter()
+            .position(|l| *l == Line::Flush)
+            .map(|p| args_start + p)
+            .ok_or(ProtocolError::Truncated)?;
+        if args_end + 1 != lines.len() {
+            return Err(ProtocolError::Unexpected("data after the request's flush".into()).into());
+        }
+        Ok(Some((row.run.expect("a command"), lines[args_start..args_end].to_vec())))
+    };
+    match run() {
+        Ok(None) => Ok(()),
+        Ok(Some((command, args))) => command(ctx, &repo, &refs, &args, &mut out),
+        Err(err) => {
+            let mut w = pkt::Writer::new();
+            w.err(&err.to_string());
+            out.write_all(&w.buf)?;
+            Err(err)
+        }
+    }
+}
+
+fn arg_text<'a>(line: &Line<'a>) -> Result<&'a str, ProtocolError> {
+    match line {
+        Line::Data(_) => line.as_text().ok_or_else(|| ProtocolError::Unexpected("non-UTF-8 argument".into())),
+        _ => Err(ProtocolError::Unexpected("a delimiter among arguments".into())),
+    }
+}
+
+/// Reply with an ERR line (the command failed before writing anything).
+fn reply_err(out: &mut dyn Write, err: ServeError) -> Result<(), ServeError> {
+    let mut w = pkt::Writer::new();
+    w.err(&err.to_string());
+    out.write_all(&w.buf)?;
+    Err(err)
+}
+
+/// `ls-refs`: the refs (HEAD first) matching any `ref-prefix`, with `symref-target:` and
+/// `peeled:` attributes when asked, and `unborn HEAD` when asked and HEAD is unborn.
+fn ls_refs(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[Line<'_>], out: &mut dyn Write) -> Result<(), ServeError> {
+    let (mut peel, mut symrefs, mut unborn) = (false, false, false);
+    let mut prefixes: Vec<&str> = Vec::new();
+    for line in args {
+        let text = match arg_text(line) {
+            Ok(t) => t,
+            Err(err) => return reply_err(out, err.into()),
+        };
+        match text {
+            "peel" => peel = true,
+            "symrefs" => symrefs = true,
+            "unborn" => unborn = true,
+            t if t.starts_with("ref-prefix ") => {
+                // git stops honouring prefixes past a limit and lists everything; so do we.
+                if prefixes.len() < ctx.config.max_wants {
+                    prefixes.push(&t["ref-prefix ".len()..]);
+                } else {
+                    prefixes.clear();
+                }
+            }
+            other => return reply_err(out, ProtocolError::UnknownArgument(other.chars().take(64).collect()).into()),
+        }
+    }
+    let matches = |name: &[u8]| prefixes.is_empty() || prefixes.iter().any(|p| name.starts_with(p.as_bytes()));
+    let mut w = pkt::Writer::new();
+    match &refs.head {
+        HeadState::Symbolic { target, id } if matches(b"HEAD") => {
+            let mut line = format!("{id} HEAD");
+            if symrefs {
+                line.push_str(&format!(" symref-target:{target}"));
+            }
+            if peel && let Some(peeled) = crate::repo::peel_tag(repo, *id)? {
+                line.push_str(&format!(" peeled:{peeled}"));
+            }
+            w.text(line);
+        }
+        HeadState::Detached { id } if matches(b"HEAD") => {
+            w.text(format!("{id} HEAD"));
+        }
+        HeadState::Unborn { target } if unborn && symrefs && matches(b"HEAD") => {
+            w.text(format!("unborn HEAD symref-target:{target}"));
+        }
+        _ => {}
+    }
+    for r in refs.refs.iter().filter(|r| matches(&r.name)) {
+        let mut line = format!("{} {}", r.id, r.name);
+        if symrefs && let Some(target) = &r.symref_target {
+            line.push_str(&format!(" symref-target:{target}"));
+        }
+        if peel && let Some(peeled) = r.peeled {
+            line.push_str(&format!(" peeled:{peeled}"));
+        }
+        w.text(line);
+    }
+    w.flush();
+    out.write_all(&w.buf)?;
+    Ok(())
+}
+
+/// The arguments of one `fetch` request.
+#[derive(Debug, Default)]
+struct FetchArgs {
+    wants: Vec<ObjectId>,
+    haves: Vec<ObjectId>,
+    done: bool,
+    thin_pack: bool,
+    no_progress: bool,
+    include_tag: bool,
+    ofs_delta: bool,
+    wait_for_done: bool,
+}
+
+fn parse_fetch(args: &[Line<'_>], hash: gix_hash::Kind, max_haves: usize) -> Result<FetchArgs, ProtocolError> {
+    let mut f = FetchArgs::default();
+    for line in args {
+        let text = arg_text(line)?;
+        let (word, value) = text.split_once(' ').unwrap_or((text, ""));
+        match word {
+            "want" => f.wants.push(upload::parse_oid(value, hash)?),
+            "have" => {
+                if f.haves.len() >= max_haves {
+                    return Err(ProtocolError::TooMany { what: "have", limit: max_haves });
+                }
+                f.haves.push(upload::parse_oid(value, hash)?)
+            }
+            "done" => f.done = true,
+            "thin-pack" => f.thin_pack = true,
+            "no-progress" => f.no_progress = true,
+            "include-tag" => f.include_tag = true,
+            "ofs-delta" => f.ofs_delta = true,
+            "wait-for-done" => f.wait_for_done = true,
+            other => return Err(ProtocolError::UnknownArgument(other.chars().take(64).collect())),
+        }
+    }
+    Ok(f)
+}
+
+/// `fetch`: without `done`, an acknowledgments section (ACK per common have, or NAK; `ready`
+/// when every want reaches a common commit, unless `wait-for-done`) and, if ready, the pack;
+/// with `done`, the packfile section right away.
+fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[Line<'_>], out: &mut dyn Write) -> Result<(), ServeError> {
+    let mut w = pkt::Writer::new();
+    let negotiated = (|| -> Result<Option<(FetchArgs, Vec<ObjectId>)>, ServeError> {
+        let f = parse_fetch(args, refs.object_hash, ctx.config.max_haves)?;
+        upload::check_wants(refs, &f.wants, ctx.config.max_wants)?;
+        if f.wants.is_empty() {
+            return Ok(None);
+        }
+        let mut common = Common::default();
+        let mut acked = Vec::new();
+        for have in &f.haves {
+            if common.have(repo, *have)? == Have::Common && !acked.contains(have) {
+                acked.push(*have);
+            }
+        }
+        if !f.done {
+            w.text("acknowledgments");
+            if acked.is_empty() {
+                w.text("NAK");
+            }
+            for id in &acked {
+                w.text(format!("ACK {id}"));
+            }
+            if !f.wait_for_done && common.ready(repo, &f.wants)? {
+                w.text("ready");
+                w.delim();
+            } else {
+                w.flush();
+                return Ok(None);
+            }
+        }
+        Ok(Some((f, common.commits)))
+    })();
+    let (f, common) = match negotiated {
+        Ok(Some(n)) => n,
+        Ok(None) => {
+            out.write_all(&w.buf)?;
+            return Ok(());
+        }
+        Err(err) => {
+            w.err(&err.to_string());
+            out.write_all(&w.buf)?;
+            return Err(err);
+        }
+    };
+    w.text("packfile");
+    out.write_all(&w.buf)?;
+    upload::send_pack(
+        ctx,
+        repo,
+        refs,
+        &PackRequest {
+            wants: &f.wants,
+            common: &common,
+            include_tag: f.include_tag,
+            thin_pack: f.thin_pack,
+            ofs_delta: f.ofs_delta,
+            framing: Framing::SideBand64k,
+            progress: !f.no_progress,
+        },
+        &mut *out,
+    )?;
+    Ok(())
+}

@@ -1,0 +1,336 @@
+//! Repository access: a URL path to a repository below the base path (never outside it), git
+//! daemon's export rule, the snapshot of refs one request sees, and which objects a client may be
+//! sent (reachable from the refs it may read).
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use gix::bstr::{BString, ByteSlice};
+use gix_hash::ObjectId;
+
+use crate::config::Exports;
+use crate::error::{RepoError, ServeError};
+
+/// The file that marks a repository as exported (git daemon's rule).
+pub const EXPORT_OK: &str = "git-daemon-export-ok";
+
+/// All repositories this server may serve.
+pub struct Repos {
+    /// Canonical base path: every served git directory is below it.
+    base: PathBuf,
+    exports: Exports,
+    /// Opened repositories by git directory: opening reads config and indices, once.
+    open: Mutex<HashMap<PathBuf, gix::ThreadSafeRepository>>,
+    /// Objects reachable from the refs, by git directory and ref fingerprint: computed only when a
+    /// pack needs to ask (an unselected delta base), reused until the refs move.
+    readable: Mutex<HashMap<PathBuf, (u64, Arc<HashSet<ObjectId>>)>>,
+}
+
+/// One repository, resolved for one request.
+pub struct Served {
+    /// The URL path as the client gave it (for messages).
+    pub name: String,
+    pub git_dir: PathBuf,
+    pub repo: gix::ThreadSafeRepository,
+}
+
+impl Repos {
+    pub fn new(base: &Path, exports: Exports) -> std::io::Result<Self> {
+        let base = base.canonicalize()?;
+        let exports = match exports {
+            Exports::Only(dir) => Exports::Only(dir.canonicalize()?),
+            other => other,
+        };
+        Ok(Repos {
+            base,
+            exports,
+            open: Mutex::new(HashMap::new()),
+            readable: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn base(&self) -> &Path {
+        &self.base
+    }
+
+    /// Resolve a URL path (`/a/b.git`, `/a/b`, percent-encoded) to a served repository.
+    pub fn resolve(&self, url_path: &str) -> Result<Served, RepoError> {
+        let decoded = percent_decode(url_path).ok_or_else(|| RepoError::BadPath(url_path.to_owned()))?;
+        let rel = relative_repo_path(&decoded).ok_or_else(|| RepoError::BadPath(decoded.clone()))?;
+        let name = decoded.trim_matches('/').to_owned();
+        let not_found = || RepoError::NotFound(name.clone());
+        let mut candidates = vec![self.base.join(&rel)];
+        if !rel.as_os_str().as_encoded_bytes().ends_with(b".git") {
+            let mut with_git = rel.clone().into_os_string();
+            with_git.push(".git");
+            candidates.push(self.base.join(with_git));
+        }
+        let git_dir = candidates
+            .iter()
+            .find_map(|c| git_dir_of(c))
+            .ok_or_else(not_found)?;
+        // Symlinks are resolved only now: whatever the path said, the repository must be below the base.
+        let git_dir = git_dir.canonicalize().map_err(|_| not_found())?;
+        if !git_dir.starts_with(&self.base) {
+            return Err(not_found());
+        }
+        let exported = match &self.exports {
+            Exports::All => true,
+            Exports::DaemonExportOk => git_dir.join(EXPORT_OK).is_file(),
+            Exports::Only(dir) => *dir == git_dir,
+        };
+        if !exported {
+            return Err(RepoError::NotExported(name));
+        }
+        let repo = self.open(&git_dir, &name)?;
+        Ok(Served { name, git_dir, repo })
+    }
+
+    fn open(&self, git_dir: &Path, name: &str) -> Result<gix::ThreadSafeRepository, RepoError> {
+        if let Some(repo) = self.open.lock().expect("not poisoned").get(git_dir) {
+            return Ok(repo.clone());
+        }
+        let repo = gix::ThreadSafeRepository::open_opts(git_dir, gix::open::Options::isolated().strict_config(false))
+            .map_err(|e| RepoError::Open {
+                path: name.to_owned(),
+                source: Box::new(e),
+            })?;
+        self.open.lock().expect("not poisoned").insert(git_dir.to_owned(), repo.clone());
+        Ok(repo)
+    }
+
+    /// The objects reachable from `refs` (all of which this client may read), cached per ref state.
+    pub fn readable_objects(&self, served: &Served, repo: &gix::Repository, refs: &RefSnapshot) -> Result<Arc<HashSet<ObjectId>>, ServeError> {
+        let fingerprint = refs.fingerprint();
+        if let Some((fp, set)) = self.readable.lock().expect("not poisoned").get(&served.git_dir)
+            && *fp == fingerprint
+        {
+            return Ok(set.clone());
+        }
+        let set = Arc::new(crate::select::reachable_from(repo, &refs.tips())?);
+        self.readable
+            .lock()
+            .expect("not poisoned")
+            .insert(served.git_dir.clone(), (fingerprint, set.clone()));
+        Ok(set)
+    }
+}
+
+/// The git directory at `path`: a bare repository, or the `.git` of a work tree.
+fn git_dir_of(path: &Path) -> Option<PathBuf> {
+    let dot_git = path.join(".git");
+    if dot_git.join("HEAD").is_file() && dot_git.join("objects").is_dir() {
+        return Some(dot_git);
+    }
+    (path.join("HEAD").is_file() && path.join("objects").is_dir()).then(|| path.to_owned())
+}
+
+/// A URL path made relative and checked: no `..`, no `.`, no empty or absolute tricks, no NUL or
+/// backslash. `None` when the path is not acceptable.
+pub fn relative_repo_path(decoded: &str) -> Option<PathBuf> {
+    if decoded.contains('\0') || decoded.contains('\\') {
+        return None;
+    }
+    let trimmed = decoded.trim_start_matches('/').trim_end_matches('/');
+    if trimmed.is_empty() {
+        return None;
+    }
+    let mut out = PathBuf::new();
+    for segment in trimmed.split('/') {
+        if segment.is_empty() || segment == "." || segment == ".." {
+            return None;
+        }
+        out.push(segment);
+    }
+    out.components().all(|c| matches!(c, Component::Normal(_))).then_some(out)
+}
+
+/// Decode `%XX` escapes; `None` for a broken escape or a result that is not UTF-8.
+pub fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// One ref as advertised.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AdvertisedRef {
+    /// Full name, e.g. `refs/heads/main`.
+    pub name: BString,
+    /// What the ref points at (symbolic refs followed).
+    pub id: ObjectId,
+    /// For an annotated tag: the object it finally points at.
+    pub peeled: Option<ObjectId>,
+    /// For a symbolic ref: the ref it points to.
+    pub symref_target: Option<BString>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum HeadState {
+    /// HEAD names a branch that exists.
+    Symbolic { target: BString, id: ObjectId },
+    /// HEAD names a branch that does not exist yet (an empty repository).
+    Unborn { target: BString },
+    Detached { id: ObjectId },
+    /// No readable HEAD.
+    Missing,
+}
+
+/// The refs one request sees, read once, sorted by name like git's.
+#[derive(Debug, Clone)]
+pub struct RefSnapshot {
+    pub head: HeadState,
+    pub refs: Vec<AdvertisedRef>,
+    pub object_hash: gix_hash::Kind,
+}
+
+impl RefSnapshot {
+    pub fn load(repo: &gix::Repository) -> Result<RefSnapshot, ServeError> {
+        let mut refs = Vec::new();
+        let platform = repo.references()?;
+        for reference in platform.all()? {
+            let Ok(reference) = reference else {
+                continue; // git skips refs it cannot read
+            };
+            let name: BString = reference.name().as_bstr().to_owned();
+            let (id, symref_target) = match reference.target() {
+                gix::refs::TargetRef::Object(id) => (id.to_owned(), None),
+                gix::refs::TargetRef::Symbolic(target) => match follow_symbolic(repo, target.as_bstr()) {
+                    Some(id) => (id, Some(target.as_bstr().to_owned())),
+                    None => continue,
+                },
+            };
+            let peeled = peel_tag(repo, id)?;
+            refs.push(AdvertisedRef {
+                name,
+                id,
+                peeled,
+                symref_target,
+            });
+        }
+        refs.sort_by(|a, b| a.name.cmp(&b.name));
+        let head = match repo.head_name() {
+            Ok(Some(target)) => match refs.iter().find(|r| r.name == target.as_bstr()) {
+                Some(r) => HeadState::Symbolic {
+                    target: target.as_bstr().to_owned(),
+                    id: r.id,
+                },
+                None => HeadState::Unborn {
+                    target: target.as_bstr().to_owned(),
+                },
+            },
+            Ok(None) => match repo.head_id() {
+                Ok(id) => HeadState::Detached { id: id.detach() },
+                Err(_) => HeadState::Missing,
+            },
+            Err(_) => HeadState::Missing,
+        };
+        Ok(RefSnapshot {
+            head,
+            refs,
+            object_hash: repo.object_hash(),
+        })
+    }
+
+    /// HEAD's object, if it has one.
+    pub fn head_id(&self) -> Option<ObjectId> {
+        match &self.head {
+            HeadState::Symbolic { id, .. } | HeadState::Detached { id } => Some(*id),
+            _ => None,
+        }
+    }
+
+    /// Every object a ref (or HEAD) points at: the only objects a client may want.
+    pub fn tips(&self) -> Vec<ObjectId> {
+        let mut tips: Vec<ObjectId> = self.refs.iter().map(|r| r.id).chain(self.head_id()).collect();
+        tips.sort();
+        tips.dedup();
+        tips
+    }
+
+    pub fn is_tip(&self, id: &ObjectId) -> bool {
+        self.head_id().as_ref() == Some(id) || self.refs.iter().any(|r| r.id == *id)
+    }
+
+    /// Changes whenever a ref is added, removed or moved.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.head.hash(&mut h);
+        self.refs.hash(&mut h);
+        h.finish()
+    }
+}
+
+/// Follow a symbolic ref to an object (a few levels, as git does).
+fn follow_symbolic(repo: &gix::Repository, target: &gix::bstr::BStr) -> Option<ObjectId> {
+    let mut target: BString = target.to_owned();
+    for _ in 0..5 {
+        let reference = repo.find_reference(target.as_bstr()).ok()?;
+        match reference.target() {
+            gix::refs::TargetRef::Object(id) => return Some(id.to_owned()),
+            gix::refs::TargetRef::Symbolic(next) => target = next.as_bstr().to_owned(),
+        }
+    }
+    None
+}
+
+/// For an annotated tag, the non-tag object it finally points at; `None` for any other object.
+pub fn peel_tag(repo: &gix::Repository, id: ObjectId) -> Result<Option<ObjectId>, ServeError> {
+    let mut current = id;
+    let mut peeled = None;
+    for _ in 0..64 {
+        let header = match repo.find_header(current) {
+            Ok(h) => h,
+            Err(_) => return Ok(peeled),
+        };
+        if header.kind() != gix_object::Kind::Tag {
+            return Ok(peeled);
+        }
+        let tag = repo.find_object(current)?.try_into_tag().map_err(|_| ServeError::MissingObject(current))?;
+        current = tag.target_id().map_err(|_| ServeError::MissingObject(current))?.detach();
+        peeled = Some(current);
+    }
+    Ok(peeled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dot_dot_and_dot_segments_are_refused_wherever_they_are() {
+        for bad in ["/../x", "/a/../../x", "/a/..", "..", "/./a", "/a//b", "/", "", "/a\\..\\b", "/a\0"] {
+            assert_eq!(relative_repo_path(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ordinary_paths_become_relative() {
+        assert_eq!(relative_repo_path("/a/b.git"), Some(PathBuf::from("a/b.git")));
+        assert_eq!(relative_repo_path("/a/b/"), Some(PathBuf::from("a/b")));
+        assert_eq!(relative_repo_path("repo"), Some(PathBuf::from("repo")));
+    }
+
+    #[test]
+    fn percent_escapes_decode_so_that_encoded_dot_dot_is_caught() {
+        let decoded = percent_decode("/%2e%2e/etc").unwrap();
+        assert_eq!(decoded, "/../etc");
+        assert_eq!(relative_repo_path(&decoded), None);
+        assert_eq!(percent_decode("/a%20b").unwrap(), "/a b");
+        assert_eq!(percent_decode("/a%2"), None);
+        assert_eq!(percent_decode("/a%zz"), None);
+    }
+}

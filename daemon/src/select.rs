@@ -1,0 +1,248 @@
+//! Object selection: everything reachable from the wants and not from the common commits, as git
+//! does it — the commit walk hides what the common commits reach, the trees of the boundary
+//! ("edge") commits are marked as held by the client, annotated tags are peeled and sent, gitlinks
+//! are not followed. The order is deterministic: same repository and request, same list.
+
+use std::collections::HashSet;
+
+use gix_hash::ObjectId;
+use gix_object::{Find, Kind};
+
+use crate::error::ServeError;
+use crate::repo::RefSnapshot;
+
+/// What one request sends.
+#[derive(Debug, Default)]
+pub struct Selection {
+    /// Objects to send, in selection order.
+    pub objects: Vec<ObjectId>,
+    /// Objects the client has for sure: the edge and common commits and everything in their trees.
+    /// Only these may serve as thin-pack bases.
+    pub client_has: HashSet<ObjectId>,
+    pub commits: usize,
+    pub trees: usize,
+    pub blobs: usize,
+    pub tags: usize,
+}
+
+/// A selection request.
+pub struct Request<'a> {
+    pub wants: &'a [ObjectId],
+    /// Commits both sides have (the negotiated common set).
+    pub common: &'a [ObjectId],
+    /// `include-tag`: also send annotated tags of the refs whose object is being sent.
+    pub include_tag: bool,
+    pub refs: &'a RefSnapshot,
+}
+
+struct Walker<'r> {
+    repo: &'r gix::Repository,
+    buf: Vec<u8>,
+    seen: HashSet<ObjectId>,
+    out: Selection,
+}
+
+impl<'r> Walker<'r> {
+    fn new(repo: &'r gix::Repository) -> Self {
+        Walker {
+            repo,
+            buf: Vec::new(),
+            seen: HashSet::new(),
+            out: Selection::default(),
+        }
+    }
+
+    fn find(&mut self, id: &ObjectId) -> Result<(Kind, &[u8]), ServeError> {
+        match self.repo.objects.try_find(id, &mut self.buf).map_err(gix::Error::from)? {
+            Some(data) => Ok((data.kind, data.data)),
+            None => Err(ServeError::MissingObject(*id)),
+        }
+    }
+
+    /// The entries of a tree, gitlinks left out (a submodule's commit lives in another repository).
+    fn tree_entries(&mut self, tree: &ObjectId) -> Result<Vec<(ObjectId, bool)>, ServeError> {
+        let hash_kind = tree.kind();
+        let (_, data) = self.find(tree)?;
+        let mut out = Vec::new();
+        for entry in gix_object::TreeRefIter::from_bytes(data, hash_kind) {
+            let entry = entry.map_err(|_| ServeError::MissingObject(*tree))?;
+            if !entry.mode.is_commit() {
+                out.push((entry.oid.to_owned(), entry.mode.is_tree()));
+            }
+        }
+        Ok(out)
+    }
+
+    fn kind_of(&self, id: &ObjectId) -> Result<Kind, ServeError> {
+        Ok(self.repo.find_header(*id).map_err(|_| ServeError::MissingObject(*id))?.kind())
+    }
+
+    /// Add `id` to the output unless it was seen or the client has it; true if added.
+    fn add(&mut self, id: ObjectId, kind: Kind) -> bool {
+        if self.out.client_has.contains(&id) || !self.seen.insert(id) {
+            return false;
+        }
+        self.out.objects.push(id);
+        match kind {
+            Kind::Commit => self.out.commits += 1,
+            Kind::Tree => self.out.trees += 1,
+            Kind::Blob => self.out.blobs += 1,
+            Kind::Tag => self.out.tags += 1,
+        }
+        true
+    }
+
+    /// Send `root` and everything below it that is neither seen nor held by the client.
+    fn add_tree(&mut self, root: ObjectId) -> Result<(), ServeError> {
+        if !self.add(root, Kind::Tree) {
+            return Ok(());
+        }
+        let mut stack = vec![root];
+        while let Some(tree) = stack.pop() {
+            let mut subtrees = Vec::new();
+            for (id, is_tree) in self.tree_entries(&tree)? {
+                if is_tree {
+                    subtrees.push(id);
+                } else {
+                    self.add(id, Kind::Blob);
+                }
+            }
+            // Depth-first in entry order: push in reverse so the first entry is walked first.
+            for sub in subtrees.into_iter().rev() {
+                if self.add(sub, Kind::Tree) {
+                    stack.push(sub);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Record `root` and everything below it as held by the client.
+    fn mark_tree_held(&mut self, root: ObjectId) -> Result<(), ServeError> {
+        if !self.out.client_has.insert(root) {
+            return Ok(());
+        }
+        let mut stack = vec![root];
+        while let Some(tree) = stack.pop() {
+            for (id, is_tree) in self.tree_entries(&tree)? {
+                if self.out.client_has.insert(id) && is_tree {
+                    stack.push(id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn tree_of_commit(&mut self, commit: &ObjectId) -> Result<ObjectId, ServeError> {
+        let (kind, data) = self.find(commit)?;
+        if kind != Kind::Commit {
+            return Err(ServeError::MissingObject(*commit));
+        }
+        gix_object::CommitRefIter::from_bytes(data, commit.kind())
+            .tree_id()
+            .map_err(|_| ServeError::MissingObject(*commit))
+    }
+
+    /// Peel tags (sending each), returning the first non-tag object and its kind.
+    fn peel_sending_tags(&mut self, mut id: ObjectId) -> Result<(ObjectId, Kind), ServeError> {
+        for _ in 0..64 {
+            let kind = self.kind_of(&id)?;
+            if kind != Kind::Tag {
+                return Ok((id, kind));
+            }
+            self.add(id, Kind::Tag);
+            let (_, data) = self.find(&id)?;
+            id = gix_object::TagRefIter::from_bytes(data, id.kind())
+                .target_id()
+                .map_err(|_| ServeError::MissingObject(id))?;
+        }
+        Err(ServeError::MissingObject(id))
+    }
+
+    fn run(mut self, wants: &[ObjectId], common: &[ObjectId]) -> Result<Selection, ServeError> {
+        let mut commit_tips = Vec::new();
+        let mut roots = Vec::new();
+        for want in wants {
+            let (id, kind) = self.peel_sending_tags(*want)?;
+            match kind {
+                Kind::Commit => commit_tips.push(id),
+                other => roots.push((id, other)),
+            }
+        }
+        let hidden: Vec<ObjectId> = common.to_vec();
+        let mut commits = Vec::new();
+        if !commit_tips.is_empty() {
+            let walk = self.repo.rev_walk(commit_tips).with_hidden(hidden.iter().copied()).all()?;
+            for info in walk {
+                let info = info?;
+                commits.push((info.id, info.parent_ids.iter().copied().collect::<Vec<_>>()));
+            }
+        }
+        // The client has the common commits, and the boundary commits: parents of what we send
+        // that we do not send. Their trees are held by the client.
+        let selected: HashSet<ObjectId> = commits.iter().map(|(id, _)| *id).collect();
+        let mut held: Vec<ObjectId> = Vec::new();
+        let mut held_set = HashSet::new();
+        for id in hidden.iter().chain(commits.iter().flat_map(|(_, parents)| parents.iter())) {
+            if !selected.contains(id) && held_set.insert(*id) {
+                held.push(*id);
+            }
+        }
+        for commit in &held {
+            if self.repo.find_header(*commit).is_err() {
+                continue; // a parent missing from a shallow repository
+            }
+            self.out.client_has.insert(*commit);
+            let tree = self.tree_of_commit(commit)?;
+            self.mark_tree_held(tree)?;
+        }
+        for (id, _) in &commits {
+            self.add(*id, Kind::Commit);
+        }
+        for (id, _) in &commits {
+            let tree = self.tree_of_commit(id)?;
+            self.add_tree(tree)?;
+        }
+        for (id, kind) in roots {
+            match kind {
+                Kind::Tree => self.add_tree(id)?,
+                other => {
+                    self.add(id, other);
+                }
+            }
+        }
+        Ok(self.out)
+    }
+}
+
+/// Select the objects to send for `request`.
+pub fn select(repo: &gix::Repository, request: &Request<'_>) -> Result<Selection, ServeError> {
+    let mut selection = Walker::new(repo).run(request.wants, request.common)?;
+    if request.include_tag {
+        include_tags(repo, request.refs, &mut selection)?;
+    }
+    Ok(selection)
+}
+
+/// `include-tag`: an annotated tag whose (peeled) object is being sent is sent too, with the tags
+/// it points through.
+fn include_tags(repo: &gix::Repository, refs: &RefSnapshot, selection: &mut Selection) -> Result<(), ServeError> {
+    let sent: HashSet<ObjectId> = selection.objects.iter().copied().collect();
+    let mut walker = Walker::new(repo);
+    walker.seen = sent.clone();
+    for r in refs.refs.iter().filter(|r| r.name.starts_with(b"refs/tags/")) {
+        let Some(peeled) = r.peeled else { continue };
+        if sent.contains(&peeled) {
+            walker.peel_sending_tags(r.id)?;
+        }
+    }
+    selection.tags += walker.out.tags;
+    selection.objects.extend(walker.out.objects);
+    Ok(())
+}
+
+/// Every object reachable from `tips`: what a client that may read those refs may be sent.
+pub fn reachable_from(repo: &gix::Repository, tips: &[ObjectId]) -> Result<HashSet<ObjectId>, ServeError> {
+    let selection = Walker::new(repo).run(tips, &[])?;
+    Ok(selection.objects.into_iter().collect())
+}

@@ -1,0 +1,119 @@
+//! The server: a runtime built explicitly, the accept loop, HTTP/1.1 connections with keep-alive,
+//! and graceful shutdown. Also [`spawn`], which runs a whole server on a thread of its own (for
+//! tests and embedding).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::repo::Repos;
+use crate::transport::http::{self, State};
+
+/// A bound, not yet running server.
+pub struct Server {
+    listener: TcpListener,
+    state: Arc<State>,
+}
+
+impl Server {
+    pub async fn bind(config: Config) -> std::io::Result<Server> {
+        let repos = Repos::new(&config.base_path, config.exports.clone())?;
+        let listener = TcpListener::bind(config.listen).await?;
+        Ok(Server {
+            listener,
+            state: Arc::new(State { repos, config }),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    /// Accept connections until `shutdown` completes.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+        tokio::pin!(shutdown);
+        loop {
+            let (stream, peer) = tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok(conn) => conn,
+                    Err(err) => {
+                        // Out of file descriptors and the like: report, pause, go on serving.
+                        tracing::warn!(%err, "accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = &mut shutdown => return Ok(()),
+            };
+            let state = self.state.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req| http::handle(state.clone(), req));
+                if let Err(err) = hyper::server::conn::http1::Builder::new()
+                    .keep_alive(true)
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await
+                {
+                    tracing::debug!(%peer, %err, "connection ended with an error");
+                }
+            });
+        }
+    }
+}
+
+/// The runtime gixd serves on: sized explicitly, never `#[tokio::main]`'s defaults.
+pub fn runtime(worker_threads: usize, max_blocking_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(worker_threads.max(1))
+        .max_blocking_threads(max_blocking_threads.max(1))
+        .thread_name("gixd")
+        .enable_all()
+        .build()
+}
+
+/// A server running on its own thread and runtime; stops when dropped.
+pub struct Running {
+    pub addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Start a server for `config` (use port 0 to let the system pick) on a thread of its own.
+pub fn spawn(config: Config) -> std::io::Result<Running> {
+    let rt = runtime(2, 8)?;
+    let server = rt.block_on(Server::bind(config))?;
+    let addr = server.local_addr();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new().name("gixd-server".into()).spawn(move || {
+        let _ = rt.block_on(server.run(async {
+            let _ = rx.await;
+        }));
+        rt.shutdown_timeout(std::time::Duration::from_secs(5));
+    })?;
+    Ok(Running {
+        addr,
+        shutdown: Some(tx),
+        thread: Some(thread),
+    })
+}
+
+impl Running {
+    pub fn url(&self, repo: &str) -> String {
+        format!("http://{}/{}", self.addr, repo.trim_start_matches('/'))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! Smart HTTP, with git http-backend's conventions: `GET <repo>/info/refs?service=git-upload-pack`
+//! and `POST <repo>/git-upload-pack`, their content types and no-cache headers, `Git-Protocol:
+//! version=2` selecting v2, gzip request bodies (bounded before and after inflation), streamed
+//! responses. Errors that happen before a response starts become an HTTP status with a text body
+//! git shows to its user; later ones travel in-band (the protocol layer writes them).
+
+use std::convert::Infallible;
+use std::io::Read;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited, combinators::BoxBody};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+
+use crate::config::Config;
+use crate::error::RepoError;
+use crate::protocol::{self, Context, Version, pkt};
+use crate::repo::{RefSnapshot, Repos, Served};
+use crate::transport::stream;
+
+pub type Body = BoxBody<Bytes, std::io::Error>;
+
+/// What every request handler shares.
+pub struct State {
+    pub repos: Repos,
+    pub config: Config,
+}
+
+/// The smart-HTTP routes, by the suffix after the repository path.
+#[derive(Debug, PartialEq, Eq)]
+enum Route<'a> {
+    InfoRefs(&'a str),
+    UploadPack(&'a str),
+    ReceivePack(&'a str),
+    /// A path only a dumb-HTTP client asks for.
+    Dumb,
+    NotFound,
+}
+
+fn route(path: &str) -> Route<'_> {
+    if let Some(repo) = path.strip_suffix("/info/refs") {
+        Route::InfoRefs(repo)
+    } else if let Some(repo) = path.strip_suffix("/git-upload-pack") {
+        Route::UploadPack(repo)
+    } else if let Some(repo) = path.strip_suffix("/git-receive-pack") {
+        Route::ReceivePack(repo)
+    } else if path.ends_with("/HEAD") || path.contains("/objects/") || path.ends_with("/info/alternates") {
+        Route::Dumb
+    } else {
+        Route::NotFound
+    }
+}
+
+fn text(status: StatusCode, message: impl Into<String>) -> Response<Body> {
+    let mut message = message.into();
+    if !message.ends_with('\n') {
+        message.push('\n');
+    }
+    let mut response = Response::new(full(message.into_bytes()));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    no_cache(response.headers_mut());
+    response
+}
+
+fn full(bytes: Vec<u8>) -> Body {
+    Full::new(Bytes::from(bytes)).map_err(|never: Infallible| match never {}).boxed()
+}
+
+/// http-backend's headers for dynamic responses.
+fn no_cache(headers: &mut HeaderMap) {
+    headers.insert(header::EXPIRES, HeaderValue::from_static("Fri, 01 Jan 1980 00:00:00 GMT"));
+    headers.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, max-age=0, must-revalidate"));
+}
+
+fn git_response(content_type: &'static str, body: Body) -> Response<Body> {
+    let mut response = Response::new(body);
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    no_cache(response.headers_mut());
+    response
+}
+
+fn repo_error(err: RepoError) -> Response<Body> {
+    match err {
+        RepoError::NotFound(_) | RepoError::NotExported(_) | RepoError::BadPath(_) => {
+            // Unexported and invalid paths look like missing ones: nothing is revealed.
+            let name = match &err {
+                RepoError::NotFound(n) | RepoError::NotExported(n) | RepoError::BadPath(n) => n.clone(),
+                _ => unreachable!(),
+            };
+            text(StatusCode::NOT_FOUND, format!("repository '{name}' not found"))
+        }
+        RepoError::Open { .. } => {
+            tracing::error!(%err, "repository could not be opened");
+            text(StatusCode::INTERNAL_SERVER_ERROR, err.to_string())
+        }
+    }
+}
+
+fn protocol_version(headers: &HeaderMap) -> Version {
+    headers
+        .get_all("git-protocol")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(Version::from_params)
+        .max_by_key(|v| match v {
+            Version::V0 => 0,
+            Version::V1 => 1,
+            Version::V2 => 2,
+        })
+        .unwrap_or(Version::V0)
+}
+
+fn query_param<'a>(query: Option<&'a str>, key: &str) -> Option<&'a str> {
+    query?.split('&').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// Serve one HTTP request. Never fails: every error is a response.
+pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let response = match (route(&path), &method) {
+        (Route::InfoRefs(repo), &Method::GET | &Method::HEAD) => info_refs(&state, repo, &req).await,
+        (Route::UploadPack(repo), &Method::POST) => upload_pack(state.clone(), repo.to_owned(), req).await,
+        (Route::ReceivePack(_), _) => text(StatusCode::FORBIDDEN, "push (git-receive-pack) is not enabled on this server"),
+        (Route::Dumb, _) => text(StatusCode::FORBIDDEN, "gixd serves the smart HTTP protocol only; dumb HTTP is not supported"),
+        (Route::InfoRefs(_) | Route::UploadPack(_), _) => text(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed here")),
+        (Route::NotFound, _) => text(StatusCode::NOT_FOUND, "not found: gixd serves <repository>/info/refs and <repository>/git-upload-pack"),
+    };
+    tracing::info!(%method, %path, status = response.status().as_u16(), "http");
+    Ok(response)
+}
+
+async fn info_refs(state: &Arc<State>, repo_path: &str, req: &Request<Incoming>) -> Response<Body> {
+    match query_param(req.uri().query(), "service") {
+        Some("git-upload-pack") => {}
+        Some("git-receive-pack") => return text(StatusCode::FORBIDDEN, "push (git-receive-pack) is not enabled on this server"),
+        Some(other) => return text(StatusCode::FORBIDDEN, format!("unsupported service '{other}'")),
+        None => {
+            return text(
+                StatusCode::FORBIDDEN,
+                "gixd serves the smart HTTP protocol only; dumb HTTP is not supported",
+            );
+        }
+    }
+    let version = protocol_version(req.headers());
+    let state = state.clone();
+    let repo_path = repo_path.to_owned();
+    let advertised = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, Response<Body>> {
+        let served = state.repos.resolve(&repo_path).map_err(repo_error)?;
+        let repo = served.repo.to_thread_local();
+        let refs = RefSnapshot::load(&repo).map_err(|err| text(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()))?;
+        let mut w = pkt::Writer::new();
+        match version {
+            Version::V2 => protocol::v2::advertise(&refs, &mut w),
+            v0_or_v1 => {
+                w.text("# service=git-upload-pack").flush();
+                protocol::v0::advertise(&refs, v0_or_v1, true, &mut w);
+            }
+        }
+        Ok(w.into_bytes())
+    })
+    .await;
+    match advertised {
+        Ok(Ok(bytes)) => git_response("application/x-git-upload-pack-advertisement", full(bytes)),
+        Ok(Err(response)) => response,
+        Err(join) => {
+            tracing::error!(%join, "advertisement task failed");
+            text(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+        }
+    }
+}
+
+/// Read a request body: at most `max_request_body` bytes as sent, at most `max_inflated_body`
+/// after gzip.
+async fn read_body(config: &Config, req: Request<Incoming>) -> Result<Vec<u8>, Response<Body>> {
+    let gzip = match req.headers().get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("?")) {
+        None | Some("identity") => false,
+        Some("gzip" | "x-gzip") => true,
+        Some(other) => return Err(text(StatusCode::UNSUPPORTED_MEDIA_TYPE, format!("unsupported Content-Encoding '{other}'"))),
+    };
+    let limit = config.max_request_body;
+    let body = match Limited::new(req.into_body(), limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(err) if err.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            return Err(text(StatusCode::PAYLOAD_TOO_LARGE, format!("request body larger than {limit} bytes")));
+        }
+        Err(err) => return Err(text(StatusCode::BAD_REQUEST, format!("could not read the request body: {err}"))),
+    };
+    if !gzip {
+        return Ok(body.to_vec());
+    }
+    let max = config.max_inflated_body;
+    tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        let mut decoder = flate2::read::GzDecoder::new(&body[..]).take(max as u64 + 1);
+        match decoder.read_to_end(&mut out) {
+            Ok(_) if out.len() > max => Err(text(StatusCode::PAYLOAD_TOO_LARGE, format!("request body inflates to more than {max} bytes"))),
+            Ok(_) => Ok(out),
+            Err(err) => Err(text(StatusCode::BAD_REQUEST, format!("request body is not valid gzip: {err}"))),
+        }
+    })
+    .await
+    .unwrap_or_else(|_| Err(text(StatusCode::INTERNAL_SERVER_ERROR, "internal error")))
+}
+
+async fn upload_pack(state: Arc<State>, repo_path: String, req: Request<Incoming>) -> Response<Body> {
+    let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if content_type != "application/x-git-upload-pack-request" {
+        return text(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("expected Content-Type application/x-git-upload-pack-request, got '{content_type}'"),
+        );
+    }
+    let version = protocol_version(req.headers());
+    let served: Served = {
+        let state = state.clone();
+        let repo_path = repo_path.clone();
+        match tokio::task::spawn_blocking(move || state.repos.resolve(&repo_path)).await {
+            Ok(Ok(served)) => served,
+            Ok(Err(err)) => return repo_error(err),
+            Err(_) => return text(StatusCode::INTERNAL_SERVER_ERROR, "internal error"),
+        }
+    };
+    let body = match read_body(&state.config, req).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let (mut sink, response_body) = stream::pair(state.config.effective_stream_window());
+    tokio::task::spawn_blocking(move || {
+        let ctx = Context {
+            repos: &state.repos,
+            served: &served,
+            config: &state.config,
+        };
+        let result = match version {
+            Version::V2 => protocol::v2::serve(&ctx, &body, &mut sink),
+            _ => protocol::v0::upload_pack(&ctx, &body, &mut sink),
+        };
+        let finished = sink.finish();
+        match result {
+            Ok(()) if finished.is_ok() => {}
+            Ok(()) | Err(crate::error::ServeError::Disconnected) => tracing::info!(repo = %served.name, "client went away"),
+            Err(err) => tracing::warn!(repo = %served.name, %err, "upload-pack failed"),
+        }
+    });
+    git_response("application/x-git-upload-pack-result", response_body.boxed())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_are_found_by_their_suffix() {
+        assert_eq!(route("/a/b.git/info/refs"), Route::InfoRefs("/a/b.git"));
+        assert_eq!(route("/r/git-upload-pack"), Route::UploadPack("/r"));
+        assert_eq!(route("/r/git-receive-pack"), Route::ReceivePack("/r"));
+        assert_eq!(route("/r/HEAD"), Route::Dumb);
+        assert_eq!(route("/r/objects/ab/cdef"), Route::Dumb);
+        assert_eq!(route("/r"), Route::NotFound);
+    }
+
+    #[test]
+    fn the_service_parameter_is_read_from_the_query() {
+        assert_eq!(query_param(Some("service=git-upload-pack"), "service"), Some("git-upload-pack"));
+        assert_eq!(query_param(Some("a=b&service=x"), "service"), Some("x"));
+        assert_eq!(query_param(Some("xservice=y"), "service"), None);
+        assert_eq!(query_param(None, "service"), None);
+    }
+}

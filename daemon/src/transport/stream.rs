@@ -1,0 +1,120 @@
+//! A response that streams: the blocking thread serving the request writes into a
+//! [`ChannelSink`], which hands frames of exactly the stream window to the async side through a
+//! bounded channel; [`ChannelBody`] yields them as HTTP body frames. The pack is never held whole,
+//! and a slow client stops the writer (back-pressure) instead of growing a buffer.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use hyper::body::{Body, Frame};
+use tokio::sync::mpsc;
+
+/// The writing half; lives on a blocking thread.
+pub struct ChannelSink {
+    tx: mpsc::Sender<Bytes>,
+    buf: BytesMut,
+    window: usize,
+}
+
+/// The reading half, as an HTTP body.
+pub struct ChannelBody {
+    rx: mpsc::Receiver<Bytes>,
+}
+
+/// A sink/body pair with frames of `window` bytes (at least 1: a zero window would never move).
+pub fn pair(window: usize) -> (ChannelSink, ChannelBody) {
+    let window = window.max(1);
+    // One frame in the channel plus one being filled: two windows in flight per transfer.
+    let (tx, rx) = mpsc::channel(1);
+    (
+        ChannelSink {
+            tx,
+            buf: BytesMut::with_capacity(window.min(1 << 20)),
+            window,
+        },
+        ChannelBody { rx },
+    )
+}
+
+impl ChannelSink {
+    fn send(&mut self, frame: Bytes) -> io::Result<()> {
+        self.tx
+            .blocking_send(frame)
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "client disconnected"))
+    }
+
+    /// Send what is buffered (the last, short frame).
+    pub fn finish(mut self) -> io::Result<()> {
+        if !self.buf.is_empty() {
+            let frame = self.buf.split().freeze();
+            self.send(frame)?;
+        }
+        Ok(())
+    }
+}
+
+impl io::Write for ChannelSink {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        while self.buf.len() >= self.window {
+            let frame = self.buf.split_to(self.window).freeze();
+            self.send(frame)?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        // Frames are the window; the short tail leaves in `finish`.
+        Ok(())
+    }
+}
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        self.rx.poll_recv(cx).map(|frame| frame.map(|data| Ok(Frame::data(data))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use std::io::Write;
+
+    async fn frames(window: usize, total: usize) -> Vec<usize> {
+        let (mut sink, mut body) = pair(window);
+        let writer = tokio::task::spawn_blocking(move || {
+            for chunk in vec![9u8; total].chunks(1000) {
+                sink.write_all(chunk).unwrap();
+            }
+            sink.finish().unwrap();
+        });
+        let mut sizes = Vec::new();
+        while let Some(frame) = body.frame().await {
+            sizes.push(frame.unwrap().into_data().unwrap().len());
+        }
+        writer.await.unwrap();
+        sizes
+    }
+
+    #[tokio::test]
+    async fn a_body_hands_out_frames_the_size_of_its_window_not_of_a_constant() {
+        let window = 256 * 1024;
+        let sizes = frames(window, 3 * window + 5).await;
+        assert_eq!(sizes, vec![window, window, window, 5]);
+        let sizes = frames(10_000, 25_000).await;
+        assert_eq!(sizes, vec![10_000, 10_000, 5_000]);
+    }
+
+    #[tokio::test]
+    async fn a_zero_window_is_floored_to_one_byte_and_finishes() {
+        let sizes = tokio::time::timeout(std::time::Duration::from_secs(30), frames(0, 3000)).await.expect("no hang");
+        assert_eq!(sizes.len(), 3000);
+        assert!(sizes.iter().all(|s| *s == 1));
+    }
+}
