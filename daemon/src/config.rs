@@ -2,6 +2,9 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::tap::Tap;
 
 /// Which repositories under the base path may be served.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,7 +17,7 @@ pub enum Exports {
     Only(PathBuf),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Config {
     pub listen: SocketAddr,
     /// Repositories are looked up below this directory, never outside it.
@@ -32,6 +35,9 @@ pub struct Config {
     pub max_wants: usize,
     /// Most `have` lines one request may carry (stateless HTTP re-sends the common ones).
     pub max_haves: usize,
+    /// Sees every exchange (request, response bytes, pack statistics): for the wire suite and
+    /// diagnostics. `None` costs nothing.
+    pub tap: Option<Arc<dyn Tap>>,
 }
 
 impl Config {
@@ -48,6 +54,7 @@ impl Config {
             max_inflated_body: 64 * 1024 * 1024,
             max_wants: 100_000,
             max_haves: 100_000,
+            tap: None,
         }
     }
 

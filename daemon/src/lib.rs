@@ -16,7 +16,7 @@
 //!   the ref snapshot, and which objects a client may be sent.
 //! - [`server`] — the accept loop and runtime; [`config`] — every limit, with why it exists;
 //!   [`error`] — the typed errors, reported once at the edge; [`demo`] — the repository served
-//!   when gixd starts with no configuration.
+//!   when gixd starts with no configuration; [`tap`] — an observer of whole exchanges.
 
 pub mod config;
 pub mod demo;
@@ -26,6 +26,7 @@ pub mod protocol;
 pub mod repo;
 pub mod select;
 pub mod server;
+pub mod tap;
 pub mod transport;
 
 /// `agent=` value: gixd and its version.

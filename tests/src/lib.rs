@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: stock git run with a fixed identity and clock, the
 //! process's own thread count, and syscall counts of a test re-run under strace.
 
+pub mod corpus;
 pub mod server;
 
 use std::collections::BTreeMap;

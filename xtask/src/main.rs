@@ -36,6 +36,11 @@ enum Top {
         #[command(subcommand)]
         command: BenchCmd,
     },
+    /// Build the deterministic corpus (target/corpus/) and list it with object counts.
+    Corpus,
+    /// List the wire-suite cases whose snapshot moved in the last test run (from insta's
+    /// pending `.snap.new` files).
+    Moved,
     /// Render result files into the documents that quote them (upstream/ reports).
     Report {
         /// Only verify that the documents match the results.
@@ -104,6 +109,26 @@ fn run(cli: Cli) -> Result<()> {
         },
         Top::Bench { command: BenchCmd::Patches { rounds } } => bench::patches(&root, rounds),
         Top::Report { check } => report::run(&root, check),
+        Top::Moved => {
+            let moved = moved_snapshots(&root)?;
+            if moved.is_empty() {
+                println!("no snapshot moved");
+            }
+            for line in moved {
+                println!("{line}");
+            }
+            Ok(())
+        }
+        Top::Corpus => {
+            let status = Command::new("cargo")
+                .args(["run", "--release", "--quiet", "-p", "gixd-tests", "--bin", "corpus"])
+                .current_dir(&root)
+                .status()?;
+            if !status.success() {
+                bail!("building the corpus failed");
+            }
+            Ok(())
+        }
     }
 }
 
@@ -310,17 +335,53 @@ fn rebase(root: &Path, moves: &[(String, String)], run_tests: bool) -> Result<()
     }
     check(root)?;
     if run_tests {
-        println!("running the test suite as the rebase's gate");
+        println!("running the test suite, with the wire suite, as the rebase's gate");
         let status = Command::new("cargo")
             .args(["nextest", "run", "--workspace", "--no-fail-fast"])
+            // Mismatching snapshots are written beside the reviewed ones, so they can be listed.
+            .env("INSTA_UPDATE", "new")
             .current_dir(root)
             .status()
             .context("running cargo nextest")?;
+        let moved = moved_snapshots(root)?;
+        for line in &moved {
+            println!("  SNAPSHOT MOVED  {line}");
+        }
         if !status.success() {
-            bail!("the rebase applied, but the test suite failed: read the failures before committing");
+            bail!(
+                "the rebase applied, but the test suite failed ({} wire case(s) moved): read the failures before committing",
+                moved.len()
+            );
         }
     }
     Ok(())
+}
+
+/// The wire-suite cases whose pending snapshot (`.snap.new`) differs from the reviewed one, as
+/// `<snapshot>: <case line>` (the line as it is now).
+fn moved_snapshots(root: &Path) -> Result<Vec<String>> {
+    let dir = root.join("tests/tests/snapshots");
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(out);
+    };
+    let mut pending: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "new"))
+        .collect();
+    pending.sort();
+    for new in pending {
+        let old = new.with_extension("");
+        let name = old.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+        let new_text = std::fs::read_to_string(&new)?;
+        let old_text = std::fs::read_to_string(&old).unwrap_or_default();
+        let body = |t: &str| t.splitn(3, "---").nth(2).unwrap_or("").lines().map(str::to_owned).collect::<Vec<_>>();
+        let (old_lines, new_lines) = (body(&old_text), body(&new_text));
+        for line in new_lines.iter().filter(|l| !l.trim().is_empty() && !old_lines.contains(l)) {
+            out.push(format!("{name}: {line}"));
+        }
+    }
+    Ok(out)
 }
 
 const LANDED_PREAMBLE: &str = "# Patches upstream shipped\n\n\

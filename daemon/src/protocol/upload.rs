@@ -96,6 +96,7 @@ fn select_and_write<W: Write>(
         pack::Options {
             thin_pack: request.thin_pack,
             ofs_delta: request.ofs_delta,
+            include_unselected_bases: request.common.is_empty(),
         },
         || ctx.repos.readable_objects(ctx.served, repo, refs),
         bands,
@@ -111,6 +112,7 @@ fn select_and_write<W: Write>(
         copied = stats.copied,
         re_deflated = stats.re_deflated,
         bases_included = stats.bases_included,
+        thin_deltas = stats.thin_deltas,
         bytes = stats.bytes,
         "pack sent"
     );

@@ -12,7 +12,7 @@ use super::pkt::{self, Line};
 use super::upload::{self, PackRequest};
 use super::{Context, Version};
 use crate::error::{ProtocolError, ServeError};
-use crate::pack::Framing;
+use crate::pack::{Framing, Stats};
 use crate::repo::{HeadState, RefSnapshot};
 
 /// The capabilities advertised, in git's order, before `symref=`, `object-format=` and `agent=`.
@@ -211,8 +211,9 @@ pub fn parse(lines: &[Line<'_>], hash: gix_hash::Kind, max_haves: usize) -> Resu
     Ok(req)
 }
 
-/// Serve one stateless v0 upload-pack request: acknowledgements, then the pack if negotiation is over.
-pub fn upload_pack<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<(), ServeError> {
+/// Serve one stateless v0 upload-pack request: acknowledgements, then the pack if negotiation is
+/// over (its statistics are returned).
+pub fn upload_pack<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<Option<Stats>, ServeError> {
     let repo = ctx.served.repo.to_thread_local();
     let refs = RefSnapshot::load(&repo)?;
     let mut w = pkt::Writer::new();
@@ -223,7 +224,10 @@ pub fn upload_pack<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Resu
             out.write_all(&w.buf)?;
             Err(err)
         }
-        Ok(None) => Ok(out.write_all(&w.buf)?),
+        Ok(None) => {
+            out.write_all(&w.buf)?;
+            Ok(None)
+        }
         Ok(Some((req, common))) => {
             out.write_all(&w.buf)?;
             let caps = &req.caps;
@@ -242,7 +246,7 @@ pub fn upload_pack<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Resu
                 },
                 out,
             )
-            .map(drop)
+            .map(Some)
         }
     }
 }

@@ -13,10 +13,11 @@ use super::upload::{self, PackRequest};
 use super::v0::hash_name;
 use super::Context;
 use crate::error::{ProtocolError, ServeError};
-use crate::pack::Framing;
+use crate::pack::{Framing, Stats};
 use crate::repo::{HeadState, RefSnapshot};
 
-type Run = fn(&Context<'_>, &gix::Repository, &RefSnapshot, &[Line<'_>], &mut dyn Write) -> Result<(), ServeError>;
+/// A command: its arguments in, its response out; the statistics of a pack it sent.
+type Run = fn(&Context<'_>, &gix::Repository, &RefSnapshot, &[Line<'_>], &mut dyn Write) -> Result<Option<Stats>, ServeError>;
 
 /// One row of the capability table.
 pub struct Capability {
@@ -69,7 +70,7 @@ pub fn advertise(refs: &RefSnapshot, out: &mut pkt::Writer) {
 }
 
 /// Serve one v2 command request (stateless: one command per request body).
-pub fn serve<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<(), ServeError> {
+pub fn serve<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<Option<Stats>, ServeError> {
     let repo = ctx.served.repo.to_thread_local();
     let refs = RefSnapshot::load(&repo)?;
     let run = || -> Result<Option<(Run, Vec<Line<'_>>)>, ServeError> {
@@ -126,7 +127,7 @@ pub fn serve<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<(),
         Ok(Some((row.run.expect("a command"), lines[args_start..args_end].to_vec())))
     };
     match run() {
-        Ok(None) => Ok(()),
+        Ok(None) => Ok(None),
         Ok(Some((command, args))) => command(ctx, &repo, &refs, &args, &mut out),
         Err(err) => {
             let mut w = pkt::Writer::new();
@@ -145,7 +146,7 @@ fn arg_text<'a>(line: &Line<'a>) -> Result<&'a str, ProtocolError> {
 }
 
 /// Reply with an ERR line (the command failed before writing anything).
-fn reply_err(out: &mut dyn Write, err: ServeError) -> Result<(), ServeError> {
+fn reply_err(out: &mut dyn Write, err: ServeError) -> Result<Option<Stats>, ServeError> {
     let mut w = pkt::Writer::new();
     w.err(&err.to_string());
     out.write_all(&w.buf)?;
@@ -154,7 +155,7 @@ fn reply_err(out: &mut dyn Write, err: ServeError) -> Result<(), ServeError> {
 
 /// `ls-refs`: the refs (HEAD first) matching any `ref-prefix`, with `symref-target:` and
 /// `peeled:` attributes when asked, and `unborn HEAD` when asked and HEAD is unborn.
-fn ls_refs(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[Line<'_>], out: &mut dyn Write) -> Result<(), ServeError> {
+fn ls_refs(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[Line<'_>], out: &mut dyn Write) -> Result<Option<Stats>, ServeError> {
     let (mut peel, mut symrefs, mut unborn) = (false, false, false);
     let mut prefixes: Vec<&str> = Vec::new();
     for line in args {
@@ -210,7 +211,7 @@ fn ls_refs(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: 
     }
     w.flush();
     out.write_all(&w.buf)?;
-    Ok(())
+    Ok(None)
 }
 
 /// The arguments of one `fetch` request.
@@ -254,7 +255,7 @@ fn parse_fetch(args: &[Line<'_>], hash: gix_hash::Kind, max_haves: usize) -> Res
 /// `fetch`: without `done`, an acknowledgments section (ACK per common have, or NAK; `ready`
 /// when every want reaches a common commit, unless `wait-for-done`) and, if ready, the pack;
 /// with `done`, the packfile section right away.
-fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[Line<'_>], out: &mut dyn Write) -> Result<(), ServeError> {
+fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[Line<'_>], out: &mut dyn Write) -> Result<Option<Stats>, ServeError> {
     let mut w = pkt::Writer::new();
     let negotiated = (|| -> Result<Option<(FetchArgs, Vec<ObjectId>)>, ServeError> {
         let f = parse_fetch(args, refs.object_hash, ctx.config.max_haves)?;
@@ -291,7 +292,7 @@ fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[
         Ok(Some(n)) => n,
         Ok(None) => {
             out.write_all(&w.buf)?;
-            return Ok(());
+            return Ok(None);
         }
         Err(err) => {
             w.err(&err.to_string());
@@ -315,6 +316,6 @@ fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[
             progress: !f.no_progress,
         },
         &mut *out,
-    )?;
-    Ok(())
+    )
+    .map(Some)
 }

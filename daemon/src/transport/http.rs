@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::error::RepoError;
 use crate::protocol::{self, Context, Version, pkt};
 use crate::repo::{RefSnapshot, Repos, Served};
+use crate::tap::Exchange;
 use crate::transport::stream;
 
 pub type Body = BoxBody<Bytes, std::io::Error>;
@@ -150,8 +151,9 @@ async fn info_refs(state: &Arc<State>, repo_path: &str, req: &Request<Incoming>)
     }
     let version = protocol_version(req.headers());
     let state = state.clone();
+    let tap_state = state.clone();
     let repo_path = repo_path.to_owned();
-    let advertised = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, Response<Body>> {
+    let advertised = tokio::task::spawn_blocking(move || -> Result<(String, Vec<u8>), Response<Body>> {
         let served = state.repos.resolve(&repo_path).map_err(repo_error)?;
         let repo = served.repo.to_thread_local();
         let refs = RefSnapshot::load(&repo).map_err(|err| text(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()))?;
@@ -163,11 +165,23 @@ async fn info_refs(state: &Arc<State>, repo_path: &str, req: &Request<Incoming>)
                 protocol::v0::advertise(&refs, v0_or_v1, true, &mut w);
             }
         }
-        Ok(w.into_bytes())
+        Ok((served.name, w.into_bytes()))
     })
     .await;
     match advertised {
-        Ok(Ok(bytes)) => git_response("application/x-git-upload-pack-advertisement", full(bytes)),
+        Ok(Ok((repo, bytes))) => {
+            if let Some(tap) = &tap_state.config.tap {
+                tap.exchange(Exchange {
+                    repo,
+                    service: "info/refs",
+                    version,
+                    request: Vec::new(),
+                    response: bytes.clone(),
+                    pack: None,
+                });
+            }
+            git_response("application/x-git-upload-pack-advertisement", full(bytes))
+        }
         Ok(Err(response)) => response,
         Err(join) => {
             tracing::error!(%join, "advertisement task failed");
@@ -238,18 +252,55 @@ async fn upload_pack(state: Arc<State>, repo_path: String, req: Request<Incoming
             served: &served,
             config: &state.config,
         };
-        let result = match version {
-            Version::V2 => protocol::v2::serve(&ctx, &body, &mut sink),
-            _ => protocol::v0::upload_pack(&ctx, &body, &mut sink),
+        let mut tee = Tee {
+            sink: &mut sink,
+            copy: state.config.tap.as_ref().map(|_| Vec::new()),
         };
+        let result = match version {
+            Version::V2 => protocol::v2::serve(&ctx, &body, &mut tee),
+            _ => protocol::v0::upload_pack(&ctx, &body, &mut tee),
+        };
+        let copy = tee.copy.take();
+        // The tap hears of the exchange before its last frame leaves: once the client has the
+        // whole response, the exchange is already recorded.
+        if let (Some(tap), Some(response)) = (&state.config.tap, copy) {
+            tap.exchange(Exchange {
+                repo: served.name.clone(),
+                service: "git-upload-pack",
+                version,
+                request: body.clone(),
+                response,
+                pack: result.as_ref().ok().copied().flatten(),
+            });
+        }
         let finished = sink.finish();
         match result {
-            Ok(()) if finished.is_ok() => {}
-            Ok(()) | Err(crate::error::ServeError::Disconnected) => tracing::info!(repo = %served.name, "client went away"),
+            Ok(_) if finished.is_ok() => {}
+            Ok(_) | Err(crate::error::ServeError::Disconnected) => tracing::info!(repo = %served.name, "client went away"),
             Err(err) => tracing::warn!(repo = %served.name, %err, "upload-pack failed"),
         }
     });
     git_response("application/x-git-upload-pack-result", response_body.boxed())
+}
+
+/// Writes through to the sink, keeping a copy for the tap when there is one.
+struct Tee<'a> {
+    sink: &'a mut stream::ChannelSink,
+    copy: Option<Vec<u8>>,
+}
+
+impl std::io::Write for Tee<'_> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let n = self.sink.write(data)?;
+        if let Some(copy) = &mut self.copy {
+            copy.extend_from_slice(&data[..n]);
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.sink.flush()
+    }
 }
 
 #[cfg(test)]
