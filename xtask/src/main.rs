@@ -38,6 +38,15 @@ enum Top {
     },
     /// Build the deterministic corpus (target/corpus/) and list it with object counts.
     Corpus,
+    /// Run a command and write the CPU and peak RSS of it and its descendants to a file
+    /// (the git arm of `bench clone` wraps git-upload-pack with it).
+    #[command(hide = true)]
+    Rusage {
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// List the wire-suite cases whose snapshot moved in the last test run (from insta's
     /// pending `.snap.new` files).
     Moved,
@@ -55,6 +64,14 @@ enum BenchCmd {
     Patches {
         #[arg(long, default_value_t = 9)]
         rounds: usize,
+    },
+    /// Server CPU and peak RSS of one clone: gixd over HTTP vs git upload-pack (file://).
+    Clone {
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Bare repositories to clone (default: the corpus's linear and wide, ≥ 10 000 objects).
+        #[arg(long)]
+        repo: Vec<PathBuf>,
     },
 }
 
@@ -108,6 +125,8 @@ fn run(cli: Cli) -> Result<()> {
             }
         },
         Top::Bench { command: BenchCmd::Patches { rounds } } => bench::patches(&root, rounds),
+        Top::Bench { command: BenchCmd::Clone { rounds, repo } } => bench::clone(&root, rounds, repo),
+        Top::Rusage { out, command } => bench::rusage(&out, &command),
         Top::Report { check } => report::run(&root, check),
         Top::Moved => {
             let moved = moved_snapshots(&root)?;

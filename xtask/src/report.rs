@@ -11,6 +11,7 @@ use std::path::Path;
 const TARGETS: &[(&str, &str)] = &[
     ("upstream/serial-stepwise.md", "patch-costs"),
     ("upstream/delta-base-inclusion.md", "patch-costs"),
+    ("bench/README.md", "clone-cost"),
 ];
 
 pub fn run(root: &Path, check: bool) -> Result<()> {
@@ -18,6 +19,7 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
     for (doc, block) in TARGETS {
         let rendered = match *block {
             "patch-costs" => patch_costs(root)?,
+            "clone-cost" => clone_cost(root)?,
             other => bail!("no renderer for block {other}"),
         };
         let path = root.join(doc);
@@ -117,6 +119,46 @@ fn patch_costs(root: &Path) -> Result<String> {
     for (label, key) in [("process CPU per generation, median (ms)", "cpu_us"), ("wall per generation, median (ms)", "wall_us")] {
         let (s, p) = (ms(&stock, key), ms(&patched, key));
         out.push_str(&format!("| {label} | {s:.2} | {p:.2} | {} |\n", ratio(s, p)));
+    }
+    Ok(out)
+}
+
+fn clone_cost(root: &Path) -> Result<String> {
+    let path = root.join(crate::bench::CLONE_RESULTS);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(format!("NOT MEASURED: no {}. Run `cargo xtask bench clone`.\n", crate::bench::CLONE_RESULTS));
+    };
+    let doc: Value = serde_json::from_str(&text)?;
+    let runs = doc["runs"].as_array().context("runs")?;
+    let c = &doc["conditions"];
+    let mut out = format!(
+        "Measured by `cargo xtask bench clone` ({} rounds per repository, arms alternated, order swapped each round), \
+         commit {}, {}, {} CPUs, load {} → {}, {}. gixd: {}. git: {}. Medians.\n\n",
+        c["rounds"],
+        c["commit"].as_str().unwrap_or("?").get(..10).unwrap_or("?"),
+        c["date"].as_str().unwrap_or("?"),
+        c["nproc"],
+        c["loadavg_start"].as_str().unwrap_or("?"),
+        c["loadavg_end"].as_str().unwrap_or("?"),
+        c["git"].as_str().unwrap_or("?"),
+        c["gixd"].as_str().unwrap_or("?"),
+        c["git_arm"].as_str().unwrap_or("?"),
+    );
+    out.push_str("| repository | objects | server CPU per clone, gixd (ms) | git (ms) | gixd ÷ git | peak RSS, gixd (MiB) | git (MiB) | gixd ÷ git |\n|---|---|---|---|---|---|---|---|\n");
+    let mut repos: Vec<&str> = runs.iter().filter_map(|r| r["repo"].as_str()).collect();
+    repos.dedup();
+    for repo in repos {
+        let of = |arm: &str, key: &str| {
+            median(runs.iter().filter(|r| r["repo"] == repo && r["arm"] == arm).filter_map(|r| r[key].as_f64()).collect())
+        };
+        let objects = runs.iter().find(|r| r["repo"] == repo).and_then(|r| r["objects"].as_u64()).unwrap_or(0);
+        let (cg, ct) = (of("gixd", "cpu_us") / 1000.0, of("git", "cpu_us") / 1000.0);
+        let (rg, rt) = (of("gixd", "peak_rss_kb") / 1024.0, of("git", "peak_rss_kb") / 1024.0);
+        out.push_str(&format!(
+            "| {repo} | {objects} | {cg:.1} | {ct:.1} | {} | {rg:.1} | {rt:.1} | {} |\n",
+            ratio(ct, cg),
+            ratio(rt, rg)
+        ));
     }
     Ok(out)
 }
