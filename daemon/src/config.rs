@@ -35,6 +35,9 @@ pub struct Config {
     pub max_wants: usize,
     /// Most `have` lines one request may carry (stateless HTTP re-sends the common ones).
     pub max_haves: usize,
+    /// How long a client may take to send its request head or body, or to accept the next frame
+    /// of a response, before the transfer is dropped: a stalled client must not hold a thread.
+    pub io_timeout: std::time::Duration,
     /// Sees every exchange (request, response bytes, pack statistics): for the wire suite and
     /// diagnostics. `None` costs nothing.
     pub tap: Option<Arc<dyn Tap>>,
@@ -54,6 +57,7 @@ impl Config {
             max_inflated_body: 64 * 1024 * 1024,
             max_wants: 100_000,
             max_haves: 100_000,
+            io_timeout: std::time::Duration::from_secs(120),
             tap: None,
         }
     }

@@ -51,10 +51,13 @@ impl Server {
                 () = &mut shutdown => return Ok(()),
             };
             let state = self.state.clone();
+            let header_timeout = state.config.io_timeout;
             tokio::spawn(async move {
                 let service = service_fn(move |req| http::handle(state.clone(), req));
                 if let Err(err) = hyper::server::conn::http1::Builder::new()
                     .keep_alive(true)
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(header_timeout)
                     .serve_connection(TokioIo::new(stream), service)
                     .await
                 {

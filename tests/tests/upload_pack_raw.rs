@@ -26,9 +26,13 @@ fn fixture(base: &Path) -> PathBuf {
 }
 
 fn post(addr: std::net::SocketAddr, body: &[u8], extra: &[(&str, &str)]) -> HttpResponse {
+    post_to(addr, "repo", body, extra)
+}
+
+fn post_to(addr: std::net::SocketAddr, repo: &str, body: &[u8], extra: &[(&str, &str)]) -> HttpResponse {
     let mut headers = vec![UPLOAD_REQUEST];
     headers.extend_from_slice(extra);
-    http(addr, "POST", "/repo/git-upload-pack", &headers, body)
+    http(addr, "POST", &format!("/{repo}/git-upload-pack"), &headers, body)
 }
 
 fn v2_fetch(id_lines: &[String], args: &[&str]) -> Vec<u8> {
@@ -348,4 +352,66 @@ fn after_every_kind_of_bad_input_the_server_still_serves_clones() {
     let dest = tmp.path().join("client");
     clone(&server.url("repo"), &dest, 2, &[]);
     assert_eq!(git_out(&dest, &["rev-parse", "HEAD"]), head);
+}
+
+/// A repository whose pack is far bigger than what socket buffers hold.
+fn big_fixture(base: &Path) -> PathBuf {
+    let repo = base.join("big");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    let mut rng = gixd_tests::corpus::Lcg(99);
+    commit_files(&repo, &[("big.bin", &rng.bytes(16 << 20))], "big");
+    git(&repo, &["repack", "-adq"]);
+    repo
+}
+
+#[test]
+fn a_client_that_stops_reading_is_dropped_after_the_io_timeout_and_others_are_served() {
+    use std::io::Read;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = big_fixture(tmp.path());
+    let server = serve_with(tmp.path(), |c| {
+        c.io_timeout = std::time::Duration::from_secs(1);
+        c.stream_window = 64 * 1024;
+    });
+    let head = git_out(&repo, &["rev-parse", "HEAD"]);
+    let body = v2_fetch(&[format!("want {head}\n")], &["ofs-delta", "no-progress", "done"]);
+    let request = |stream: &mut std::net::TcpStream| {
+        let head = format!(
+            "POST /big/git-upload-pack HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/x-git-upload-pack-request\r\nGit-Protocol: version=2\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(&body).unwrap();
+    };
+    let full = post_to(server.addr, "big", &body, &[V2]).body.len();
+    assert!(full > 16 << 20, "full response: {full} bytes");
+
+    let mut stalled = std::net::TcpStream::connect(server.addr).unwrap();
+    request(&mut stalled);
+    // While it stalls, another client is served in full.
+    let dest = tmp.path().join("other-client");
+    clone(&server.url("big"), &dest, 2, &[]);
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let mut got = Vec::new();
+    stalled.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    let _ = stalled.read_to_end(&mut got);
+    assert!(got.len() < full, "the stalled transfer was not abandoned ({} of {full} bytes)", got.len());
+}
+
+#[test]
+fn a_body_that_never_arrives_gets_408_after_the_io_timeout() {
+    use std::io::Read;
+    let tmp = tempfile::tempdir().unwrap();
+    fixture(tmp.path());
+    let server = serve_with(tmp.path(), |c| c.io_timeout = std::time::Duration::from_secs(1));
+    let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+    stream
+        .write_all(b"POST /repo/git-upload-pack HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-git-upload-pack-request\r\nContent-Length: 100\r\n\r\n0009done\n")
+        .unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    let mut got = vec![0u8; 4096];
+    let n = stream.read(&mut got).unwrap();
+    let head = String::from_utf8_lossy(&got[..n]);
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
 }

@@ -199,7 +199,11 @@ async fn read_body(config: &Config, req: Request<Incoming>) -> Result<Vec<u8>, R
         Some(other) => return Err(text(StatusCode::UNSUPPORTED_MEDIA_TYPE, format!("unsupported Content-Encoding '{other}'"))),
     };
     let limit = config.max_request_body;
-    let body = match Limited::new(req.into_body(), limit).collect().await {
+    let collected = tokio::time::timeout(config.io_timeout, Limited::new(req.into_body(), limit).collect()).await;
+    let Ok(collected) = collected else {
+        return Err(text(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time"));
+    };
+    let body = match collected {
         Ok(collected) => collected.to_bytes(),
         Err(err) if err.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
             return Err(text(StatusCode::PAYLOAD_TOO_LARGE, format!("request body larger than {limit} bytes")));
@@ -245,7 +249,7 @@ async fn upload_pack(state: Arc<State>, repo_path: String, req: Request<Incoming
         Ok(body) => body,
         Err(response) => return response,
     };
-    let (mut sink, response_body) = stream::pair(state.config.effective_stream_window());
+    let (mut sink, response_body) = stream::pair(state.config.effective_stream_window(), state.config.io_timeout);
     tokio::task::spawn_blocking(move || {
         let ctx = Context {
             repos: &state.repos,

@@ -11,11 +11,14 @@ use bytes::{Bytes, BytesMut};
 use hyper::body::{Body, Frame};
 use tokio::sync::mpsc;
 
-/// The writing half; lives on a blocking thread.
+/// The writing half; lives on a blocking thread (inside a tokio runtime).
 pub struct ChannelSink {
     tx: mpsc::Sender<Bytes>,
     buf: BytesMut,
     window: usize,
+    /// How long the client may leave a frame unaccepted before the transfer is abandoned.
+    stall_timeout: std::time::Duration,
+    runtime: tokio::runtime::Handle,
 }
 
 /// The reading half, as an HTTP body.
@@ -24,7 +27,8 @@ pub struct ChannelBody {
 }
 
 /// A sink/body pair with frames of `window` bytes (at least 1: a zero window would never move).
-pub fn pair(window: usize) -> (ChannelSink, ChannelBody) {
+/// Call it inside the runtime; the sink is used from a blocking thread.
+pub fn pair(window: usize, stall_timeout: std::time::Duration) -> (ChannelSink, ChannelBody) {
     let window = window.max(1);
     // One frame in the channel plus one being filled: two windows in flight per transfer.
     let (tx, rx) = mpsc::channel(1);
@@ -33,6 +37,8 @@ pub fn pair(window: usize) -> (ChannelSink, ChannelBody) {
             tx,
             buf: BytesMut::with_capacity(window.min(1 << 20)),
             window,
+            stall_timeout,
+            runtime: tokio::runtime::Handle::current(),
         },
         ChannelBody { rx },
     )
@@ -40,9 +46,12 @@ pub fn pair(window: usize) -> (ChannelSink, ChannelBody) {
 
 impl ChannelSink {
     fn send(&mut self, frame: Bytes) -> io::Result<()> {
-        self.tx
-            .blocking_send(frame)
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "client disconnected"))
+        let sent = self.runtime.block_on(tokio::time::timeout(self.stall_timeout, self.tx.send(frame)));
+        match sent {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(io::Error::new(io::ErrorKind::BrokenPipe, "client disconnected")),
+            Err(_) => Err(io::Error::new(io::ErrorKind::BrokenPipe, "client disconnected: stalled past the I/O timeout")),
+        }
     }
 
     /// Send what is buffered (the last, short frame).
@@ -87,7 +96,7 @@ mod tests {
     use std::io::Write;
 
     async fn frames(window: usize, total: usize) -> Vec<usize> {
-        let (mut sink, mut body) = pair(window);
+        let (mut sink, mut body) = pair(window, std::time::Duration::from_secs(30));
         let writer = tokio::task::spawn_blocking(move || {
             for chunk in vec![9u8; total].chunks(1000) {
                 sink.write_all(chunk).unwrap();
@@ -109,6 +118,15 @@ mod tests {
         assert_eq!(sizes, vec![window, window, window, 5]);
         let sizes = frames(10_000, 25_000).await;
         assert_eq!(sizes, vec![10_000, 10_000, 5_000]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_stalled_reader_releases_the_writer_after_the_timeout() {
+        let (mut sink, body) = pair(4, std::time::Duration::from_millis(200));
+        let writer = tokio::task::spawn_blocking(move || sink.write_all(&[0u8; 64]));
+        let result = tokio::time::timeout(std::time::Duration::from_secs(30), writer).await.expect("released").unwrap();
+        assert_eq!(result.unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
+        drop(body);
     }
 
     #[tokio::test]
