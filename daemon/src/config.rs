@@ -35,6 +35,15 @@ pub struct Config {
     pub max_wants: usize,
     /// Most `have` lines one request may carry (stateless HTTP re-sends the common ones).
     pub max_haves: usize,
+    /// Threads serving connections (tokio workers): one per CPU the budget really has.
+    pub worker_threads: usize,
+    /// Blocking threads, all started up front and kept: repository reads and pack generation
+    /// run on them, so a transfer never creates a thread.
+    pub blocking_threads: usize,
+    /// Upload-pack requests (each may generate a pack) in flight at once; more wait up to
+    /// `transfer_queue_wait`, then get "busy, retry" instead of an unbounded pile of work.
+    pub max_transfers: usize,
+    pub transfer_queue_wait: std::time::Duration,
     /// How long a client may take to send its request head or body, or to accept the next frame
     /// of a response, before the transfer is dropped: a stalled client must not hold a thread.
     pub io_timeout: std::time::Duration,
@@ -57,9 +66,31 @@ impl Config {
             max_inflated_body: 64 * 1024 * 1024,
             max_wants: 100_000,
             max_haves: 100_000,
+            worker_threads: 1,
+            blocking_threads: 4,
+            max_transfers: 2,
+            transfer_queue_wait: std::time::Duration::from_secs(5),
             io_timeout: std::time::Duration::from_secs(120),
             tap: None,
         }
+    }
+
+    /// Size the threads and transfers for `effective` CPUs: a worker per CPU, two transfers per
+    /// CPU (a transfer also waits on its client), and blocking threads for those plus the short
+    /// tasks beside them (advertisements, repository lookups).
+    pub fn size_for(&mut self, effective: usize) {
+        let effective = effective.max(1);
+        self.worker_threads = effective;
+        self.max_transfers = 2 * effective;
+        self.blocking_threads = self.max_transfers + 2;
+    }
+
+    /// The sizes, as the startup line states them.
+    pub fn sizes(&self) -> String {
+        format!(
+            "workers {}, blocking threads {}, transfers in flight {}",
+            self.worker_threads, self.blocking_threads, self.max_transfers
+        )
     }
 
     /// The window actually used: 0 would accept no byte ever and hang the transfer.

@@ -14,10 +14,12 @@
 //! - [`pack`] — pack writing: gix-pack entries streamed through side-band to a sink.
 //! - [`repo`] — repository access: URL path to repository under the base path, export rules,
 //!   the ref snapshot, and which objects a client may be sent.
-//! - [`server`] — the accept loop and runtime; [`config`] — every limit, with why it exists;
+//! - [`server`] — the accept loop and the runtime, sized by [`budget`] (the CPU budget read from
+//!   the kernel: affinity and CFS quota); [`config`] — every limit, with why it exists;
 //!   [`error`] — the typed errors, reported once at the edge; [`demo`] — the repository served
 //!   when gixd starts with no configuration; [`tap`] — an observer of whole exchanges.
 
+pub mod budget;
 pub mod config;
 pub mod demo;
 pub mod error;

@@ -19,6 +19,41 @@ struct Cli {
 enum Command {
     /// Serve repositories over smart HTTP.
     Serve(Serve),
+    /// Print the CPU budget gixd reads from the kernel and the sizes it would choose.
+    Budget(Sizes),
+}
+
+/// Thread and transfer sizes; each defaults to what the CPU budget allows.
+#[derive(clap::Args)]
+struct Sizes {
+    /// Runtime worker threads [default: effective CPUs].
+    #[arg(long, env = "GIXD_WORKER_THREADS")]
+    worker_threads: Option<usize>,
+    /// Blocking threads, all started up front [default: transfers + 2].
+    #[arg(long, env = "GIXD_BLOCKING_THREADS")]
+    blocking_threads: Option<usize>,
+    /// Upload-pack requests in flight before "busy, retry" [default: 2 × effective CPUs].
+    #[arg(long, env = "GIXD_MAX_TRANSFERS")]
+    max_transfers: Option<usize>,
+}
+
+impl Sizes {
+    /// Size `config` for the budget, then apply the overrides; returns the startup line and warning.
+    fn apply(&self, config: &mut Config) -> (String, Option<String>) {
+        let budget = gixd::budget::read();
+        config.size_for(budget.effective());
+        if let Some(n) = self.max_transfers {
+            config.max_transfers = n.max(1);
+            config.blocking_threads = config.max_transfers + 2;
+        }
+        if let Some(n) = self.worker_threads {
+            config.worker_threads = n.max(1);
+        }
+        if let Some(n) = self.blocking_threads {
+            config.blocking_threads = n.max(config.max_transfers + 1);
+        }
+        budget.describe(&config.sizes())
+    }
 }
 
 #[derive(clap::Args)]
@@ -36,6 +71,8 @@ struct Serve {
     /// Bytes per HTTP response frame (the in-flight window per transfer).
     #[arg(long, default_value_t = Config::DEFAULT_STREAM_WINDOW, env = "GIXD_STREAM_WINDOW")]
     stream_window: usize,
+    #[command(flatten)]
+    sizes: Sizes,
 }
 
 fn main() -> std::process::ExitCode {
@@ -54,6 +91,14 @@ fn main() -> std::process::ExitCode {
                 std::process::ExitCode::FAILURE
             }
         },
+        Command::Budget(sizes) => {
+            let (line, warning) = sizes.apply(&mut Config::new(".".into()));
+            println!("{line}");
+            if let Some(warning) = warning {
+                println!("warning: {warning}");
+            }
+            std::process::ExitCode::SUCCESS
+        }
     }
 }
 
@@ -72,9 +117,12 @@ fn serve(args: Serve) -> Result<(), Box<dyn std::error::Error>> {
     config.listen = args.listen;
     config.exports = exports;
     config.stream_window = args.stream_window;
-
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let rt = gixd::server::runtime(workers, 4 * workers)?;
+    let (line, warning) = args.sizes.apply(&mut config);
+    tracing::info!("{line}");
+    if let Some(warning) = warning {
+        tracing::warn!("{warning}");
+    }
+    let rt = gixd::server::runtime(&config)?;
     rt.block_on(async move {
         let server = gixd::server::Server::bind(config).await?;
         let addr = server.local_addr();

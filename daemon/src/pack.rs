@@ -288,6 +288,37 @@ mod tests {
         assert_eq!(sizes, vec![pkt::MAX_SIDEBAND_64K, pkt::MAX_SIDEBAND_64K, 150_000 - 2 * pkt::MAX_SIDEBAND_64K]);
     }
 
+    /// Records every write call it receives.
+    #[derive(Default)]
+    struct Calls(Vec<Vec<u8>>);
+
+    impl Write for Calls {
+        fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+            self.0.push(data.to_vec());
+            Ok(data.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn every_packet_leaves_in_one_write_with_its_header() {
+        let mut bands = Bands::new(Calls::default(), Framing::SideBand64k, true);
+        bands.progress("Enumerating objects: 3, done.\n").unwrap();
+        for chunk in [&[1u8; 10][..], &[2u8; 70_000], &[3u8; 5]] {
+            bands.write_all(chunk).unwrap();
+        }
+        bands.error("boom").unwrap();
+        let calls = bands.finish().unwrap().0;
+        assert!(!calls.is_empty());
+        for call in &calls {
+            let lines = pkt::read_all(call).expect("a whole pkt-line");
+            assert_eq!(lines.len(), 1, "one write, one packet: {} bytes", call.len());
+        }
+        assert_eq!(calls.len(), 1 + 2 + 1, "progress, two data packets (65515 + rest), error");
+    }
+
     #[test]
     fn progress_is_dropped_when_the_client_asked_for_none() {
         let mut bands = Bands::new(Vec::new(), Framing::SideBand64k, false);

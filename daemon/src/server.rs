@@ -24,9 +24,10 @@ impl Server {
     pub async fn bind(config: Config) -> std::io::Result<Server> {
         let repos = Repos::new(&config.base_path, config.exports.clone())?;
         let listener = TcpListener::bind(config.listen).await?;
+        let transfers = Arc::new(tokio::sync::Semaphore::new(config.max_transfers.max(1)));
         Ok(Server {
             listener,
-            state: Arc::new(State { repos, config }),
+            state: Arc::new(State { repos, config, transfers }),
         })
     }
 
@@ -68,14 +69,35 @@ impl Server {
     }
 }
 
-/// The runtime gixd serves on: sized explicitly, never `#[tokio::main]`'s defaults.
-pub fn runtime(worker_threads: usize, max_blocking_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(worker_threads.max(1))
-        .max_blocking_threads(max_blocking_threads.max(1))
+/// The runtime gixd serves on, sized explicitly (never `#[tokio::main]`'s defaults): the
+/// configured workers, and a blocking pool whose threads are all started now and kept, so that
+/// serving a transfer creates no thread.
+pub fn runtime(config: &Config) -> std::io::Result<tokio::runtime::Runtime> {
+    let blocking = config.blocking_threads.max(1);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.worker_threads.max(1))
+        .max_blocking_threads(blocking)
+        .thread_keep_alive(std::time::Duration::from_secs(365 * 24 * 3600))
         .thread_name("gixd")
         .enable_all()
-        .build()
+        .build()?;
+    // Occupy every blocking slot at once, so the pool starts all its threads; they then idle.
+    let all_started = Arc::new(std::sync::Barrier::new(blocking + 1));
+    let tasks: Vec<_> = (0..blocking)
+        .map(|_| {
+            let all_started = all_started.clone();
+            rt.spawn_blocking(move || {
+                all_started.wait();
+            })
+        })
+        .collect();
+    all_started.wait();
+    rt.block_on(async {
+        for task in tasks {
+            let _ = task.await;
+        }
+    });
+    Ok(rt)
 }
 
 /// A server running on its own thread and runtime; stops when dropped.
@@ -87,7 +109,7 @@ pub struct Running {
 
 /// Start a server for `config` (use port 0 to let the system pick) on a thread of its own.
 pub fn spawn(config: Config) -> std::io::Result<Running> {
-    let rt = runtime(2, 8)?;
+    let rt = runtime(&config)?;
     let server = rt.block_on(Server::bind(config))?;
     let addr = server.local_addr();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();

@@ -27,6 +27,8 @@ pub type Body = BoxBody<Bytes, std::io::Error>;
 pub struct State {
     pub repos: Repos,
     pub config: Config,
+    /// One permit per upload-pack request in flight (`Config::max_transfers`).
+    pub transfers: Arc<tokio::sync::Semaphore>,
 }
 
 /// The smart-HTTP routes, by the suffix after the repository path.
@@ -236,6 +238,18 @@ async fn upload_pack(state: Arc<State>, repo_path: String, req: Request<Incoming
         );
     }
     let version = protocol_version(req.headers());
+    // A bounded number of transfers at once; beyond it, a short wait, then a clear refusal.
+    let permit = match tokio::time::timeout(state.config.transfer_queue_wait, state.transfers.clone().acquire_owned()).await {
+        Ok(Ok(permit)) => permit,
+        _ => {
+            let mut response = text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server busy: too many transfers in flight, retry shortly",
+            );
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            return response;
+        }
+    };
     let served: Served = {
         let state = state.clone();
         let repo_path = repo_path.clone();
@@ -251,6 +265,7 @@ async fn upload_pack(state: Arc<State>, repo_path: String, req: Request<Incoming
     };
     let (mut sink, response_body) = stream::pair(state.config.effective_stream_window(), state.config.io_timeout);
     tokio::task::spawn_blocking(move || {
+        let _permit = permit;
         let ctx = Context {
             repos: &state.repos,
             served: &served,

@@ -1,0 +1,97 @@
+//! Serving a transfer creates no thread: pack generation runs inline on a blocking thread that
+//! was started with the server (the queue's serial Stepwise keeps gix-pack from starting its
+//! own). Counted, not timed: every clone/clone3 with CLONE_THREAD that the process makes while
+//! one clone of a 12 847-object repository is served, under strace.
+//!
+//! One served-clone test per binary: strace follows the whole process.
+
+use gixd_tests::corpus::{self, Hash};
+use gixd_tests::server::{http, pkt, refs, serve};
+
+const MARK: &str = "getppid";
+
+#[test]
+#[ignore = "runs under strace, started by serving_a_clone_creates_no_thread"]
+fn inner_serve_one_clone() {
+    let repo = corpus::ensure("linear", Hash::Sha1);
+    let wants: Vec<String> = refs(&repo, "refs").into_values().collect();
+    let server = serve(repo.parent().unwrap());
+    let path = format!("/{}/git-upload-pack", repo.file_name().unwrap().to_str().unwrap());
+    let headers = [("Content-Type", "application/x-git-upload-pack-request"), ("Git-Protocol", "version=2")];
+    let mut ls_refs = pkt("command=ls-refs\n");
+    ls_refs.extend(b"0001");
+    ls_refs.extend(pkt("symrefs\n"));
+    ls_refs.extend(b"0000");
+    let mut fetch = pkt("command=fetch\n");
+    fetch.extend(b"0001");
+    for id in &wants {
+        fetch.extend(pkt(&format!("want {id}\n")));
+    }
+    fetch.extend(pkt("ofs-delta\n"));
+    fetch.extend(pkt("done\n"));
+    fetch.extend(b"0000");
+
+    std::os::unix::process::parent_id(); // window opens
+    let refs = http(server.addr, "POST", &path, &headers, &ls_refs);
+    let pack = http(server.addr, "POST", &path, &headers, &fetch);
+    std::os::unix::process::parent_id(); // window closes
+
+    assert_eq!(refs.status, 200);
+    assert!(pack.body.len() > 1_000_000, "a whole pack was served");
+}
+
+/// Thread creations between the two markers of an `strace -f` log.
+fn threads_created_in_window(log: &str) -> Vec<String> {
+    let mut inside = false;
+    let mut created = Vec::new();
+    for line in log.lines() {
+        if line.contains(&format!("{MARK}()")) {
+            inside = !inside;
+            continue;
+        }
+        let is_clone = line.contains("clone(") || line.contains("clone3(");
+        if inside && is_clone && line.contains("CLONE_THREAD") {
+            created.push(line.to_owned());
+        }
+    }
+    created
+}
+
+#[test]
+fn serving_a_clone_creates_no_thread() {
+    let have_strace = std::process::Command::new("strace").arg("-V").output().is_ok_and(|o| o.status.success());
+    if !have_strace {
+        assert!(std::env::var_os("CI").is_none(), "strace is required in CI (.ci/run installs it)");
+        eprintln!("strace is not installed: not counted");
+        return;
+    }
+    // Build the corpus first, outside the traced run.
+    corpus::ensure("linear", Hash::Sha1);
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let status = std::process::Command::new("strace")
+        .args(["-f", "-qq", "-e", &format!("trace=clone,clone3,{MARK}"), "-o"])
+        .arg(log.path())
+        .arg("--")
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "inner_serve_one_clone", "--ignored", "--test-threads=1", "-q"])
+        .status()
+        .unwrap();
+    assert!(status.success(), "the served clone failed under strace");
+    let log = std::fs::read_to_string(log.path()).unwrap();
+    assert_eq!(log.matches(&format!("{MARK}()")).count(), 2, "both window markers were seen");
+    let created = threads_created_in_window(&log);
+    assert!(created.is_empty(), "serving one clone created {} thread(s):\n{}", created.len(), created.join("\n"));
+}
+
+#[test]
+fn the_window_parser_counts_threads_and_not_processes() {
+    let log = "\
+10 clone3({flags=CLONE_VM|CLONE_THREAD|CLONE_SYSVSEM, exit_signal=0}, 88) = 11
+10 getppid() = 1
+10 clone3({flags=CLONE_VM|CLONE_FS|CLONE_THREAD|CLONE_SETTLS, exit_signal=0}, 88) = 12
+10 clone(child_stack=NULL, flags=CLONE_CHILD_SETTID|SIGCHLD) = 13
+10 getppid() = 1
+10 clone3({flags=CLONE_VM|CLONE_THREAD, exit_signal=0}, 88) = 14
+";
+    assert_eq!(threads_created_in_window(log).len(), 1);
+}
