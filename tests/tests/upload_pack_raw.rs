@@ -415,3 +415,36 @@ fn a_body_that_never_arrives_gets_408_after_the_io_timeout() {
     let head = String::from_utf8_lossy(&got[..n]);
     assert!(head.starts_with("HTTP/1.1 408"), "{head}");
 }
+
+#[test]
+fn transfers_beyond_the_limit_get_503_busy_and_the_slot_frees_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = big_fixture(tmp.path());
+    let server = serve_with(tmp.path(), |c| {
+        c.max_transfers = 1;
+        c.transfer_queue_wait = std::time::Duration::from_millis(200);
+        c.io_timeout = std::time::Duration::from_secs(2);
+        c.stream_window = 64 * 1024;
+    });
+    let head = git_out(&repo, &["rev-parse", "HEAD"]);
+    let body = v2_fetch(&[format!("want {head}\n")], &["ofs-delta", "no-progress", "done"]);
+    // Hold the only slot: a client that asks for the big pack and does not read it.
+    let mut holder = std::net::TcpStream::connect(server.addr).unwrap();
+    let request = format!(
+        "POST /big/git-upload-pack HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-git-upload-pack-request\r\nGit-Protocol: version=2\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    holder.write_all(request.as_bytes()).unwrap();
+    holder.write_all(&body).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let busy = post_to(server.addr, "big", &body, &[V2]);
+    assert_eq!(busy.status, 503, "{}", busy.text());
+    assert!(busy.text().contains("busy"));
+    assert_eq!(busy.header("retry-after"), Some("5"));
+    // The stalled holder is dropped after the I/O timeout; then the slot serves again.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let served = post_to(server.addr, "big", &body, &[V2]);
+    assert_eq!(served.status, 200);
+    assert!(served.body.len() > 16 << 20);
+    drop(holder);
+}

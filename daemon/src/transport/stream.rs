@@ -19,6 +19,9 @@ pub struct ChannelSink {
     /// How long the client may leave a frame unaccepted before the transfer is abandoned.
     stall_timeout: std::time::Duration,
     runtime: tokio::runtime::Handle,
+    /// Set once the client is gone or stalled: every later write fails at once instead of
+    /// waiting out the timeout again (an error message, the final frame…).
+    dead: bool,
 }
 
 /// The reading half, as an HTTP body.
@@ -39,6 +42,7 @@ pub fn pair(window: usize, stall_timeout: std::time::Duration) -> (ChannelSink, 
             window,
             stall_timeout,
             runtime: tokio::runtime::Handle::current(),
+            dead: false,
         },
         ChannelBody { rx },
     )
@@ -46,12 +50,17 @@ pub fn pair(window: usize, stall_timeout: std::time::Duration) -> (ChannelSink, 
 
 impl ChannelSink {
     fn send(&mut self, frame: Bytes) -> io::Result<()> {
-        let sent = self.runtime.block_on(tokio::time::timeout(self.stall_timeout, self.tx.send(frame)));
-        match sent {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) => Err(io::Error::new(io::ErrorKind::BrokenPipe, "client disconnected")),
-            Err(_) => Err(io::Error::new(io::ErrorKind::BrokenPipe, "client disconnected: stalled past the I/O timeout")),
+        if self.dead {
+            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "client disconnected"));
         }
+        let sent = self.runtime.block_on(tokio::time::timeout(self.stall_timeout, self.tx.send(frame)));
+        let failure = match sent {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(_)) => "client disconnected",
+            Err(_) => "client disconnected: stalled past the I/O timeout",
+        };
+        self.dead = true;
+        Err(io::Error::new(io::ErrorKind::BrokenPipe, failure))
     }
 
     /// Send what is buffered (the last, short frame).
@@ -66,6 +75,9 @@ impl ChannelSink {
 
 impl io::Write for ChannelSink {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.dead {
+            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "client disconnected"));
+        }
         self.buf.extend_from_slice(data);
         while self.buf.len() >= self.window {
             let frame = self.buf.split_to(self.window).freeze();
