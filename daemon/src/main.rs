@@ -35,6 +35,9 @@ struct Sizes {
     /// Upload-pack requests in flight before "busy, retry" [default: 2 × effective CPUs].
     #[arg(long, env = "GIXD_MAX_TRANSFERS")]
     max_transfers: Option<usize>,
+    /// Seconds a request waits for a transfer slot before "busy, retry" [default: 5].
+    #[arg(long, env = "GIXD_QUEUE_WAIT")]
+    queue_wait: Option<u64>,
 }
 
 impl Sizes {
@@ -51,6 +54,9 @@ impl Sizes {
         }
         if let Some(n) = self.blocking_threads {
             config.blocking_threads = n.max(config.max_transfers + 1);
+        }
+        if let Some(secs) = self.queue_wait {
+            config.transfer_queue_wait = std::time::Duration::from_secs(secs);
         }
         budget.describe(&config.sizes())
     }

@@ -240,3 +240,291 @@ pub fn clone(root: &Path, rounds: usize, repos: Vec<PathBuf>) -> Result<()> {
     println!("wrote {CLONE_RESULTS} ({} runs); render with `cargo xtask report`", runs.len());
     Ok(())
 }
+
+pub const WRITES_RESULTS: &str = "bench/results/writes.json";
+pub const RAMP_RESULTS: &str = "bench/results/ramp.json";
+
+/// A free TCP port on loopback (bound, then released).
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn wait_for_port(port: u16) -> Result<()> {
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    bail!("nothing listens on port {port}")
+}
+
+/// Attach `strace -f -c` to `pid` (and every process it forks) counting write-family calls;
+/// returns the strace child, once it is attached.
+fn strace_writes(pid: u32, out: &Path) -> Result<std::process::Child> {
+    let child = Command::new("strace")
+        .args(["-f", "-qq", "-c", "-U", "name,calls", "-e", "trace=write,writev,pwrite64,pwritev,sendto,sendmsg,sendmmsg", "-o"])
+        .arg(out)
+        .args(["-p", &pid.to_string()])
+        .spawn()
+        .context("strace (apt-get install strace)")?;
+    for _ in 0..200 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        if status.lines().any(|l| l.starts_with("TracerPid:") && l.split_whitespace().nth(1) != Some("0")) {
+            std::thread::sleep(std::time::Duration::from_millis(100)); // let -f reach every thread
+            return Ok(child);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    bail!("strace did not attach to {pid}")
+}
+
+fn stop_strace(mut child: std::process::Child, out: &Path) -> Result<u64> {
+    // SAFETY: sending SIGINT to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    child.wait()?;
+    let text = std::fs::read_to_string(out)?;
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            match (w.next(), w.next().map(str::parse::<u64>)) {
+                (Some(name), Some(Ok(calls))) if name != "total" => Some(calls),
+                _ => None,
+            }
+        })
+        .sum())
+}
+
+fn pack_bytes(clone: &Path) -> Result<u64> {
+    let mut total = 0;
+    for e in std::fs::read_dir(clone.join("objects/pack"))? {
+        let p = e?.path();
+        if p.extension().is_some_and(|e| e == "pack") {
+            total += std::fs::metadata(&p)?.len();
+        }
+    }
+    Ok(total)
+}
+
+fn corpus_dir(root: &Path) -> Result<PathBuf> {
+    let listing = output(Command::new("cargo").args(["run", "--release", "--quiet", "-p", "gixd-tests", "--bin", "corpus"]).current_dir(root))?;
+    Ok(PathBuf::from(listing.lines().next().and_then(|l| l.strip_prefix("corpus: ")).context("corpus dir")?))
+}
+
+/// One arm of the writes benchmark: a server process to attach to and the URL to clone.
+struct Arm {
+    name: &'static str,
+    server: std::process::Child,
+    url: String,
+}
+
+fn start_arms(root: &Path, base: &Path, repo: &str, scratch: &Path) -> Result<Vec<Arm>> {
+    let mut arms = Vec::new();
+    let port = free_port()?;
+    let gixd = Command::new(root.join("target/release/gixd"))
+        .args(["serve", "--export-all", "--listen", &format!("127.0.0.1:{port}"), "--base-path"])
+        .arg(base)
+        .env("GIXD_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()?;
+    wait_for_port(port)?;
+    arms.push(Arm { name: "gixd http", server: gixd, url: format!("http://127.0.0.1:{port}/{repo}") });
+
+    let port = free_port()?;
+    let conf = scratch.join("lighttpd.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "server.modules = (\"mod_alias\", \"mod_cgi\", \"mod_setenv\")\nserver.document-root = \"{s}\"\nserver.port = {port}\n\
+             server.bind = \"127.0.0.1\"\nserver.errorlog = \"{s}/lighttpd-error.log\"\n\
+             alias.url = ( \"/git\" => \"/usr/lib/git-core/git-http-backend\" )\n\
+             $HTTP[\"url\"] =~ \"^/git\" {{\n  cgi.assign = (\"\" => \"\")\n  setenv.add-environment = ( \"GIT_PROJECT_ROOT\" => \"{b}\", \"GIT_HTTP_EXPORT_ALL\" => \"\" )\n}}\n",
+            s = scratch.display(),
+            b = base.display()
+        ),
+    )?;
+    let lighttpd = Command::new("lighttpd").arg("-D").arg("-f").arg(&conf).spawn().context("lighttpd (apt-get install lighttpd)")?;
+    wait_for_port(port)?;
+    arms.push(Arm { name: "git http-backend (lighttpd)", server: lighttpd, url: format!("http://127.0.0.1:{port}/git/{repo}") });
+
+    let port = free_port()?;
+    // git-daemon itself, not the `git` wrapper: strace -p follows only processes forked after
+    // it attaches, and a wrapper's existing child would go uncounted (seen: 0 calls).
+    let exec_path = output(Command::new("git").arg("--exec-path"))?;
+    let daemon = Command::new(Path::new(&exec_path).join("git-daemon"))
+        .args(["--export-all", "--reuseaddr", "--listen=127.0.0.1", &format!("--port={port}")])
+        .arg(format!("--base-path={}", base.display()))
+        .spawn()?;
+    wait_for_port(port)?;
+    arms.push(Arm { name: "git daemon (git://)", server: daemon, url: format!("git://127.0.0.1:{port}/{repo}") });
+    Ok(arms)
+}
+
+/// Write-family syscalls per clone, per arm: every process of the serving side counted.
+pub fn writes(root: &Path, rounds: usize) -> Result<()> {
+    let status = Command::new("cargo").args(["build", "--release", "--quiet", "-p", "gixd"]).current_dir(root).status()?;
+    if !status.success() {
+        bail!("building gixd failed");
+    }
+    let base = corpus_dir(root)?;
+    let repo = "linear-sha1.git";
+    let scratch = crate::tree::Scratch::new("bench-writes")?;
+    let mut arms = start_arms(root, &base, repo, &scratch.0)?;
+    let conditions = serde_json::json!({
+        "commit": output(Command::new("git").args(["rev-parse", "HEAD"]).current_dir(root))?,
+        "date": crate::today()?,
+        "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "loadavg_start": loadavg(),
+        "git": output(Command::new("git").arg("--version"))?,
+        "lighttpd": output(Command::new("lighttpd").arg("-v")).unwrap_or_default(),
+        "repo": repo,
+        "objects": output(Command::new("git").args(["rev-list", "--objects", "--all", "--count"]).current_dir(base.join(repo)))?,
+        "rounds": rounds,
+    });
+    let mut runs = Vec::new();
+    for round in 0..rounds {
+        let mut order: Vec<usize> = (0..arms.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let arm = &arms[i];
+            let summary = scratch.0.join("strace.txt");
+            let tracer = strace_writes(arm.server.id(), &summary)?;
+            let dest = scratch.0.join(format!("clone-{round}-{i}"));
+            let status = Command::new("git").args(["-c", "protocol.version=2", "clone", "-q", "--mirror", &arm.url]).arg(&dest).status()?;
+            let calls = stop_strace(tracer, &summary)?;
+            if !status.success() {
+                bail!("clone from {} failed: the run is aborted, not scored", arm.name);
+            }
+            if calls == 0 {
+                bail!("strace counted no write for {}: the instrument is blind, the run is aborted", arm.name);
+            }
+            let bytes = pack_bytes(&dest)?;
+            std::fs::remove_dir_all(&dest)?;
+            runs.push(serde_json::json!({ "arm": arm.name, "round": round, "write_calls": calls, "pack_bytes": bytes }));
+        }
+        eprint!(".");
+    }
+    eprintln!();
+    for arm in &mut arms {
+        let _ = arm.server.kill();
+        let _ = arm.server.wait();
+    }
+    let mut conditions = conditions;
+    conditions["loadavg_end"] = loadavg().into();
+    let doc = serde_json::json!({ "conditions": conditions, "runs": runs });
+    std::fs::write(root.join(WRITES_RESULTS), serde_json::to_string_pretty(&doc)? + "\n")?;
+    println!("wrote {WRITES_RESULTS} ({} runs); render with `cargo xtask report`", runs.len());
+    Ok(())
+}
+
+/// Server CPU per clone at 1…32 concurrent clients, with gixd under a CFS quota without a
+/// cpuset (cgroup v1 `cpu`, 1 CPU of quota over all CPUs) and pinned to one CPU with no quota.
+pub fn ramp(root: &Path, rounds: usize, rungs: Vec<usize>) -> Result<()> {
+    let status = Command::new("cargo").args(["build", "--release", "--quiet", "-p", "gixd"]).current_dir(root).status()?;
+    if !status.success() {
+        bail!("building gixd failed");
+    }
+    let base = corpus_dir(root)?;
+    let repo = "linear-sha1.git";
+    let cgroup = PathBuf::from("/sys/fs/cgroup/cpu/gixd-bench-ramp");
+    std::fs::create_dir_all(&cgroup).context("a writable cgroup v1 cpu controller (root, /sys/fs/cgroup/cpu)")?;
+    std::fs::write(cgroup.join("cpu.cfs_period_us"), "100000")?;
+    std::fs::write(cgroup.join("cpu.cfs_quota_us"), "100000")?;
+    let gixd = root.join("target/release/gixd");
+    let start = |arm: &str| -> Result<(std::process::Child, u16)> {
+        let port = free_port()?;
+        let serve = format!(
+            "exec {} serve --export-all --listen 127.0.0.1:{port} --queue-wait 600 --base-path {}",
+            gixd.display(),
+            base.display()
+        );
+        let script = match arm {
+            // The cgroup's quota, every CPU of the machine: the deployment this is about.
+            "quota" => format!("echo $$ > {}/cgroup.procs && {serve}", cgroup.display()),
+            _ => format!("exec taskset -c 0 sh -c '{serve}'"),
+        };
+        let child = Command::new("sh").args(["-c", &script]).env("GIXD_LOG", "warn").stdout(std::process::Stdio::null()).spawn()?;
+        wait_for_port(port)?;
+        Ok((child, port))
+    };
+    // Limits read back from the kernel, not from what was asked.
+    let readback = serde_json::json!({
+        "quota_us": std::fs::read_to_string(cgroup.join("cpu.cfs_quota_us"))?.trim(),
+        "period_us": std::fs::read_to_string(cgroup.join("cpu.cfs_period_us"))?.trim(),
+    });
+    let mut servers = Vec::new();
+    for arm in ["quota", "pinned"] {
+        let (child, port) = start(arm)?;
+        let pid = child.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let allowed = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).unwrap_or("").to_owned();
+        servers.push((arm, child, port, allowed));
+    }
+    let conditions = serde_json::json!({
+        "commit": output(Command::new("git").args(["rev-parse", "HEAD"]).current_dir(root))?,
+        "date": crate::today()?,
+        "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "loadavg_start": loadavg(),
+        "git": output(Command::new("git").arg("--version"))?,
+        "repo": repo,
+        "cgroup_readback": readback,
+        "affinity": servers.iter().map(|(a, _, _, allowed)| format!("{a}: {allowed}")).collect::<Vec<_>>(),
+        "rounds": rounds,
+    });
+    let scratch = crate::tree::Scratch::new("bench-ramp")?;
+    let mut runs = Vec::new();
+    for &clients in &rungs {
+        for round in 0..rounds {
+            let mut order: Vec<usize> = (0..servers.len()).collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for i in order {
+                let (arm, child, port, _) = &servers[i];
+                let pid = child.id();
+                // The pinned arm's `sh` execs taskset, which execs gixd: same pid throughout.
+                let before = proc_cpu_us(pid)?;
+                let started = std::time::Instant::now();
+                let clones: Vec<_> = (0..clients)
+                    .map(|c| {
+                        let dest = scratch.0.join(format!("{arm}-{clients}-{round}-{c}"));
+                        Command::new("git")
+                            .args(["-c", "protocol.version=2", "clone", "-q", "--mirror"])
+                            .arg(format!("http://127.0.0.1:{port}/{repo}"))
+                            .arg(&dest)
+                            .spawn()
+                            .map(|child| (child, dest))
+                    })
+                    .collect::<std::io::Result<_>>()?;
+                for (mut child, dest) in clones {
+                    if !child.wait()?.success() {
+                        bail!("a client failed ({arm}, {clients} clients): the run is aborted, not scored");
+                    }
+                    std::fs::remove_dir_all(dest)?;
+                }
+                let wall = started.elapsed();
+                let cpu = proc_cpu_us(pid)? - before;
+                runs.push(serde_json::json!({
+                    "arm": arm, "clients": clients, "round": round,
+                    "server_cpu_us": cpu, "cpu_per_clone_us": cpu / clients as i64, "wall_ms": wall.as_millis() as u64,
+                }));
+            }
+        }
+        eprint!("{clients} ");
+    }
+    eprintln!();
+    for (_, child, _, _) in &mut servers {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = std::fs::remove_dir(&cgroup);
+    let mut conditions = conditions;
+    conditions["loadavg_end"] = loadavg().into();
+    let doc = serde_json::json!({ "conditions": conditions, "runs": runs });
+    std::fs::write(root.join(RAMP_RESULTS), serde_json::to_string_pretty(&doc)? + "\n")?;
+    println!("wrote {RAMP_RESULTS} ({} runs); render with `cargo xtask report`", runs.len());
+    Ok(())
+}

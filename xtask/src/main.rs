@@ -73,6 +73,18 @@ enum BenchCmd {
         #[arg(long)]
         repo: Vec<PathBuf>,
     },
+    /// Write-family syscalls per clone: gixd over HTTP vs git http-backend (lighttpd) and git daemon.
+    Writes {
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// Server CPU per clone at 1…32 concurrent clients, under a CPU quota and pinned.
+    Ramp {
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32")]
+        clients: Vec<usize>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -127,6 +139,8 @@ fn run(cli: Cli) -> Result<()> {
         Top::Bench { command: BenchCmd::Patches { rounds } } => bench::patches(&root, rounds),
         Top::Bench { command: BenchCmd::Clone { rounds, repo } } => bench::clone(&root, rounds, repo),
         Top::Rusage { out, command } => bench::rusage(&out, &command),
+        Top::Bench { command: BenchCmd::Writes { rounds } } => bench::writes(&root, rounds),
+        Top::Bench { command: BenchCmd::Ramp { rounds, clients } } => bench::ramp(&root, rounds, clients),
         Top::Report { check } => report::run(&root, check),
         Top::Moved => {
             let moved = moved_snapshots(&root)?;

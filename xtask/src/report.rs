@@ -12,6 +12,8 @@ const TARGETS: &[(&str, &str)] = &[
     ("upstream/serial-stepwise.md", "patch-costs"),
     ("upstream/delta-base-inclusion.md", "patch-costs"),
     ("bench/README.md", "clone-cost"),
+    ("bench/README.md", "writes"),
+    ("bench/README.md", "ramp"),
 ];
 
 pub fn run(root: &Path, check: bool) -> Result<()> {
@@ -20,6 +22,8 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
         let rendered = match *block {
             "patch-costs" => patch_costs(root)?,
             "clone-cost" => clone_cost(root)?,
+            "writes" => writes(root)?,
+            "ramp" => ramp(root)?,
             other => bail!("no renderer for block {other}"),
         };
         let path = root.join(doc);
@@ -158,6 +162,78 @@ fn clone_cost(root: &Path) -> Result<String> {
             "| {repo} | {objects} | {cg:.1} | {ct:.1} | {} | {rg:.1} | {rt:.1} | {} |\n",
             ratio(ct, cg),
             ratio(rt, rg)
+        ));
+    }
+    Ok(out)
+}
+
+fn conditions_line(c: &Value, command: &str) -> String {
+    format!(
+        "Measured by `{command}` ({} rounds, arms alternated, order swapped each round), commit {}, {}, {} CPUs, load {} → {}, {}.",
+        c["rounds"],
+        c["commit"].as_str().unwrap_or("?").get(..10).unwrap_or("?"),
+        c["date"].as_str().unwrap_or("?"),
+        c["nproc"],
+        c["loadavg_start"].as_str().unwrap_or("?"),
+        c["loadavg_end"].as_str().unwrap_or("?"),
+        c["git"].as_str().unwrap_or("?"),
+    )
+}
+
+fn writes(root: &Path) -> Result<String> {
+    let Ok(text) = std::fs::read_to_string(root.join(crate::bench::WRITES_RESULTS)) else {
+        return Ok(format!("NOT MEASURED: no {}. Run `cargo xtask bench writes`.\n", crate::bench::WRITES_RESULTS));
+    };
+    let doc: Value = serde_json::from_str(&text)?;
+    let runs = doc["runs"].as_array().context("runs")?;
+    let c = &doc["conditions"];
+    let mut out = conditions_line(c, "cargo xtask bench writes");
+    out.push_str(&format!(
+        " Repository {} ({} objects); clone with protocol v2; every write-family syscall of the serving process tree (strace -f -c).\n\n",
+        c["repo"].as_str().unwrap_or("?"),
+        c["objects"].as_str().unwrap_or("?")
+    ));
+    out.push_str("| arm | write calls per clone (median) | pack bytes | calls ÷ (bytes / 65516) |\n|---|---|---|---|\n");
+    let mut arms: Vec<&str> = runs.iter().filter_map(|r| r["arm"].as_str()).collect();
+    arms.sort();
+    arms.dedup();
+    arms.sort_by_key(|a| !a.starts_with("gixd"));
+    for arm in arms {
+        let of = |key: &str| median(runs.iter().filter(|r| r["arm"] == arm).filter_map(|r| r[key].as_f64()).collect());
+        let (calls, bytes) = (of("write_calls"), of("pack_bytes"));
+        out.push_str(&format!("| {arm} | {calls:.0} | {bytes:.0} | {:.2} |\n", calls / (bytes / 65516.0)));
+    }
+    out.push_str("| gixd git:// | NOT MEASURED: gixd has no git:// transport yet | | |\n");
+    Ok(out)
+}
+
+fn ramp(root: &Path) -> Result<String> {
+    let Ok(text) = std::fs::read_to_string(root.join(crate::bench::RAMP_RESULTS)) else {
+        return Ok(format!("NOT MEASURED: no {}. Run `cargo xtask bench ramp` (root, cgroup v1 cpu).\n", crate::bench::RAMP_RESULTS));
+    };
+    let doc: Value = serde_json::from_str(&text)?;
+    let runs = doc["runs"].as_array().context("runs")?;
+    let c = &doc["conditions"];
+    let mut out = conditions_line(c, "cargo xtask bench ramp");
+    out.push_str(&format!(
+        " Repository {}; clones with protocol v2 over HTTP. Kernel read-back: quota {} µs per {} µs; {}.\n\n",
+        c["repo"].as_str().unwrap_or("?"),
+        c["cgroup_readback"]["quota_us"].as_str().unwrap_or("?"),
+        c["cgroup_readback"]["period_us"].as_str().unwrap_or("?"),
+        c["affinity"].as_array().map(|a| a.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join("; ")).unwrap_or_default(),
+    ));
+    out.push_str("| concurrent clients | server CPU per clone, quota without cpuset (ms) | ÷ 1 client | pinned to 1 CPU (ms) | ÷ 1 client |\n|---|---|---|---|---|\n");
+    let mut rungs: Vec<u64> = runs.iter().filter_map(|r| r["clients"].as_u64()).collect();
+    rungs.sort();
+    rungs.dedup();
+    let per = |arm: &str, n: u64| median(runs.iter().filter(|r| r["arm"] == arm && r["clients"] == n).filter_map(|r| r["cpu_per_clone_us"].as_f64()).collect()) / 1000.0;
+    let first = rungs.first().copied().unwrap_or(1);
+    for n in &rungs {
+        let (q, p) = (per("quota", *n), per("pinned", *n));
+        out.push_str(&format!(
+            "| {n} | {q:.1} | {} | {p:.1} | {} |\n",
+            ratio(per("quota", first), q),
+            ratio(per("pinned", first), p)
         ));
     }
     Ok(out)
