@@ -7,9 +7,19 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use gixd::config::{Config, Exports};
 
+/// `gixd --version`: ours, gitoxide's, and the patches built in.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (gix ",
+    env!("GIXD_GIX_VERSION"),
+    "; patches: ",
+    env!("GIXD_PATCHES"),
+    ")"
+);
+
 /// A git server on gitoxide.
 #[derive(Parser)]
-#[command(name = "gixd", version)]
+#[command(name = "gixd", version = VERSION)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -5,6 +5,7 @@
 //! - `vendor/<crate>/` is pristine + that crate's patches, reached through `[patch.crates-io]`.
 //! - pristine sources come through cargo itself (`tree::pristine`), cached in `target/xtask/`.
 
+mod appliance;
 mod bench;
 mod queue;
 mod report;
@@ -38,6 +39,9 @@ enum Top {
     },
     /// Build the deterministic corpus (target/corpus/) and list it with object counts.
     Corpus,
+    /// Build gixd twice from the committed tree, check both binaries are identical, and pack the
+    /// reproducible appliance tarball (target/appliance/).
+    Appliance,
     /// Run a command and write the CPU and peak RSS of it and its descendants to a file
     /// (the git arm of `bench clone` wraps git-upload-pack with it).
     #[command(hide = true)]
@@ -152,6 +156,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Top::Appliance => appliance::build(&root),
         Top::Corpus => {
             let status = Command::new("cargo")
                 .args(["run", "--release", "--quiet", "-p", "gixd-tests", "--bin", "corpus"])
