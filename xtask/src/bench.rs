@@ -44,6 +44,49 @@ fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8(out.stdout)?.trim().to_owned())
 }
 
+/// What every benchmark records about the run: commit, date, CPUs, load at start, git.
+/// `extra` adds the benchmark's own fields; `loadavg_end` is added by [`finish`].
+fn conditions(root: &Path, extra: serde_json::Value) -> Result<serde_json::Value> {
+    let mut c = serde_json::json!({
+        "commit": output(Command::new("git").args(["rev-parse", "HEAD"]).current_dir(root))?,
+        "date": crate::today()?,
+        "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "loadavg_start": loadavg(),
+        "git": output(Command::new("git").arg("--version"))?,
+    });
+    if let (Some(c), Some(extra)) = (c.as_object_mut(), extra.as_object()) {
+        c.extend(extra.clone());
+    }
+    Ok(c)
+}
+
+/// Store the runs with their conditions (and the load at the end) in `results`.
+fn finish(root: &Path, results: &str, mut conditions: serde_json::Value, runs: Vec<serde_json::Value>) -> Result<()> {
+    conditions["loadavg_end"] = loadavg().into();
+    let doc = serde_json::json!({ "conditions": conditions, "runs": runs });
+    std::fs::create_dir_all(root.join("bench/results"))?;
+    std::fs::write(root.join(results), serde_json::to_string_pretty(&doc)? + "\n")?;
+    println!("wrote {results} ({} runs); render with `cargo xtask report`", doc["runs"].as_array().map_or(0, Vec::len));
+    Ok(())
+}
+
+/// The arms' order in `round`: as given, reversed every other round.
+fn round_order(arms: usize, round: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..arms).collect();
+    if round % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
+fn build_gixd(root: &Path) -> Result<PathBuf> {
+    let status = Command::new("cargo").args(["build", "--release", "--quiet", "-p", "gixd"]).current_dir(root).status()?;
+    if !status.success() {
+        bail!("building gixd failed");
+    }
+    Ok(root.join("target/release/gixd"))
+}
+
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
@@ -62,24 +105,15 @@ pub fn patches(root: &Path, rounds: usize) -> Result<()> {
             bail!("building the fixture failed");
         }
     }
-    let conditions = serde_json::json!({
-        "commit": output(Command::new("git").args(["rev-parse", "HEAD"]).current_dir(root))?,
-        "date": crate::today()?,
-        "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        "loadavg_start": loadavg(),
-        "git": output(Command::new("git").arg("--version"))?,
+    let conditions = conditions(root, serde_json::json!({
         "rustc": output(Command::new("rustc").arg("--version"))?,
         "queue": queue.patches.iter().map(|p| format!("{} ({} {})", p.file, p.krate, p.version)).collect::<Vec<_>>(),
         "rev": "main",
         "rounds": rounds,
-    });
+    }))?;
     let mut runs = Vec::new();
     for round in 0..rounds {
-        let mut order: Vec<usize> = (0..arms.len()).collect();
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for i in order {
+        for i in round_order(arms.len(), round) {
             let line = output(Command::new(&bins[i]).args(["measure", "--repo"]).arg(&fixture).args(["--rev", "main", "--arm", arms[i]]))?;
             let mut row: serde_json::Value = serde_json::from_str(&line).with_context(|| format!("bench output: {line}"))?;
             row["round"] = round.into();
@@ -88,13 +122,7 @@ pub fn patches(root: &Path, rounds: usize) -> Result<()> {
         eprint!(".");
     }
     eprintln!();
-    let mut conditions = conditions;
-    conditions["loadavg_end"] = loadavg().into();
-    let doc = serde_json::json!({ "conditions": conditions, "runs": runs });
-    std::fs::create_dir_all(root.join("bench/results"))?;
-    std::fs::write(root.join(RESULTS), serde_json::to_string_pretty(&doc)? + "\n")?;
-    println!("wrote {RESULTS} ({} runs); render with `cargo xtask report`", runs.len());
-    Ok(())
+    finish(root, RESULTS, conditions, runs)
 }
 
 pub const CLONE_RESULTS: &str = "bench/results/clone-cost.json";
@@ -183,41 +211,27 @@ fn clone_git(xtask: &Path, repo: &Path, dest: &Path, scratch: &Path) -> Result<(
 }
 
 pub fn clone(root: &Path, rounds: usize, repos: Vec<PathBuf>) -> Result<()> {
-    let status = Command::new("cargo").args(["build", "--release", "--quiet", "-p", "gixd"]).current_dir(root).status()?;
-    if !status.success() {
-        bail!("building gixd failed");
-    }
-    let gixd = root.join("target/release/gixd");
+    let gixd = build_gixd(root)?;
     let repos = if repos.is_empty() {
-        let listing = output(Command::new("cargo").args(["run", "--release", "--quiet", "-p", "gixd-tests", "--bin", "corpus"]).current_dir(root))?;
-        let dir = PathBuf::from(listing.lines().next().and_then(|l| l.strip_prefix("corpus: ")).context("corpus dir")?);
+        let dir = corpus_dir(root)?;
         vec![dir.join("linear-sha1.git"), dir.join("wide-sha1.git")]
     } else {
         repos.into_iter().map(|r| r.canonicalize()).collect::<std::io::Result<_>>()?
     };
     let xtask = std::env::current_exe()?;
     let scratch = crate::tree::Scratch::new("bench-clone")?;
-    let conditions = serde_json::json!({
-        "commit": output(Command::new("git").args(["rev-parse", "HEAD"]).current_dir(root))?,
-        "date": crate::today()?,
-        "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        "loadavg_start": loadavg(),
-        "git": output(Command::new("git").arg("--version"))?,
+    let conditions = conditions(root, serde_json::json!({
         "rounds": rounds,
         "gixd": "release build, HTTP, protocol v2, fresh process per clone",
         "git_arm": "git upload-pack over file:// (protocol v2), with the pack-objects it runs",
-    });
+    }))?;
     let mut runs = Vec::new();
     for repo in &repos {
         let base = repo.parent().context("repo parent")?;
         let name = repo.file_name().context("repo name")?.to_string_lossy().into_owned();
         let objects = output(Command::new("git").args(["rev-list", "--objects", "--all", "--count"]).current_dir(repo))?;
         for round in 0..rounds {
-            let mut arms = vec!["gixd", "git"];
-            if round % 2 == 1 {
-                arms.reverse();
-            }
-            for arm in arms {
+            for arm in round_order(2, round).into_iter().map(|i| ["gixd", "git"][i]) {
                 let dest = scratch.0.join(format!("{arm}-{round}"));
                 let (cpu_us, peak_rss_kb) = match arm {
                     "gixd" => clone_gixd(&gixd, base, &name, &dest)?,
@@ -233,12 +247,7 @@ pub fn clone(root: &Path, rounds: usize, repos: Vec<PathBuf>) -> Result<()> {
         }
     }
     eprintln!();
-    let mut conditions = conditions;
-    conditions["loadavg_end"] = loadavg().into();
-    let doc = serde_json::json!({ "conditions": conditions, "runs": runs });
-    std::fs::write(root.join(CLONE_RESULTS), serde_json::to_string_pretty(&doc)? + "\n")?;
-    println!("wrote {CLONE_RESULTS} ({} runs); render with `cargo xtask report`", runs.len());
-    Ok(())
+    finish(root, CLONE_RESULTS, conditions, runs)
 }
 
 pub const WRITES_RESULTS: &str = "bench/results/writes.json";
@@ -363,32 +372,20 @@ fn start_arms(root: &Path, base: &Path, repo: &str, scratch: &Path) -> Result<Ve
 
 /// Write-family syscalls per clone, per arm: every process of the serving side counted.
 pub fn writes(root: &Path, rounds: usize) -> Result<()> {
-    let status = Command::new("cargo").args(["build", "--release", "--quiet", "-p", "gixd"]).current_dir(root).status()?;
-    if !status.success() {
-        bail!("building gixd failed");
-    }
+    build_gixd(root)?;
     let base = corpus_dir(root)?;
     let repo = "linear-sha1.git";
     let scratch = crate::tree::Scratch::new("bench-writes")?;
     let mut arms = start_arms(root, &base, repo, &scratch.0)?;
-    let conditions = serde_json::json!({
-        "commit": output(Command::new("git").args(["rev-parse", "HEAD"]).current_dir(root))?,
-        "date": crate::today()?,
-        "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        "loadavg_start": loadavg(),
-        "git": output(Command::new("git").arg("--version"))?,
+    let conditions = conditions(root, serde_json::json!({
         "lighttpd": output(Command::new("lighttpd").arg("-v")).unwrap_or_default(),
         "repo": repo,
         "objects": output(Command::new("git").args(["rev-list", "--objects", "--all", "--count"]).current_dir(base.join(repo)))?,
         "rounds": rounds,
-    });
+    }))?;
     let mut runs = Vec::new();
     for round in 0..rounds {
-        let mut order: Vec<usize> = (0..arms.len()).collect();
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for i in order {
+        for i in round_order(arms.len(), round) {
             let arm = &arms[i];
             let summary = scratch.0.join("strace.txt");
             let tracer = strace_writes(arm.server.id(), &summary)?;
@@ -412,28 +409,19 @@ pub fn writes(root: &Path, rounds: usize) -> Result<()> {
         let _ = arm.server.kill();
         let _ = arm.server.wait();
     }
-    let mut conditions = conditions;
-    conditions["loadavg_end"] = loadavg().into();
-    let doc = serde_json::json!({ "conditions": conditions, "runs": runs });
-    std::fs::write(root.join(WRITES_RESULTS), serde_json::to_string_pretty(&doc)? + "\n")?;
-    println!("wrote {WRITES_RESULTS} ({} runs); render with `cargo xtask report`", runs.len());
-    Ok(())
+    finish(root, WRITES_RESULTS, conditions, runs)
 }
 
 /// Server CPU per clone at 1…32 concurrent clients, with gixd under a CFS quota without a
 /// cpuset (cgroup v1 `cpu`, 1 CPU of quota over all CPUs) and pinned to one CPU with no quota.
 pub fn ramp(root: &Path, rounds: usize, rungs: Vec<usize>) -> Result<()> {
-    let status = Command::new("cargo").args(["build", "--release", "--quiet", "-p", "gixd"]).current_dir(root).status()?;
-    if !status.success() {
-        bail!("building gixd failed");
-    }
+    let gixd = build_gixd(root)?;
     let base = corpus_dir(root)?;
     let repo = "linear-sha1.git";
     let cgroup = PathBuf::from("/sys/fs/cgroup/cpu/gixd-bench-ramp");
     std::fs::create_dir_all(&cgroup).context("a writable cgroup v1 cpu controller (root, /sys/fs/cgroup/cpu)")?;
     std::fs::write(cgroup.join("cpu.cfs_period_us"), "100000")?;
     std::fs::write(cgroup.join("cpu.cfs_quota_us"), "100000")?;
-    let gixd = root.join("target/release/gixd");
     let start = |arm: &str| -> Result<(std::process::Child, u16)> {
         let port = free_port()?;
         let serve = format!(
@@ -463,26 +451,17 @@ pub fn ramp(root: &Path, rounds: usize, rungs: Vec<usize>) -> Result<()> {
         let allowed = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).unwrap_or("").to_owned();
         servers.push((arm, child, port, allowed));
     }
-    let conditions = serde_json::json!({
-        "commit": output(Command::new("git").args(["rev-parse", "HEAD"]).current_dir(root))?,
-        "date": crate::today()?,
-        "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        "loadavg_start": loadavg(),
-        "git": output(Command::new("git").arg("--version"))?,
+    let conditions = conditions(root, serde_json::json!({
         "repo": repo,
         "cgroup_readback": readback,
         "affinity": servers.iter().map(|(a, _, _, allowed)| format!("{a}: {allowed}")).collect::<Vec<_>>(),
         "rounds": rounds,
-    });
+    }))?;
     let scratch = crate::tree::Scratch::new("bench-ramp")?;
     let mut runs = Vec::new();
     for &clients in &rungs {
         for round in 0..rounds {
-            let mut order: Vec<usize> = (0..servers.len()).collect();
-            if round % 2 == 1 {
-                order.reverse();
-            }
-            for i in order {
+            for i in round_order(servers.len(), round) {
                 let (arm, child, port, _) = &servers[i];
                 let pid = child.id();
                 // The pinned arm's `sh` execs taskset, which execs gixd: same pid throughout.
@@ -521,10 +500,5 @@ pub fn ramp(root: &Path, rounds: usize, rungs: Vec<usize>) -> Result<()> {
         let _ = child.wait();
     }
     let _ = std::fs::remove_dir(&cgroup);
-    let mut conditions = conditions;
-    conditions["loadavg_end"] = loadavg().into();
-    let doc = serde_json::json!({ "conditions": conditions, "runs": runs });
-    std::fs::write(root.join(RAMP_RESULTS), serde_json::to_string_pretty(&doc)? + "\n")?;
-    println!("wrote {RAMP_RESULTS} ({} runs); render with `cargo xtask report`", runs.len());
-    Ok(())
+    finish(root, RAMP_RESULTS, conditions, runs)
 }

@@ -89,18 +89,9 @@ fn patch_costs(root: &Path) -> Result<String> {
     let (stock, patched) = (arm("stock"), arm("patched"));
     let c = &doc["conditions"];
     let ms = |runs: &[&Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect()) / 1000.0;
-    let mut out = String::new();
+    let mut out = conditions_line(c, "cargo xtask bench patches");
     out.push_str(&format!(
-        "Measured by `cargo xtask bench patches` ({} rounds, arms alternated and order swapped each round), \
-         commit {}, {}, {} CPUs, load {} → {}, {}, {}. Fixture: the deterministic `patch-costs` repository \
-         (bench/patch-costs), pack of `{}`'s objects with `thread_limit: Some(1)`.\n\n",
-        c["rounds"],
-        c["commit"].as_str().unwrap_or("?").get(..10).unwrap_or("?"),
-        c["date"].as_str().unwrap_or("?"),
-        c["nproc"],
-        c["loadavg_start"].as_str().unwrap_or("?"),
-        c["loadavg_end"].as_str().unwrap_or("?"),
-        c["git"].as_str().unwrap_or("?"),
+        " {}. Fixture: the deterministic `patch-costs` repository (bench/patch-costs), pack of `{}`'s objects with `thread_limit: Some(1)`.\n\n",
         c["rustc"].as_str().unwrap_or("?"),
         c["rev"].as_str().unwrap_or("?"),
     ));
@@ -135,19 +126,12 @@ fn clone_cost(root: &Path) -> Result<String> {
     let doc: Value = serde_json::from_str(&text)?;
     let runs = doc["runs"].as_array().context("runs")?;
     let c = &doc["conditions"];
-    let mut out = format!(
-        "Measured by `cargo xtask bench clone` ({} rounds per repository, arms alternated, order swapped each round), \
-         commit {}, {}, {} CPUs, load {} → {}, {}. gixd: {}. git: {}. Medians.\n\n",
-        c["rounds"],
-        c["commit"].as_str().unwrap_or("?").get(..10).unwrap_or("?"),
-        c["date"].as_str().unwrap_or("?"),
-        c["nproc"],
-        c["loadavg_start"].as_str().unwrap_or("?"),
-        c["loadavg_end"].as_str().unwrap_or("?"),
-        c["git"].as_str().unwrap_or("?"),
+    let mut out = conditions_line(c, "cargo xtask bench clone");
+    out.push_str(&format!(
+        " gixd: {}. git: {}. Medians per repository.\n\n",
         c["gixd"].as_str().unwrap_or("?"),
         c["git_arm"].as_str().unwrap_or("?"),
-    );
+    ));
     out.push_str("| repository | objects | server CPU per clone, gixd (ms) | git (ms) | gixd ÷ git | peak RSS, gixd (MiB) | git (MiB) | gixd ÷ git |\n|---|---|---|---|---|---|---|---|\n");
     let mut repos: Vec<&str> = runs.iter().filter_map(|r| r["repo"].as_str()).collect();
     repos.dedup();
