@@ -19,6 +19,36 @@ pub fn parse_oid(hex: &str, kind: gix_hash::Kind) -> Result<ObjectId, ProtocolEr
     }
 }
 
+/// The object format a client named must be the repository's.
+pub fn check_object_format(asked: &str, ours: gix_hash::Kind) -> Result<(), ProtocolError> {
+    let ours = super::v0::hash_name(ours);
+    if asked == ours {
+        Ok(())
+    } else {
+        Err(ProtocolError::ObjectFormat {
+            asked: asked.chars().take(32).collect(),
+            ours: ours.into(),
+        })
+    }
+}
+
+/// Record one more `have`, refusing the one past `max_haves`.
+pub fn push_have(haves: &mut Vec<ObjectId>, hex: &str, hash: gix_hash::Kind, max_haves: usize) -> Result<(), ProtocolError> {
+    if haves.len() >= max_haves {
+        return Err(ProtocolError::TooMany { what: "have", limit: max_haves });
+    }
+    haves.push(parse_oid(hex, hash)?);
+    Ok(())
+}
+
+/// Answer `err` with an `ERR` line (nothing else was written yet) and return it.
+pub fn reply_err<T>(out: &mut dyn Write, err: ServeError) -> Result<T, ServeError> {
+    let mut w = crate::protocol::pkt::Writer::new();
+    w.err(&err.to_string());
+    out.write_all(&w.buf)?;
+    Err(err)
+}
+
 /// Every want must be what a ref points at (git's rule without want-by-oid options).
 pub fn check_wants(refs: &RefSnapshot, wants: &[ObjectId], max_wants: usize) -> Result<(), ProtocolError> {
     if wants.len() > max_wants {

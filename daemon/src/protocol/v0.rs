@@ -106,15 +106,7 @@ impl ClientCaps {
                 "no-progress" => caps.no_progress = true,
                 "include-tag" => caps.include_tag = true,
                 w if w.starts_with("agent=") || w.starts_with("session-id=") => {}
-                w if w.starts_with("object-format=") => {
-                    let asked = &w["object-format=".len()..];
-                    if asked != hash_name(hash) {
-                        return Err(ProtocolError::ObjectFormat {
-                            asked: asked.into(),
-                            ours: hash_name(hash).into(),
-                        });
-                    }
-                }
+                w if w.starts_with("object-format=") => upload::check_object_format(&w["object-format=".len()..], hash)?,
                 other => return Err(ProtocolError::UnknownCapability(other.to_owned())),
             }
         }
@@ -194,10 +186,7 @@ pub fn parse(lines: &[Line<'_>], hash: gix_hash::Kind, max_haves: usize) -> Resu
                     req.done = true;
                     ended = true;
                 } else if let Some(hex) = text.strip_prefix("have ") {
-                    if req.haves.len() >= max_haves {
-                        return Err(ProtocolError::TooMany { what: "have", limit: max_haves });
-                    }
-                    req.haves.push(upload::parse_oid(hex, hash)?);
+                    upload::push_have(&mut req.haves, hex, hash, max_haves)?;
                 } else {
                     return Err(ProtocolError::Unexpected(text.chars().take(100).collect()));
                 }
@@ -220,9 +209,8 @@ pub fn upload_pack<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Resu
     let result = negotiate(ctx, &repo, &refs, body, &mut w);
     match result {
         Err(err) => {
-            w.err(&err.to_string());
-            out.write_all(&w.buf)?;
-            Err(err)
+            out.write_all(&w.buf)?; // acknowledgements written before the failure
+            upload::reply_err(&mut out, err)
         }
         Ok(None) => {
             out.write_all(&w.buf)?;

@@ -96,14 +96,7 @@ pub fn serve<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<Opt
                     let (key, value) = text.split_once('=').unwrap_or((text, ""));
                     match key {
                         "agent" | "server-option" | "session-id" => {}
-                        "object-format" if value == hash_name(refs.object_hash) => {}
-                        "object-format" => {
-                            return Err(ProtocolError::ObjectFormat {
-                                asked: value.into(),
-                                ours: hash_name(refs.object_hash).into(),
-                            }
-                            .into());
-                        }
+                        "object-format" => upload::check_object_format(value, refs.object_hash)?,
                         other => return Err(ProtocolError::UnknownCapability(other.chars().take(64).collect()).into()),
                     }
                 }
@@ -129,12 +122,7 @@ pub fn serve<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<Opt
     match run() {
         Ok(None) => Ok(None),
         Ok(Some((command, args))) => command(ctx, &repo, &refs, &args, &mut out),
-        Err(err) => {
-            let mut w = pkt::Writer::new();
-            w.err(&err.to_string());
-            out.write_all(&w.buf)?;
-            Err(err)
-        }
+        Err(err) => upload::reply_err(&mut out, err),
     }
 }
 
@@ -145,14 +133,6 @@ fn arg_text<'a>(line: &Line<'a>) -> Result<&'a str, ProtocolError> {
     }
 }
 
-/// Reply with an ERR line (the command failed before writing anything).
-fn reply_err(out: &mut dyn Write, err: ServeError) -> Result<Option<Stats>, ServeError> {
-    let mut w = pkt::Writer::new();
-    w.err(&err.to_string());
-    out.write_all(&w.buf)?;
-    Err(err)
-}
-
 /// `ls-refs`: the refs (HEAD first) matching any `ref-prefix`, with `symref-target:` and
 /// `peeled:` attributes when asked, and `unborn HEAD` when asked and HEAD is unborn.
 fn ls_refs(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[Line<'_>], out: &mut dyn Write) -> Result<Option<Stats>, ServeError> {
@@ -161,7 +141,7 @@ fn ls_refs(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: 
     for line in args {
         let text = match arg_text(line) {
             Ok(t) => t,
-            Err(err) => return reply_err(out, err.into()),
+            Err(err) => return upload::reply_err(out, err.into()),
         };
         match text {
             "peel" => peel = true,
@@ -175,7 +155,7 @@ fn ls_refs(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: 
                     prefixes.clear();
                 }
             }
-            other => return reply_err(out, ProtocolError::UnknownArgument(other.chars().take(64).collect()).into()),
+            other => return upload::reply_err(out, ProtocolError::UnknownArgument(other.chars().take(64).collect()).into()),
         }
     }
     let matches = |name: &[u8]| prefixes.is_empty() || prefixes.iter().any(|p| name.starts_with(p.as_bytes()));
@@ -234,12 +214,7 @@ fn parse_fetch(args: &[Line<'_>], hash: gix_hash::Kind, max_haves: usize) -> Res
         let (word, value) = text.split_once(' ').unwrap_or((text, ""));
         match word {
             "want" => f.wants.push(upload::parse_oid(value, hash)?),
-            "have" => {
-                if f.haves.len() >= max_haves {
-                    return Err(ProtocolError::TooMany { what: "have", limit: max_haves });
-                }
-                f.haves.push(upload::parse_oid(value, hash)?)
-            }
+            "have" => upload::push_have(&mut f.haves, value, hash, max_haves)?,
             "done" => f.done = true,
             "thin-pack" => f.thin_pack = true,
             "no-progress" => f.no_progress = true,
@@ -295,9 +270,8 @@ fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[
             return Ok(None);
         }
         Err(err) => {
-            w.err(&err.to_string());
-            out.write_all(&w.buf)?;
-            return Err(err);
+            out.write_all(&w.buf)?; // acknowledgments written before the failure
+            return upload::reply_err(out, err);
         }
     };
     w.text("packfile");
