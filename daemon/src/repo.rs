@@ -222,6 +222,10 @@ impl RefSnapshot {
             });
         }
         refs.sort_by(|a, b| a.name.cmp(&b.name));
+        // Hidden refs are not served at all: not advertised, not wantable, and what only they
+        // reach is not readable.
+        let hidden = hide_refs_patterns(repo);
+        refs.retain(|r| !is_hidden(&r.name, &hidden));
         let head = match repo.head_name() {
             Ok(Some(target)) => match refs.iter().find(|r| r.name == target.as_bstr()) {
                 Some(r) => HeadState::Symbolic {
@@ -274,6 +278,43 @@ impl RefSnapshot {
     }
 }
 
+/// The repository's `transfer.hideRefs` then `uploadpack.hideRefs` values, trailing slashes
+/// removed (as git reads them). Both keys' values keep their order within each key; git orders
+/// them as they appear across config files, which only matters when one key negates the other.
+fn hide_refs_patterns(repo: &gix::Repository) -> Vec<BString> {
+    let config = repo.config_snapshot();
+    ["transfer.hideRefs", "uploadpack.hideRefs"]
+        .iter()
+        .flat_map(|key| config.plumbing().strings(*key).unwrap_or_default())
+        .map(|mut p| {
+            while p.last() == Some(&b'/') {
+                p.pop();
+            }
+            p
+        })
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+/// git's `ref_is_hidden`: the last pattern that matches decides; `!` un-hides; a pattern matches
+/// a name it equals or that continues with `/` after it; `^` anchors to the full name (without
+/// namespaces, the same thing here).
+pub fn is_hidden(name: &[u8], patterns: &[BString]) -> bool {
+    for pattern in patterns.iter().rev() {
+        let (negated, pattern) = match pattern.strip_prefix(b"!") {
+            Some(rest) => (true, rest),
+            None => (false, &pattern[..]),
+        };
+        let pattern = pattern.strip_prefix(b"^").unwrap_or(pattern);
+        if let Some(rest) = name.strip_prefix(pattern)
+            && (rest.is_empty() || rest[0] == b'/')
+        {
+            return !negated;
+        }
+    }
+    false
+}
+
 /// Follow a symbolic ref to an object (a few levels, as git does).
 fn follow_symbolic(repo: &gix::Repository, target: &gix::bstr::BStr) -> Option<ObjectId> {
     let mut target: BString = target.to_owned();
@@ -322,6 +363,23 @@ mod tests {
         assert_eq!(relative_repo_path("/a/b.git"), Some(PathBuf::from("a/b.git")));
         assert_eq!(relative_repo_path("/a/b/"), Some(PathBuf::from("a/b")));
         assert_eq!(relative_repo_path("repo"), Some(PathBuf::from("repo")));
+    }
+
+    #[test]
+    fn hidden_refs_follow_gits_rules() {
+        let p = |v: &[&str]| v.iter().map(|s| BString::from(*s)).collect::<Vec<_>>();
+        let hide = p(&["refs/heads/secret"]);
+        assert!(is_hidden(b"refs/heads/secret", &hide));
+        assert!(is_hidden(b"refs/heads/secret/deeper", &hide), "a prefix followed by a slash");
+        assert!(!is_hidden(b"refs/heads/secretive", &hide), "not a mere string prefix");
+        assert!(!is_hidden(b"refs/heads/main", &hide));
+        let all_but_main = p(&["refs/heads", "!refs/heads/main"]);
+        assert!(is_hidden(b"refs/heads/topic", &all_but_main));
+        assert!(!is_hidden(b"refs/heads/main", &all_but_main), "a later negation wins");
+        let main_then_all = p(&["!refs/heads/main", "refs/heads"]);
+        assert!(is_hidden(b"refs/heads/main", &main_then_all), "the last match decides");
+        assert!(is_hidden(b"refs/tags/v1", &p(&["^refs/tags"])));
+        assert!(!is_hidden(b"refs/tags/v1", &[]));
     }
 
     #[test]
