@@ -20,6 +20,11 @@ pub enum Exports {
 #[derive(Clone)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// Where git:// is served, if at all (git daemon's port is 9418).
+    pub git_listen: Option<SocketAddr>,
+    /// How long a git:// client may take to send its request line: a connection that never
+    /// says what it wants must not hold a thread.
+    pub init_timeout: std::time::Duration,
     /// Repositories are looked up below this directory, never outside it.
     pub base_path: PathBuf,
     pub exports: Exports,
@@ -59,6 +64,8 @@ impl Config {
     pub fn new(base_path: PathBuf) -> Self {
         Config {
             listen: Self::DEFAULT_LISTEN.parse().expect("valid default"),
+            git_listen: None,
+            init_timeout: std::time::Duration::from_secs(30),
             base_path,
             exports: Exports::DaemonExportOk,
             stream_window: Self::DEFAULT_STREAM_WINDOW,

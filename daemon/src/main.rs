@@ -77,6 +77,9 @@ struct Serve {
     /// Address to listen on.
     #[arg(long, default_value = Config::DEFAULT_LISTEN, env = "GIXD_LISTEN")]
     listen: SocketAddr,
+    /// Also serve git:// on this address (git daemon's port is 9418).
+    #[arg(long, env = "GIXD_GIT_LISTEN")]
+    git_listen: Option<SocketAddr>,
     /// Serve repositories below this directory. Without it, gixd serves the repository it is
     /// started in, or a demo repository it creates.
     #[arg(long, env = "GIXD_BASE_PATH")]
@@ -131,6 +134,7 @@ fn serve(args: Serve) -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut config = Config::new(base_path);
     config.listen = args.listen;
+    config.git_listen = args.git_listen;
     config.exports = exports;
     config.stream_window = args.stream_window;
     let (line, warning) = args.sizes.apply(&mut config);
@@ -142,6 +146,9 @@ fn serve(args: Serve) -> Result<(), Box<dyn std::error::Error>> {
     rt.block_on(async move {
         let server = gixd::server::Server::bind(config).await?;
         let addr = server.local_addr();
+        if let Some(git) = server.git_addr() {
+            println!("gixd: serving git://{git}/<repository>");
+        }
         match url_path {
             Some(path) => println!("gixd: serving http://{addr}/{path}\n  try: git clone http://{addr}/{path}"),
             None => println!("gixd: serving http://{addr}/<repository>"),

@@ -17,6 +17,7 @@ use crate::transport::http::{self, State};
 /// A bound, not yet running server.
 pub struct Server {
     listener: TcpListener,
+    git_listener: Option<TcpListener>,
     state: Arc<State>,
 }
 
@@ -24,9 +25,14 @@ impl Server {
     pub async fn bind(config: Config) -> std::io::Result<Server> {
         let repos = Repos::new(&config.base_path, config.exports.clone())?;
         let listener = TcpListener::bind(config.listen).await?;
+        let git_listener = match config.git_listen {
+            Some(addr) => Some(TcpListener::bind(addr).await?),
+            None => None,
+        };
         let transfers = Arc::new(tokio::sync::Semaphore::new(config.max_transfers.max(1)));
         Ok(Server {
             listener,
+            git_listener,
             state: Arc::new(State { repos, config, transfers }),
         })
     }
@@ -35,9 +41,17 @@ impl Server {
         self.listener.local_addr().expect("a bound listener has an address")
     }
 
+    /// Where git:// is served, if it is.
+    pub fn git_addr(&self) -> Option<SocketAddr> {
+        self.git_listener.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
     /// Accept connections until `shutdown` completes.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
         tokio::pin!(shutdown);
+        if let Some(git) = self.git_listener {
+            tokio::spawn(accept_git(git, self.state.clone()));
+        }
         loop {
             let (stream, peer) = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
@@ -66,6 +80,40 @@ impl Server {
                 }
             });
         }
+    }
+}
+
+/// git:// connections: each takes a transfer slot (or is told the server is busy) and runs on
+/// a blocking thread of the pool.
+async fn accept_git(listener: TcpListener, state: Arc<State>) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(conn) => conn,
+            Err(err) => {
+                tracing::warn!(%err, "git:// accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let permit = tokio::time::timeout(state.config.transfer_queue_wait, state.transfers.clone().acquire_owned()).await;
+            let Ok(stream) = stream.into_std() else { return };
+            match permit {
+                Ok(Ok(permit)) => {
+                    let _ = tokio::task::spawn_blocking(move || {
+                        let _permit = permit;
+                        crate::transport::git::serve_connection(state, stream);
+                    })
+                    .await;
+                }
+                _ => {
+                    let mut w = crate::protocol::pkt::Writer::new();
+                    w.err("server busy: too many transfers in flight, retry shortly");
+                    let _ = std::io::Write::write_all(&mut &stream, &w.buf);
+                }
+            }
+        });
     }
 }
 
@@ -103,6 +151,7 @@ pub fn runtime(config: &Config) -> std::io::Result<tokio::runtime::Runtime> {
 /// A server running on its own thread and runtime; stops when dropped.
 pub struct Running {
     pub addr: SocketAddr,
+    pub git_addr: Option<SocketAddr>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -112,6 +161,7 @@ pub fn spawn(config: Config) -> std::io::Result<Running> {
     let rt = runtime(&config)?;
     let server = rt.block_on(Server::bind(config))?;
     let addr = server.local_addr();
+    let git_addr = server.git_addr();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::Builder::new().name("gixd-server".into()).spawn(move || {
         let _ = rt.block_on(server.run(async {
@@ -121,6 +171,7 @@ pub fn spawn(config: Config) -> std::io::Result<Running> {
     })?;
     Ok(Running {
         addr,
+        git_addr,
         shutdown: Some(tx),
         thread: Some(thread),
     })

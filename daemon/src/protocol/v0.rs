@@ -254,84 +254,256 @@ fn negotiate(
         return Ok(None);
     }
     upload::check_wants(refs, &req.wants, ctx.config.max_wants)?;
-    let caps = req.caps.clone();
-    let multi_ack = caps.multi_ack || caps.multi_ack_detailed;
-    let mut common = Common::default();
-    let mut last_common: Option<ObjectId> = None;
-    // `ready` is costly (a walk); remember the answer until the common set grows.
-    let mut ready_cache: Option<bool> = None;
-    let mut sent_ready = false;
-    let (mut got_common, mut got_other) = (false, false);
+    let mut nego = Negotiation::new(repo, refs.object_hash, &req.wants, req.caps.clone());
     // Walk the haves segment by segment, as git reads them between flushes.
     let start = lines.iter().position(|l| *l == Line::Flush).map_or(lines.len(), |p| p + 1);
     for line in &lines[start..] {
         match line {
             Line::Data(b"done") => {
-                match last_common {
-                    Some(last) if multi_ack => {
-                        w.text(format!("ACK {last}"));
-                    }
-                    Some(_) => {}
-                    None => {
-                        w.text("NAK");
-                    }
-                }
-                return Ok(Some((req, common.commits)));
+                nego.done(w);
+                let common = nego.common.commits;
+                return Ok(Some((req, common)));
             }
-            Line::Data(d) => {
-                let hex = d
-                    .strip_prefix(b"have ")
-                    .and_then(|h| std::str::from_utf8(h).ok())
-                    .ok_or_else(|| ProtocolError::Unexpected("expected 'have <id>'".into()))?;
-                let id = upload::parse_oid(hex, refs.object_hash)?;
-                let before = common.commits.len();
-                match common.have(repo, id)? {
-                    Have::Common => {
-                        got_common = true;
-                        last_common = Some(id);
-                        if common.commits.len() != before {
-                            ready_cache = None;
-                        }
-                        if caps.multi_ack_detailed {
-                            w.text(format!("ACK {id} common"));
-                        } else if caps.multi_ack {
-                            w.text(format!("ACK {id} continue"));
-                        } else if common.commits.len() == 1 && before == 0 {
-                            w.text(format!("ACK {id}"));
-                        }
-                    }
-                    Have::Unknown => {
-                        got_other = true;
-                        if multi_ack && is_ready(&mut ready_cache, &common, repo, &req.wants)? {
-                            if caps.multi_ack_detailed {
-                                sent_ready = true;
-                                w.text(format!("ACK {id} ready"));
-                            } else {
-                                w.text(format!("ACK {id} continue"));
-                            }
-                        }
-                    }
-                }
-            }
+            Line::Data(d) => nego.have_line(d, w)?,
             Line::Flush => {
-                if caps.multi_ack_detailed && got_common && !got_other && is_ready(&mut ready_cache, &common, repo, &req.wants)? {
-                    sent_ready = true;
-                    w.text(format!("ACK {} ready", last_common.expect("got common")));
-                }
-                if common.is_empty() || multi_ack {
-                    w.text("NAK");
-                }
-                if caps.no_done && sent_ready {
-                    w.text(format!("ACK {}", last_common.expect("ready implies common")));
-                    return Ok(Some((req, common.commits)));
-                }
-                // Stateless: this round is over; the client sends the next request.
-                return Ok(None);
+                return match nego.flush(w)? {
+                    Next::Pack => {
+                        let common = nego.common.commits;
+                        Ok(Some((req, common)))
+                    }
+                    // Stateless: this round is over; the client sends the next request.
+                    Next::Continue => Ok(None),
+                };
             }
             _ => return Err(ProtocolError::Unexpected("unexpected packet among haves".into()).into()),
         }
     }
     Err(ProtocolError::Truncated.into())
+}
+
+/// What follows a flush among the haves.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    /// The round is over: more haves come (in this connection, or the next HTTP request).
+    Continue,
+    /// `no-done` and ready: the pack follows right away.
+    Pack,
+}
+
+/// git's `get_common_commits`, one line at a time, for stateless and stateful service alike.
+pub struct Negotiation<'r> {
+    repo: &'r gix::Repository,
+    hash: gix_hash::Kind,
+    wants: &'r [ObjectId],
+    caps: ClientCaps,
+    pub common: Common,
+    last_common: Option<ObjectId>,
+    /// `ready` is costly (a walk); the answer holds until the common set grows.
+    ready_cache: Option<bool>,
+    sent_ready: bool,
+    got_common: bool,
+    got_other: bool,
+}
+
+impl<'r> Negotiation<'r> {
+    pub fn new(repo: &'r gix::Repository, hash: gix_hash::Kind, wants: &'r [ObjectId], caps: ClientCaps) -> Self {
+        Negotiation {
+            repo,
+            hash,
+            wants,
+            caps,
+            common: Common::default(),
+            last_common: None,
+            ready_cache: None,
+            sent_ready: false,
+            got_common: false,
+            got_other: false,
+        }
+    }
+
+    fn multi_ack(&self) -> bool {
+        self.caps.multi_ack || self.caps.multi_ack_detailed
+    }
+
+    fn ready(&mut self) -> Result<bool, ServeError> {
+        is_ready(&mut self.ready_cache, &self.common, self.repo, self.wants)
+    }
+
+    /// A `have <id>` line.
+    pub fn have_line(&mut self, line: &[u8], w: &mut pkt::Writer) -> Result<(), ServeError> {
+        let hex = line
+            .strip_prefix(b"have ")
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .ok_or_else(|| ProtocolError::Unexpected("expected 'have <id>'".into()))?;
+        let id = upload::parse_oid(hex, self.hash)?;
+        let before = self.common.commits.len();
+        match self.common.have(self.repo, id)? {
+            Have::Common => {
+                self.got_common = true;
+                self.last_common = Some(id);
+                if self.common.commits.len() != before {
+                    self.ready_cache = None;
+                }
+                if self.caps.multi_ack_detailed {
+                    w.text(format!("ACK {id} common"));
+                } else if self.caps.multi_ack {
+                    w.text(format!("ACK {id} continue"));
+                } else if self.common.commits.len() == 1 && before == 0 {
+                    w.text(format!("ACK {id}"));
+                }
+            }
+            Have::Unknown => {
+                self.got_other = true;
+                if self.multi_ack() && self.ready()? {
+                    if self.caps.multi_ack_detailed {
+                        self.sent_ready = true;
+                        w.text(format!("ACK {id} ready"));
+                    } else {
+                        w.text(format!("ACK {id} continue"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The flush that ends a round of haves.
+    pub fn flush(&mut self, w: &mut pkt::Writer) -> Result<Next, ServeError> {
+        if self.caps.multi_ack_detailed && self.got_common && !self.got_other && self.ready()? {
+            self.sent_ready = true;
+            w.text(format!("ACK {} ready", self.last_common.expect("got common")));
+        }
+        if self.common.is_empty() || self.multi_ack() {
+            w.text("NAK");
+        }
+        if self.caps.no_done && self.sent_ready {
+            w.text(format!("ACK {}", self.last_common.expect("ready implies common")));
+            return Ok(Next::Pack);
+        }
+        self.got_common = false;
+        self.got_other = false;
+        Ok(Next::Continue)
+    }
+
+    /// `done`: the last acknowledgement; the pack follows.
+    pub fn done(&mut self, w: &mut pkt::Writer) {
+        match self.last_common {
+            Some(last) if self.multi_ack() => {
+                w.text(format!("ACK {last}"));
+            }
+            Some(_) => {}
+            None => {
+                w.text("NAK");
+            }
+        }
+    }
+}
+
+/// Serve v0 upload-pack over a connection (git://): advertisement, wants, rounds of haves each
+/// answered at its flush, `done`, the pack. Everything written to `out` is flushed at the end of
+/// each round; `out` should buffer (a pack leaves in large writes).
+pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Version, input: R, mut out: W) -> Result<Option<Stats>, ServeError> {
+    use gix_packetline::PacketLineRef;
+    let repo = ctx.served.repo.to_thread_local();
+    let refs = RefSnapshot::load(&repo)?;
+    let mut w = pkt::Writer::new();
+    advertise(&refs, version, false, &mut w);
+    out.write_all(&w.buf)?;
+    out.flush()?;
+    let mut lines = gix_packetline::blocking_io::StreamingPeekableIter::new(input, &[PacketLineRef::Flush], false);
+    // Read one section (up to a flush) as owned lines; `None` if the client hung up first.
+    let section = |lines: &mut gix_packetline::blocking_io::StreamingPeekableIter<R>| -> Result<Option<Vec<Vec<u8>>>, ServeError> {
+        let mut out = Vec::new();
+        lines.reset();
+        while let Some(line) = lines.read_line() {
+            match line {
+                Ok(Ok(PacketLineRef::Data(d))) => {
+                    let d = d.strip_suffix(b"\n").unwrap_or(d);
+                    let done = d == b"done";
+                    out.push(d.to_vec());
+                    if done {
+                        return Ok(Some(out));
+                    }
+                }
+                Ok(Ok(other)) => return Err(ProtocolError::Unexpected(format!("{other:?}")).into()),
+                Ok(Err(err)) => return Err(ProtocolError::PktLine(err.to_string()).into()),
+                Err(_) if out.is_empty() => return Ok(None),
+                Err(_) => return Err(ProtocolError::Truncated.into()),
+            }
+        }
+        match lines.stopped_at() {
+            Some(_) => Ok(Some(out)),
+            None if out.is_empty() => Ok(None),
+            None => Err(ProtocolError::Truncated.into()),
+        }
+    };
+    let outcome = (|| -> Result<Option<(Request, Vec<ObjectId>)>, ServeError> {
+        let Some(want_lines) = section(&mut lines)? else {
+            return Ok(None); // an `ls-remote`: the advertisement was all
+        };
+        if want_lines.is_empty() {
+            return Ok(None);
+        }
+        let mut body: Vec<Line<'_>> = want_lines.iter().map(|l| Line::Data(l)).collect();
+        body.push(Line::Flush);
+        body.push(Line::Data(b"done")); // parse() wants a complete request; the haves come next
+        let mut req = parse(&body, refs.object_hash, ctx.config.max_haves)?;
+        req.done = false;
+        upload::check_wants(&refs, &req.wants, ctx.config.max_wants)?;
+        let mut nego = Negotiation::new(&repo, refs.object_hash, &req.wants, req.caps.clone());
+        let mut haves = 0usize;
+        loop {
+            let Some(round) = section(&mut lines)? else {
+                return Err(ProtocolError::Truncated.into());
+            };
+            let mut w = pkt::Writer::new();
+            let mut finished = false;
+            for line in &round {
+                if line == b"done" {
+                    nego.done(&mut w);
+                    finished = true;
+                    break;
+                }
+                haves += 1;
+                if haves > ctx.config.max_haves {
+                    return Err(ProtocolError::TooMany { what: "have", limit: ctx.config.max_haves }.into());
+                }
+                nego.have_line(line, &mut w)?;
+            }
+            if !finished && nego.flush(&mut w)? == Next::Pack {
+                finished = true;
+            }
+            out.write_all(&w.buf)?;
+            out.flush()?;
+            if finished {
+                let common = std::mem::take(&mut nego.common.commits);
+                return Ok(Some((req, common)));
+            }
+        }
+    })();
+    let (req, common) = match outcome {
+        Ok(Some(done)) => done,
+        Ok(None) => return Ok(None),
+        Err(err) => return upload::reply_err(&mut out, err),
+    };
+    let caps = &req.caps;
+    let stats = upload::send_pack(
+        ctx,
+        &repo,
+        &refs,
+        &PackRequest {
+            wants: &req.wants,
+            common: &common,
+            include_tag: caps.include_tag,
+            thin_pack: caps.thin_pack,
+            ofs_delta: caps.ofs_delta,
+            framing: caps.framing(),
+            progress: !caps.no_progress,
+        },
+        &mut out,
+    )?;
+    out.flush()?;
+    Ok(Some(stats))
 }
 
 fn is_ready(cache: &mut Option<bool>, common: &Common, repo: &gix::Repository, wants: &[ObjectId]) -> Result<bool, ServeError> {

@@ -293,3 +293,46 @@ fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[
     )
     .map(Some)
 }
+
+/// Serve v2 over a connection (git://): the capability advertisement, then one command request
+/// after another (each up to its flush) until the client hangs up or sends an empty request.
+/// `out` is flushed after every response.
+pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, input: R, mut out: W) -> Result<Option<Stats>, ServeError> {
+    use gix_packetline::PacketLineRef;
+    let repo = ctx.served.repo.to_thread_local();
+    let mut w = pkt::Writer::new();
+    advertise(&RefSnapshot::load(&repo)?, &mut w);
+    out.write_all(&w.buf)?;
+    out.flush()?;
+    drop(repo);
+    let mut lines = gix_packetline::blocking_io::StreamingPeekableIter::new(input, &[PacketLineRef::Flush], false);
+    let mut last = None;
+    loop {
+        // Re-encode one request as the bytes `serve` reads.
+        let mut request = pkt::Writer::new();
+        lines.reset();
+        let mut hung_up = false;
+        while let Some(line) = lines.read_line() {
+            match line {
+                Ok(Ok(PacketLineRef::Data(d))) => {
+                    request.data(d);
+                }
+                Ok(Ok(PacketLineRef::Delimiter)) => {
+                    request.delim();
+                }
+                Ok(Ok(other)) => return upload::reply_err(&mut out, ProtocolError::Unexpected(format!("{other:?}")).into()),
+                Ok(Err(err)) => return upload::reply_err(&mut out, ProtocolError::PktLine(err.to_string()).into()),
+                Err(_) => {
+                    hung_up = true;
+                    break;
+                }
+            }
+        }
+        if hung_up || lines.stopped_at().is_none() || request.buf.is_empty() {
+            return Ok(last);
+        }
+        request.flush();
+        last = serve(ctx, &request.buf, &mut out)?.or(last);
+        out.flush()?;
+    }
+}

@@ -1,5 +1,7 @@
 //! Transports: bytes in and out. They resolve the repository, read bounded request bodies and
-//! stream responses; the protocol layer never sees them. HTTP now ([`http`]); git:// joins later.
+//! stream responses; the protocol layer never sees them. Smart HTTP ([`http`]) and git://
+//! ([`git`]).
 
+pub mod git;
 pub mod http;
 pub mod stream;

@@ -1,0 +1,131 @@
+//! git:// (git daemon's protocol): one TCP connection per request, opened by a pkt-line
+//! `git-upload-pack /path\0host=…\0[\0version=2\0]`, then the stateful v0 conversation or v2
+//! commands on the same connection. A connection runs on one blocking thread from the pool it
+//! shares with HTTP, under the same transfer limit; its writes are buffered to 64 KiB, so a pack
+//! leaves one side-band packet per write.
+
+use std::io::{BufWriter, Read};
+use std::net::TcpStream;
+use std::sync::Arc;
+
+use gix_packetline::PacketLineRef;
+
+use crate::protocol::{self, Context, Version, pkt};
+use crate::transport::http::State;
+
+/// Writes of at least this many bytes leave together.
+pub const WRITE_BUFFER: usize = 64 * 1024;
+
+/// A parsed git:// request line.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RequestLine {
+    pub service: String,
+    pub path: String,
+    pub host: Option<String>,
+    /// The extra parameters after the empty field (`version=2`), joined with `:`.
+    pub extra: String,
+}
+
+/// Parse `git-upload-pack /path\0host=h\0\0version=2\0`.
+pub fn parse_request_line(line: &[u8]) -> Option<RequestLine> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let mut fields = line.split(|b| *b == 0);
+    let first = std::str::from_utf8(fields.next()?).ok()?;
+    let (service, path) = first.split_once(' ')?;
+    let mut host = None;
+    let mut extra = Vec::new();
+    let mut after_empty = false;
+    for field in fields {
+        let field = std::str::from_utf8(field).ok()?;
+        if field.is_empty() {
+            after_empty = true;
+        } else if after_empty {
+            extra.push(field.to_owned());
+        } else if let Some(h) = field.strip_prefix("host=") {
+            host = Some(h.to_owned());
+        }
+    }
+    Some(RequestLine {
+        service: service.to_owned(),
+        path: path.to_owned(),
+        host,
+        extra: extra.join(":"),
+    })
+}
+
+/// Serve one git:// connection to the end.
+pub fn serve_connection(state: Arc<State>, stream: TcpStream) {
+    let peer = stream.peer_addr().ok();
+    if let Err(err) = serve(&state, stream) {
+        tracing::info!(?peer, %err, "git:// connection ended with an error");
+    }
+}
+
+fn send_err(stream: &TcpStream, message: &str) -> std::io::Result<()> {
+    let mut w = pkt::Writer::new();
+    w.err(message);
+    use std::io::Write;
+    (&*stream).write_all(&w.buf)
+}
+
+fn serve(state: &State, stream: TcpStream) -> Result<(), crate::error::ServeError> {
+    stream.set_nonblocking(false)?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(state.config.init_timeout))?;
+    stream.set_write_timeout(Some(state.config.io_timeout))?;
+    let mut first = gix_packetline::blocking_io::StreamingPeekableIter::new(&stream, &[PacketLineRef::Flush], false);
+    let line = match first.read_line() {
+        Some(Ok(Ok(PacketLineRef::Data(d)))) => d.to_vec(),
+        _ => {
+            let _ = send_err(&stream, "expected a request line: git-upload-pack /path");
+            return Ok(());
+        }
+    };
+    drop(first);
+    let Some(request) = parse_request_line(&line) else {
+        let _ = send_err(&stream, "malformed request line");
+        return Ok(());
+    };
+    if request.service != "git-upload-pack" {
+        let _ = send_err(&stream, &format!("service '{}' is not enabled", request.service));
+        return Ok(());
+    }
+    let served = match state.repos.resolve(&request.path) {
+        Ok(served) => served,
+        Err(err) => {
+            let _ = send_err(&stream, &err.to_string());
+            return Ok(());
+        }
+    };
+    tracing::info!(repo = %served.name, host = ?request.host, "git://");
+    stream.set_read_timeout(Some(state.config.io_timeout))?;
+    let ctx = Context {
+        repos: &state.repos,
+        served: &served,
+        config: &state.config,
+    };
+    let out = BufWriter::with_capacity(WRITE_BUFFER, &stream);
+    let input: &TcpStream = &stream;
+    match Version::from_params(&request.extra) {
+        Version::V2 => protocol::v2::serve_stateful(&ctx, input.take(u64::MAX), out)?,
+        v0_or_v1 => protocol::v0::serve_stateful(&ctx, v0_or_v1, input.take(u64::MAX), out)?,
+    };
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_lines_give_service_path_host_and_extra_parameters() {
+        let line = parse_request_line(b"git-upload-pack /a/b.git\0host=example.com:9418\0\0version=2\0").unwrap();
+        assert_eq!(line.service, "git-upload-pack");
+        assert_eq!(line.path, "/a/b.git");
+        assert_eq!(line.host.as_deref(), Some("example.com:9418"));
+        assert_eq!(line.extra, "version=2");
+        let old = parse_request_line(b"git-upload-pack /r\0host=h\0").unwrap();
+        assert_eq!(old.extra, "");
+        assert!(parse_request_line(b"nonsense").is_none());
+    }
+}
