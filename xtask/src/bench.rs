@@ -330,15 +330,25 @@ struct Arm {
 
 fn start_arms(root: &Path, base: &Path, repo: &str, scratch: &Path) -> Result<Vec<Arm>> {
     let mut arms = Vec::new();
-    let port = free_port()?;
-    let gixd = Command::new(root.join("target/release/gixd"))
-        .args(["serve", "--export-all", "--listen", &format!("127.0.0.1:{port}"), "--base-path"])
-        .arg(base)
-        .env("GIXD_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .spawn()?;
-    wait_for_port(port)?;
-    arms.push(Arm { name: "gixd http", server: gixd, url: format!("http://127.0.0.1:{port}/{repo}") });
+    // One gixd per arm, so that each strace counts one transport only.
+    for transport in ["http", "git://"] {
+        let (http_port, git_port) = (free_port()?, free_port()?);
+        let mut cmd = Command::new(root.join("target/release/gixd"));
+        cmd.args(["serve", "--export-all", "--listen", &format!("127.0.0.1:{http_port}"), "--base-path"]).arg(base);
+        if transport == "git://" {
+            cmd.arg("--git-listen").arg(format!("127.0.0.1:{git_port}"));
+        }
+        let gixd = cmd.env("GIXD_LOG", "warn").stdout(std::process::Stdio::null()).spawn()?;
+        wait_for_port(http_port)?;
+        let (name, url) = match transport {
+            "http" => ("gixd http", format!("http://127.0.0.1:{http_port}/{repo}")),
+            _ => {
+                wait_for_port(git_port)?;
+                ("gixd git://", format!("git://127.0.0.1:{git_port}/{repo}"))
+            }
+        };
+        arms.push(Arm { name, server: gixd, url });
+    }
 
     let port = free_port()?;
     let conf = scratch.join("lighttpd.conf");

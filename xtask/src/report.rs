@@ -187,7 +187,6 @@ fn writes(root: &Path) -> Result<String> {
         let (calls, bytes) = (of("write_calls"), of("pack_bytes"));
         out.push_str(&format!("| {arm} | {calls:.0} | {bytes:.0} | {:.2} |\n", calls / (bytes / 65516.0)));
     }
-    out.push_str("| gixd git:// | NOT MEASURED: gixd has no git:// transport yet | | |\n");
     Ok(out)
 }
 

@@ -1,8 +1,8 @@
 //! git:// (git daemon's protocol): one TCP connection per request, opened by a pkt-line
 //! `git-upload-pack /path\0host=…\0[\0version=2\0]`, then the stateful v0 conversation or v2
 //! commands on the same connection. A connection runs on one blocking thread from the pool it
-//! shares with HTTP, under the same transfer limit; its writes are buffered to 64 KiB, so a pack
-//! leaves one side-band packet per write.
+//! shares with HTTP, under the same transfer limit; its writes are buffered to 128 KiB, so a pack
+//! leaves two side-band packets per write.
 
 use std::io::{BufWriter, Read};
 use std::net::TcpStream;
@@ -13,8 +13,10 @@ use gix_packetline::PacketLineRef;
 use crate::protocol::{self, Context, Version, pkt};
 use crate::transport::http::State;
 
-/// Writes of at least this many bytes leave together.
-pub const WRITE_BUFFER: usize = 64 * 1024;
+/// Writes of at least this many bytes leave together: two full side-band packets and the short
+/// lines before them (with exactly 64 KiB, the first packet pushed out the lines before it as a
+/// write of their own).
+pub const WRITE_BUFFER: usize = 128 * 1024;
 
 /// A parsed git:// request line.
 #[derive(Debug, PartialEq, Eq)]
