@@ -80,6 +80,11 @@ fn clone_over_v0_gets_every_branch_and_tag_and_a_clean_repository() {
 }
 
 #[test]
+fn clone_over_v1_gets_every_branch_and_tag_and_a_clean_repository() {
+    clone_and_check(1, "sha1");
+}
+
+#[test]
 fn a_sha256_repository_clones_over_v2_and_v0() {
     clone_and_check(2, "sha256");
     clone_and_check(0, "sha256");

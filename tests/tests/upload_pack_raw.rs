@@ -312,6 +312,10 @@ fn the_advertisement_has_git_http_backends_content_type_and_no_cache_headers() {
     for cap in ["multi_ack_detailed", "side-band-64k", "no-done", "symref=HEAD:refs/heads/main", "object-format=sha1", "agent=gixd/"] {
         assert!(first.contains(cap), "{cap} in {first}");
     }
+    let v1 = http(server.addr, "GET", "/repo/info/refs?service=git-upload-pack", &[("Git-Protocol", "version=1")], b"");
+    let lines = pkt_lines(&v1.body);
+    assert_eq!(lines[2].as_deref(), Some(&b"version 1\n"[..]), "v1: the version line, then the v0 advertisement");
+    assert!(String::from_utf8_lossy(lines[3].as_deref().unwrap()).starts_with(&format!("{head} HEAD\0")));
     let v2 = http(server.addr, "GET", "/repo/info/refs?service=git-upload-pack", &[V2], b"");
     let lines = pkt_lines(&v2.body);
     assert_eq!(lines[0].as_deref(), Some(&b"version 2\n"[..]), "no service preamble in v2");
