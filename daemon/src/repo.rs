@@ -195,6 +195,32 @@ pub struct RefSnapshot {
     pub head: HeadState,
     pub refs: Vec<AdvertisedRef>,
     pub object_hash: gix_hash::Kind,
+    /// Which wants beyond the ref tips the repository allows.
+    pub wants: WantPolicy,
+}
+
+/// `uploadpack.allow{Tip,Reachable,Any}SHA1InWant`, as far as the rule "never an object not
+/// reachable from a ref the client may read" lets them go.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct WantPolicy {
+    /// `allowTipSHA1InWant`: advertised, but hidden refs stay unreadable, so only visible tips
+    /// (which are allowed anyway) qualify.
+    pub tip: bool,
+    /// `allowReachableSHA1InWant` (or `allowAnySHA1InWant`, narrowed to the same): any object
+    /// reachable from a visible ref.
+    pub reachable: bool,
+}
+
+impl WantPolicy {
+    fn read(repo: &gix::Repository) -> Self {
+        let config = repo.config_snapshot();
+        let flag = |key: &str| config.boolean(key).unwrap_or(false);
+        let any = flag("uploadpack.allowAnySHA1InWant");
+        WantPolicy {
+            tip: flag("uploadpack.allowTipSHA1InWant") || any,
+            reachable: flag("uploadpack.allowReachableSHA1InWant") || any,
+        }
+    }
 }
 
 impl RefSnapshot {
@@ -246,6 +272,7 @@ impl RefSnapshot {
             head,
             refs,
             object_hash: repo.object_hash(),
+            wants: WantPolicy::read(repo),
         })
     }
 

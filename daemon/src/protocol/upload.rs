@@ -49,15 +49,28 @@ pub fn reply_err<T>(out: &mut dyn Write, err: ServeError) -> Result<T, ServeErro
     Err(err)
 }
 
-/// Every want must be what a ref points at (git's rule without want-by-oid options).
-pub fn check_wants(refs: &RefSnapshot, wants: &[ObjectId], max_wants: usize) -> Result<(), ProtocolError> {
+/// Every want must be what a visible ref points at — or, where the repository allows wants by
+/// id (`uploadpack.allowReachableSHA1InWant`), an object reachable from a visible ref.
+pub fn check_wants(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, wants: &[ObjectId]) -> Result<(), ServeError> {
+    let max_wants = ctx.config.max_wants;
     if wants.len() > max_wants {
-        return Err(ProtocolError::TooMany { what: "want", limit: max_wants });
+        return Err(ProtocolError::TooMany { what: "want", limit: max_wants }.into());
     }
+    let mut readable = None;
     for want in wants {
-        if !refs.is_tip(want) {
-            return Err(ProtocolError::WantNotAdvertised(*want));
+        if refs.is_tip(want) {
+            continue;
         }
+        if refs.wants.reachable {
+            let set = match &readable {
+                Some(set) => set,
+                None => readable.insert(ctx.repos.readable_objects(ctx.served, repo, refs)?),
+            };
+            if set.contains(want) {
+                continue;
+            }
+        }
+        return Err(ProtocolError::WantNotAdvertised(*want).into());
     }
     Ok(())
 }

@@ -36,6 +36,12 @@ pub fn advertise(refs: &RefSnapshot, version: Version, stateless: bool, out: &mu
         out.text("version 1");
     }
     let mut caps: Vec<String> = CAPABILITIES.iter().map(|c| c.to_string()).collect();
+    if refs.wants.tip {
+        caps.push("allow-tip-sha1-in-want".into());
+    }
+    if refs.wants.reachable {
+        caps.push("allow-reachable-sha1-in-want".into());
+    }
     if stateless {
         caps.extend(STATELESS_CAPABILITIES.iter().map(|c| c.to_string()));
     }
@@ -253,7 +259,7 @@ fn negotiate(
     if req.wants.is_empty() {
         return Ok(None);
     }
-    upload::check_wants(refs, &req.wants, ctx.config.max_wants)?;
+    upload::check_wants(ctx, repo, refs, &req.wants)?;
     let mut nego = Negotiation::new(repo, refs.object_hash, &req.wants, req.caps.clone());
     // Walk the haves segment by segment, as git reads them between flushes.
     let start = lines.iter().position(|l| *l == Line::Flush).map_or(lines.len(), |p| p + 1);
@@ -449,7 +455,7 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Ve
         body.push(Line::Data(b"done")); // parse() wants a complete request; the haves come next
         let mut req = parse(&body, refs.object_hash, ctx.config.max_haves)?;
         req.done = false;
-        upload::check_wants(&refs, &req.wants, ctx.config.max_wants)?;
+        upload::check_wants(ctx, &repo, &refs, &req.wants)?;
         let mut nego = Negotiation::new(&repo, refs.object_hash, &req.wants, req.caps.clone());
         let mut haves = 0usize;
         loop {

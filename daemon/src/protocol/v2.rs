@@ -234,7 +234,7 @@ fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[
     let mut w = pkt::Writer::new();
     let negotiated = (|| -> Result<Option<(FetchArgs, Vec<ObjectId>)>, ServeError> {
         let f = parse_fetch(args, refs.object_hash, ctx.config.max_haves)?;
-        upload::check_wants(refs, &f.wants, ctx.config.max_wants)?;
+        upload::check_wants(ctx, repo, refs, &f.wants)?;
         if f.wants.is_empty() {
             return Ok(None);
         }
