@@ -140,6 +140,22 @@ pub struct Request {
     pub done: bool,
 }
 
+impl Request {
+    /// The pack this request gets, given the negotiated common commits.
+    fn pack_request<'a>(&'a self, common: &'a [ObjectId]) -> PackRequest<'a> {
+        let caps = &self.caps;
+        PackRequest {
+            wants: &self.wants,
+            common,
+            include_tag: caps.include_tag,
+            thin_pack: caps.thin_pack,
+            ofs_delta: caps.ofs_delta,
+            framing: caps.framing(),
+            progress: !caps.no_progress,
+        }
+    }
+}
+
 /// Parse a stateless v0 request: want lines and a flush, then have lines (with flushes between
 /// rounds) and, last, `done` or a flush.
 pub fn parse(lines: &[Line<'_>], hash: gix_hash::Kind, max_haves: usize) -> Result<Request, ProtocolError> {
@@ -224,23 +240,7 @@ pub fn upload_pack<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Resu
         }
         Ok(Some((req, common))) => {
             out.write_all(&w.buf)?;
-            let caps = &req.caps;
-            upload::send_pack(
-                ctx,
-                &repo,
-                &refs,
-                &PackRequest {
-                    wants: &req.wants,
-                    common: &common,
-                    include_tag: caps.include_tag,
-                    thin_pack: caps.thin_pack,
-                    ofs_delta: caps.ofs_delta,
-                    framing: caps.framing(),
-                    progress: !caps.no_progress,
-                },
-                out,
-            )
-            .map(Some)
+            upload::send_pack(ctx, &repo, &refs, &req.pack_request(&common), out).map(Some)
         }
     }
 }
@@ -492,22 +492,7 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Ve
         Ok(None) => return Ok(None),
         Err(err) => return upload::reply_err(&mut out, err),
     };
-    let caps = &req.caps;
-    let stats = upload::send_pack(
-        ctx,
-        &repo,
-        &refs,
-        &PackRequest {
-            wants: &req.wants,
-            common: &common,
-            include_tag: caps.include_tag,
-            thin_pack: caps.thin_pack,
-            ofs_delta: caps.ofs_delta,
-            framing: caps.framing(),
-            progress: !caps.no_progress,
-        },
-        &mut out,
-    )?;
+    let stats = upload::send_pack(ctx, &repo, &refs, &req.pack_request(&common), &mut out)?;
     out.flush()?;
     Ok(Some(stats))
 }

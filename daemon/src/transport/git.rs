@@ -4,7 +4,7 @@
 //! shares with HTTP, under the same transfer limit; its writes are buffered to 128 KiB, so a pack
 //! leaves two side-band packets per write.
 
-use std::io::{BufWriter, Read};
+use std::io::BufWriter;
 use std::net::TcpStream;
 use std::sync::Arc;
 
@@ -107,10 +107,9 @@ fn serve(state: &State, stream: TcpStream) -> Result<(), crate::error::ServeErro
         config: &state.config,
     };
     let out = BufWriter::with_capacity(WRITE_BUFFER, &stream);
-    let input: &TcpStream = &stream;
     match Version::from_params(&request.extra) {
-        Version::V2 => protocol::v2::serve_stateful(&ctx, input.take(u64::MAX), out)?,
-        v0_or_v1 => protocol::v0::serve_stateful(&ctx, v0_or_v1, input.take(u64::MAX), out)?,
+        Version::V2 => protocol::v2::serve_stateful(&ctx, &stream, out)?,
+        v0_or_v1 => protocol::v0::serve_stateful(&ctx, v0_or_v1, &stream, out)?,
     };
     Ok(())
 }
