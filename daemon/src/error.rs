@@ -45,6 +45,14 @@ pub enum ProtocolError {
     HaveNotCommit(ObjectId),
     #[error("too many {what} lines (limit {limit})")]
     TooMany { what: &'static str, limit: usize },
+    #[error("{0}")]
+    Shallow(String),
+    #[error(transparent)]
+    Filter(#[from] crate::filter::FilterError),
+    #[error("filtering capability not negotiated")]
+    FilterNotAllowed,
+    #[error("unknown ref {0}")]
+    UnknownRef(String),
     #[error("object-format '{asked}' requested, the repository uses '{ours}'")]
     ObjectFormat { asked: String, ours: String },
 }

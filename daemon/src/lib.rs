@@ -10,7 +10,9 @@
 //!   negotiation (`protocol::v0`), the v2 capability advertisement and its command table
 //!   (`protocol::v2`), and what both share: which haves are common, when to say ready
 //!   (`protocol::negotiate`).
-//! - [`select`] — object selection: what to send for some wants given the common commits.
+//! - [`select`] — object selection: what to send for some wants given the common commits;
+//!   [`shallow`] — where a shallow request cuts history; [`filter`] — what a partial-clone
+//!   filter leaves out.
 //! - [`pack`] — pack writing: gix-pack entries streamed through side-band to a sink.
 //! - [`repo`] — repository access: URL path to repository under the base path, export rules,
 //!   the ref snapshot, and which objects a client may be sent.
@@ -23,11 +25,13 @@ pub mod budget;
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod filter;
 pub mod pack;
 pub mod protocol;
 pub mod repo;
 pub mod select;
 pub mod server;
+pub mod shallow;
 pub mod tap;
 pub mod transport;
 

@@ -21,8 +21,10 @@ pub struct Repos {
     /// Canonical base path: every served git directory is below it.
     base: PathBuf,
     exports: Exports,
-    /// Opened repositories by git directory: opening reads config and indices, once.
-    open: Mutex<HashMap<PathBuf, gix::ThreadSafeRepository>>,
+    /// Opened repositories by git directory, with the modification time of their config file:
+    /// opening reads config and indices once, and again when the config changes (git reads it
+    /// on every request; settings like hideRefs or allowFilter must take effect without a restart).
+    open: Mutex<HashMap<PathBuf, (Option<std::time::SystemTime>, gix::ThreadSafeRepository)>>,
     /// Objects reachable from the refs, by git directory and ref fingerprint: computed only when a
     /// pack needs to ask (an unselected delta base), reused until the refs move.
     readable: Mutex<HashMap<PathBuf, (u64, Arc<HashSet<ObjectId>>)>>,
@@ -89,7 +91,10 @@ impl Repos {
     }
 
     fn open(&self, git_dir: &Path, name: &str) -> Result<gix::ThreadSafeRepository, RepoError> {
-        if let Some(repo) = self.open.lock().expect("not poisoned").get(git_dir) {
+        let config_time = std::fs::metadata(git_dir.join("config")).and_then(|m| m.modified()).ok();
+        if let Some((time, repo)) = self.open.lock().expect("not poisoned").get(git_dir)
+            && *time == config_time
+        {
             return Ok(repo.clone());
         }
         let repo = gix::ThreadSafeRepository::open_opts(git_dir, gix::open::Options::isolated().strict_config(false))
@@ -97,7 +102,7 @@ impl Repos {
                 path: name.to_owned(),
                 source: Box::new(e),
             })?;
-        self.open.lock().expect("not poisoned").insert(git_dir.to_owned(), repo.clone());
+        self.open.lock().expect("not poisoned").insert(git_dir.to_owned(), (config_time, repo.clone()));
         Ok(repo)
     }
 
@@ -199,8 +204,9 @@ pub struct RefSnapshot {
     pub wants: WantPolicy,
 }
 
-/// `uploadpack.allow{Tip,Reachable,Any}SHA1InWant`, as far as the rule "never an object not
-/// reachable from a ref the client may read" lets them go.
+/// What the repository's `uploadpack.*` settings allow a request: wants by id
+/// (`allow{Tip,Reachable,Any}SHA1InWant`, as far as the rule "never an object not reachable from
+/// a ref the client may read" lets them go), filters and `want-ref`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct WantPolicy {
     /// `allowTipSHA1InWant`: advertised, but hidden refs stay unreadable, so only visible tips
@@ -209,6 +215,10 @@ pub struct WantPolicy {
     /// `allowReachableSHA1InWant` (or `allowAnySHA1InWant`, narrowed to the same): any object
     /// reachable from a visible ref.
     pub reachable: bool,
+    /// `uploadpack.allowFilter`: partial-clone filters are advertised and accepted.
+    pub filter: bool,
+    /// `uploadpack.allowRefInWant`: v2 `want-ref` is advertised and accepted.
+    pub ref_in_want: bool,
 }
 
 impl WantPolicy {
@@ -219,6 +229,8 @@ impl WantPolicy {
         WantPolicy {
             tip: flag("uploadpack.allowTipSHA1InWant") || any,
             reachable: flag("uploadpack.allowReachableSHA1InWant") || any,
+            filter: flag("uploadpack.allowFilter"),
+            ref_in_want: flag("uploadpack.allowRefInWant"),
         }
     }
 }

@@ -1,15 +1,20 @@
 //! Object selection: everything reachable from the wants and not from the common commits, as git
 //! does it — the commit walk hides what the common commits reach, the trees of the boundary
 //! ("edge") commits are marked as held by the client, annotated tags are peeled and sent, gitlinks
-//! are not followed. The order is deterministic: same repository and request, same list.
+//! are not followed. A shallow request walks with its [`Boundary`]'s grafts on both sides (the
+//! client's history ends where its shallow commits say); a [`Filter`] leaves blobs and trees out,
+//! never an object the client named. The order is deterministic: same repository and request,
+//! same list.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use gix_hash::ObjectId;
 use gix_object::{Find, Kind};
 
 use crate::error::ServeError;
+use crate::filter::Filter;
 use crate::repo::RefSnapshot;
+use crate::shallow::Boundary;
 
 /// What one request sends.
 #[derive(Debug, Default)]
@@ -33,6 +38,9 @@ pub struct Request<'a> {
     /// `include-tag`: also send annotated tags of the refs whose object is being sent.
     pub include_tag: bool,
     pub refs: &'a RefSnapshot,
+    pub filter: Filter,
+    /// A shallow request's boundary (its grafts, extra wants and edges).
+    pub boundary: Option<&'a Boundary>,
 }
 
 struct Walker<'r> {
@@ -40,6 +48,10 @@ struct Walker<'r> {
     buf: Vec<u8>,
     seen: HashSet<ObjectId>,
     out: Selection,
+    filter: Filter,
+    /// With `tree:<depth>`: the shallowest depth each tree was entered at (a tree met again
+    /// higher up must be walked again, its children may now be in range).
+    tree_depths: HashMap<ObjectId, u64>,
 }
 
 impl<'r> Walker<'r> {
@@ -49,6 +61,8 @@ impl<'r> Walker<'r> {
             buf: Vec::new(),
             seen: HashSet::new(),
             out: Selection::default(),
+            filter: Filter::default(),
+            tree_depths: HashMap::new(),
         }
     }
 
@@ -92,29 +106,63 @@ impl<'r> Walker<'r> {
         true
     }
 
-    /// Send `root` and everything below it that is neither seen nor held by the client.
-    fn add_tree(&mut self, root: ObjectId) -> Result<(), ServeError> {
-        if !self.add(root, Kind::Tree) {
+    /// Send `root` and everything below it that is neither seen nor held by the client nor left
+    /// out by the filter. A tree the client named (`named`) is sent whatever the filter says.
+    fn add_tree(&mut self, root: ObjectId, named: bool) -> Result<(), ServeError> {
+        if !named && self.filter.tree_depth == Some(0) {
             return Ok(());
         }
-        let mut stack = vec![root];
-        while let Some(tree) = stack.pop() {
+        if !self.enter_tree(root, 0) {
+            return Ok(());
+        }
+        let mut stack = vec![(root, 0u64)];
+        while let Some((tree, depth)) = stack.pop() {
+            let below = depth + 1;
+            if self.filter.tree_depth.is_some_and(|limit| below >= limit) {
+                continue; // everything below is left out: no need to read the tree
+            }
             let mut subtrees = Vec::new();
             for (id, is_tree) in self.tree_entries(&tree)? {
                 if is_tree {
                     subtrees.push(id);
-                } else {
+                } else if self.blob_passes(&id)? {
                     self.add(id, Kind::Blob);
                 }
             }
             // Depth-first in entry order: push in reverse so the first entry is walked first.
             for sub in subtrees.into_iter().rev() {
-                if self.add(sub, Kind::Tree) {
-                    stack.push(sub);
+                if self.enter_tree(sub, below) {
+                    stack.push((sub, below));
                 }
             }
         }
         Ok(())
+    }
+
+    /// Add a tree met at `depth`; true if its entries are to be walked.
+    fn enter_tree(&mut self, id: ObjectId, depth: u64) -> bool {
+        if self.filter.tree_depth.is_none() {
+            return self.add(id, Kind::Tree);
+        }
+        if self.out.client_has.contains(&id) || self.tree_depths.get(&id).is_some_and(|d| *d <= depth) {
+            return false;
+        }
+        self.tree_depths.insert(id, depth);
+        self.add(id, Kind::Tree);
+        true
+    }
+
+    /// Whether the filter lets a blob through (one not yet sent or held).
+    fn blob_passes(&mut self, id: &ObjectId) -> Result<bool, ServeError> {
+        if self.filter.no_blobs {
+            return Ok(false);
+        }
+        let Some(limit) = self.filter.blob_limit else { return Ok(true) };
+        if self.seen.contains(id) || self.out.client_has.contains(id) {
+            return Ok(false);
+        }
+        let size = self.repo.find_header(*id).map_err(|_| ServeError::MissingObject(*id))?.size();
+        Ok(size < limit)
     }
 
     /// Record `root` and everything below it as held by the client.
@@ -159,7 +207,7 @@ impl<'r> Walker<'r> {
         Err(ServeError::MissingObject(id))
     }
 
-    fn run(mut self, wants: &[ObjectId], common: &[ObjectId]) -> Result<Selection, ServeError> {
+    fn run(mut self, wants: &[ObjectId], common: &[ObjectId], boundary: Option<&Boundary>) -> Result<Selection, ServeError> {
         let mut commit_tips = Vec::new();
         let mut roots = Vec::new();
         for want in wants {
@@ -169,15 +217,28 @@ impl<'r> Walker<'r> {
                 other => roots.push((id, other)),
             }
         }
-        let hidden: Vec<ObjectId> = common.to_vec();
-        let mut commits = Vec::new();
-        if !commit_tips.is_empty() {
-            let walk = self.repo.rev_walk(commit_tips).with_hidden(hidden.iter().copied()).all()?;
-            for info in walk {
-                let info = info?;
-                commits.push((info.id, info.parent_ids.iter().copied().collect::<Vec<_>>()));
+        let mut hidden: Vec<ObjectId> = common.to_vec();
+        let grafts = match boundary {
+            Some(b) => {
+                commit_tips.extend(b.extra_wants.iter().copied());
+                hidden.extend(b.extra_edges.iter().copied());
+                &b.grafts
             }
-        }
+            None => &HashSet::new(),
+        };
+        let commits = if grafts.is_empty() {
+            let mut commits = Vec::new();
+            if !commit_tips.is_empty() {
+                let walk = self.repo.rev_walk(commit_tips).with_hidden(hidden.iter().copied()).all()?;
+                for info in walk {
+                    let info = info?;
+                    commits.push((info.id, info.parent_ids.iter().copied().collect::<Vec<_>>()));
+                }
+            }
+            commits
+        } else {
+            walk_with_grafts(self.repo, &commit_tips, &hidden, grafts)?
+        };
         // The client has the common commits, and the boundary commits: parents of what we send
         // that we do not send. Their trees are held by the client.
         let selected: HashSet<ObjectId> = commits.iter().map(|(id, _)| *id).collect();
@@ -201,11 +262,11 @@ impl<'r> Walker<'r> {
         }
         for (id, _) in &commits {
             let tree = self.tree_of_commit(id)?;
-            self.add_tree(tree)?;
+            self.add_tree(tree, false)?;
         }
         for (id, kind) in roots {
             match kind {
-                Kind::Tree => self.add_tree(id)?,
+                Kind::Tree => self.add_tree(id, true)?,
                 other => {
                     self.add(id, other);
                 }
@@ -215,9 +276,48 @@ impl<'r> Walker<'r> {
     }
 }
 
+/// The commits reachable from `tips` and not from `hidden`, both sides walked as if each graft
+/// had no parents (a shallow client's history ends there), newest first; with their (grafted)
+/// parents. Costs a walk of the hidden side down to the client's shallow commits.
+fn walk_with_grafts(
+    repo: &gix::Repository,
+    tips: &[ObjectId],
+    hidden: &[ObjectId],
+    grafts: &HashSet<ObjectId>,
+) -> Result<Vec<(ObjectId, Vec<ObjectId>)>, ServeError> {
+    let parents_of = |id: ObjectId| -> Result<(i64, Vec<ObjectId>), ServeError> {
+        let commit = repo.find_commit(id).map_err(|_| ServeError::MissingObject(id))?;
+        let time = commit.time().map_err(|_| ServeError::MissingObject(id))?.seconds;
+        let parents = if grafts.contains(&id) { Vec::new() } else { commit.parent_ids().map(|p| p.detach()).collect() };
+        Ok((time, parents))
+    };
+    let mut uninteresting = HashSet::new();
+    let mut stack: Vec<ObjectId> = hidden.to_vec();
+    while let Some(id) = stack.pop() {
+        if uninteresting.insert(id) {
+            stack.extend(parents_of(id)?.1);
+        }
+    }
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    let mut queue: std::collections::VecDeque<ObjectId> = tips.iter().copied().collect();
+    while let Some(id) = queue.pop_front() {
+        if uninteresting.contains(&id) || !seen.insert(id) {
+            continue;
+        }
+        let (time, parents) = parents_of(id)?;
+        queue.extend(parents.iter().copied());
+        out.push((time, id, parents));
+    }
+    out.sort_by(|a, b| b.0.cmp(&a.0)); // stable: ties keep the breadth-first order
+    Ok(out.into_iter().map(|(_, id, parents)| (id, parents)).collect())
+}
+
 /// Select the objects to send for `request`.
 pub fn select(repo: &gix::Repository, request: &Request<'_>) -> Result<Selection, ServeError> {
-    let mut selection = Walker::new(repo).run(request.wants, request.common)?;
+    let mut walker = Walker::new(repo);
+    walker.filter = request.filter;
+    let mut selection = walker.run(request.wants, request.common, request.boundary)?;
     if request.include_tag {
         include_tags(repo, request.refs, &mut selection)?;
     }
@@ -243,6 +343,6 @@ fn include_tags(repo: &gix::Repository, refs: &RefSnapshot, selection: &mut Sele
 
 /// Every object reachable from `tips`: what a client that may read those refs may be sent.
 pub fn reachable_from(repo: &gix::Repository, tips: &[ObjectId]) -> Result<HashSet<ObjectId>, ServeError> {
-    let selection = Walker::new(repo).run(tips, &[])?;
+    let selection = Walker::new(repo).run(tips, &[], None)?;
     Ok(selection.objects.into_iter().collect())
 }

@@ -1,5 +1,6 @@
-//! What v0 and v2 upload-pack share once negotiation is over: checking wants, then selecting
-//! and sending the pack with progress, reporting a failure in-band.
+//! What v0 and v2 upload-pack share: checking wants, the shallow and filter arguments and the
+//! boundary they make, then selecting and sending the pack with progress, reporting a failure
+//! in-band.
 
 use std::io::Write;
 
@@ -7,9 +8,11 @@ use gix_hash::ObjectId;
 
 use super::Context;
 use crate::error::{ProtocolError, ServeError};
+use crate::filter::Filter;
 use crate::pack::{self, Bands, Framing};
 use crate::repo::RefSnapshot;
 use crate::select;
+use crate::shallow::{self, Boundary, Deepen};
 
 /// An object id as the client wrote it, in the repository's hash.
 pub fn parse_oid(hex: &str, kind: gix_hash::Kind) -> Result<ObjectId, ProtocolError> {
@@ -50,7 +53,8 @@ pub fn reply_err<T>(out: &mut dyn Write, err: ServeError) -> Result<T, ServeErro
 }
 
 /// Every want must be what a visible ref points at — or, where the repository allows wants by
-/// id (`uploadpack.allowReachableSHA1InWant`), an object reachable from a visible ref.
+/// id (`uploadpack.allowReachableSHA1InWant`, or `uploadpack.allowFilter`: a partial clone
+/// fetches what it left out by id later), an object reachable from a visible ref.
 pub fn check_wants(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, wants: &[ObjectId]) -> Result<(), ServeError> {
     let max_wants = ctx.config.max_wants;
     if wants.len() > max_wants {
@@ -61,7 +65,7 @@ pub fn check_wants(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot
         if refs.is_tip(want) {
             continue;
         }
-        if refs.wants.reachable {
+        if refs.wants.reachable || refs.wants.filter {
             let set = match &readable {
                 Some(set) => set,
                 None => readable.insert(ctx.repos.readable_objects(ctx.served, repo, refs)?),
@@ -75,10 +79,89 @@ pub fn check_wants(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot
     Ok(())
 }
 
+/// The shallow and filter arguments of a request, as v0 and v2 both spell them.
+#[derive(Debug, Default)]
+pub struct Extras {
+    pub deepen: Deepen,
+    /// `shallow <id>` lines as sent (narrowed to readable commits in [`boundary`]).
+    pub shallow_lines: Vec<ObjectId>,
+    pub filter: Option<Filter>,
+}
+
+impl Extras {
+    /// Take `word value` if it is a shallow or filter argument; false if it is neither.
+    /// `deepen-relative` is a v2 argument here (v0 sends it as a capability).
+    pub fn line(&mut self, refs: &RefSnapshot, word: &str, value: &str) -> Result<bool, ProtocolError> {
+        match word {
+            "shallow" => {
+                if self.shallow_lines.len() >= 1_000_000 {
+                    return Err(ProtocolError::TooMany { what: "shallow", limit: 1_000_000 });
+                }
+                self.shallow_lines.push(parse_oid(value, refs.object_hash)?);
+            }
+            "deepen" => self.deepen.depth = Some(shallow::parse_depth(value)?),
+            "deepen-since" => self.deepen.since = Some(shallow::parse_since(value)?),
+            "deepen-not" => self.deepen.not.push(shallow::resolve_deepen_not(refs, value)?),
+            "deepen-relative" if value.is_empty() => self.deepen.relative = true,
+            "filter" => {
+                if !refs.wants.filter {
+                    return Err(ProtocolError::FilterNotAllowed);
+                }
+                if self.filter.is_some() {
+                    return Err(ProtocolError::Filter(crate::filter::FilterError::Invalid("multiple filter-specs cannot be combined".into())));
+                }
+                self.filter = Some(Filter::parse(value)?);
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    pub fn filter(&self) -> Filter {
+        self.filter.unwrap_or_default()
+    }
+}
+
+/// The shallow boundary of a request with shallow arguments (`None` without): the client's
+/// shallow lines narrowed to commits it may read (a commit we lack is ignored, as git does; one
+/// that is not a commit is refused), then [`shallow::compute`].
+pub fn boundary(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, wants: &[ObjectId], extras: &mut Extras) -> Result<Option<Boundary>, ServeError> {
+    extras.deepen.check()?;
+    if !extras.shallow_lines.is_empty() {
+        let readable = ctx.repos.readable_objects(ctx.served, repo, refs)?;
+        for id in std::mem::take(&mut extras.shallow_lines) {
+            match repo.find_header(id) {
+                Err(_) => continue,
+                Ok(h) if h.kind() != gix_object::Kind::Commit => {
+                    return Err(ProtocolError::Shallow(format!("invalid shallow object {id}")).into());
+                }
+                Ok(_) if readable.contains(&id) && !extras.deepen.client_shallows.contains(&id) => extras.deepen.client_shallows.push(id),
+                Ok(_) => {}
+            }
+        }
+    }
+    if !extras.deepen.is_active() {
+        return Ok(None);
+    }
+    shallow::compute(repo, wants, &extras.deepen).map(Some)
+}
+
+/// The `shallow`/`unshallow` lines of a boundary.
+pub fn write_boundary(boundary: &Boundary, w: &mut crate::protocol::pkt::Writer) {
+    for id in &boundary.shallow {
+        w.text(format!("shallow {id}"));
+    }
+    for id in &boundary.unshallow {
+        w.text(format!("unshallow {id}"));
+    }
+}
+
 /// The pack a negotiated request gets.
 pub struct PackRequest<'a> {
     pub wants: &'a [ObjectId],
     pub common: &'a [ObjectId],
+    pub filter: Filter,
+    pub boundary: Option<&'a Boundary>,
     pub include_tag: bool,
     pub thin_pack: bool,
     pub ofs_delta: bool,
@@ -130,16 +213,21 @@ fn select_and_write<W: Write>(
             common: request.common,
             include_tag: request.include_tag,
             refs,
+            filter: request.filter,
+            boundary: request.boundary,
         },
     )?;
+    // A filtered or shallow client lacks objects a thin delta or an added base would assume
+    // (or would get objects it did not ask for): both only for plain requests.
+    let plain = request.filter.is_none() && request.boundary.is_none_or(|b| b.grafts.is_empty());
     bands.progress(&format!("Enumerating objects: {}, done.\n", selection.objects.len()))?;
     let stats = pack::write(
         repo,
         &selection,
         pack::Options {
-            thin_pack: request.thin_pack,
+            thin_pack: request.thin_pack && request.filter.is_none(),
             ofs_delta: request.ofs_delta,
-            include_unselected_bases: request.common.is_empty(),
+            include_unselected_bases: request.common.is_empty() && plain,
         },
         || ctx.repos.readable_objects(ctx.served, repo, refs),
         bands,

@@ -1,7 +1,8 @@
 //! Protocol v0/v1 upload-pack: the ref advertisement, and stateless negotiation as smart HTTP
 //! needs it (every request re-sends its wants and the haves found common; the server answers
 //! `ACK <id> common|ready` and `NAK`, and sends the pack after `done`, or right after `ready`
-//! with `no-done`).
+//! with `no-done`), and stateful negotiation over a connection (git://). A deepen request's
+//! reply starts with its shallow/unshallow lines and a flush, in every stateless round.
 
 use std::io::Write;
 
@@ -9,7 +10,7 @@ use gix_hash::ObjectId;
 
 use super::negotiate::{Common, Have};
 use super::pkt::{self, Line};
-use super::upload::{self, PackRequest};
+use super::upload::{self, Extras, PackRequest};
 use super::{Context, Version};
 use crate::error::{ProtocolError, ServeError};
 use crate::pack::{Framing, Stats};
@@ -22,6 +23,10 @@ const CAPABILITIES: &[&str] = &[
     "side-band",
     "side-band-64k",
     "ofs-delta",
+    "shallow",
+    "deepen-since",
+    "deepen-not",
+    "deepen-relative",
     "no-progress",
     "include-tag",
     "multi_ack_detailed",
@@ -47,6 +52,9 @@ pub fn advertise(refs: &RefSnapshot, version: Version, stateless: bool, out: &mu
     }
     if let HeadState::Symbolic { target, .. } = &refs.head {
         caps.push(format!("symref=HEAD:{target}"));
+    }
+    if refs.wants.filter {
+        caps.push("filter".into());
     }
     caps.push(format!("object-format={}", hash_name(refs.object_hash)));
     caps.push(format!("agent={}", crate::agent()));
@@ -95,6 +103,8 @@ pub struct ClientCaps {
     pub ofs_delta: bool,
     pub no_progress: bool,
     pub include_tag: bool,
+    pub deepen_relative: bool,
+    pub filter: bool,
 }
 
 impl ClientCaps {
@@ -111,6 +121,10 @@ impl ClientCaps {
                 "ofs-delta" => caps.ofs_delta = true,
                 "no-progress" => caps.no_progress = true,
                 "include-tag" => caps.include_tag = true,
+                "deepen-relative" => caps.deepen_relative = true,
+                // Named so the client may send the matching lines; nothing to switch on.
+                "shallow" | "deepen-since" | "deepen-not" => {}
+                "filter" => caps.filter = true,
                 w if w.starts_with("agent=") || w.starts_with("session-id=") => {}
                 w if w.starts_with("object-format=") => upload::check_object_format(&w["object-format=".len()..], hash)?,
                 other => return Err(ProtocolError::UnknownCapability(other.to_owned())),
@@ -138,15 +152,21 @@ pub struct Request {
     pub haves: Vec<ObjectId>,
     /// The client sent `done`.
     pub done: bool,
+    /// Shallow lines, deepen and filter arguments.
+    pub extras: Extras,
+    /// Anything came after the wants' flush (a deepen request's first round has nothing).
+    pub has_haves_section: bool,
 }
 
 impl Request {
     /// The pack this request gets, given the negotiated common commits.
-    fn pack_request<'a>(&'a self, common: &'a [ObjectId]) -> PackRequest<'a> {
+    fn pack_request<'a>(&'a self, common: &'a [ObjectId], boundary: Option<&'a crate::shallow::Boundary>) -> PackRequest<'a> {
         let caps = &self.caps;
         PackRequest {
             wants: &self.wants,
             common,
+            filter: self.extras.filter(),
+            boundary,
             include_tag: caps.include_tag,
             thin_pack: caps.thin_pack,
             ofs_delta: caps.ofs_delta,
@@ -156,9 +176,10 @@ impl Request {
     }
 }
 
-/// Parse a stateless v0 request: want lines and a flush, then have lines (with flushes between
-/// rounds) and, last, `done` or a flush.
-pub fn parse(lines: &[Line<'_>], hash: gix_hash::Kind, max_haves: usize) -> Result<Request, ProtocolError> {
+/// Parse a stateless v0 request: want (and shallow, deepen, filter) lines and a flush, then have
+/// lines (with flushes between rounds) and, last, `done` or a flush.
+pub fn parse(lines: &[Line<'_>], refs: &RefSnapshot, max_haves: usize) -> Result<Request, ProtocolError> {
+    let hash = refs.object_hash;
     let mut req = Request::default();
     let mut i = 0;
     while i < lines.len() {
@@ -181,7 +202,11 @@ pub fn parse(lines: &[Line<'_>], hash: gix_hash::Kind, max_haves: usize) -> Resu
                         }
                     }
                     Some(word @ ("shallow" | "deepen" | "deepen-since" | "deepen-not" | "filter")) => {
-                        return Err(ProtocolError::UnknownArgument(word.into()));
+                        if word == "filter" && !req.caps.filter {
+                            return Err(ProtocolError::FilterNotAllowed);
+                        }
+                        let value = text.split_once(' ').map_or("", |(_, v)| v);
+                        req.extras.line(refs, word, value)?;
                     }
                     _ => return Err(ProtocolError::Unexpected(text.chars().take(100).collect())),
                 }
@@ -195,6 +220,8 @@ pub fn parse(lines: &[Line<'_>], hash: gix_hash::Kind, max_haves: usize) -> Resu
     if !matches!(lines.get(i - 1), Some(Line::Flush)) {
         return Err(ProtocolError::Truncated);
     }
+    req.extras.deepen.relative = req.caps.deepen_relative;
+    req.has_haves_section = i < lines.len();
     let mut ended = false;
     for line in &lines[i..] {
         if ended {
@@ -238,28 +265,53 @@ pub fn upload_pack<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Resu
             out.write_all(&w.buf)?;
             Ok(None)
         }
-        Ok(Some((req, common))) => {
+        Ok(Some((req, common, boundary))) => {
             out.write_all(&w.buf)?;
-            upload::send_pack(ctx, &repo, &refs, &req.pack_request(&common), out).map(Some)
+            upload::send_pack(ctx, &repo, &refs, &req.pack_request(&common, boundary.as_ref()), out).map(Some)
         }
     }
 }
 
-/// Process the request's haves as git's upload-pack does in stateless mode. Writes ACK/NAK lines
-/// to `w`; returns the request and common commits when a pack is to follow.
+/// The wants' shallow boundary; for a deepen request, its lines and a flush go out first.
+fn shallow_reply(
+    ctx: &Context<'_>,
+    repo: &gix::Repository,
+    refs: &RefSnapshot,
+    req: &mut Request,
+    w: &mut pkt::Writer,
+) -> Result<Option<crate::shallow::Boundary>, ServeError> {
+    let boundary = upload::boundary(ctx, repo, refs, &req.wants, &mut req.extras)?;
+    if req.extras.deepen.deepens()
+        && let Some(boundary) = &boundary
+    {
+        upload::write_boundary(boundary, w);
+        w.flush();
+    }
+    Ok(boundary)
+}
+
+type Negotiated = (Request, Vec<ObjectId>, Option<crate::shallow::Boundary>);
+
+/// Process the request's haves as git's upload-pack does in stateless mode. Writes the shallow
+/// list and ACK/NAK lines to `w`; returns the request, the common commits and the shallow
+/// boundary when a pack is to follow.
 fn negotiate(
     ctx: &Context<'_>,
     repo: &gix::Repository,
     refs: &RefSnapshot,
     body: &[u8],
     w: &mut pkt::Writer,
-) -> Result<Option<(Request, Vec<ObjectId>)>, ServeError> {
+) -> Result<Option<Negotiated>, ServeError> {
     let lines = pkt::read_all(body)?;
-    let req = parse(&lines, refs.object_hash, ctx.config.max_haves)?;
+    let mut req = parse(&lines, refs, ctx.config.max_haves)?;
     if req.wants.is_empty() {
         return Ok(None);
     }
     upload::check_wants(ctx, repo, refs, &req.wants)?;
+    let boundary = shallow_reply(ctx, repo, refs, &mut req, w)?;
+    if !req.has_haves_section {
+        return Ok(None); // a deepen request's first round: the shallow list was the answer
+    }
     let mut nego = Negotiation::new(repo, refs.object_hash, &req.wants, req.caps.clone());
     // Walk the haves segment by segment, as git reads them between flushes.
     let start = lines.iter().position(|l| *l == Line::Flush).map_or(lines.len(), |p| p + 1);
@@ -268,14 +320,14 @@ fn negotiate(
             Line::Data(b"done") => {
                 nego.done(w);
                 let common = nego.common.commits;
-                return Ok(Some((req, common)));
+                return Ok(Some((req, common, boundary)));
             }
             Line::Data(d) => nego.have_line(d, w)?,
             Line::Flush => {
                 return match nego.flush(w)? {
                     Next::Pack => {
                         let common = nego.common.commits;
-                        Ok(Some((req, common)))
+                        Ok(Some((req, common, boundary)))
                     }
                     // Stateless: this round is over; the client sends the next request.
                     Next::Continue => Ok(None),
@@ -443,7 +495,7 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Ve
             None => Err(ProtocolError::Truncated.into()),
         }
     };
-    let outcome = (|| -> Result<Option<(Request, Vec<ObjectId>)>, ServeError> {
+    let outcome = (|| -> Result<Option<Negotiated>, ServeError> {
         let Some(want_lines) = section(&mut lines)? else {
             return Ok(None); // an `ls-remote`: the advertisement was all
         };
@@ -453,9 +505,15 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Ve
         let mut body: Vec<Line<'_>> = want_lines.iter().map(|l| Line::Data(l)).collect();
         body.push(Line::Flush);
         body.push(Line::Data(b"done")); // parse() wants a complete request; the haves come next
-        let mut req = parse(&body, refs.object_hash, ctx.config.max_haves)?;
+        let mut req = parse(&body, &refs, ctx.config.max_haves)?;
         req.done = false;
         upload::check_wants(ctx, &repo, &refs, &req.wants)?;
+        let mut w = pkt::Writer::new();
+        let boundary = shallow_reply(ctx, &repo, &refs, &mut req, &mut w)?;
+        if !w.buf.is_empty() {
+            out.write_all(&w.buf)?;
+            out.flush()?;
+        }
         let mut nego = Negotiation::new(&repo, refs.object_hash, &req.wants, req.caps.clone());
         let mut haves = 0usize;
         loop {
@@ -483,16 +541,16 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Ve
             out.flush()?;
             if finished {
                 let common = std::mem::take(&mut nego.common.commits);
-                return Ok(Some((req, common)));
+                return Ok(Some((req, common, boundary)));
             }
         }
     })();
-    let (req, common) = match outcome {
+    let (req, common, boundary) = match outcome {
         Ok(Some(done)) => done,
         Ok(None) => return Ok(None),
         Err(err) => return upload::reply_err(&mut out, err),
     };
-    let stats = upload::send_pack(ctx, &repo, &refs, &req.pack_request(&common), &mut out)?;
+    let stats = upload::send_pack(ctx, &repo, &refs, &req.pack_request(&common, boundary.as_ref()), &mut out)?;
     out.flush()?;
     Ok(Some(stats))
 }

@@ -1,7 +1,9 @@
 //! Protocol v2: the capability advertisement and the commands, one row of [`COMMANDS`] each
 //! (name, what to advertise, what to run) — adding a command is adding a row. Here: `ls-refs`
 //! (ref-prefix, symrefs, peel, unborn) and `fetch` (want, have, done, thin-pack, no-progress,
-//! include-tag, ofs-delta, wait-for-done; acknowledgments with ACK/NAK/ready; packfile section).
+//! include-tag, ofs-delta, wait-for-done, shallow/deepen*, filter and want-ref where the
+//! repository allows them; acknowledgments with ACK/NAK/ready; wanted-refs, shallow-info and
+//! packfile sections).
 
 use std::io::Write;
 
@@ -9,7 +11,7 @@ use gix_hash::ObjectId;
 
 use super::negotiate::{Common, Have};
 use super::pkt::{self, Line};
-use super::upload::{self, PackRequest};
+use super::upload::{self, Extras, PackRequest};
 use super::v0::hash_name;
 use super::Context;
 use crate::error::{ProtocolError, ServeError};
@@ -42,7 +44,16 @@ pub const COMMANDS: &[Capability] = &[
     },
     Capability {
         name: "fetch",
-        value: |_| Some("wait-for-done".into()),
+        value: |refs| {
+            let mut features = String::from("shallow wait-for-done");
+            if refs.wants.filter {
+                features.push_str(" filter");
+            }
+            if refs.wants.ref_in_want {
+                features.push_str(" ref-in-want");
+            }
+            Some(features)
+        },
         run: Some(fetch),
     },
     Capability {
@@ -205,14 +216,33 @@ struct FetchArgs {
     include_tag: bool,
     ofs_delta: bool,
     wait_for_done: bool,
+    extras: Extras,
+    /// `want-ref <name>`: the ref and what it points at.
+    wanted_refs: Vec<(String, ObjectId)>,
 }
 
-fn parse_fetch(args: &[Line<'_>], hash: gix_hash::Kind, max_haves: usize) -> Result<FetchArgs, ProtocolError> {
+fn parse_fetch(args: &[Line<'_>], refs: &RefSnapshot, max_haves: usize) -> Result<FetchArgs, ProtocolError> {
+    let hash = refs.object_hash;
     let mut f = FetchArgs::default();
     for line in args {
         let text = arg_text(line)?;
         let (word, value) = text.split_once(' ').unwrap_or((text, ""));
+        if f.extras.line(refs, word, value)? {
+            continue;
+        }
         match word {
+            "want-ref" if refs.wants.ref_in_want => {
+                let id = refs
+                    .refs
+                    .iter()
+                    .find(|r| r.name == value.as_bytes())
+                    .map(|r| r.id)
+                    .or_else(|| if value == "HEAD" { refs.head_id() } else { None })
+                    .ok_or_else(|| ProtocolError::UnknownRef(value.chars().take(100).collect()))?;
+                if !f.wanted_refs.iter().any(|(name, _)| name == value) {
+                    f.wanted_refs.push((value.to_owned(), id));
+                }
+            }
             "want" => f.wants.push(upload::parse_oid(value, hash)?),
             "have" => upload::push_have(&mut f.haves, value, hash, max_haves)?,
             "done" => f.done = true,
@@ -227,14 +257,20 @@ fn parse_fetch(args: &[Line<'_>], hash: gix_hash::Kind, max_haves: usize) -> Res
     Ok(f)
 }
 
-/// `fetch`: without `done`, an acknowledgments section (ACK per common have, or NAK; `ready`
-/// when every want reaches a common commit, unless `wait-for-done`) and, if ready, the pack;
-/// with `done`, the packfile section right away.
+/// `fetch`: with haves and without `done`, an acknowledgments section (ACK per common have, or
+/// NAK; `ready` when every want reaches a common commit, unless `wait-for-done`) and, if ready,
+/// the pack; with `done` or without haves, the pack right away. Before the packfile section:
+/// `wanted-refs` for `want-ref`s, `shallow-info` for a shallow request.
 fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[Line<'_>], out: &mut dyn Write) -> Result<Option<Stats>, ServeError> {
     let mut w = pkt::Writer::new();
-    let negotiated = (|| -> Result<Option<(FetchArgs, Vec<ObjectId>)>, ServeError> {
-        let f = parse_fetch(args, refs.object_hash, ctx.config.max_haves)?;
+    let negotiated = (|| -> Result<Option<(FetchArgs, Vec<ObjectId>, Option<crate::shallow::Boundary>)>, ServeError> {
+        let mut f = parse_fetch(args, refs, ctx.config.max_haves)?;
         upload::check_wants(ctx, repo, refs, &f.wants)?;
+        for (_, id) in &f.wanted_refs {
+            if !f.wants.contains(id) {
+                f.wants.push(*id);
+            }
+        }
         if f.wants.is_empty() {
             return Ok(None);
         }
@@ -245,7 +281,7 @@ fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[
                 acked.push(*have);
             }
         }
-        if !f.done {
+        if !f.done && !f.haves.is_empty() {
             w.text("acknowledgments");
             if acked.is_empty() {
                 w.text("NAK");
@@ -261,9 +297,22 @@ fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[
                 return Ok(None);
             }
         }
-        Ok(Some((f, common.commits)))
+        let boundary = upload::boundary(ctx, repo, refs, &f.wants, &mut f.extras)?;
+        if !f.wanted_refs.is_empty() {
+            w.text("wanted-refs");
+            for (name, id) in &f.wanted_refs {
+                w.text(format!("{id} {name}"));
+            }
+            w.delim();
+        }
+        if let Some(boundary) = &boundary {
+            w.text("shallow-info");
+            upload::write_boundary(boundary, &mut w);
+            w.delim();
+        }
+        Ok(Some((f, common.commits, boundary)))
     })();
-    let (f, common) = match negotiated {
+    let (f, common, boundary) = match negotiated {
         Ok(Some(n)) => n,
         Ok(None) => {
             out.write_all(&w.buf)?;
@@ -283,6 +332,8 @@ fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[
         &PackRequest {
             wants: &f.wants,
             common: &common,
+            filter: f.extras.filter(),
+            boundary: boundary.as_ref(),
             include_tag: f.include_tag,
             thin_pack: f.thin_pack,
             ofs_delta: f.ofs_delta,
