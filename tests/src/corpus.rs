@@ -95,6 +95,7 @@ pub fn ensure(name: &str, hash: Hash) -> PathBuf {
     b.git(&["init", "-q", "--bare", &format!("--object-format={}", hash.name())]);
     b.git(&["symbolic-ref", "HEAD", "refs/heads/main"]);
     (spec.build)(&b);
+    allow_partial_clones(&b);
     if std::fs::rename(&scratch, &dest).is_err() {
         // Another process finished first; its copy is identical.
         let _ = std::fs::remove_dir_all(&scratch);
@@ -128,10 +129,17 @@ pub fn ensure_self() -> Option<PathBuf> {
     b.git(&["fetch", "-q", "--no-tags", checkout.to_str()?, &format!("{full}:refs/heads/main")]);
     b.git(&["symbolic-ref", "HEAD", "refs/heads/main"]);
     b.git(&["repack", "-adfq"]);
+    allow_partial_clones(&b);
     if std::fs::rename(&scratch, &dest).is_err() {
         let _ = std::fs::remove_dir_all(&scratch);
     }
     Some(dest)
+}
+
+/// Every corpus repository serves partial clones (`uploadpack.allowFilter`), as a server for
+/// monorepo users would: gixd and git upload-pack then both advertise and honour filters.
+fn allow_partial_clones(b: &Builder) {
+    b.git(&["config", "uploadpack.allowFilter", "true"]);
 }
 
 /// Runs git in the repository being built, deterministically.
