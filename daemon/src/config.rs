@@ -17,6 +17,52 @@ pub enum Exports {
     Only(PathBuf),
 }
 
+/// Which services are offered (git daemon's `--enable`/`--disable`): upload-pack on,
+/// receive-pack and upload-archive off until enabled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Services {
+    pub upload_pack: bool,
+    pub receive_pack: bool,
+    pub upload_archive: bool,
+}
+
+impl Default for Services {
+    fn default() -> Self {
+        Services {
+            upload_pack: true,
+            receive_pack: false,
+            upload_archive: false,
+        }
+    }
+}
+
+impl Services {
+    /// Switch a service by its name (`upload-pack`, `receive-pack`, `upload-archive`).
+    pub fn set(&mut self, name: &str, on: bool) -> Result<(), String> {
+        match name {
+            "upload-pack" => self.upload_pack = on,
+            "receive-pack" => self.receive_pack = on,
+            "upload-archive" => self.upload_archive = on,
+            other => return Err(format!("unknown service '{other}' (known: upload-pack, receive-pack, upload-archive)")),
+        }
+        Ok(())
+    }
+}
+
+/// How a request path finds its repository, beyond the base path (git daemon's flags).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PathRules {
+    /// `--strict-paths`: the path must name the git directory exactly (no `.git` appended, no
+    /// `/.git` looked into, no subdirectories of whitelisted directories).
+    pub strict: bool,
+    /// `--user-path[=dir]`: `~user/x` means `<user's home>/<dir>/x` — still only below the base
+    /// path. `None`: `~user` paths are refused.
+    pub user_path: Option<String>,
+    /// Directories given on git daemon's command line: when any are given, only repositories in
+    /// them (or, without `strict`, below them) are served.
+    pub whitelist: Vec<PathBuf>,
+}
+
 #[derive(Clone)]
 pub struct Config {
     pub listen: SocketAddr,
@@ -28,6 +74,15 @@ pub struct Config {
     /// Repositories are looked up below this directory, never outside it.
     pub base_path: PathBuf,
     pub exports: Exports,
+    pub paths: PathRules,
+    pub services: Services,
+    /// Most git:// connections at once (git daemon's `--max-connections`; 0: no limit beyond
+    /// the transfer limit). One more is told so and closed.
+    pub max_connections: usize,
+    /// git:// errors say what went wrong (no such repository, not exported); without it, every
+    /// path failure reads "access denied or repository not exported", as git daemon says
+    /// without `--informative-errors`, so a prober learns nothing.
+    pub informative_errors: bool,
     /// Bytes per HTTP response frame: the in-flight window between the pack writer and the
     /// socket. Larger means fewer wake-ups, smaller means less memory per transfer. Floored to 1.
     pub stream_window: usize,
@@ -68,6 +123,10 @@ impl Config {
             init_timeout: std::time::Duration::from_secs(30),
             base_path,
             exports: Exports::DaemonExportOk,
+            paths: PathRules::default(),
+            services: Services::default(),
+            max_connections: 0,
+            informative_errors: true,
             stream_window: Self::DEFAULT_STREAM_WINDOW,
             max_request_body: 16 * 1024 * 1024,
             max_inflated_body: 64 * 1024 * 1024,

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use gix::bstr::{BString, ByteSlice};
 use gix_hash::ObjectId;
 
-use crate::config::Exports;
+use crate::config::{Exports, PathRules};
 use crate::error::{RepoError, ServeError};
 
 /// The file that marks a repository as exported (git daemon's rule).
@@ -21,6 +21,7 @@ pub struct Repos {
     /// Canonical base path: every served git directory is below it.
     base: PathBuf,
     exports: Exports,
+    rules: PathRules,
     /// Opened repositories by git directory, with the modification time of their config file:
     /// opening reads config and indices once, and again when the config changes (git reads it
     /// on every request; settings like hideRefs or allowFilter must take effect without a restart).
@@ -48,9 +49,17 @@ impl Repos {
         Ok(Repos {
             base,
             exports,
+            rules: PathRules::default(),
             open: Mutex::new(HashMap::new()),
             readable: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Apply git daemon's path rules (`--strict-paths`, `--user-path`, a directory whitelist).
+    pub fn with_rules(mut self, mut rules: PathRules) -> std::io::Result<Self> {
+        rules.whitelist = rules.whitelist.iter().map(|d| d.canonicalize()).collect::<std::io::Result<_>>()?;
+        self.rules = rules;
+        Ok(self)
     }
 
     pub fn base(&self) -> &Path {
@@ -60,23 +69,38 @@ impl Repos {
     /// Resolve a URL path (`/a/b.git`, `/a/b`, percent-encoded) to a served repository.
     pub fn resolve(&self, url_path: &str) -> Result<Served, RepoError> {
         let decoded = percent_decode(url_path).ok_or_else(|| RepoError::BadPath(url_path.to_owned()))?;
-        let rel = relative_repo_path(&decoded).ok_or_else(|| RepoError::BadPath(decoded.clone()))?;
         let name = decoded.trim_matches('/').to_owned();
         let not_found = || RepoError::NotFound(name.clone());
-        let mut candidates = vec![self.base.join(&rel)];
-        if !rel.as_os_str().as_encoded_bytes().ends_with(b".git") {
+        // `~user/path`: below the user's home (and `--user-path`'s directory there), if allowed.
+        let (root, rel) = match name.strip_prefix('~') {
+            Some(rest) => {
+                let sub = self.rules.user_path.as_deref().ok_or_else(not_found)?;
+                let (user, rest) = rest.split_once('/').unwrap_or((rest, ""));
+                let home = home_of(user).ok_or_else(not_found)?;
+                let rel = relative_repo_path(rest).ok_or_else(|| RepoError::BadPath(decoded.clone()))?;
+                (home.join(sub), rel)
+            }
+            None => (self.base.clone(), relative_repo_path(&decoded).ok_or_else(|| RepoError::BadPath(decoded.clone()))?),
+        };
+        let mut candidates = vec![root.join(&rel)];
+        if !self.rules.strict && !rel.as_os_str().as_encoded_bytes().ends_with(b".git") {
             let mut with_git = rel.clone().into_os_string();
             with_git.push(".git");
-            candidates.push(self.base.join(with_git));
+            candidates.push(root.join(with_git));
         }
         let git_dir = candidates
             .iter()
-            .find_map(|c| git_dir_of(c))
+            .find_map(|c| if self.rules.strict { is_git_dir(c).then(|| c.clone()) } else { git_dir_of(c) })
             .ok_or_else(not_found)?;
         // Symlinks are resolved only now: whatever the path said, the repository must be below the base.
         let git_dir = git_dir.canonicalize().map_err(|_| not_found())?;
         if !git_dir.starts_with(&self.base) {
             return Err(not_found());
+        }
+        let whitelisted = self.rules.whitelist.is_empty()
+            || self.rules.whitelist.iter().any(|dir| if self.rules.strict { git_dir == *dir } else { git_dir.starts_with(dir) });
+        if !whitelisted {
+            return Err(RepoError::NotExported(name));
         }
         let exported = match &self.exports {
             Exports::All => true,
@@ -126,10 +150,34 @@ impl Repos {
 /// The git directory at `path`: a bare repository, or the `.git` of a work tree.
 fn git_dir_of(path: &Path) -> Option<PathBuf> {
     let dot_git = path.join(".git");
-    if dot_git.join("HEAD").is_file() && dot_git.join("objects").is_dir() {
+    if is_git_dir(&dot_git) {
         return Some(dot_git);
     }
-    (path.join("HEAD").is_file() && path.join("objects").is_dir()).then(|| path.to_owned())
+    is_git_dir(path).then(|| path.to_owned())
+}
+
+fn is_git_dir(path: &Path) -> bool {
+    path.join("HEAD").is_file() && path.join("objects").is_dir()
+}
+
+/// A user's home directory from the password database (for `~user` paths).
+fn home_of(user: &str) -> Option<PathBuf> {
+    if user.is_empty() || user.len() > 256 {
+        return None;
+    }
+    let name = std::ffi::CString::new(user).ok()?;
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; the strings it fills in live in `buf`.
+    let rc = unsafe { libc::getpwnam_r(name.as_ptr(), &mut pwd, buf.as_mut_ptr(), buf.len(), &mut result) };
+    if rc != 0 || result.is_null() || pwd.pw_dir.is_null() {
+        return None;
+    }
+    // SAFETY: `pw_dir` points into `buf`, NUL-terminated, set by a successful call.
+    let dir = unsafe { std::ffi::CStr::from_ptr(pwd.pw_dir) };
+    use std::os::unix::ffi::OsStrExt;
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes())))
 }
 
 /// A URL path made relative and checked: no `..`, no `.`, no empty or absolute tricks, no NUL or

@@ -23,7 +23,7 @@ pub struct Server {
 
 impl Server {
     pub async fn bind(config: Config) -> std::io::Result<Server> {
-        let repos = Repos::new(&config.base_path, config.exports.clone())?;
+        let repos = Repos::new(&config.base_path, config.exports.clone())?.with_rules(config.paths.clone())?;
         let listener = TcpListener::bind(config.listen).await?;
         let git_listener = match config.git_listen {
             Some(addr) => Some(TcpListener::bind(addr).await?),
@@ -83,11 +83,12 @@ impl Server {
     }
 }
 
-/// git:// connections: each takes a transfer slot (or is told the server is busy) and runs on
-/// a blocking thread of the pool.
+/// git:// connections: past `max_connections` one is told so and closed; each takes a transfer
+/// slot (or is told the server is busy) and runs on a blocking thread of the pool.
 async fn accept_git(listener: TcpListener, state: Arc<State>) {
+    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     loop {
-        let (stream, _) = match listener.accept().await {
+        let (stream, peer) = match listener.accept().await {
             Ok(conn) => conn,
             Err(err) => {
                 tracing::warn!(%err, "git:// accept failed");
@@ -96,7 +97,18 @@ async fn accept_git(listener: TcpListener, state: Arc<State>) {
             }
         };
         let state = state.clone();
+        let limit = state.config.max_connections;
+        let guard = ConnectionCount::enter(&open);
+        if limit > 0 && guard.count > limit {
+            tracing::warn!(%peer, limit, "git:// connection refused: too many connections");
+            let mut w = crate::protocol::pkt::Writer::new();
+            w.err("too many connections, try again later");
+            let mut stream = stream;
+            let _ = tokio::io::AsyncWriteExt::write_all(&mut stream, &w.buf).await;
+            continue;
+        }
         tokio::spawn(async move {
+            let _guard = guard;
             let permit = tokio::time::timeout(state.config.transfer_queue_wait, state.transfers.clone().acquire_owned()).await;
             let Ok(stream) = stream.into_std() else { return };
             match permit {
@@ -114,6 +126,26 @@ async fn accept_git(listener: TcpListener, state: Arc<State>) {
                 }
             }
         });
+    }
+}
+
+/// One open git:// connection, counted while it lives.
+struct ConnectionCount {
+    open: Arc<std::sync::atomic::AtomicUsize>,
+    /// Connections open with this one.
+    count: usize,
+}
+
+impl ConnectionCount {
+    fn enter(open: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        let count = open.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        ConnectionCount { open: open.clone(), count }
+    }
+}
+
+impl Drop for ConnectionCount {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

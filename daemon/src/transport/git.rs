@@ -85,17 +85,30 @@ fn serve(state: &State, stream: TcpStream) -> Result<(), crate::error::ServeErro
     };
     drop(first);
     let Some(request) = parse_request_line(&line) else {
-        let _ = send_err(&stream, "malformed request line");
+        let _ = send_err(&stream, "malformed request line: expected 'git-upload-pack /path\\0host=…\\0'");
         return Ok(());
     };
-    if request.service != "git-upload-pack" {
-        let _ = send_err(&stream, &format!("service '{}' is not enabled", request.service));
+    let services = &state.config.services;
+    let enabled = match request.service.as_str() {
+        "git-upload-pack" => services.upload_pack,
+        "git-upload-archive" => services.upload_archive,
+        "git-receive-pack" => services.receive_pack,
+        _ => false,
+    };
+    if !enabled {
+        let _ = send_err(&stream, &format!("service '{}' is not enabled", request.service.chars().take(64).collect::<String>()));
         return Ok(());
     }
     let served = match state.repos.resolve(&request.path) {
         Ok(served) => served,
         Err(err) => {
-            let _ = send_err(&stream, &err.to_string());
+            let message = if state.config.informative_errors {
+                err.to_string()
+            } else {
+                format!("access denied or repository not exported: {}", request.path.chars().take(256).collect::<String>())
+            };
+            tracing::info!(path = %request.path, %err, "git:// request refused");
+            let _ = send_err(&stream, &message);
             return Ok(());
         }
     };
@@ -107,6 +120,11 @@ fn serve(state: &State, stream: TcpStream) -> Result<(), crate::error::ServeErro
         config: &state.config,
     };
     let out = BufWriter::with_capacity(WRITE_BUFFER, &stream);
+    if request.service != "git-upload-pack" {
+        // Enabled but not built yet: said plainly rather than served as something else.
+        let _ = send_err(&stream, &format!("service '{}' is not available in this gixd", request.service));
+        return Ok(());
+    }
     match Version::from_params(&request.extra) {
         Version::V2 => protocol::v2::serve_stateful(&ctx, &stream, out)?,
         v0_or_v1 => protocol::v0::serve_stateful(&ctx, v0_or_v1, &stream, out)?,

@@ -127,7 +127,11 @@ fn query_param<'a>(query: Option<&'a str>, key: &str) -> Option<&'a str> {
 pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    let upload_pack_off = !state.config.services.upload_pack;
     let response = match (route(&path), &method) {
+        (Route::InfoRefs(_) | Route::UploadPack(_), _) if upload_pack_off => {
+            text(StatusCode::FORBIDDEN, "fetch (git-upload-pack) is not enabled on this server")
+        }
         (Route::InfoRefs(repo), &Method::GET | &Method::HEAD) => info_refs(&state, repo, &req).await,
         (Route::UploadPack(repo), &Method::POST) => upload_pack(state.clone(), repo.to_owned(), req).await,
         (Route::ReceivePack(_), _) => text(StatusCode::FORBIDDEN, "push (git-receive-pack) is not enabled on this server"),
