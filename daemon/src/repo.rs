@@ -352,6 +352,32 @@ impl RefSnapshot {
         tips
     }
 
+    /// What a short ref name means under git's rev-parse rules (`x`, `refs/x`, `refs/tags/x`,
+    /// `refs/heads/x`, `refs/remotes/x`, `refs/remotes/x/HEAD`) among the visible refs: every
+    /// match, in that order, as (full name, object).
+    pub fn dwim(&self, name: &str) -> Vec<(String, ObjectId)> {
+        let candidates = [
+            name.to_owned(),
+            format!("refs/{name}"),
+            format!("refs/tags/{name}"),
+            format!("refs/heads/{name}"),
+            format!("refs/remotes/{name}"),
+            format!("refs/remotes/{name}/HEAD"),
+        ];
+        let mut found = Vec::new();
+        for candidate in candidates {
+            let id = if candidate == "HEAD" {
+                self.head_id()
+            } else {
+                self.refs.iter().find(|r| r.name == candidate.as_bytes()).map(|r| r.id)
+            };
+            if let Some(id) = id {
+                found.push((candidate, id));
+            }
+        }
+        found
+    }
+
     pub fn is_tip(&self, id: &ObjectId) -> bool {
         self.head_id().as_ref() == Some(id) || self.refs.iter().any(|r| r.id == *id)
     }

@@ -67,7 +67,7 @@ impl<'r> Walker<'r> {
     }
 
     fn find(&mut self, id: &ObjectId) -> Result<(Kind, &[u8]), ServeError> {
-        match self.repo.objects.try_find(id, &mut self.buf).map_err(gix::Error::from)? {
+        match self.repo.objects.try_find(id, &mut self.buf)? {
             Some(data) => Ok((data.kind, data.data)),
             None => Err(ServeError::MissingObject(*id)),
         }
@@ -309,7 +309,7 @@ fn walk_with_grafts(
         queue.extend(parents.iter().copied());
         out.push((time, id, parents));
     }
-    out.sort_by(|a, b| b.0.cmp(&a.0)); // stable: ties keep the breadth-first order
+    out.sort_by_key(|entry| std::cmp::Reverse(entry.0)); // stable: ties keep the breadth-first order
     Ok(out.into_iter().map(|(_, id, parents)| (id, parents)).collect())
 }
 

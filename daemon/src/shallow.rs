@@ -251,27 +251,8 @@ fn peel_to_commit(repo: &gix::Repository, id: ObjectId) -> Result<Option<ObjectI
 
 /// `deepen-not <name>`: the one visible ref the name means under git's rev-parse rules.
 pub fn resolve_deepen_not(refs: &crate::repo::RefSnapshot, name: &str) -> Result<ObjectId, ProtocolError> {
-    let candidates = [
-        name.to_owned(),
-        format!("refs/{name}"),
-        format!("refs/tags/{name}"),
-        format!("refs/heads/{name}"),
-        format!("refs/remotes/{name}"),
-        format!("refs/remotes/{name}/HEAD"),
-    ];
-    let mut found = Vec::new();
-    for candidate in &candidates {
-        let id = if candidate == "HEAD" {
-            refs.head_id()
-        } else {
-            refs.refs.iter().find(|r| r.name == candidate.as_bytes()).map(|r| r.id)
-        };
-        if let Some(id) = id {
-            found.push(id);
-        }
-    }
-    match found.as_slice() {
-        [id] => Ok(*id),
+    match refs.dwim(name).as_slice() {
+        [(_, id)] => Ok(*id),
         [] => Err(ProtocolError::Shallow(format!("deepen-not is not a ref: {}", name.chars().take(100).collect::<String>()))),
         _ => Err(ProtocolError::Shallow(format!("ambiguous deepen-not: {}", name.chars().take(100).collect::<String>()))),
     }

@@ -1,7 +1,9 @@
 //! The git wire protocol, independent of transport: pkt-lines ([`pkt`]), v0/v1 ([`v0`]), v2
-//! ([`v2`]) and the negotiation both share ([`negotiate`]). Functions here read a request body
-//! and write a response to any `io::Write`; they never see HTTP or a socket.
+//! ([`v2`]), the negotiation both share ([`negotiate`]), what upload-pack does once negotiation
+//! is over ([`upload`]) and upload-archive ([`archive`]). Functions here read a request body and
+//! write a response to any `io::Write`; they never see HTTP or a socket.
 
+pub mod archive;
 pub mod negotiate;
 pub mod pkt;
 pub mod upload;

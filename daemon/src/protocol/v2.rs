@@ -263,7 +263,8 @@ fn parse_fetch(args: &[Line<'_>], refs: &RefSnapshot, max_haves: usize) -> Resul
 /// `wanted-refs` for `want-ref`s, `shallow-info` for a shallow request.
 fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[Line<'_>], out: &mut dyn Write) -> Result<Option<Stats>, ServeError> {
     let mut w = pkt::Writer::new();
-    let negotiated = (|| -> Result<Option<(FetchArgs, Vec<ObjectId>, Option<crate::shallow::Boundary>)>, ServeError> {
+    type Negotiated = (FetchArgs, Vec<ObjectId>, Option<crate::shallow::Boundary>);
+    let negotiated = (|| -> Result<Option<Negotiated>, ServeError> {
         let mut f = parse_fetch(args, refs, ctx.config.max_haves)?;
         upload::check_wants(ctx, repo, refs, &f.wants)?;
         for (_, id) in &f.wanted_refs {

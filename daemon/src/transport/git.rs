@@ -63,11 +63,25 @@ pub fn serve_connection(state: Arc<State>, stream: TcpStream) {
     }
 }
 
+/// Tell the client why, then close gently: what it sent after its request line (archive
+/// arguments, wants) is read and dropped first, or closing with unread input would reset the
+/// connection and could destroy the message before git reads it.
 fn send_err(stream: &TcpStream, message: &str) -> std::io::Result<()> {
+    use std::io::{Read, Write};
     let mut w = pkt::Writer::new();
     w.err(message);
-    use std::io::Write;
-    (&*stream).write_all(&w.buf)
+    (&*stream).write_all(&w.buf)?;
+    stream.shutdown(std::net::Shutdown::Write)?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(2)))?;
+    let mut sink = [0u8; 4096];
+    let mut left = 1 << 20;
+    while left > 0 {
+        match (&*stream).read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left -= n.min(left),
+        }
+    }
+    Ok(())
 }
 
 fn serve(state: &State, stream: TcpStream) -> Result<(), crate::error::ServeError> {
@@ -120,6 +134,9 @@ fn serve(state: &State, stream: TcpStream) -> Result<(), crate::error::ServeErro
         config: &state.config,
     };
     let out = BufWriter::with_capacity(WRITE_BUFFER, &stream);
+    if request.service == "git-upload-archive" {
+        return protocol::archive::serve_stateful(&ctx, &stream, out);
+    }
     if request.service != "git-upload-pack" {
         // Enabled but not built yet: said plainly rather than served as something else.
         let _ = send_err(&stream, &format!("service '{}' is not available in this gixd", request.service));

@@ -1,0 +1,262 @@
+//! upload-archive (`git archive --remote=git://…`; git:// only, as with git, and only when
+//! enabled): the client's `argument` lines (`--format`, `--prefix`, `-0`…`-9`, `--list`, a
+//! tree-ish and paths), `ACK` or `NACK <reason>`, then the archive on side-band 1 (an error after
+//! `ACK` on band 3). The tree-ish must be a ref the client may read (`<ref>` or `<ref>:<path>`),
+//! as git's default `uploadArchive.allowUnreachable=false` demands; archives are written by
+//! gix-archive from gix's worktree stream (which honours `export-ignore` and filters).
+
+use std::io::{Read, Seek, Write};
+
+use gix_hash::ObjectId;
+
+use super::Context;
+use super::pkt;
+use crate::error::ServeError;
+use crate::pack::{Bands, Framing};
+use crate::repo::RefSnapshot;
+
+/// git's limit on argument lines.
+const MAX_ARGS: usize = 64;
+
+/// The formats offered, as `git archive --list` names them.
+const FORMATS: &[&str] = &["tar", "tgz", "tar.gz", "zip"];
+
+/// What a client asked for.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    pub format: Option<String>,
+    pub prefix: Option<String>,
+    pub level: Option<u8>,
+    pub list: bool,
+    pub tree_ish: Option<String>,
+    pub paths: Vec<String>,
+}
+
+/// Parse the arguments as `git archive` does for a remote client; the message is the NACK.
+pub fn parse(args: &[String]) -> Result<Request, String> {
+    let mut req = Request::default();
+    let mut options_done = false;
+    for arg in args {
+        if !options_done && arg.starts_with('-') {
+            match arg.as_str() {
+                "--" => options_done = true,
+                "-v" | "--verbose" | "--worktree-attributes" => {}
+                "-l" | "--list" => req.list = true,
+                a if a.starts_with("--format=") => req.format = Some(a["--format=".len()..].to_owned()),
+                a if a.starts_with("--prefix=") => req.prefix = Some(a["--prefix=".len()..].to_owned()),
+                a if a.len() == 2 && a.as_bytes()[1].is_ascii_digit() => req.level = Some(a.as_bytes()[1] - b'0'),
+                other => return Err(format!("unsupported option '{}'", other.chars().take(64).collect::<String>())),
+            }
+        } else if req.tree_ish.is_none() {
+            options_done = true;
+            req.tree_ish = Some(arg.clone());
+        } else {
+            req.paths.push(arg.clone());
+        }
+    }
+    Ok(req)
+}
+
+fn format_of(req: &Request) -> Result<gix_archive::Format, String> {
+    match req.format.as_deref().unwrap_or("tar") {
+        "tar" => Ok(gix_archive::Format::Tar),
+        "tgz" | "tar.gz" => Ok(gix_archive::Format::TarGz { compression_level: req.level }),
+        "zip" => Ok(gix_archive::Format::Zip { compression_level: req.level }),
+        other => Err(format!("unknown archive format '{}'", other.chars().take(32).collect::<String>())),
+    }
+}
+
+/// What an archive is made of: a tree, the time of its commit, and the directory it is the
+/// tree of, within the archive (for `<tree-ish> <dir>`).
+struct Source {
+    tree: ObjectId,
+    mtime: i64,
+    dir: Option<String>,
+}
+
+/// `<ref>[:<path>]` among the visible refs, peeled to a tree. One path may follow, naming a
+/// directory of that tree: the archive is then that directory, under its own name (as git's
+/// archive of `<tree-ish> <dir>`). More paths, or a file, are refused: gix's worktree stream
+/// has no pathspec filter yet.
+fn resolve(repo: &gix::Repository, refs: &RefSnapshot, req: &Request) -> Result<Source, String> {
+    let tree_ish = req.tree_ish.as_deref().ok_or("no tree-ish given")?;
+    let (name, path) = match tree_ish.split_once(':') {
+        Some((name, path)) => (name, Some(path)),
+        None => (tree_ish, None),
+    };
+    let Some((_, id)) = refs.dwim(name).into_iter().next() else {
+        return Err(format!("no such ref: {}", name.chars().take(100).collect::<String>()));
+    };
+    let object = repo.find_object(id).map_err(|e| e.to_string())?;
+    let mtime = match object.clone().peel_to_commit() {
+        Ok(commit) => commit.time().map(|t| t.seconds).unwrap_or(0),
+        Err(_) => now(),
+    };
+    let mut tree = object.peel_to_tree().map_err(|_| format!("not a tree object: {name}"))?;
+    if let Some(path) = path.filter(|p| !p.is_empty()) {
+        let entry = tree
+            .peel_to_entry_by_path(path.trim_end_matches('/'))
+            .map_err(|e| e.to_string())?
+            .filter(|e| e.mode().is_tree())
+            .ok_or_else(|| format!("not a tree object: {}", tree_ish.chars().take(100).collect::<String>()))?;
+        tree = repo.find_tree(entry.object_id()).map_err(|e| e.to_string())?;
+    }
+    let mut dir = None;
+    match req.paths.as_slice() {
+        [] => {}
+        [path] => {
+            let trimmed = path.trim_end_matches('/');
+            let shown = || path.chars().take(100).collect::<String>();
+            let entry = tree
+                .peel_to_entry_by_path(trimmed)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("pathspec '{}' did not match any files", shown()))?;
+            if !entry.mode().is_tree() {
+                return Err(format!("gixd archives whole directories only: '{}' is a file", shown()));
+            }
+            tree = repo.find_tree(entry.object_id()).map_err(|e| e.to_string())?;
+            dir = Some(trimmed.to_owned());
+        }
+        _ => return Err("gixd archives one directory at most: give one path, or <tree-ish>:<path>".into()),
+    }
+    Ok(Source { tree: tree.id, mtime, dir })
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+/// Serve upload-archive on a connection: read the arguments, answer, send the archive.
+pub fn serve_stateful<R: Read, W: Write>(ctx: &Context<'_>, input: R, mut out: W) -> Result<(), ServeError> {
+    use gix_packetline::PacketLineRef;
+    let repo = ctx.served.repo.to_thread_local();
+    let refs = RefSnapshot::load(&repo)?;
+    let mut lines = gix_packetline::blocking_io::StreamingPeekableIter::new(input, &[PacketLineRef::Flush], false);
+    let mut args = Vec::new();
+    let nack = |out: &mut W, reason: &str| -> Result<(), ServeError> {
+        let mut w = pkt::Writer::new();
+        w.text(format!("NACK {reason}"));
+        w.flush();
+        out.write_all(&w.buf)?;
+        out.flush()?;
+        Ok(())
+    };
+    while let Some(line) = lines.read_line() {
+        match line {
+            Ok(Ok(PacketLineRef::Data(d))) => {
+                let d = d.strip_suffix(b"\n").unwrap_or(d);
+                let Some(arg) = d.strip_prefix(b"argument ").and_then(|a| std::str::from_utf8(a).ok()) else {
+                    return nack(&mut out, "expected 'argument <arg>'");
+                };
+                if args.len() == MAX_ARGS {
+                    return nack(&mut out, &format!("too many options (>{MAX_ARGS})"));
+                }
+                args.push(arg.to_owned());
+            }
+            Ok(Ok(_)) => break,
+            Ok(Err(err)) => return nack(&mut out, &format!("malformed pkt-line: {err}")),
+            Err(_) => return Ok(()), // the client went away
+        }
+    }
+    let req = match parse(&args) {
+        Ok(req) => req,
+        Err(reason) => return nack(&mut out, &reason),
+    };
+    if req.list {
+        let mut w = pkt::Writer::new();
+        w.text("ACK").flush();
+        out.write_all(&w.buf)?;
+        let mut bands = Bands::new(&mut out, Framing::SideBand64k, true);
+        for format in FORMATS {
+            writeln!(bands, "{format}")?;
+        }
+        return finish(bands);
+    }
+    let format = match format_of(&req) {
+        Ok(f) => f,
+        Err(reason) => return nack(&mut out, &reason),
+    };
+    let source = match resolve(&repo, &refs, &req) {
+        Ok(source) => source,
+        Err(reason) => return nack(&mut out, &reason),
+    };
+    let mut w = pkt::Writer::new();
+    w.text("ACK").flush();
+    out.write_all(&w.buf)?;
+    let mut bands = Bands::new(&mut out, Framing::SideBand64k, true);
+    if let Err(err) = write_archive(&repo, &source, format, req.prefix.clone(), &mut bands) {
+        let _ = bands.error(&format!("archive failed: {err}"));
+        let _ = finish(bands);
+        return Err(err);
+    }
+    tracing::info!(repo = %ctx.served.name, tree = %source.tree, "archive sent");
+    finish(bands)
+}
+
+fn finish<W: Write>(bands: Bands<W>) -> Result<(), ServeError> {
+    let mut out = bands.finish()?;
+    let mut w = pkt::Writer::new();
+    w.flush();
+    out.write_all(&w.buf)?;
+    out.flush()?;
+    Ok(())
+}
+
+fn write_archive<W: Write>(repo: &gix::Repository, source: &Source, format: gix_archive::Format, prefix: Option<String>, out: &mut W) -> Result<(), ServeError> {
+    let (mut stream, _index) = repo.worktree_stream(source.tree).map_err(ServeError::pack)?;
+    let prefix = match (&prefix, &source.dir) {
+        (_, None) => prefix,
+        (p, Some(dir)) => Some(format!("{}{dir}/", p.as_deref().unwrap_or(""))),
+    };
+    let options = gix_archive::Options {
+        format,
+        tree_prefix: prefix.map(Into::into),
+        modification_time: source.mtime,
+    };
+    let next = gix_worktree_stream::Stream::next_entry;
+    match format {
+        gix_archive::Format::Zip { .. } => {
+            // zip wants to seek back: built in an unlinked temporary file, then streamed out.
+            let mut file = scratch_file()?;
+            gix_archive::write_stream_seek(&mut stream, next, &mut file, options).map_err(ServeError::pack)?;
+            file.rewind()?;
+            std::io::copy(&mut file, out)?;
+        }
+        _ => gix_archive::write_stream(&mut stream, next, &mut *out, options).map_err(ServeError::pack)?,
+    }
+    Ok(())
+}
+
+/// A temporary file nobody else can see: created, then unlinked while open.
+fn scratch_file() -> std::io::Result<std::fs::File> {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("gixd-archive-{}-{n}", std::process::id()));
+    let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+    std::fs::remove_file(&path)?;
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Request, parse};
+
+    #[test]
+    fn arguments_parse_as_git_archive_reads_them_and_unknown_options_are_refused() {
+        let args: Vec<String> = ["--format=zip", "--prefix=p/", "-9", "-v", "main:src", "a", "b/"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            parse(&args).unwrap(),
+            Request {
+                format: Some("zip".into()),
+                prefix: Some("p/".into()),
+                level: Some(9),
+                list: false,
+                tree_ish: Some("main:src".into()),
+                paths: vec!["a".into(), "b/".into()],
+            }
+        );
+        assert!(parse(&["--output=/etc/passwd".to_string()]).unwrap_err().contains("unsupported option '--output=/etc/passwd'"));
+        assert!(parse(&["--exec=sh".to_string()]).is_err());
+        assert!(parse(&["--add-file=x".to_string()]).is_err());
+    }
+}
