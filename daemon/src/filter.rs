@@ -31,7 +31,11 @@ impl Filter {
     /// Parse a filter spec as git's `--filter=` writes it on the wire.
     pub fn parse(spec: &str) -> Result<Filter, FilterError> {
         let mut filter = Filter::default();
-        filter.add(spec, 0)?;
+        // An error inside a combination names the whole spec, as the client wrote it.
+        filter.add(spec, 0).map_err(|err| match err {
+            FilterError::Invalid(_) => FilterError::Invalid(spec.chars().take(100).collect()),
+            other => other,
+        })?;
         Ok(filter)
     }
 

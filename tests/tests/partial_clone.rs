@@ -13,15 +13,14 @@ use gixd_tests::server::{all_objects, git_client, git_ok, http, pkt, pkt_lines, 
 
 const TRANSPORTS: [(&str, &str); 4] = [("http", "2"), ("http", "0"), ("git", "2"), ("git", "0")];
 
-/// A copy of a corpus repository below `base`, with `uploadpack.allowFilter` as given.
+/// A copy of a corpus repository below `base`, with `uploadpack.allowFilter` as given (the
+/// corpus itself allows filters).
 fn copy_of(base: &Path, name: &str, hash: Hash, allow_filter: bool) -> PathBuf {
     let src = corpus::ensure(name, hash);
     let dest = base.join(src.file_name().unwrap());
     let out = std::process::Command::new("cp").arg("-r").arg(&src).arg(&dest).output().unwrap();
     assert!(out.status.success());
-    if allow_filter {
-        git_ok(&dest, &["config", "uploadpack.allowFilter", "true"]);
-    }
+    git_ok(&dest, &["config", "uploadpack.allowFilter", if allow_filter { "true" } else { "false" }]);
     dest
 }
 
