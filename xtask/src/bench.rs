@@ -36,7 +36,7 @@ fn build_arm(root: &Path, arm: &str, queue: &Queue) -> Result<PathBuf> {
     Ok(dir.join("target/release/patch-costs"))
 }
 
-fn output(cmd: &mut Command) -> Result<String> {
+pub(crate) fn output(cmd: &mut Command) -> Result<String> {
     let out = cmd.output()?;
     if !out.status.success() {
         bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -46,7 +46,7 @@ fn output(cmd: &mut Command) -> Result<String> {
 
 /// What every benchmark records about the run: commit, date, CPUs, load at start, git.
 /// `extra` adds the benchmark's own fields; `loadavg_end` is added by [`finish`].
-fn conditions(root: &Path, extra: serde_json::Value) -> Result<serde_json::Value> {
+pub(crate) fn conditions(root: &Path, extra: serde_json::Value) -> Result<serde_json::Value> {
     let mut c = serde_json::json!({
         "commit": output(Command::new("git").args(["rev-parse", "HEAD"]).current_dir(root))?,
         "date": crate::today()?,
@@ -61,7 +61,7 @@ fn conditions(root: &Path, extra: serde_json::Value) -> Result<serde_json::Value
 }
 
 /// Store the runs with their conditions (and the load at the end) in `results`.
-fn finish(root: &Path, results: &str, mut conditions: serde_json::Value, runs: Vec<serde_json::Value>) -> Result<()> {
+pub(crate) fn finish(root: &Path, results: &str, mut conditions: serde_json::Value, runs: Vec<serde_json::Value>) -> Result<()> {
     conditions["loadavg_end"] = loadavg().into();
     let doc = serde_json::json!({ "conditions": conditions, "runs": runs });
     std::fs::create_dir_all(root.join("bench/results"))?;
@@ -71,7 +71,7 @@ fn finish(root: &Path, results: &str, mut conditions: serde_json::Value, runs: V
 }
 
 /// The arms' order in `round`: as given, reversed every other round.
-fn round_order(arms: usize, round: usize) -> Vec<usize> {
+pub(crate) fn round_order(arms: usize, round: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..arms).collect();
     if round % 2 == 1 {
         order.reverse();
@@ -79,7 +79,7 @@ fn round_order(arms: usize, round: usize) -> Vec<usize> {
     order
 }
 
-fn build_gixd(root: &Path) -> Result<PathBuf> {
+pub(crate) fn build_gixd(root: &Path) -> Result<PathBuf> {
     let status = Command::new("cargo").args(["build", "--release", "--quiet", "-p", "gixd"]).current_dir(root).status()?;
     if !status.success() {
         bail!("building gixd failed");
@@ -146,7 +146,7 @@ pub fn rusage(out: &Path, command: &[String]) -> Result<()> {
 /// CPU time of every thread of process `pid`, in µs, from each thread's schedstat (ns
 /// resolution; /proc/<pid>/stat counts 10 ms ticks). The server's threads outlive a clone
 /// (tokio keeps idle blocking threads for seconds), so none is lost between two readings.
-fn proc_cpu_us(pid: u32) -> Result<i64> {
+pub(crate) fn proc_cpu_us(pid: u32) -> Result<i64> {
     let mut ns: i64 = 0;
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
         let path = task?.path().join("schedstat");
@@ -254,11 +254,11 @@ pub const WRITES_RESULTS: &str = "bench/results/writes.json";
 pub const RAMP_RESULTS: &str = "bench/results/ramp.json";
 
 /// A free TCP port on loopback (bound, then released).
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn wait_for_port(port: u16) -> Result<()> {
+pub(crate) fn wait_for_port(port: u16) -> Result<()> {
     for _ in 0..200 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
             return Ok(());
@@ -316,7 +316,7 @@ fn pack_bytes(clone: &Path) -> Result<u64> {
     Ok(total)
 }
 
-fn corpus_dir(root: &Path) -> Result<PathBuf> {
+pub(crate) fn corpus_dir(root: &Path) -> Result<PathBuf> {
     let listing = output(Command::new("cargo").args(["run", "--release", "--quiet", "-p", "gixd-tests", "--bin", "corpus"]).current_dir(root))?;
     Ok(PathBuf::from(listing.lines().next().and_then(|l| l.strip_prefix("corpus: ")).context("corpus dir")?))
 }

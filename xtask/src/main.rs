@@ -7,6 +7,7 @@
 
 mod appliance;
 mod bench;
+mod narrow;
 mod queue;
 mod report;
 mod tree;
@@ -82,6 +83,15 @@ enum BenchCmd {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// `--depth 1` and `--filter=blob:none` clones over git://: gixd vs git daemon, objects,
+    /// bytes (one counting relay) and server CPU.
+    Narrow {
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Bare repository to clone (default: the corpus's linear, ≥ 10 000 objects).
+        #[arg(long)]
+        repo: Option<PathBuf>,
+    },
     /// Server CPU per clone at 1…32 concurrent clients, under a CPU quota and pinned.
     Ramp {
         #[arg(long, default_value_t = 3)]
@@ -145,6 +155,7 @@ fn run(cli: Cli) -> Result<()> {
         Top::Rusage { out, command } => bench::rusage(&out, &command),
         Top::Bench { command: BenchCmd::Writes { rounds } } => bench::writes(&root, rounds),
         Top::Bench { command: BenchCmd::Ramp { rounds, clients } } => bench::ramp(&root, rounds, clients),
+        Top::Bench { command: BenchCmd::Narrow { rounds, repo } } => narrow::run(&root, rounds, repo),
         Top::Report { check } => report::run(&root, check),
         Top::Moved => {
             let moved = moved_snapshots(&root)?;

@@ -14,6 +14,7 @@ const TARGETS: &[(&str, &str)] = &[
     ("bench/README.md", "clone-cost"),
     ("bench/README.md", "writes"),
     ("bench/README.md", "ramp"),
+    ("bench/README.md", "narrow"),
 ];
 
 pub fn run(root: &Path, check: bool) -> Result<()> {
@@ -24,6 +25,7 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             "clone-cost" => clone_cost(root)?,
             "writes" => writes(root)?,
             "ramp" => ramp(root)?,
+            "narrow" => narrow(root)?,
             other => bail!("no renderer for block {other}"),
         };
         let path = root.join(doc);
@@ -146,6 +148,49 @@ fn clone_cost(root: &Path) -> Result<String> {
             "| {repo} | {objects} | {cg:.1} | {ct:.1} | {} | {rg:.1} | {rt:.1} | {} |\n",
             ratio(ct, cg),
             ratio(rt, rg)
+        ));
+    }
+    Ok(out)
+}
+
+fn narrow(root: &Path) -> Result<String> {
+    let path = root.join(crate::narrow::NARROW_RESULTS);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(format!("NOT MEASURED: no {}. Run `cargo xtask bench narrow`.\n", crate::narrow::NARROW_RESULTS));
+    };
+    let doc: Value = serde_json::from_str(&text)?;
+    let runs = doc["runs"].as_array().context("runs")?;
+    let c = &doc["conditions"];
+    let mut out = conditions_line(c, "cargo xtask bench narrow");
+    out.push_str(&format!(
+        " Repository {} ({} objects). gixd: {}. git: {}. Bytes: {}. Objects: what the client holds after the clone. CPU: medians.\n\n",
+        c["repo"].as_str().unwrap_or("?"),
+        c["objects"],
+        c["gixd"].as_str().unwrap_or("?"),
+        c["git_arm"].as_str().unwrap_or("?"),
+        c["bytes"].as_str().unwrap_or("?"),
+    ));
+    out.push_str("| clone | objects, gixd | git daemon | bytes, gixd | git daemon | gixd ÷ git | server CPU, gixd (ms) | git daemon (ms) | gixd ÷ git |\n|---|---|---|---|---|---|---|---|---|\n");
+    let mut ops: Vec<&str> = Vec::new();
+    for r in runs {
+        if let Some(op) = r["op"].as_str()
+            && !ops.contains(&op)
+        {
+            ops.push(op);
+        }
+    }
+    for op in ops {
+        let arm = |name: &str| runs.iter().filter(|r| r["op"] == op && r["arm"] == name).collect::<Vec<_>>();
+        let (g, t) = (arm("gixd"), arm("git daemon"));
+        let med = |runs: &[&Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect());
+        let (bg, bt) = (med(&g, "bytes"), med(&t, "bytes"));
+        let (cg, ct) = (med(&g, "cpu_us") / 1000.0, med(&t, "cpu_us") / 1000.0);
+        out.push_str(&format!(
+            "| {op} | {} | {} | {bg:.0} | {bt:.0} | {} | {cg:.1} | {ct:.1} | {} |\n",
+            count(&g, "client_objects"),
+            count(&t, "client_objects"),
+            ratio(bt, bg),
+            ratio(ct, cg)
         ));
     }
     Ok(out)

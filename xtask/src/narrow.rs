@@ -1,0 +1,243 @@
+//! `cargo xtask bench narrow`: a `--depth 1` clone and a `--filter=blob:none` clone (and a full
+//! clone, for scale) of one repository, served over git:// by gixd and by git daemon, each behind
+//! the same counting relay: the objects the client ends with, the bytes server → client, and the
+//! server's CPU (gixd: its threads' schedstat across the clone; git daemon: `--inetd` per
+//! connection under `xtask rusage`, so git daemon, upload-pack and pack-objects are all counted).
+
+use anyhow::{Context, Result, bail};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub const NARROW_RESULTS: &str = "bench/results/narrow.json";
+
+/// Where a relay sends what it accepts.
+pub enum Upstream {
+    /// A listening server.
+    Tcp(SocketAddr),
+    /// A fresh process per connection, talking on stdin/stdout (inetd style).
+    Spawn(Vec<String>),
+}
+
+/// A loopback TCP relay counting the bytes that go from the server to the client: one
+/// instrument in front of every arm, so every arm is counted the same way.
+pub struct Relay {
+    pub port: u16,
+    down: Arc<AtomicU64>,
+}
+
+impl Relay {
+    pub fn start(upstream: Upstream) -> Result<Relay> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        let down = Arc::new(AtomicU64::new(0));
+        let counted = down.clone();
+        let upstream = Arc::new(upstream);
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let (counted, upstream) = (counted.clone(), upstream.clone());
+                std::thread::spawn(move || {
+                    if let Err(err) = relay(client, &upstream, &counted) {
+                        eprintln!("relay: {err}");
+                    }
+                });
+            }
+        });
+        Ok(Relay { port, down })
+    }
+
+    /// Bytes sent to clients since the last call.
+    pub fn take(&self) -> u64 {
+        self.down.swap(0, Ordering::SeqCst)
+    }
+}
+
+/// Copy `from` to `to`, adding what passed to `counter`.
+fn copy_counting(mut from: impl Read, mut to: impl Write, counter: Option<&AtomicU64>) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = from.read(&mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        to.write_all(&buf[..n])?;
+        if let Some(c) = counter {
+            c.fetch_add(n as u64, Ordering::SeqCst);
+        }
+    }
+}
+
+fn relay(client: TcpStream, upstream: &Upstream, down: &AtomicU64) -> Result<()> {
+    let from_client = client.try_clone()?;
+    match upstream {
+        Upstream::Tcp(addr) => {
+            let server = TcpStream::connect(addr)?;
+            let to_server = server.try_clone()?;
+            let up = std::thread::spawn(move || {
+                let _ = copy_counting(from_client, &to_server, None);
+                let _ = to_server.shutdown(std::net::Shutdown::Write);
+            });
+            let _ = copy_counting(&server, &client, Some(down));
+            let _ = client.shutdown(std::net::Shutdown::Write);
+            let _ = up.join();
+        }
+        Upstream::Spawn(cmd) => {
+            let mut child = Command::new(&cmd[0]).args(&cmd[1..]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
+            let stdin = child.stdin.take().context("stdin")?;
+            let stdout = child.stdout.take().context("stdout")?;
+            let up = std::thread::spawn(move || {
+                let _ = copy_counting(from_client, stdin, None);
+            });
+            let _ = copy_counting(stdout, &client, Some(down));
+            let _ = client.shutdown(std::net::Shutdown::Write);
+            child.wait()?;
+            let _ = up.join();
+        }
+    }
+    Ok(())
+}
+
+/// The clones compared: name and the flags that make it.
+const OPERATIONS: &[(&str, &[&str])] = &[("depth 1", &["--depth", "1"]), ("blob:none", &["--filter=blob:none"]), ("full", &[])];
+
+fn clone(url: &str, flags: &[&str], dest: &Path) -> Result<u64> {
+    let status = Command::new("git")
+        .args(["-c", "protocol.version=2", "clone", "-q", "--bare"])
+        .args(flags)
+        .arg(url)
+        .arg(dest)
+        .status()?;
+    if !status.success() {
+        bail!("git clone {flags:?} {url} failed");
+    }
+    let listing = crate::bench::output(Command::new("git").args(["cat-file", "--batch-all-objects", "--batch-check=%(objectname)"]).current_dir(dest))?;
+    Ok(listing.lines().count() as u64)
+}
+
+pub fn run(root: &Path, rounds: usize, repo: Option<PathBuf>) -> Result<()> {
+    let gixd = crate::bench::build_gixd(root)?;
+    let repo = match repo {
+        Some(r) => r.canonicalize()?,
+        None => crate::bench::corpus_dir(root)?.join("linear-sha1.git"),
+    };
+    let base = repo.parent().context("repo parent")?.to_owned();
+    let name = repo.file_name().context("repo name")?.to_string_lossy().into_owned();
+    let objects: u64 = crate::bench::output(Command::new("git").args(["rev-list", "--objects", "--all", "--count"]).current_dir(&repo))?.parse()?;
+    let filters = crate::bench::output(Command::new("git").args(["config", "--get", "uploadpack.allowFilter"]).current_dir(&repo)).unwrap_or_default();
+    if filters != "true" {
+        bail!("{} does not set uploadpack.allowFilter: the blob:none clones would be full clones", repo.display());
+    }
+    let xtask = std::env::current_exe()?;
+    let scratch = crate::tree::Scratch::new("bench-narrow")?;
+    let exec_path = crate::bench::output(Command::new("git").arg("--exec-path"))?;
+    let rusage_file = scratch.0.join("rusage.json");
+    let git_daemon = Relay::start(Upstream::Spawn(vec![
+        xtask.display().to_string(),
+        "rusage".into(),
+        "--out".into(),
+        rusage_file.display().to_string(),
+        "--".into(),
+        Path::new(&exec_path).join("git-daemon").display().to_string(),
+        "--inetd".into(),
+        "--export-all".into(),
+        format!("--base-path={}", base.display()),
+    ]))?;
+    let conditions = crate::bench::conditions(root, serde_json::json!({
+        "rounds": rounds,
+        "repo": name,
+        "objects": objects,
+        "gixd": "release build, git:// (gixd serve --git-listen), protocol v2, fresh process per clone",
+        "git_arm": "git daemon --inetd per connection (git daemon, upload-pack, pack-objects), protocol v2",
+        "bytes": "server → client through one counting TCP relay in front of both arms",
+    }))?;
+    let mut runs = Vec::new();
+    for round in 0..rounds {
+        for (op, flags) in OPERATIONS {
+            for arm in crate::bench::round_order(2, round).into_iter().map(|i| ["gixd", "git daemon"][i]) {
+                let dest = scratch.0.join(format!("{round}-{}", runs.len()));
+                let (client_objects, cpu_us, bytes) = match arm {
+                    "gixd" => {
+                        let (git_port, pid, mut child) = start_gixd(&gixd, &base)?;
+                        let relay = Relay::start(Upstream::Tcp(SocketAddr::from(([127, 0, 0, 1], git_port))))?;
+                        let before = crate::bench::proc_cpu_us(pid)?;
+                        let n = clone(&format!("git://127.0.0.1:{}/{name}", relay.port), flags, &dest)?;
+                        let cpu = crate::bench::proc_cpu_us(pid)? - before;
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        (n, cpu, relay.take())
+                    }
+                    _ => {
+                        let _ = std::fs::remove_file(&rusage_file);
+                        git_daemon.take();
+                        let n = clone(&format!("git://127.0.0.1:{}/{name}", git_daemon.port), flags, &dest)?;
+                        let cpu = wait_for_rusage(&rusage_file)?;
+                        (n, cpu, git_daemon.take())
+                    }
+                };
+                std::fs::remove_dir_all(&dest)?;
+                runs.push(serde_json::json!({
+                    "op": op, "arm": arm, "round": round,
+                    "client_objects": client_objects, "bytes": bytes, "cpu_us": cpu_us,
+                }));
+            }
+        }
+        eprint!(".");
+    }
+    eprintln!();
+    crate::bench::finish(root, NARROW_RESULTS, conditions, runs)
+}
+
+fn start_gixd(gixd: &Path, base: &Path) -> Result<(u16, u32, std::process::Child)> {
+    let git_port = crate::bench::free_port()?;
+    let child = Command::new(gixd)
+        .args(["serve", "--export-all", "--listen", "127.0.0.1:0", "--git-listen", &format!("127.0.0.1:{git_port}"), "--base-path"])
+        .arg(base)
+        .env("GIXD_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()?;
+    crate::bench::wait_for_port(git_port)?;
+    let pid = child.id();
+    Ok((git_port, pid, child))
+}
+
+/// The rusage row the git daemon arm's wrapper writes when git daemon exits.
+fn wait_for_rusage(file: &Path) -> Result<i64> {
+    for _ in 0..200 {
+        if let Ok(text) = std::fs::read_to_string(file)
+            && let Ok(row) = serde_json::from_str::<serde_json::Value>(&text)
+        {
+            return row["cpu_us"].as_i64().context("cpu_us");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    bail!("git daemon's rusage never arrived at {}", file.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Relay, Upstream};
+    use std::io::{Read, Write};
+
+    #[test]
+    fn the_relay_passes_bytes_both_ways_and_counts_only_the_servers() {
+        let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = server.accept().unwrap();
+            let mut got = [0u8; 5];
+            s.read_exact(&mut got).unwrap();
+            s.write_all(&[7u8; 1000]).unwrap();
+        });
+        let relay = Relay::start(Upstream::Tcp(addr)).unwrap();
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", relay.port)).unwrap();
+        c.write_all(b"hello").unwrap();
+        let mut back = Vec::new();
+        c.read_to_end(&mut back).unwrap();
+        assert_eq!(back.len(), 1000);
+        assert_eq!(relay.take(), 1000);
+        assert_eq!(relay.take(), 0);
+    }
+}
