@@ -1,4 +1,4 @@
-//! Wants by object id: refused by default; with `uploadpack.allowReachableSHA1InWant` (or
+//! Wants by object id, over HTTP and git://: refused by default; with `uploadpack.allowReachableSHA1InWant` (or
 //! allowAny, narrowed) any object reachable from a visible ref may be wanted — and an object only
 //! a deleted or hidden ref reached is refused whatever the setting.
 
@@ -25,8 +25,11 @@ fn setup(config: &[(&str, &str)]) -> (tempfile::TempDir, std::path::PathBuf, Str
     (tmp, repo, old, gone)
 }
 
+static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 fn fetch_by_id(tmp: &std::path::Path, url: &str, id: &str, version: &str) -> std::process::Output {
-    let client = tmp.join(format!("client-{version}-{}", &id[..8]));
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let client = tmp.join(format!("client-{version}-{}-{n}", &id[..8]));
     git_ok(tmp, &["init", "-q", client.to_str().unwrap()]);
     git_client(&client, &["-c", &format!("protocol.version={version}"), "fetch", "-q", url, id])
 }
@@ -39,14 +42,16 @@ fn an_inner_commit_is_refused_by_default_and_served_when_reachable_wants_are_all
         (&[("uploadpack.allowAnySHA1InWant", "true")][..], true),
     ] {
         let (tmp, repo, old, gone) = setup(config);
-        let server = serve_with(tmp.path(), |_| {});
-        let url = server.url("repo");
-        for version in ["2", "0"] {
-            let out = fetch_by_id(tmp.path(), &url, &old, version);
-            assert_eq!(out.status.success(), allowed, "{config:?} v{version}: {}", String::from_utf8_lossy(&out.stderr));
-            // The commit of the deleted branch is never served.
-            let out = fetch_by_id(tmp.path(), &url, &gone, version);
-            assert!(!out.status.success(), "{config:?} v{version}: an unreachable commit was served");
+        let server = serve_with(tmp.path(), |c| c.git_listen = Some("127.0.0.1:0".parse().unwrap()));
+        let git_url = format!("git://{}/repo", server.git_addr.unwrap());
+        for url in [server.url("repo"), git_url] {
+            for version in ["2", "0"] {
+                let out = fetch_by_id(tmp.path(), &url, &old, version);
+                assert_eq!(out.status.success(), allowed, "{config:?} {url} v{version}: {}", String::from_utf8_lossy(&out.stderr));
+                // The commit of the deleted branch is never served.
+                let out = fetch_by_id(tmp.path(), &url, &gone, version);
+                assert!(!out.status.success(), "{config:?} {url} v{version}: an unreachable commit was served");
+            }
         }
         // The v0 advertisement says what git's would.
         let ours = http(server.addr, "GET", "/repo/info/refs?service=git-upload-pack", &[], b"").body;
