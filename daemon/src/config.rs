@@ -76,6 +76,11 @@ pub struct Config {
     pub exports: Exports,
     pub paths: PathRules,
     pub services: Services,
+    /// The token state file (`gixd token …` writes it); `None`: no tokens, so unexported
+    /// repositories are not readable over HTTP and nobody can push over HTTP.
+    pub token_file: Option<PathBuf>,
+    /// Exported repositories may be read without a token.
+    pub anonymous_read: bool,
     /// Most git:// connections at once (git daemon's `--max-connections`; 0: no limit beyond
     /// the transfer limit). One more is told so and closed.
     pub max_connections: usize,
@@ -91,6 +96,8 @@ pub struct Config {
     pub max_request_body: usize,
     /// Largest request body after gzip inflation: caps a gzip bomb at a size we can afford.
     pub max_inflated_body: usize,
+    /// Largest pack one push may send: beyond it the push is refused and nothing is kept.
+    pub max_push_bytes: u64,
     /// Most `want` lines one request may carry: one per ref a client can ask for, with room.
     pub max_wants: usize,
     /// Most `have` lines one request may carry (stateless HTTP re-sends the common ones).
@@ -125,11 +132,14 @@ impl Config {
             exports: Exports::DaemonExportOk,
             paths: PathRules::default(),
             services: Services::default(),
+            token_file: None,
+            anonymous_read: true,
             max_connections: 0,
             informative_errors: true,
             stream_window: Self::DEFAULT_STREAM_WINDOW,
             max_request_body: 16 * 1024 * 1024,
             max_inflated_body: 64 * 1024 * 1024,
+            max_push_bytes: 4 << 30,
             max_wants: 100_000,
             max_haves: 100_000,
             worker_threads: 1,
@@ -163,4 +173,173 @@ impl Config {
     pub fn effective_stream_window(&self) -> usize {
         self.stream_window.max(1)
     }
+}
+
+/// The TOML configuration file (`gixd serve --config FILE`). Every key is optional: what it
+/// leaves out keeps its embedded default, and a flag given on the command line wins over it.
+/// Unknown keys are errors, so a typo is reported rather than ignored.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    pub listen: Option<SocketAddr>,
+    pub git_listen: Option<SocketAddr>,
+    pub base_path: Option<PathBuf>,
+    pub export_all: Option<bool>,
+    /// Relative to the configuration file's directory. Default: `gixd-tokens.toml` beside it.
+    pub token_file: Option<PathBuf>,
+    pub anonymous_read: Option<bool>,
+    pub stream_window: Option<usize>,
+    /// Services offered on git:// besides the defaults (`upload-pack`, `receive-pack`,
+    /// `upload-archive`); `disable` takes them away.
+    pub enable: Option<Vec<String>>,
+    pub disable: Option<Vec<String>>,
+    pub informative_errors: Option<bool>,
+    pub strict_paths: Option<bool>,
+    pub user_path: Option<String>,
+    pub max_connections: Option<usize>,
+    pub limits: Option<Limits>,
+}
+
+/// `[limits]`: sizes and times, each as its `Config` field says.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    pub max_request_body: Option<usize>,
+    pub max_inflated_body: Option<usize>,
+    pub max_push_bytes: Option<u64>,
+    pub max_wants: Option<usize>,
+    pub max_haves: Option<usize>,
+    pub max_transfers: Option<usize>,
+    pub worker_threads: Option<usize>,
+    pub blocking_threads: Option<usize>,
+    pub io_timeout_secs: Option<u64>,
+    pub init_timeout_secs: Option<u64>,
+    pub queue_wait_secs: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+impl File {
+    /// Parse `path`; the error names the file, the line and the key.
+    pub fn load(path: &std::path::Path) -> Result<File, FileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| FileError::Read { path: path.to_owned(), source })?;
+        toml::from_str(&text).map_err(|e| FileError::Invalid { path: path.to_owned(), message: e.to_string().trim_end().to_owned() })
+    }
+
+    /// What is wrong beyond the syntax: each problem, one line each.
+    pub fn problems(&self, dir: &std::path::Path) -> Vec<String> {
+        let mut out = Vec::new();
+        match &self.base_path {
+            Some(base) if !dir.join(base).is_dir() => out.push(format!("base_path: {} is not a directory", dir.join(base).display())),
+            _ => {}
+        }
+        let mut services = Services::default();
+        for name in self.enable.iter().flatten() {
+            if let Err(e) = services.set(name, true) {
+                out.push(format!("enable: {e}"));
+            }
+        }
+        for name in self.disable.iter().flatten() {
+            if let Err(e) = services.set(name, false) {
+                out.push(format!("disable: {e}"));
+            }
+        }
+        if self.stream_window == Some(0) {
+            out.push("stream_window: must be at least 1".into());
+        }
+        if self.listen.is_some() && self.listen == self.git_listen {
+            out.push("listen and git_listen: the same address twice".into());
+        }
+        if let Some(limits) = &self.limits {
+            for (key, value) in [("max_transfers", limits.max_transfers), ("worker_threads", limits.worker_threads), ("max_wants", limits.max_wants)] {
+                if value == Some(0) {
+                    out.push(format!("limits.{key}: must be at least 1"));
+                }
+            }
+        }
+        if let Some(token_file) = &self.token_file {
+            let path = dir.join(token_file);
+            if path.parent().is_some_and(|p| !p.as_os_str().is_empty() && !p.is_dir()) {
+                out.push(format!("token_file: the directory of {} does not exist", path.display()));
+            }
+        }
+        out
+    }
+
+    /// Apply the file to `config` (paths relative to `dir`, the file's directory).
+    pub fn apply(&self, config: &mut Config, dir: &std::path::Path) -> Result<(), String> {
+        if let Some(v) = self.listen {
+            config.listen = v;
+        }
+        if self.git_listen.is_some() {
+            config.git_listen = self.git_listen;
+        }
+        if let Some(base) = &self.base_path {
+            config.base_path = dir.join(base);
+        }
+        if let Some(all) = self.export_all {
+            config.exports = if all { Exports::All } else { Exports::DaemonExportOk };
+        }
+        config.token_file = Some(dir.join(self.token_file.clone().unwrap_or_else(|| "gixd-tokens.toml".into())));
+        if let Some(v) = self.anonymous_read {
+            config.anonymous_read = v;
+        }
+        if let Some(v) = self.stream_window {
+            config.stream_window = v;
+        }
+        for name in self.enable.iter().flatten() {
+            config.services.set(name, true)?;
+        }
+        for name in self.disable.iter().flatten() {
+            config.services.set(name, false)?;
+        }
+        if let Some(v) = self.informative_errors {
+            config.informative_errors = v;
+        }
+        if let Some(v) = self.strict_paths {
+            config.paths.strict = v;
+        }
+        if self.user_path.is_some() {
+            config.paths.user_path = self.user_path.clone();
+        }
+        if let Some(v) = self.max_connections {
+            config.max_connections = v;
+        }
+        if let Some(l) = &self.limits {
+            let secs = std::time::Duration::from_secs;
+            macro_rules! set {
+                ($($field:ident),*) => { $( if let Some(v) = l.$field { config.$field = v; } )* };
+            }
+            set!(max_request_body, max_inflated_body, max_push_bytes, max_wants, max_haves, max_transfers, worker_threads, blocking_threads);
+            if let Some(v) = l.io_timeout_secs {
+                config.io_timeout = secs(v.max(1));
+            }
+            if let Some(v) = l.init_timeout_secs {
+                config.init_timeout = secs(v.max(1));
+            }
+            if let Some(v) = l.queue_wait_secs {
+                config.transfer_queue_wait = secs(v);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where tokens live without a configuration file: `$GIXD_STATE_DIR/tokens.toml`, else
+/// `$XDG_STATE_HOME/gixd/tokens.toml`, else `~/.local/state/gixd/tokens.toml`.
+pub fn default_token_file() -> PathBuf {
+    if let Some(dir) = std::env::var_os("GIXD_STATE_DIR") {
+        return PathBuf::from(dir).join("tokens.toml");
+    }
+    if let Some(dir) = std::env::var_os("XDG_STATE_HOME") {
+        return PathBuf::from(dir).join("gixd/tokens.toml");
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    home.join(".local/state/gixd/tokens.toml")
 }

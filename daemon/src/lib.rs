@@ -10,17 +10,21 @@
 //!   negotiation (`protocol::v0`), the v2 capability advertisement and its command table
 //!   (`protocol::v2`), and what both share: which haves are common, when to say ready
 //!   (`protocol::negotiate`).
+//! - [`push`] — what a push does below the protocol: quarantine, object and ref checks, hooks,
+//!   the ref transaction.
 //! - [`select`] — object selection: what to send for some wants given the common commits;
 //!   [`shallow`] — where a shallow request cuts history; [`filter`] — what a partial-clone
 //!   filter leaves out.
 //! - [`pack`] — pack writing: gix-pack entries streamed through side-band to a sink.
 //! - [`repo`] — repository access: URL path to repository under the base path, export rules,
 //!   the ref snapshot, and which objects a client may be sent.
+//! - [`auth`] — who may read or push what over HTTP: tokens, grants, the decision per request.
 //! - [`server`] — the accept loop and the runtime, sized by [`budget`] (the CPU budget read from
 //!   the kernel: affinity and CFS quota); [`config`] — every limit, with why it exists;
 //!   [`error`] — the typed errors, reported once at the edge; [`demo`] — the repository served
 //!   when gixd starts with no configuration; [`tap`] — an observer of whole exchanges.
 
+pub mod auth;
 pub mod budget;
 pub mod config;
 pub mod demo;
@@ -28,6 +32,7 @@ pub mod error;
 pub mod filter;
 pub mod pack;
 pub mod protocol;
+pub mod push;
 pub mod repo;
 pub mod select;
 pub mod server;

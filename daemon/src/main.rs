@@ -33,6 +33,70 @@ enum Command {
     Daemon(Daemon),
     /// Print the CPU budget gixd reads from the kernel and the sizes it would choose.
     Budget(Sizes),
+    /// Make, list and revoke access tokens (HTTP: the token is the password).
+    Token {
+        #[command(subcommand)]
+        command: TokenCmd,
+    },
+    /// Validate a configuration file and say exactly what is wrong with it.
+    CheckConfig {
+        file: PathBuf,
+    },
+}
+
+/// Where the tokens are: the configuration's token file, or the one given, or the default.
+#[derive(clap::Args)]
+struct TokenStoreArg {
+    /// The configuration file whose token file to use.
+    #[arg(long, conflicts_with = "token_file")]
+    config: Option<PathBuf>,
+    /// The token state file [default: $GIXD_STATE_DIR/tokens.toml, $XDG_STATE_HOME/gixd/tokens.toml
+    /// or ~/.local/state/gixd/tokens.toml].
+    #[arg(long, env = "GIXD_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+}
+
+impl TokenStoreArg {
+    fn path(&self) -> Result<PathBuf, Box<dyn std::error::Error>> {
+        if let Some(path) = &self.token_file {
+            return Ok(path.clone());
+        }
+        if let Some(file) = &self.config {
+            let mut config = Config::new(".".into());
+            gixd::config::File::load(file)?.apply(&mut config, file.parent().unwrap_or(std::path::Path::new(".")))?;
+            return Ok(config.token_file.expect("a config file always names a token file"));
+        }
+        Ok(gixd::config::default_token_file())
+    }
+}
+
+#[derive(Subcommand)]
+enum TokenCmd {
+    /// Make a token: it is printed once; only its hash is stored.
+    Add {
+        #[arg(long)]
+        user: String,
+        /// Repositories it grants (a glob over repository paths; `*` matches anything).
+        #[arg(long, default_value = "*")]
+        repo: String,
+        /// Allow pushing as well as reading.
+        #[arg(long)]
+        write: bool,
+        #[command(flatten)]
+        store: TokenStoreArg,
+    },
+    /// List tokens (never their secrets).
+    List {
+        #[command(flatten)]
+        store: TokenStoreArg,
+    },
+    /// Revoke tokens by id.
+    Revoke {
+        #[arg(required = true)]
+        ids: Vec<String>,
+        #[command(flatten)]
+        store: TokenStoreArg,
+    },
 }
 
 /// Thread and transfer sizes; each defaults to what the CPU budget allows.
@@ -53,10 +117,23 @@ struct Sizes {
 }
 
 impl Sizes {
-    /// Size `config` for the budget, then apply the overrides; returns the startup line and warning.
-    fn apply(&self, config: &mut Config) -> (String, Option<String>) {
+    /// Size `config` for the budget, then apply the configuration file's sizes and the flags;
+    /// returns the startup line and warning.
+    fn apply(&self, config: &mut Config, file: Option<&gixd::config::Limits>) -> (String, Option<String>) {
         let budget = gixd::budget::read();
         config.size_for(budget.effective());
+        if let Some(limits) = file {
+            if let Some(n) = limits.max_transfers {
+                config.max_transfers = n.max(1);
+                config.blocking_threads = config.max_transfers + 2;
+            }
+            if let Some(n) = limits.worker_threads {
+                config.worker_threads = n.max(1);
+            }
+            if let Some(n) = limits.blocking_threads {
+                config.blocking_threads = n.max(config.max_transfers + 1);
+            }
+        }
         if let Some(n) = self.max_transfers {
             config.max_transfers = n.max(1);
             config.blocking_threads = config.max_transfers + 2;
@@ -76,9 +153,12 @@ impl Sizes {
 
 #[derive(clap::Args)]
 struct Serve {
-    /// Address to listen on.
-    #[arg(long, default_value = Config::DEFAULT_LISTEN, env = "GIXD_LISTEN")]
-    listen: SocketAddr,
+    /// A TOML configuration file (see `gixd check-config`); flags given here win over it.
+    #[arg(long, env = "GIXD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long, env = "GIXD_LISTEN")]
+    listen: Option<SocketAddr>,
     /// Also serve git:// on this address (git daemon's port is 9418).
     #[arg(long, env = "GIXD_GIT_LISTEN")]
     git_listen: Option<SocketAddr>,
@@ -89,9 +169,12 @@ struct Serve {
     /// Serve every repository below the base path, not only those with git-daemon-export-ok.
     #[arg(long)]
     export_all: bool,
-    /// Bytes per HTTP response frame (the in-flight window per transfer).
-    #[arg(long, default_value_t = Config::DEFAULT_STREAM_WINDOW, env = "GIXD_STREAM_WINDOW")]
-    stream_window: usize,
+    /// Bytes per HTTP response frame (the in-flight window per transfer) [default: 262144].
+    #[arg(long, env = "GIXD_STREAM_WINDOW")]
+    stream_window: Option<usize>,
+    /// The token state file [default: beside --config, else as `gixd token` says].
+    #[arg(long, env = "GIXD_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
     #[command(flatten)]
     daemon: DaemonFlags,
     #[command(flatten)]
@@ -199,8 +282,10 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Daemon(args) => daemon(args),
+        Command::Token { command } => token(command),
+        Command::CheckConfig { file } => check_config(&file),
         Command::Budget(sizes) => {
-            let (line, warning) = sizes.apply(&mut Config::new(".".into()));
+            let (line, warning) = sizes.apply(&mut Config::new(".".into()), None);
             println!("{line}");
             if let Some(warning) = warning {
                 println!("warning: {warning}");
@@ -229,31 +314,129 @@ fn daemon(args: Daemon) -> Result<(), Box<dyn std::error::Error>> {
     let http = args.http_listen;
     // Without --http-listen the HTTP listener takes a free loopback port nobody is told about.
     config.listen = http.unwrap_or_else(|| "127.0.0.1:0".parse().expect("valid"));
-    run(config, args.sizes, None, http.is_some())
+    run(config, args.sizes, None, None, http.is_some())
 }
 
 fn serve(args: Serve) -> Result<(), Box<dyn std::error::Error>> {
-    let (base_path, exports, url_path) = match args.base_path {
-        Some(base) => (base, if args.export_all { Exports::All } else { Exports::DaemonExportOk }, None),
+    let mut config = Config::new(".".into());
+    let mut base_path = None;
+    let mut file_limits = None;
+    if let Some(path) = &args.config {
+        let file = gixd::config::File::load(path)?;
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+        let problems = file.problems(dir);
+        if !problems.is_empty() {
+            return Err(format!("{}:\n  {}", path.display(), problems.join("\n  ")).into());
+        }
+        file.apply(&mut config, dir)?;
+        base_path = file.base_path.as_ref().map(|_| config.base_path.clone());
+        file_limits = file.limits;
+    }
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    if args.git_listen.is_some() {
+        config.git_listen = args.git_listen;
+    }
+    if let Some(window) = args.stream_window {
+        config.stream_window = window;
+    }
+    if args.export_all {
+        config.exports = Exports::All;
+    }
+    config.token_file = args.token_file.or(config.token_file).or_else(|| Some(gixd::config::default_token_file()));
+    args.daemon.apply(&mut config)?;
+    let url_path = match args.base_path.or(base_path) {
+        Some(base) => {
+            config.base_path = base;
+            None
+        }
         None => {
             let cwd = std::env::current_dir()?;
             let data_dir = std::env::temp_dir().join("gixd");
             std::fs::create_dir_all(&data_dir)?;
             let default = gixd::demo::default_repository(&cwd, &data_dir)?;
-            (default.base_path, default.exports, Some(default.url_path))
+            config.base_path = default.base_path;
+            config.exports = default.exports;
+            Some(default.url_path)
         }
     };
-    let mut config = Config::new(base_path);
-    config.listen = args.listen;
-    config.git_listen = args.git_listen;
-    config.exports = exports;
-    config.stream_window = args.stream_window;
-    args.daemon.apply(&mut config)?;
-    run(config, args.sizes, url_path, true)
+    run(config, args.sizes, file_limits.as_ref(), url_path, true)
 }
 
-fn run(mut config: Config, sizes: Sizes, url_path: Option<String>, announce_http: bool) -> Result<(), Box<dyn std::error::Error>> {
-    let (line, warning) = sizes.apply(&mut config);
+fn token(command: TokenCmd) -> Result<(), Box<dyn std::error::Error>> {
+    use gixd::auth::TokenStore;
+    match command {
+        TokenCmd::Add { user, repo, write, store } => {
+            let path = store.path()?;
+            let mut tokens = TokenStore::load(&path)?;
+            let (token, secret) = tokens.add(&user, &repo, write)?;
+            tokens.save()?;
+            println!("{secret}");
+            eprintln!(
+                "token {} for {} ({}, repositories '{}') stored in {}; the secret above is shown only now",
+                token.id,
+                token.user,
+                if token.write { "read and push" } else { "read" },
+                token.repos,
+                path.display()
+            );
+        }
+        TokenCmd::List { store } => {
+            let path = store.path()?;
+            let tokens = TokenStore::load(&path)?;
+            println!("{:<10} {:<16} {:<6} {:<24} created", "id", "user", "access", "repositories");
+            for t in &tokens.tokens {
+                println!("{:<10} {:<16} {:<6} {:<24} {}", t.id, t.user, if t.write { "write" } else { "read" }, t.repos, t.created);
+            }
+        }
+        TokenCmd::Revoke { ids, store } => {
+            let path = store.path()?;
+            let mut tokens = TokenStore::load(&path)?;
+            let mut missing = Vec::new();
+            for id in &ids {
+                if !tokens.revoke(id) {
+                    missing.push(id.clone());
+                }
+            }
+            tokens.save()?;
+            if !missing.is_empty() {
+                return Err(format!("no token with id {}", missing.join(", ")).into());
+            }
+            eprintln!("revoked {}", ids.join(", "));
+        }
+    }
+    Ok(())
+}
+
+fn check_config(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    let file = gixd::config::File::load(path)?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let problems = file.problems(dir);
+    if !problems.is_empty() {
+        return Err(format!("{}:\n  {}", path.display(), problems.join("\n  ")).into());
+    }
+    let mut config = Config::new(".".into());
+    file.apply(&mut config, dir)?;
+    println!(
+        "{}: ok (listen {}, git:// {}, base path {}, tokens in {})",
+        path.display(),
+        config.listen,
+        config.git_listen.map_or("off".to_owned(), |a| a.to_string()),
+        config.base_path.display(),
+        config.token_file.as_deref().map_or("-".into(), |p| p.display().to_string())
+    );
+    Ok(())
+}
+
+fn run(
+    mut config: Config,
+    sizes: Sizes,
+    file_limits: Option<&gixd::config::Limits>,
+    url_path: Option<String>,
+    announce_http: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (line, warning) = sizes.apply(&mut config, file_limits);
     tracing::info!("{line}");
     if let Some(warning) = warning {
         tracing::warn!("{warning}");

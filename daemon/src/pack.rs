@@ -86,6 +86,20 @@ impl<W: Write> Bands<W> {
         Ok(())
     }
 
+    /// Output of the server's side (hooks) for the client to show (band 2, `remote: …`), quiet
+    /// or not; raw framing cannot carry it.
+    pub fn remote_message(&mut self, message: &[u8]) -> io::Result<()> {
+        if self.framing == Framing::Raw || message.is_empty() {
+            return Ok(());
+        }
+        self.emit_pending()?;
+        let max = self.max_payload();
+        for chunk in message.chunks(max) {
+            self.emit(Channel::Progress, chunk)?;
+        }
+        Ok(())
+    }
+
     /// A fatal error for the client (band 3; raw framing cannot carry one).
     pub fn error(&mut self, message: &str) -> io::Result<()> {
         self.emit_pending()?;

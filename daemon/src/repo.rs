@@ -66,8 +66,18 @@ impl Repos {
         &self.base
     }
 
-    /// Resolve a URL path (`/a/b.git`, `/a/b`, percent-encoded) to a served repository.
+    /// Resolve a URL path (`/a/b.git`, `/a/b`, percent-encoded) to a served repository; one that
+    /// is not exported is an error.
     pub fn resolve(&self, url_path: &str) -> Result<Served, RepoError> {
+        match self.locate(url_path)? {
+            (served, true) => Ok(served),
+            (served, false) => Err(RepoError::NotExported(served.name)),
+        }
+    }
+
+    /// Resolve a URL path to a repository below the base path, and say whether it is exported
+    /// (access control decides what an unexported one allows).
+    pub fn locate(&self, url_path: &str) -> Result<(Served, bool), RepoError> {
         let decoded = percent_decode(url_path).ok_or_else(|| RepoError::BadPath(url_path.to_owned()))?;
         let name = decoded.trim_matches('/').to_owned();
         let not_found = || RepoError::NotFound(name.clone());
@@ -105,13 +115,12 @@ impl Repos {
         let exported = match &self.exports {
             Exports::All => true,
             Exports::DaemonExportOk => git_dir.join(EXPORT_OK).is_file(),
-            Exports::Only(dir) => *dir == git_dir,
+            // Serving one repository: the others below its parent do not exist for clients.
+            Exports::Only(dir) if *dir != git_dir => return Err(not_found()),
+            Exports::Only(_) => true,
         };
-        if !exported {
-            return Err(RepoError::NotExported(name));
-        }
         let repo = self.open(&git_dir, &name)?;
-        Ok(Served { name, git_dir, repo })
+        Ok((Served { name, git_dir, repo }, exported))
     }
 
     fn open(&self, git_dir: &Path, name: &str) -> Result<gix::ThreadSafeRepository, RepoError> {
@@ -284,7 +293,23 @@ impl WantPolicy {
 }
 
 impl RefSnapshot {
+    /// The refs as upload-pack serves them (`transfer.hideRefs`, `uploadpack.hideRefs`).
     pub fn load(repo: &gix::Repository) -> Result<RefSnapshot, ServeError> {
+        Self::load_hiding(repo, Some("uploadpack.hideRefs"))
+    }
+
+    /// Every ref, hidden or not (to tell a hidden ref from a new one).
+    pub fn load_hiding_nothing(repo: &gix::Repository) -> Result<RefSnapshot, ServeError> {
+        Self::load_hiding(repo, None)
+    }
+
+    /// The refs as receive-pack shows them (`transfer.hideRefs`, `receive.hideRefs`); a hidden
+    /// ref cannot be pushed to either.
+    pub fn load_for_push(repo: &gix::Repository) -> Result<RefSnapshot, ServeError> {
+        Self::load_hiding(repo, Some("receive.hideRefs"))
+    }
+
+    fn load_hiding(repo: &gix::Repository, service_key: Option<&str>) -> Result<RefSnapshot, ServeError> {
         let mut refs = Vec::new();
         let platform = repo.references()?;
         for reference in platform.all()? {
@@ -310,8 +335,10 @@ impl RefSnapshot {
         refs.sort_by(|a, b| a.name.cmp(&b.name));
         // Hidden refs are not served at all: not advertised, not wantable, and what only they
         // reach is not readable.
-        let hidden = hide_refs_patterns(repo);
-        refs.retain(|r| !is_hidden(&r.name, &hidden));
+        if let Some(key) = service_key {
+            let hidden = hide_refs_patterns(repo, key);
+            refs.retain(|r| !is_hidden(&r.name, &hidden));
+        }
         let head = match repo.head_name() {
             Ok(Some(target)) => match refs.iter().find(|r| r.name == target.as_bstr()) {
                 Some(r) => HeadState::Symbolic {
@@ -391,12 +418,12 @@ impl RefSnapshot {
     }
 }
 
-/// The repository's `transfer.hideRefs` then `uploadpack.hideRefs` values, trailing slashes
+/// The repository's `transfer.hideRefs` then `<service>.hideRefs` values, trailing slashes
 /// removed (as git reads them). Both keys' values keep their order within each key; git orders
 /// them as they appear across config files, which only matters when one key negates the other.
-fn hide_refs_patterns(repo: &gix::Repository) -> Vec<BString> {
+fn hide_refs_patterns(repo: &gix::Repository, service_key: &str) -> Vec<BString> {
     let config = repo.config_snapshot();
-    ["transfer.hideRefs", "uploadpack.hideRefs"]
+    ["transfer.hideRefs", service_key]
         .iter()
         .flat_map(|key| config.plumbing().strings(*key).unwrap_or_default())
         .map(|mut p| {

@@ -24,6 +24,11 @@ pub struct Server {
 impl Server {
     pub async fn bind(config: Config) -> std::io::Result<Server> {
         let repos = Repos::new(&config.base_path, config.exports.clone())?.with_rules(config.paths.clone())?;
+        // Pushes a killed gixd left half-done: their quarantines go now.
+        let stale = crate::push::quarantine::clean_below(repos.base(), 6);
+        if stale > 0 {
+            tracing::warn!(stale, "removed quarantines of interrupted pushes");
+        }
         let listener = TcpListener::bind(config.listen).await?;
         let git_listener = match config.git_listen {
             Some(addr) => Some(TcpListener::bind(addr).await?),
@@ -33,7 +38,12 @@ impl Server {
         Ok(Server {
             listener,
             git_listener,
-            state: Arc::new(State { repos, config, transfers }),
+            state: Arc::new(State {
+                repos,
+                access: crate::auth::Access::new(config.token_file.clone(), config.anonymous_read),
+                config,
+                transfers,
+            }),
         })
     }
 

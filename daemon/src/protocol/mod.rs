@@ -1,11 +1,12 @@
 //! The git wire protocol, independent of transport: pkt-lines ([`pkt`]), v0/v1 ([`v0`]), v2
 //! ([`v2`]), the negotiation both share ([`negotiate`]), what upload-pack does once negotiation
-//! is over ([`upload`]) and upload-archive ([`archive`]). Functions here read a request body and
+//! is over ([`upload`]), receive-pack ([`receive`]) and upload-archive ([`archive`]). Functions here read a request body and
 //! write a response to any `io::Write`; they never see HTTP or a socket.
 
 pub mod archive;
 pub mod negotiate;
 pub mod pkt;
+pub mod receive;
 pub mod upload;
 pub mod v0;
 pub mod v2;
@@ -37,11 +38,13 @@ impl Version {
     }
 }
 
-/// What one upload-pack request needs from the server.
+/// What one request needs from the server.
 pub struct Context<'a> {
     pub repos: &'a Repos,
     pub served: &'a Served,
     pub config: &'a Config,
+    /// Who is pushing (the token's user), for the reflog and the log; `None`: anonymous.
+    pub pusher: Option<&'a str>,
 }
 
 #[cfg(test)]

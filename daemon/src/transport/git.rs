@@ -1,8 +1,9 @@
 //! git:// (git daemon's protocol): one TCP connection per request, opened by a pkt-line
 //! `git-upload-pack /path\0host=…\0[\0version=2\0]`, then the stateful v0 conversation or v2
-//! commands on the same connection. A connection runs on one blocking thread from the pool it
-//! shares with HTTP, under the same transfer limit; its writes are buffered to 128 KiB, so a pack
-//! leaves two side-band packets per write.
+//! commands on the same connection (or a push, or an archive, when those services are enabled).
+//! A connection runs on one blocking thread from the pool it shares with HTTP, under the same
+//! transfer limit; its writes are buffered to 128 KiB, so a pack leaves two side-band packets per
+//! write.
 
 use std::io::BufWriter;
 use std::net::TcpStream;
@@ -132,10 +133,24 @@ fn serve(state: &State, stream: TcpStream) -> Result<(), crate::error::ServeErro
         repos: &state.repos,
         served: &served,
         config: &state.config,
+        pusher: None,
     };
     let out = BufWriter::with_capacity(WRITE_BUFFER, &stream);
     if request.service == "git-upload-archive" {
         return protocol::archive::serve_stateful(&ctx, &stream, out);
+    }
+    if request.service == "git-receive-pack" {
+        // git daemon's push: no authentication on git://, so only with --enable=receive-pack.
+        let mut out = out;
+        let repo = served.repo.to_thread_local();
+        let mut w = pkt::Writer::new();
+        protocol::receive::advertise(&crate::repo::RefSnapshot::load_for_push(&repo)?, Version::from_params(&request.extra), &mut w);
+        drop(repo);
+        use std::io::Write;
+        out.write_all(&w.buf)?;
+        out.flush()?;
+        protocol::receive::receive_pack(&ctx, std::io::BufReader::with_capacity(64 * 1024, &stream), out)?;
+        return Ok(());
     }
     if request.service != "git-upload-pack" {
         // Enabled but not built yet: said plainly rather than served as something else.

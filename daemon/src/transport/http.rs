@@ -1,8 +1,10 @@
 //! Smart HTTP, with git http-backend's conventions: `GET <repo>/info/refs?service=git-upload-pack`
-//! and `POST <repo>/git-upload-pack`, their content types and no-cache headers, `Git-Protocol:
-//! version=2` selecting v2, gzip request bodies (bounded before and after inflation), streamed
-//! responses. Errors that happen before a response starts become an HTTP status with a text body
-//! git shows to its user; later ones travel in-band (the protocol layer writes them).
+//! (or `git-receive-pack`), `POST <repo>/git-upload-pack` and `POST <repo>/git-receive-pack`,
+//! their content types and no-cache headers, `Git-Protocol: version=2` selecting v2, gzip request
+//! bodies (bounded before and after inflation; a push's pack streams through instead of being
+//! held), streamed responses, and access control ([`crate::auth`]: 401 asks git for credentials).
+//! Errors that happen before a response starts become an HTTP status with a text body git shows
+//! to its user; later ones travel in-band (the protocol layer writes them).
 
 use std::convert::Infallible;
 use std::io::Read;
@@ -27,6 +29,7 @@ pub type Body = BoxBody<Bytes, std::io::Error>;
 pub struct State {
     pub repos: Repos,
     pub config: Config,
+    pub access: crate::auth::Access,
     /// One permit per upload-pack request in flight (`Config::max_transfers`).
     pub transfers: Arc<tokio::sync::Semaphore>,
 }
@@ -88,23 +91,6 @@ fn git_response(content_type: &'static str, body: Body) -> Response<Body> {
     response
 }
 
-fn repo_error(err: RepoError) -> Response<Body> {
-    match err {
-        RepoError::NotFound(_) | RepoError::NotExported(_) | RepoError::BadPath(_) => {
-            // Unexported and invalid paths look like missing ones: nothing is revealed.
-            let name = match &err {
-                RepoError::NotFound(n) | RepoError::NotExported(n) | RepoError::BadPath(n) => n.clone(),
-                _ => unreachable!(),
-            };
-            text(StatusCode::NOT_FOUND, format!("repository '{name}' not found"))
-        }
-        RepoError::Open { .. } => {
-            tracing::error!(%err, "repository could not be opened");
-            text(StatusCode::INTERNAL_SERVER_ERROR, err.to_string())
-        }
-    }
-}
-
 fn protocol_version(headers: &HeaderMap) -> Version {
     headers
         .get_all("git-protocol")
@@ -129,12 +115,16 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
     let path = req.uri().path().to_owned();
     let upload_pack_off = !state.config.services.upload_pack;
     let response = match (route(&path), &method) {
-        (Route::InfoRefs(_) | Route::UploadPack(_), _) if upload_pack_off => {
+        (Route::UploadPack(_), _) if upload_pack_off => {
+            text(StatusCode::FORBIDDEN, "fetch (git-upload-pack) is not enabled on this server")
+        }
+        (Route::InfoRefs(_), _) if upload_pack_off && query_param(req.uri().query(), "service") != Some("git-receive-pack") => {
             text(StatusCode::FORBIDDEN, "fetch (git-upload-pack) is not enabled on this server")
         }
         (Route::InfoRefs(repo), &Method::GET | &Method::HEAD) => info_refs(&state, repo, &req).await,
         (Route::UploadPack(repo), &Method::POST) => upload_pack(state.clone(), repo.to_owned(), req).await,
-        (Route::ReceivePack(_), _) => text(StatusCode::FORBIDDEN, "push (git-receive-pack) is not enabled on this server"),
+        (Route::ReceivePack(repo), &Method::POST) => receive_pack(state.clone(), repo.to_owned(), req).await,
+        (Route::ReceivePack(_), _) => text(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed here")),
         (Route::Dumb, _) => text(StatusCode::FORBIDDEN, "gixd serves the smart HTTP protocol only; dumb HTTP is not supported"),
         (Route::InfoRefs(_) | Route::UploadPack(_), _) => text(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed here")),
         (Route::NotFound, _) => text(StatusCode::NOT_FOUND, "not found: gixd serves <repository>/info/refs and <repository>/git-upload-pack"),
@@ -143,10 +133,49 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
     Ok(response)
 }
 
+/// Who is asking, and may they read (or write) the repository at `repo_path`? The repository,
+/// and who it is, if so; the response to send otherwise. Resolution runs on the blocking pool.
+async fn authorize(state: &Arc<State>, headers: &HeaderMap, repo_path: &str, write: bool) -> Result<(Served, crate::auth::Identity), Response<Body>> {
+    use crate::auth::{Decision, Identity, decide, repo_key};
+    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let name = repo_path.trim_matches('/').to_owned();
+    let (state, repo_path) = (state.clone(), repo_path.to_owned());
+    let decided = tokio::task::spawn_blocking(move || {
+        let identity = state.access.identify(authorization.as_deref());
+        // Credentials first: whether a repository exists is nobody's business before that.
+        if matches!(identity, Identity::Invalid) || (write && matches!(identity, Identity::Anonymous)) {
+            return Err(Decision::Unauthorized);
+        }
+        let (served, exported) = state.repos.locate(&repo_path).map_err(|err| match err {
+            RepoError::Open { .. } => {
+                tracing::error!(%err, "repository could not be opened");
+                Decision::NotFound
+            }
+            _ => Decision::NotFound,
+        })?;
+        match decide(&identity, &repo_key(&served.name), exported, state.access.anonymous_read, write) {
+            Decision::Allow => Ok((served, identity)),
+            other => Err(other),
+        }
+    })
+    .await;
+    match decided {
+        Ok(Ok(allowed)) => Ok(allowed),
+        Ok(Err(Decision::Unauthorized)) => {
+            let mut response = text(StatusCode::UNAUTHORIZED, "authentication required: a gixd token as the password (or a Bearer token)");
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"gixd\""));
+            Err(response)
+        }
+        Ok(Err(Decision::Forbidden)) => Err(text(StatusCode::FORBIDDEN, format!("your token may not push to '{name}'"))),
+        Ok(Err(_)) => Err(text(StatusCode::NOT_FOUND, format!("repository '{name}' not found"))),
+        Err(_) => Err(text(StatusCode::INTERNAL_SERVER_ERROR, "internal error")),
+    }
+}
+
 async fn info_refs(state: &Arc<State>, repo_path: &str, req: &Request<Incoming>) -> Response<Body> {
     match query_param(req.uri().query(), "service") {
         Some("git-upload-pack") => {}
-        Some("git-receive-pack") => return text(StatusCode::FORBIDDEN, "push (git-receive-pack) is not enabled on this server"),
+        Some("git-receive-pack") => return receive_pack_advertisement(state, repo_path, req).await,
         Some(other) => return text(StatusCode::FORBIDDEN, format!("unsupported service '{other}'")),
         None => {
             return text(
@@ -156,11 +185,12 @@ async fn info_refs(state: &Arc<State>, repo_path: &str, req: &Request<Incoming>)
         }
     }
     let version = protocol_version(req.headers());
-    let state = state.clone();
+    let (served, _) = match authorize(state, req.headers(), repo_path, false).await {
+        Ok(allowed) => allowed,
+        Err(response) => return response,
+    };
     let tap_state = state.clone();
-    let repo_path = repo_path.to_owned();
     let advertised = tokio::task::spawn_blocking(move || -> Result<(String, Vec<u8>), Response<Body>> {
-        let served = state.repos.resolve(&repo_path).map_err(repo_error)?;
         let repo = served.repo.to_thread_local();
         let refs = RefSnapshot::load(&repo).map_err(|err| text(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()))?;
         let mut w = pkt::Writer::new();
@@ -254,14 +284,9 @@ async fn upload_pack(state: Arc<State>, repo_path: String, req: Request<Incoming
             return response;
         }
     };
-    let served: Served = {
-        let state = state.clone();
-        let repo_path = repo_path.clone();
-        match tokio::task::spawn_blocking(move || state.repos.resolve(&repo_path)).await {
-            Ok(Ok(served)) => served,
-            Ok(Err(err)) => return repo_error(err),
-            Err(_) => return text(StatusCode::INTERNAL_SERVER_ERROR, "internal error"),
-        }
+    let served: Served = match authorize(&state, req.headers(), &repo_path, false).await {
+        Ok((served, _)) => served,
+        Err(response) => return response,
     };
     let body = match read_body(&state.config, req).await {
         Ok(body) => body,
@@ -274,6 +299,7 @@ async fn upload_pack(state: Arc<State>, repo_path: String, req: Request<Incoming
             repos: &state.repos,
             served: &served,
             config: &state.config,
+            pusher: None,
         };
         let mut tee = Tee {
             sink: &mut sink,
@@ -304,6 +330,81 @@ async fn upload_pack(state: Arc<State>, repo_path: String, req: Request<Incoming
         }
     });
     git_response("application/x-git-upload-pack-result", response_body.boxed())
+}
+
+async fn receive_pack_advertisement(state: &Arc<State>, repo_path: &str, req: &Request<Incoming>) -> Response<Body> {
+    let version = protocol_version(req.headers());
+    let (served, _) = match authorize(state, req.headers(), repo_path, true).await {
+        Ok(allowed) => allowed,
+        Err(response) => return response,
+    };
+    let advertised = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, crate::error::ServeError> {
+        let repo = served.repo.to_thread_local();
+        let refs = RefSnapshot::load_for_push(&repo)?;
+        let mut w = pkt::Writer::new();
+        w.text("# service=git-receive-pack").flush();
+        protocol::receive::advertise(&refs, version, &mut w);
+        Ok(w.into_bytes())
+    })
+    .await;
+    match advertised {
+        Ok(Ok(bytes)) => git_response("application/x-git-receive-pack-advertisement", full(bytes)),
+        Ok(Err(err)) => text(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
+        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "internal error"),
+    }
+}
+
+/// A push: authorized for write, its body streamed (never held whole) into the protocol layer
+/// on a blocking thread, the report returned when the push is done.
+async fn receive_pack(state: Arc<State>, repo_path: String, req: Request<Incoming>) -> Response<Body> {
+    let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if content_type != "application/x-git-receive-pack-request" {
+        return text(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("expected Content-Type application/x-git-receive-pack-request, got '{content_type}'"),
+        );
+    }
+    let gzip = match req.headers().get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("?")) {
+        None | Some("identity") => false,
+        Some("gzip" | "x-gzip") => true,
+        Some(other) => return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, format!("unsupported Content-Encoding '{other}'")),
+    };
+    let (served, identity) = match authorize(&state, req.headers(), &repo_path, true).await {
+        Ok(allowed) => allowed,
+        Err(response) => return response,
+    };
+    let permit = match tokio::time::timeout(state.config.transfer_queue_wait, state.transfers.clone().acquire_owned()).await {
+        Ok(Ok(permit)) => permit,
+        _ => {
+            let mut response = text(StatusCode::SERVICE_UNAVAILABLE, "server busy: too many transfers in flight, retry shortly");
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            return response;
+        }
+    };
+    let body = stream::BodyReader::spawn(req.into_body(), state.config.io_timeout);
+    let task_state = state.clone();
+    let pushed = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let state = task_state;
+        let ctx = Context {
+            repos: &state.repos,
+            served: &served,
+            config: &state.config,
+            pusher: identity.user(),
+        };
+        let mut out = Vec::new();
+        let input: Box<dyn Read> = if gzip { Box::new(flate2::read::GzDecoder::new(body)) } else { Box::new(body) };
+        let result = protocol::receive::receive_pack(&ctx, std::io::BufReader::with_capacity(64 * 1024, input), &mut out);
+        if let Err(err) = &result {
+            tracing::warn!(repo = %served.name, %err, "push failed");
+        }
+        out
+    })
+    .await;
+    match pushed {
+        Ok(out) => git_response("application/x-git-receive-pack-result", full(out)),
+        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "internal error"),
+    }
 }
 
 /// Writes through to the sink, keeping a copy for the tap when there is one.

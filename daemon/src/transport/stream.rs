@@ -2,6 +2,9 @@
 //! [`ChannelSink`], which hands frames of exactly the stream window to the async side through a
 //! bounded channel; [`ChannelBody`] yields them as HTTP body frames. The pack is never held whole,
 //! and a slow client stops the writer (back-pressure) instead of growing a buffer.
+//!
+//! And a request that streams: [`BodyReader`] is a blocking `Read` over an HTTP request body,
+//! fed frame by frame through a bounded channel (a push's pack is never held whole either).
 
 use std::io;
 use std::pin::Pin;
@@ -146,5 +149,57 @@ mod tests {
         let sizes = tokio::time::timeout(std::time::Duration::from_secs(30), frames(0, 3000)).await.expect("no hang");
         assert_eq!(sizes.len(), 3000);
         assert!(sizes.iter().all(|s| *s == 1));
+    }
+}
+
+/// A blocking reader over a request body: an async task forwards the body's frames through a
+/// channel of two; a frame that does not arrive within the timeout ends the read with an error.
+pub struct BodyReader {
+    rx: mpsc::Receiver<io::Result<Bytes>>,
+    current: Bytes,
+    done: bool,
+}
+
+impl BodyReader {
+    /// Start forwarding `body` (call inside the runtime); read from a blocking thread.
+    pub fn spawn(mut body: hyper::body::Incoming, timeout: std::time::Duration) -> BodyReader {
+        use http_body_util::BodyExt;
+        let (tx, rx) = mpsc::channel(2);
+        tokio::spawn(async move {
+            loop {
+                let frame = match tokio::time::timeout(timeout, body.frame()).await {
+                    Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "the request body stalled")),
+                    Ok(None) => return,
+                    Ok(Some(Err(err))) => Err(io::Error::other(err)),
+                    Ok(Some(Ok(frame))) => match frame.into_data() {
+                        Ok(data) => Ok(data),
+                        Err(_) => continue, // trailers
+                    },
+                };
+                let failed = frame.is_err();
+                if tx.send(frame).await.is_err() || failed {
+                    return; // the reader is gone, or was told of the failure
+                }
+            }
+        });
+        BodyReader { rx, current: Bytes::new(), done: false }
+    }
+}
+
+impl io::Read for BodyReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.current.is_empty() {
+            if self.done {
+                return Ok(0);
+            }
+            match self.rx.blocking_recv() {
+                Some(Ok(data)) => self.current = data,
+                Some(Err(err)) => return Err(err),
+                None => self.done = true,
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
     }
 }

@@ -1,0 +1,220 @@
+//! receive-pack (push), protocol v0/v1 as git speaks it for pushes: the ref advertisement with
+//! receive-pack's capabilities, the client's commands (`<old> <new> <ref>`, capabilities on the
+//! first), push options, the pack that follows, and the report-status reply (in side-band when
+//! asked). What is done with the objects and refs belongs to [`crate::push`].
+
+use std::io::{BufRead, Write};
+
+use gix_hash::ObjectId;
+use gix_packetline::PacketLineRef;
+
+use super::pkt;
+use super::upload::parse_oid;
+use super::v0::hash_name;
+use super::{Context, Version};
+use crate::error::{ProtocolError, ServeError};
+use crate::pack::{Bands, Framing};
+use crate::push::{self, Outcome};
+use crate::repo::RefSnapshot;
+
+/// receive-pack's capabilities, in git's order.
+const CAPABILITIES: &[&str] = &["report-status", "report-status-v2", "delete-refs", "side-band-64k", "quiet", "atomic", "ofs-delta", "push-options"];
+
+/// Most commands one push may carry, and most push options.
+const MAX_COMMANDS: usize = 100_000;
+const MAX_OPTIONS: usize = 100;
+
+/// The advertisement (without HTTP's `# service=` preamble): refs only (no HEAD), capabilities
+/// on the first line, ending in a flush.
+pub fn advertise(refs: &RefSnapshot, version: Version, out: &mut pkt::Writer) {
+    if version == Version::V1 {
+        out.text("version 1");
+    }
+    let mut caps: Vec<String> = CAPABILITIES.iter().map(|c| c.to_string()).collect();
+    caps.push(format!("object-format={}", hash_name(refs.object_hash)));
+    caps.push(format!("agent={}", crate::agent()));
+    let caps = caps.join(" ");
+    if refs.refs.is_empty() {
+        out.text(format!("{} capabilities^{{}}\0{caps}", refs.object_hash.null()));
+    }
+    for (i, r) in refs.refs.iter().enumerate() {
+        if i == 0 {
+            out.text(format!("{} {}\0{caps}", r.id, r.name));
+        } else {
+            out.text(format!("{} {}", r.id, r.name));
+        }
+    }
+    out.flush();
+}
+
+/// What the client asked for on its first command line.
+#[derive(Debug, Default, Clone)]
+pub struct PushCaps {
+    pub report_status: bool,
+    pub report_status_v2: bool,
+    pub side_band_64k: bool,
+    pub quiet: bool,
+    pub atomic: bool,
+    pub push_options: bool,
+}
+
+/// One ref update: `new` null for a delete, `old` null for a create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Command {
+    pub old: ObjectId,
+    pub new: ObjectId,
+    pub name: String,
+}
+
+impl Command {
+    pub fn is_delete(&self) -> bool {
+        self.new.is_null()
+    }
+}
+
+/// A push request up to its pack.
+#[derive(Debug, Default)]
+pub struct Request {
+    pub commands: Vec<Command>,
+    pub caps: PushCaps,
+    pub options: Vec<String>,
+}
+
+/// Read the commands (and push options) from `input`, leaving it at the pack. `None` when the
+/// client sent no command (nothing to push: it hangs up after the advertisement).
+pub fn read_request<R: std::io::Read>(input: R, hash: gix_hash::Kind) -> Result<(Option<Request>, R), ProtocolError> {
+    let mut lines = gix_packetline::blocking_io::StreamingPeekableIter::new(input, &[PacketLineRef::Flush], false);
+    let mut req = Request::default();
+    let mut first = true;
+    while let Some(line) = lines.read_line() {
+        let data = match line {
+            Ok(Ok(PacketLineRef::Data(d))) => d,
+            Ok(Ok(other)) => return Err(ProtocolError::Unexpected(format!("{other:?}"))),
+            Ok(Err(err)) => return Err(ProtocolError::PktLine(err.to_string())),
+            Err(err) if first => {
+                let _ = err;
+                return Ok((None, lines.into_inner())); // hung up: nothing to push
+            }
+            Err(_) => return Err(ProtocolError::Truncated),
+        };
+        let data = data.strip_suffix(b"\n").unwrap_or(data);
+        let (command, caps) = match data.iter().position(|b| *b == 0) {
+            Some(nul) if first => (&data[..nul], Some(&data[nul + 1..])),
+            _ => (data, None),
+        };
+        first = false;
+        let text = std::str::from_utf8(command).map_err(|_| ProtocolError::Unexpected("non-UTF-8 command".into()))?;
+        if let Some(caps) = caps {
+            let caps = std::str::from_utf8(caps).map_err(|_| ProtocolError::Unexpected("non-UTF-8 capabilities".into()))?;
+            req.caps = parse_caps(caps, hash)?;
+        }
+        if text.starts_with("shallow ") {
+            continue; // a shallow client's boundary: connectivity is checked against what we have
+        }
+        let mut words = text.splitn(3, ' ');
+        let (Some(old), Some(new), Some(name)) = (words.next(), words.next(), words.next()) else {
+            return Err(ProtocolError::Unexpected(text.chars().take(200).collect()));
+        };
+        if req.commands.len() == MAX_COMMANDS {
+            return Err(ProtocolError::TooMany { what: "command", limit: MAX_COMMANDS });
+        }
+        req.commands.push(Command {
+            old: parse_oid(old, hash)?,
+            new: parse_oid(new, hash)?,
+            name: name.to_owned(),
+        });
+    }
+    if lines.stopped_at().is_none() {
+        return Err(ProtocolError::Truncated);
+    }
+    if req.commands.is_empty() {
+        return Ok((None, lines.into_inner()));
+    }
+    if req.caps.push_options {
+        lines.reset();
+        while let Some(line) = lines.read_line() {
+            match line {
+                Ok(Ok(PacketLineRef::Data(d))) => {
+                    if req.options.len() == MAX_OPTIONS {
+                        return Err(ProtocolError::TooMany { what: "push option", limit: MAX_OPTIONS });
+                    }
+                    let d = d.strip_suffix(b"\n").unwrap_or(d);
+                    req.options.push(String::from_utf8_lossy(d).into_owned());
+                }
+                Ok(Ok(other)) => return Err(ProtocolError::Unexpected(format!("{other:?}"))),
+                Ok(Err(err)) => return Err(ProtocolError::PktLine(err.to_string())),
+                Err(_) => return Err(ProtocolError::Truncated),
+            }
+        }
+        if lines.stopped_at().is_none() {
+            return Err(ProtocolError::Truncated);
+        }
+    }
+    Ok((Some(req), lines.into_inner()))
+}
+
+fn parse_caps(caps: &str, hash: gix_hash::Kind) -> Result<PushCaps, ProtocolError> {
+    let mut out = PushCaps::default();
+    for cap in caps.split(' ').filter(|c| !c.is_empty()) {
+        match cap {
+            "report-status" => out.report_status = true,
+            "report-status-v2" => out.report_status_v2 = true,
+            "side-band-64k" => out.side_band_64k = true,
+            "quiet" => out.quiet = true,
+            "atomic" => out.atomic = true,
+            "push-options" => out.push_options = true,
+            "ofs-delta" | "delete-refs" => {}
+            c if c.starts_with("agent=") || c.starts_with("session-id=") => {}
+            c if c.starts_with("object-format=") => super::upload::check_object_format(&c["object-format=".len()..], hash)?,
+            other => return Err(ProtocolError::UnknownCapability(other.chars().take(64).collect())),
+        }
+    }
+    Ok(out)
+}
+
+/// Serve one push: read the request from `input` (commands, options, pack), apply it, write the
+/// report to `out`. `None` when the client pushed nothing.
+pub fn receive_pack<R: BufRead, W: Write>(ctx: &Context<'_>, input: R, mut out: W) -> Result<Option<Outcome>, ServeError> {
+    let hash = ctx.served.repo.to_thread_local().object_hash();
+    let (req, mut rest) = match read_request(input, hash) {
+        Ok(read) => read,
+        Err(err) => {
+            // No report is possible before the commands are known: an ERR line says why.
+            let mut w = pkt::Writer::new();
+            w.err(&err.to_string());
+            out.write_all(&w.buf)?;
+            return Err(err.into());
+        }
+    };
+    let Some(req) = req else { return Ok(None) };
+    let framing = if req.caps.side_band_64k { Framing::SideBand64k } else { Framing::Raw };
+    let mut bands = Bands::new(&mut out, framing, !req.caps.quiet);
+    let outcome = push::apply(ctx, &req, &mut rest, &mut bands)?;
+    if req.caps.report_status || req.caps.report_status_v2 {
+        let mut w = pkt::Writer::new();
+        match &outcome.unpack_error {
+            None => w.text("unpack ok"),
+            Some(err) => w.text(format!("unpack {}", one_line(err))),
+        };
+        for (command, result) in req.commands.iter().zip(&outcome.results) {
+            match result {
+                Ok(()) => w.text(format!("ok {}", command.name)),
+                Err(reason) => w.text(format!("ng {} {}", command.name, one_line(reason))),
+            };
+        }
+        w.flush();
+        bands.write_all(&w.buf)?;
+    }
+    let out = bands.finish()?;
+    if framing != Framing::Raw {
+        let mut w = pkt::Writer::new();
+        w.flush();
+        out.write_all(&w.buf)?;
+    }
+    out.flush()?;
+    Ok(Some(outcome))
+}
+
+fn one_line(s: &str) -> String {
+    s.replace('\n', " ").chars().take(900).collect()
+}

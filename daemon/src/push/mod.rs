@@ -1,0 +1,424 @@
+//! Push, below the protocol: the incoming pack into a [`quarantine`], every object parsed (as
+//! git's `receive.fsckObjects` would), each command checked (ref name, hidden refs, the
+//! repository's `receive.deny*` settings, fast-forward, connectivity of the new tip), the
+//! [`hooks`], then the objects made visible and only after that the refs moved, each under its
+//! lock with a compare-and-swap on its old value (all in one transaction with `atomic`).
+//! Readers see the old or the new state, never a ref whose objects are missing.
+
+pub mod hooks;
+pub mod quarantine;
+
+use std::collections::HashSet;
+use std::io::{BufRead, Write};
+
+use gix::bstr::ByteSlice;
+use gix_hash::ObjectId;
+use gix_object::{Find, Kind};
+
+use crate::error::ServeError;
+use crate::pack::Bands;
+use crate::protocol::Context;
+use crate::protocol::receive::{Command, Request};
+use crate::repo::RefSnapshot;
+use quarantine::Quarantine;
+
+/// What a push did: the `unpack` status and one result per command (Err: the `ng` reason).
+#[derive(Debug)]
+pub struct Outcome {
+    pub unpack_error: Option<String>,
+    pub results: Vec<Result<(), String>>,
+    /// Objects in the received pack.
+    pub objects: u32,
+}
+
+/// The repository's `receive.*` rules.
+struct Rules {
+    deny_non_fast_forwards: bool,
+    deny_deletes: bool,
+    /// `receive.denyDeleteCurrent`: refuse unless set to ignore/warn/false.
+    deny_delete_current: bool,
+    /// `receive.denyCurrentBranch` in a repository with a work tree: refuse unless ignore/warn/false.
+    deny_current_branch: bool,
+}
+
+impl Rules {
+    fn read(repo: &gix::Repository) -> Rules {
+        let config = repo.config_snapshot();
+        let flag = |key: &str| config.boolean(key).unwrap_or(false);
+        // refuse (the default) unless the value says otherwise
+        let refuse = |key: &str| match config.string(key) {
+            Some(v) => !matches!(v.to_str_lossy().to_ascii_lowercase().as_str(), "ignore" | "warn" | "false" | "no" | "off" | "0"),
+            None => true,
+        };
+        Rules {
+            deny_non_fast_forwards: flag("receive.denyNonFastForwards"),
+            deny_deletes: flag("receive.denyDeletes"),
+            deny_delete_current: refuse("receive.denyDeleteCurrent"),
+            deny_current_branch: !repo.is_bare() && refuse("receive.denyCurrentBranch"),
+        }
+    }
+}
+
+/// Apply a push whose commands are `req` and whose pack is the rest of `input`.
+pub fn apply<W: Write>(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead, bands: &mut Bands<W>) -> Result<Outcome, ServeError> {
+    let repo = ctx.served.repo.to_thread_local();
+    let hash = repo.object_hash();
+    let objects_dir = repo.objects.store_ref().path().to_owned();
+    let git_dir = ctx.served.git_dir.clone();
+    let mut results: Vec<Result<(), String>> = vec![Ok(()); req.commands.len()];
+    let fail_all = |results: &mut Vec<Result<(), String>>, reason: &str| {
+        for r in results.iter_mut().filter(|r| r.is_ok()) {
+            *r = Err(reason.to_owned());
+        }
+    };
+
+    // 1. The pack, into quarantine (only deletes: no pack follows).
+    let mut quarantine = Quarantine::create(&objects_dir)?;
+    if req.commands.iter().any(|c| !c.is_delete()) {
+        let mut limited = LimitedRead { inner: input, left: ctx.config.max_push_bytes };
+        if let Err(err) = quarantine.receive(&mut limited, &repo.objects, hash, ctx.config.max_push_bytes as usize) {
+            let err = if limited.left == 0 { format!("push larger than {} bytes", ctx.config.max_push_bytes) } else { err };
+            fail_all(&mut results, "unpacker error");
+            return Ok(Outcome { unpack_error: Some(err), results, objects: 0 });
+        }
+        let received = quarantine.odb(hash)?;
+        if let Err(err) = check_objects(&received, hash) {
+            fail_all(&mut results, "unpacker error");
+            return Ok(Outcome { unpack_error: Some(err), results, objects: quarantine.objects });
+        }
+    }
+    let received = quarantine.odb(hash)?;
+
+    // 2. Each command on its own.
+    let refs = RefSnapshot::load_for_push(&repo)?;
+    let all_refs = RefSnapshot::load_hiding_nothing(&repo)?;
+    let rules = Rules::read(&repo);
+    let head_target = repo.head_name().ok().flatten().map(|n| n.as_bstr().to_string());
+    for (command, result) in req.commands.iter().zip(results.iter_mut()) {
+        if let Err(reason) = check_command(&repo, &received, &refs, &all_refs, &rules, head_target.as_deref(), command) {
+            *result = Err(reason);
+        }
+    }
+    if req.caps.atomic && results.iter().any(Result::is_err) {
+        fail_all(&mut results, "atomic push failure");
+        return Ok(Outcome { unpack_error: None, results, objects: quarantine.objects });
+    }
+
+    // 3. Hooks before anything is visible.
+    let mut env = vec![("GIT_DIR".to_owned(), git_dir.display().to_string())];
+    env.push(("GIT_PUSH_OPTION_COUNT".into(), req.options.len().to_string()));
+    for (i, option) in req.options.iter().enumerate() {
+        env.push((format!("GIT_PUSH_OPTION_{i}"), option.clone()));
+    }
+    let mut quarantined_env = env.clone();
+    quarantined_env.extend([
+        ("GIT_QUARANTINE_PATH".to_owned(), quarantine.dir.display().to_string()),
+        ("GIT_OBJECT_DIRECTORY".to_owned(), quarantine.dir.display().to_string()),
+        ("GIT_ALTERNATE_OBJECT_DIRECTORIES".to_owned(), objects_dir.display().to_string()),
+    ]);
+    let lines = |results: &[Result<(), String>]| -> String {
+        req.commands.iter().zip(results).filter(|(_, r)| r.is_ok()).map(|(c, _)| format!("{} {} {}\n", c.old, c.new, c.name)).collect()
+    };
+    if let Some(hook) = hooks::find(&repo, &git_dir, "pre-receive") {
+        let stdin = lines(&results);
+        if !stdin.is_empty() {
+            let ran = hooks::run(&hook, &[], stdin.as_bytes(), &quarantined_env, &git_dir)?;
+            bands.remote_message(&ran.output)?;
+            if !ran.success {
+                fail_all(&mut results, "pre-receive hook declined");
+                return Ok(Outcome { unpack_error: None, results, objects: quarantine.objects });
+            }
+        }
+    }
+    if let Some(hook) = hooks::find(&repo, &git_dir, "update") {
+        for (command, result) in req.commands.iter().zip(results.iter_mut()) {
+            if result.is_err() {
+                continue;
+            }
+            let (old, new) = (command.old.to_string(), command.new.to_string());
+            let ran = hooks::run(&hook, &[&command.name, &old, &new], b"", &quarantined_env, &git_dir)?;
+            bands.remote_message(&ran.output)?;
+            if !ran.success {
+                *result = Err("hook declined".into());
+            }
+        }
+        if req.caps.atomic && results.iter().any(Result::is_err) {
+            fail_all(&mut results, "atomic push failure");
+            return Ok(Outcome { unpack_error: None, results, objects: quarantine.objects });
+        }
+    }
+
+    // 4. Objects visible first, refs after.
+    if results.iter().any(Result::is_ok) {
+        quarantine.migrate(&objects_dir)?;
+    }
+    let who = ctx.pusher.unwrap_or("anonymous");
+    let committer_email = format!("{who}@gixd");
+    let time = gix::date::Time::now_local_or_utc().to_string();
+    let committer = gix::actor::SignatureRef { name: who.into(), email: committer_email.as_str().into(), time: &time };
+    let edit = |command: &Command| edit_for(command, who);
+    if req.caps.atomic {
+        let edits: Vec<_> = req.commands.iter().map(edit).collect();
+        if let Err(err) = repo.edit_references_as(edits, Some(committer)) {
+            fail_all(&mut results, &format!("failed to update refs: {err}"));
+        }
+    } else {
+        for (command, result) in req.commands.iter().zip(results.iter_mut()) {
+            if result.is_ok()
+                && let Err(err) = repo.edit_references_as(Some(edit(command)), Some(committer))
+            {
+                *result = Err(format!("failed to update ref: {err}"));
+            }
+        }
+    }
+
+    // 5. Hooks after.
+    let updated: Vec<&Command> = req.commands.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(c, _)| c).collect();
+    if !updated.is_empty() {
+        if let Some(hook) = hooks::find(&repo, &git_dir, "post-receive") {
+            let ran = hooks::run(&hook, &[], lines(&results).as_bytes(), &env, &git_dir)?;
+            bands.remote_message(&ran.output)?;
+        }
+        if let Some(hook) = hooks::find(&repo, &git_dir, "post-update") {
+            let names: Vec<&str> = updated.iter().map(|c| c.name.as_str()).collect();
+            let ran = hooks::run(&hook, &names, b"", &env, &git_dir)?;
+            bands.remote_message(&ran.output)?;
+        }
+    }
+    tracing::info!(
+        repo = %ctx.served.name,
+        pusher = who,
+        objects = quarantine.objects,
+        updated = updated.len(),
+        refused = results.len() - updated.len(),
+        "push"
+    );
+    Ok(Outcome { unpack_error: None, results, objects: quarantine.objects })
+}
+
+fn edit_for(command: &Command, who: &str) -> gix::refs::transaction::RefEdit {
+    use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
+    use gix::refs::Target;
+    let name: gix::refs::FullName = command.name.as_str().try_into().expect("checked before");
+    let expected = if command.old.is_null() { PreviousValue::MustNotExist } else { PreviousValue::MustExistAndMatch(Target::Object(command.old)) };
+    let change = if command.is_delete() {
+        Change::Delete { expected, log: RefLog::AndReference }
+    } else {
+        Change::Update {
+            log: LogChange {
+                mode: RefLog::AndReference,
+                force_create_reflog: false,
+                message: format!("push by {who}").into(),
+            },
+            expected,
+            new: Target::Object(command.new),
+        }
+    };
+    RefEdit { change, name, deref: false }
+}
+
+/// A reader that stops after `left` bytes (and says so by reaching 0).
+struct LimitedRead<'a> {
+    inner: &'a mut dyn BufRead,
+    left: u64,
+}
+
+impl std::io::Read for LimitedRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let data = self.fill_buf()?;
+        let n = data.len().min(buf.len());
+        buf[..n].copy_from_slice(&data[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl BufRead for LimitedRead<'_> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        if self.left == 0 {
+            return Err(std::io::Error::other("push larger than the limit"));
+        }
+        let left = self.left;
+        let data = self.inner.fill_buf()?;
+        Ok(&data[..data.len().min(left as usize)])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.left -= n as u64;
+        self.inner.consume(n);
+    }
+}
+
+/// Every received object parses as its kind; trees are well-formed (no empty, `.`, `..`,
+/// `.git` or slashed names, sorted, no duplicates).
+fn check_objects(odb: &gix_odb::Handle, hash: gix_hash::Kind) -> Result<(), String> {
+    let mut buf = Vec::new();
+    let ids: Vec<ObjectId> = odb.iter().map_err(|e| e.to_string())?.collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    for id in ids {
+        let data = odb.try_find(&id, &mut buf).map_err(|e| e.to_string())?.ok_or_else(|| format!("object {id} vanished"))?;
+        let bad = |what: &str| format!("invalid {} {id}: {what}", data.kind);
+        match data.kind {
+            Kind::Commit => {
+                gix_object::CommitRef::from_bytes(data.data, hash).map_err(|e| bad(&e.to_string()))?;
+            }
+            Kind::Tag => {
+                gix_object::TagRef::from_bytes(data.data, hash).map_err(|e| bad(&e.to_string()))?;
+            }
+            Kind::Tree => check_tree(data.data, hash).map_err(|e| bad(&e))?,
+            Kind::Blob => {}
+        }
+    }
+    Ok(())
+}
+
+fn check_tree(data: &[u8], hash: gix_hash::Kind) -> Result<(), String> {
+    let mut previous: Option<(Vec<u8>, bool)> = None;
+    for entry in gix_object::TreeRefIter::from_bytes(data, hash) {
+        let entry = entry.map_err(|e| e.to_string())?;
+        let name: &[u8] = entry.filename.as_ref();
+        if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.eq_ignore_ascii_case(b".git") {
+            return Err(format!("bad entry name '{}'", name.as_bstr()));
+        }
+        let is_tree = entry.mode.is_tree();
+        if let Some((prev, prev_tree)) = &previous {
+            // git's order: a tree sorts as if its name ended in '/'.
+            let key = |n: &[u8], t: bool| {
+                let mut k = n.to_vec();
+                if t {
+                    k.push(b'/');
+                }
+                k
+            };
+            match key(prev, *prev_tree).cmp(&key(name, is_tree)) {
+                std::cmp::Ordering::Less => {}
+                std::cmp::Ordering::Equal => return Err(format!("duplicate entry '{}'", name.as_bstr())),
+                std::cmp::Ordering::Greater => return Err("entries not sorted".into()),
+            }
+            if prev == name {
+                return Err(format!("duplicate entry '{}'", name.as_bstr()));
+            }
+        }
+        previous = Some((name.to_vec(), is_tree));
+    }
+    Ok(())
+}
+
+/// Why one command cannot be applied, if it cannot.
+fn check_command(
+    repo: &gix::Repository,
+    received: &gix_odb::Handle,
+    refs: &RefSnapshot,
+    all_refs: &RefSnapshot,
+    rules: &Rules,
+    head_target: Option<&str>,
+    command: &Command,
+) -> Result<(), String> {
+    let name = command.name.as_str();
+    let full: Result<gix::refs::FullName, _> = name.try_into();
+    if !name.starts_with("refs/") || full.is_err() {
+        return Err("funny refname".into());
+    }
+    if command.old.is_null() && command.new.is_null() {
+        return Err("nothing to do: old and new are both null".into());
+    }
+    let visible = refs.refs.iter().any(|r| r.name == name.as_bytes());
+    if !visible && all_refs.refs.iter().any(|r| r.name == name.as_bytes()) {
+        return Err("deny updating a hidden ref".into());
+    }
+    let is_branch = name.starts_with("refs/heads/");
+    if command.is_delete() {
+        if rules.deny_deletes && is_branch {
+            return Err("deletion prohibited".into());
+        }
+        if rules.deny_delete_current && head_target == Some(name) {
+            return Err("deletion of the current branch prohibited".into());
+        }
+        return Ok(());
+    }
+    if rules.deny_current_branch && head_target == Some(name) {
+        return Err("branch is currently checked out".into());
+    }
+    let kind = object_kind(repo, received, &command.new).ok_or_else(|| "missing necessary objects".to_owned())?;
+    if is_branch && kind != Kind::Commit {
+        return Err("non-commit object to a branch".into());
+    }
+    connected(repo, received, command.new)?;
+    if rules.deny_non_fast_forwards && is_branch && !command.old.is_null() && !is_ancestor(repo, received, command.old, command.new)? {
+        return Err("non-fast-forward".into());
+    }
+    Ok(())
+}
+
+fn object_kind(repo: &gix::Repository, received: &gix_odb::Handle, id: &ObjectId) -> Option<Kind> {
+    use gix_object::FindHeader;
+    if let Ok(Some(h)) = received.try_header(id) {
+        return Some(h.kind);
+    }
+    repo.find_header(*id).ok().map(|h| h.kind())
+}
+
+/// Every object the new tip needs is in the quarantine or the repository. Objects the
+/// repository already has are taken as complete (as git's quick check does), so the walk covers
+/// only what was received.
+fn connected(repo: &gix::Repository, received: &gix_odb::Handle, tip: ObjectId) -> Result<(), String> {
+    use gix_object::FindHeader;
+    let mut buf = Vec::new();
+    let mut seen = HashSet::new();
+    let mut stack = vec![tip];
+    while let Some(id) = stack.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        let in_quarantine = matches!(received.try_header(&id), Ok(Some(_)));
+        if !in_quarantine || repo.has_object(id) {
+            if repo.has_object(id) {
+                continue;
+            }
+            return Err("missing necessary objects".into());
+        }
+        let data = received.try_find(&id, &mut buf).map_err(|e| e.to_string())?.ok_or("missing necessary objects")?;
+        match data.kind {
+            Kind::Commit => {
+                let commit = gix_object::CommitRefIter::from_bytes(data.data, id.kind());
+                stack.push(commit.clone().tree_id().map_err(|e| e.to_string())?);
+                stack.extend(commit.parent_ids());
+            }
+            Kind::Tree => {
+                for entry in gix_object::TreeRefIter::from_bytes(data.data, id.kind()) {
+                    let entry = entry.map_err(|e| e.to_string())?;
+                    if !entry.mode.is_commit() {
+                        stack.push(entry.oid.to_owned());
+                    }
+                }
+            }
+            Kind::Tag => stack.push(gix_object::TagRefIter::from_bytes(data.data, id.kind()).target_id().map_err(|e| e.to_string())?),
+            Kind::Blob => {}
+        }
+    }
+    Ok(())
+}
+
+/// Is `old` an ancestor of (or equal to) `new`? Parents are read from the quarantine or the
+/// repository.
+fn is_ancestor(repo: &gix::Repository, received: &gix_odb::Handle, old: ObjectId, new: ObjectId) -> Result<bool, String> {
+    let mut buf = Vec::new();
+    let mut seen = HashSet::new();
+    let mut stack = vec![new];
+    while let Some(id) = stack.pop() {
+        if id == old {
+            return Ok(true);
+        }
+        if !seen.insert(id) {
+            continue;
+        }
+        let parents: Vec<ObjectId> = match received.try_find(&id, &mut buf) {
+            Ok(Some(data)) if data.kind == Kind::Commit => gix_object::CommitRefIter::from_bytes(data.data, id.kind()).parent_ids().collect(),
+            _ => match repo.find_commit(id) {
+                Ok(commit) => commit.parent_ids().map(|p| p.detach()).collect(),
+                Err(_) => continue,
+            },
+        };
+        stack.extend(parents);
+    }
+    Ok(false)
+}

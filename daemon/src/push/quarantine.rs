@@ -1,0 +1,132 @@
+//! The quarantine: a directory inside the repository's `objects/` that no reader looks at, where
+//! an incoming pack is indexed while it streams in. Its objects become visible only when
+//! [`Quarantine::migrate`] moves the pack (then its index: readers find packs by their index)
+//! into `objects/pack/`; dropping a quarantine removes it, and a quarantine left by a killed
+//! process is removed by [`clean_stale`].
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+/// Quarantine directories are named `gixd-quarantine-<pid>-<unique>`.
+pub const PREFIX: &str = "gixd-quarantine-";
+
+pub struct Quarantine {
+    /// `objects/gixd-quarantine-…`: an object directory of its own (with `pack/` inside).
+    pub dir: PathBuf,
+    /// The received pack and its index, once [`Quarantine::receive`] succeeded with objects.
+    pack: Option<(PathBuf, PathBuf)>,
+    pub objects: u32,
+}
+
+impl Quarantine {
+    pub fn create(objects_dir: &Path) -> std::io::Result<Quarantine> {
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let dir = objects_dir.join(format!("{PREFIX}{}-{nanos}-{n}", std::process::id()));
+        std::fs::create_dir_all(dir.join("pack"))?;
+        Ok(Quarantine { dir, pack: None, objects: 0 })
+    }
+
+    /// Index `pack` as it streams in (one thread, verifying its checksum), completing a thin
+    /// pack with bases from `main`. The error is for the client's `unpack` line.
+    pub fn receive(&mut self, pack: &mut dyn BufRead, main: &gix::OdbHandle, hash: gix_hash::Kind, alloc_limit: usize) -> Result<(), String> {
+        let outcome = gix_pack::Bundle::write_to_directory(
+            pack,
+            Some(&self.dir.join("pack")),
+            &mut gix_utils::progress::Discard,
+            &AtomicBool::new(false),
+            Some(main.clone()),
+            hash,
+            gix_pack::bundle::write::Options {
+                thread_limit: Some(1),
+                alloc_limit_bytes: Some(alloc_limit),
+                ..Default::default()
+            },
+        )
+        .map_err(|err| format!("index-pack failed: {err}"))?;
+        self.objects = outcome.index.num_objects;
+        if let Some(keep) = &outcome.keep_path {
+            let _ = std::fs::remove_file(keep);
+        }
+        if let (Some(data), Some(index)) = (outcome.data_path, outcome.index_path) {
+            self.pack = Some((data, index));
+        }
+        Ok(())
+    }
+
+    /// The quarantine's objects alone.
+    pub fn odb(&self, hash: gix_hash::Kind) -> std::io::Result<gix_odb::Handle> {
+        gix_odb::at(&self.dir, hash)
+    }
+
+    /// Make the objects visible: pack first, then index, into `objects/pack/` (a pack that is
+    /// already there, from an earlier push of the same objects, stays as it is).
+    pub fn migrate(&self, objects_dir: &Path) -> std::io::Result<()> {
+        let Some((data, index)) = &self.pack else { return Ok(()) };
+        let target = objects_dir.join("pack");
+        for file in [data, index] {
+            let dest = target.join(file.file_name().expect("a file name"));
+            if !dest.exists() {
+                std::fs::rename(file, &dest)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Quarantine {
+    fn drop(&mut self) {
+        if let Err(err) = std::fs::remove_dir_all(&self.dir)
+            && err.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %self.dir.display(), %err, "could not remove a quarantine");
+        }
+    }
+}
+
+/// Remove quarantines in `objects_dir` whose process is gone (killed mid-push).
+pub fn clean_stale(objects_dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(objects_dir) else { return 0 };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else { continue };
+        let pid: Option<i32> = rest.split('-').next().and_then(|p| p.parse().ok());
+        let alive = match pid {
+            // SAFETY: kill with signal 0 only checks that the process exists.
+            Some(pid) if pid as u32 != std::process::id() => unsafe { libc::kill(pid, 0) == 0 },
+            Some(_) => true, // ours: in use by a push of this process
+            None => false,
+        };
+        if !alive && std::fs::remove_dir_all(entry.path()).is_ok() {
+            tracing::warn!(dir = %entry.path().display(), "removed the quarantine of an interrupted push");
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// At startup: every repository below `base` (a bounded walk) loses the quarantines of pushes
+/// that a killed gixd left behind.
+pub fn clean_below(base: &Path, max_depth: usize) -> usize {
+    let mut removed = 0;
+    let mut stack = vec![(base.to_owned(), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        if dir.join("objects").is_dir() && dir.join("HEAD").is_file() {
+            removed += clean_stale(&dir.join("objects"));
+            continue;
+        }
+        if depth >= max_depth {
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push((entry.path(), depth + 1));
+            }
+        }
+    }
+    removed
+}

@@ -1,0 +1,532 @@
+//! Push over smart HTTP (and git://), stock git as the client: new branch, fast-forward, forced
+//! update (allowed, and denied by `receive.denyNonFastForwards`), delete, atomic pushes, a 20 MB
+//! binary, hooks (push options, pre-receive and update rejections with their messages), corrupt
+//! packs and missing bases (refused, repository untouched), racing pushes on one ref (exactly
+//! one wins), and no child process when there is no hook.
+
+use std::path::{Path, PathBuf};
+
+use gixd::config::Exports;
+use gixd::server::Running;
+use gixd_tests::server::{git_client, git_ok, http, pkt, pkt_lines, refs, serve_with};
+use gixd_tests::{commit_files, git, git_out};
+
+struct Fixture {
+    tmp: tempfile::TempDir,
+    server: Running,
+    token_file: PathBuf,
+}
+
+impl Fixture {
+    /// A bare, exported `repo.git` (empty) below a base path, served with a token file.
+    fn new() -> Fixture {
+        Self::with(|_| {})
+    }
+
+    fn with(adjust: impl FnOnce(&mut gixd::config::Config)) -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("base");
+        let repo = base.join("repo.git");
+        std::fs::create_dir_all(&repo).unwrap();
+        git(&repo, &["init", "-q", "--bare", "-b", "main"]);
+        std::fs::write(repo.join("git-daemon-export-ok"), "").unwrap();
+        let token_file = tmp.path().join("tokens.toml");
+        let tf = token_file.clone();
+        let server = serve_with(&base, move |c| {
+            c.exports = Exports::DaemonExportOk;
+            c.token_file = Some(tf);
+            c.git_listen = Some("127.0.0.1:0".parse().unwrap());
+            c.services.receive_pack = true;
+            adjust(c);
+        });
+        Fixture { tmp, server, token_file }
+    }
+
+    fn repo(&self) -> PathBuf {
+        self.tmp.path().join("base/repo.git")
+    }
+
+    fn token(&self, repos: &str, write: bool) -> String {
+        let mut store = gixd::auth::TokenStore::load(&self.token_file).unwrap();
+        let (_, secret) = store.add("alice", repos, write).unwrap();
+        store.save().unwrap();
+        secret
+    }
+
+    fn url(&self, secret: Option<&str>) -> String {
+        match secret {
+            Some(s) => format!("http://alice:{s}@{}/repo.git", self.server.addr),
+            None => format!("http://{}/repo.git", self.server.addr),
+        }
+    }
+
+    /// A work repository with `n` commits on main.
+    fn work(&self, name: &str, n: usize) -> PathBuf {
+        let work = self.tmp.path().join(name);
+        std::fs::create_dir_all(&work).unwrap();
+        git(&work, &["init", "-q", "-b", "main"]);
+        for i in 0..n {
+            commit_files(&work, &[("file.txt", format!("line {i}\n").repeat(20).as_bytes())], &format!("c{i}"));
+        }
+        work
+    }
+}
+
+fn push(dir: &Path, args: &[&str]) -> (bool, String) {
+    let out = git_client(dir, &[&["push"][..], args].concat());
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn server_ref(repo: &Path, name: &str) -> Option<String> {
+    refs(repo, "refs").get(name).cloned()
+}
+
+fn assert_server_clean(repo: &Path) {
+    let out = git_client(repo, &["fsck", "--full", "--strict", "--no-dangling"]);
+    assert!(out.status.success() && out.stdout.is_empty(), "fsck: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let quarantines: Vec<_> = std::fs::read_dir(repo.join("objects")).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("gixd-quarantine-")).collect();
+    assert!(quarantines.is_empty(), "a quarantine was left behind");
+}
+
+#[test]
+fn new_branch_fast_forward_forced_update_and_delete() {
+    let f = Fixture::new();
+    let secret = f.token("*", true);
+    let url = f.url(Some(&secret));
+    let work = f.work("work", 3);
+    let (ok, err) = push(&work, &[&url, "main"]);
+    assert!(ok, "{err}");
+    assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(git_out(&work, &["rev-parse", "main"])));
+    // fast-forward
+    commit_files(&work, &[("file.txt", b"more\n")], "c3");
+    assert!(push(&work, &[&url, "main"]).0);
+    // a second branch, then a forced non-fast-forward update of it
+    assert!(push(&work, &[&url, "main:refs/heads/topic"]).0);
+    git(&work, &["reset", "-q", "--hard", "HEAD~2"]);
+    commit_files(&work, &[("other.txt", b"diverged\n")], "diverged");
+    let (ok, err) = push(&work, &["--force", &url, "main:refs/heads/topic"]);
+    assert!(ok, "{err}");
+    assert_eq!(server_ref(&f.repo(), "refs/heads/topic"), Some(git_out(&work, &["rev-parse", "main"])));
+    // denied by the repository's config
+    git(&f.repo(), &["config", "receive.denyNonFastForwards", "true"]);
+    git(&work, &["reset", "-q", "--hard", "HEAD~1"]);
+    commit_files(&work, &[("other.txt", b"diverged again\n")], "again");
+    let before = server_ref(&f.repo(), "refs/heads/topic");
+    let (ok, err) = push(&work, &["--force", &url, "main:refs/heads/topic"]);
+    assert!(!ok);
+    assert!(err.contains("non-fast-forward"), "{err}");
+    assert_eq!(server_ref(&f.repo(), "refs/heads/topic"), before);
+    // delete
+    let (ok, err) = push(&work, &[&url, ":refs/heads/topic"]);
+    assert!(ok, "{err}");
+    assert_eq!(server_ref(&f.repo(), "refs/heads/topic"), None);
+    // deleting the branch HEAD names is refused by default, as git does
+    let (ok, err) = push(&work, &[&url, ":refs/heads/main"]);
+    assert!(!ok && err.contains("deletion of the current branch prohibited"), "{err}");
+    assert_server_clean(&f.repo());
+}
+
+#[test]
+fn an_atomic_push_with_one_refused_ref_changes_nothing() {
+    let f = Fixture::new();
+    let url = f.url(Some(&f.token("*", true)));
+    let work = f.work("work", 2);
+    assert!(push(&work, &[&url, "main", "main:refs/heads/keep"]).0);
+    git(&f.repo(), &["config", "receive.denyDeletes", "true"]);
+    let before = refs(&f.repo(), "refs");
+    commit_files(&work, &[("file.txt", b"new\n")], "new");
+    let (ok, err) = push(&work, &["--atomic", &url, "main", ":refs/heads/keep"]);
+    assert!(!ok);
+    assert!(err.contains("deletion prohibited") || err.contains("atomic"), "{err}");
+    assert_eq!(refs(&f.repo(), "refs"), before, "an atomic push changed something");
+    // Without --atomic, the good ref moves and the refused one stays.
+    let (ok, err) = push(&work, &[&url, "main", ":refs/heads/keep"]);
+    assert!(!ok, "{err}");
+    assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(git_out(&work, &["rev-parse", "main"])));
+    assert!(server_ref(&f.repo(), "refs/heads/keep").is_some());
+    assert_server_clean(&f.repo());
+}
+
+#[test]
+fn a_twenty_megabyte_binary_is_pushed_and_cloned_back() {
+    let f = Fixture::new();
+    let url = f.url(Some(&f.token("*", true)));
+    let work = f.work("work", 1);
+    let mut data = vec![0u8; 20 << 20];
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    for chunk in data.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    commit_files(&work, &[("big.bin", &data)], "big");
+    let (ok, err) = push(&work, &[&url, "main"]);
+    assert!(ok, "{err}");
+    let back = f.tmp.path().join("back");
+    git_ok(f.tmp.path(), &["clone", "-q", &f.url(None), back.to_str().unwrap()]);
+    assert_eq!(std::fs::read(back.join("big.bin")).unwrap(), data);
+    assert_server_clean(&f.repo());
+}
+
+fn hook(repo: &Path, name: &str, script: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let path = repo.join("hooks").join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn hooks_see_push_options_and_their_refusals_reach_git() {
+    let f = Fixture::new();
+    let url = f.url(Some(&f.token("*", true)));
+    let work = f.work("work", 1);
+    let seen = f.tmp.path().join("seen");
+    hook(
+        &f.repo(),
+        "pre-receive",
+        &format!(
+            "cat > {s}.stdin\necho \"count=$GIT_PUSH_OPTION_COUNT 0=$GIT_PUSH_OPTION_0 1=$GIT_PUSH_OPTION_1 q=${{GIT_QUARANTINE_PATH:+set}}\" > {s}\n\
+             git cat-file -e $(cut -d' ' -f2 {s}.stdin) && echo visible-in-quarantine >> {s}\necho checked by pre-receive",
+            s = seen.display()
+        ),
+    );
+    let (ok, err) = push(&work, &["-o", "ci.skip", "-o", "reviewer=bob", &url, "main"]);
+    assert!(ok, "{err}");
+    let text = std::fs::read_to_string(&seen).unwrap();
+    assert!(text.contains("count=2 0=ci.skip 1=reviewer=bob q=set"), "{text}");
+    assert!(text.contains("visible-in-quarantine"), "{text}");
+    assert!(err.contains("remote: checked by pre-receive"), "{err}");
+    let stdin = std::fs::read_to_string(format!("{}.stdin", seen.display())).unwrap();
+    assert_eq!(stdin.trim(), format!("{} {} refs/heads/main", "0".repeat(40), git_out(&work, &["rev-parse", "main"])));
+
+    // A failing pre-receive refuses everything, and git shows its message.
+    hook(&f.repo(), "pre-receive", "echo 'policy: no pushes today' >&2\nexit 1");
+    commit_files(&work, &[("file.txt", b"refused\n")], "refused");
+    let before = refs(&f.repo(), "refs");
+    let (ok, err) = push(&work, &[&url, "main"]);
+    assert!(!ok);
+    assert!(err.contains("remote: policy: no pushes today"), "{err}");
+    assert!(err.contains("pre-receive hook declined"), "{err}");
+    assert_eq!(refs(&f.repo(), "refs"), before);
+    assert_server_clean(&f.repo());
+
+    // An update hook refuses one ref; the other moves.
+    std::fs::remove_file(f.repo().join("hooks/pre-receive")).unwrap();
+    hook(&f.repo(), "update", "if [ \"$1\" = refs/heads/blocked ]; then echo \"no updates to $1\"; exit 1; fi");
+    let (ok, err) = push(&work, &[&url, "main", "main:refs/heads/blocked"]);
+    assert!(!ok);
+    assert!(err.contains("remote: no updates to refs/heads/blocked"), "{err}");
+    assert!(err.contains("hook declined"), "{err}");
+    assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(git_out(&work, &["rev-parse", "main"])));
+    assert_eq!(server_ref(&f.repo(), "refs/heads/blocked"), None);
+    // post-receive and post-update run after the refs moved.
+    hook(&f.repo(), "post-receive", &format!("cat > {}.post", seen.display()));
+    hook(&f.repo(), "post-update", &format!("echo \"$@\" > {}.update", seen.display()));
+    commit_files(&work, &[("file.txt", b"after\n")], "after");
+    assert!(push(&work, &[&url, "main"]).0);
+    assert!(std::fs::read_to_string(format!("{}.post", seen.display())).unwrap().contains("refs/heads/main"));
+    assert_eq!(std::fs::read_to_string(format!("{}.update", seen.display())).unwrap().trim(), "refs/heads/main");
+}
+
+/// A push request body: commands (capabilities on the first) and the pack bytes.
+fn push_body(commands: &[(String, String, &str)], pack: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (i, (old, new, name)) in commands.iter().enumerate() {
+        let line = if i == 0 { format!("{old} {new} {name}\0report-status side-band-64k agent=test\n") } else { format!("{old} {new} {name}\n") };
+        body.extend(pkt(&line));
+    }
+    body.extend(b"0000");
+    body.extend(pack);
+    body
+}
+
+/// POST a push; the report lines (band 1, pkt-lines inside).
+fn post_push(server: &Running, secret: &str, body: &[u8]) -> Vec<String> {
+    use std::io::Write;
+    let auth = format!("Bearer {secret}");
+    let response = http(server.addr, "POST", "/repo.git/git-receive-pack", &[("Content-Type", "application/x-git-receive-pack-request"), ("Authorization", &auth)], body);
+    assert_eq!(response.status, 200, "{}", response.text());
+    let mut inner = Vec::new();
+    for line in pkt_lines(&response.body).into_iter().flatten() {
+        if line.first() == Some(&1) {
+            inner.write_all(&line[1..]).unwrap();
+        }
+    }
+    pkt_lines(&inner).into_iter().flatten().map(|l| String::from_utf8_lossy(&l).trim_end().to_owned()).collect()
+}
+
+/// `git pack-objects --revs --stdout [--thin]` of `revs` in `repo`.
+fn pack_of(repo: &Path, revs: &str, thin: bool) -> Vec<u8> {
+    use std::io::Write;
+    let mut cmd = gixd_tests::git_command(repo);
+    cmd.args(["pack-objects", "--revs", "--stdout", "-q"]);
+    if thin {
+        cmd.arg("--thin");
+    }
+    let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(revs.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    out.stdout
+}
+
+/// A pack of exactly these objects (no walk).
+fn pack_of_objects(repo: &Path, ids: &[&str]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = gixd_tests::git_command(repo)
+        .args(["pack-objects", "--stdout", "-q"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(ids.iter().map(|i| format!("{i}\n")).collect::<String>().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    out.stdout
+}
+
+#[test]
+fn corrupt_packs_and_missing_bases_are_refused_and_leave_the_repository_untouched() {
+    let f = Fixture::new();
+    let secret = f.token("*", true);
+    let work = f.work("work", 2);
+    assert!(push(&work, &[&f.url(Some(&secret)), "main"]).0);
+    let old = git_out(&work, &["rev-parse", "main"]);
+    // Two new commits; the server gets a thin pack of only the second, deltified against the
+    // first, which it does not have.
+    let big = "shared line of text that makes a good delta base\n".repeat(200);
+    commit_files(&work, &[("doc.txt", big.as_bytes())], "base");
+    let base = git_out(&work, &["rev-parse", "main"]);
+    commit_files(&work, &[("doc.txt", format!("{big}one more line\n").as_bytes())], "tip");
+    let new = git_out(&work, &["rev-parse", "main"]);
+    let before = (refs(&f.repo(), "refs"), std::fs::read_dir(f.repo().join("objects/pack")).unwrap().count());
+
+    let thin = pack_of(&work, &format!("{new}\n^{base}\n"), true);
+    let report = post_push(&f.server, &secret, &push_body(&[(old.clone(), new.clone(), "refs/heads/main")], &thin));
+    assert!(report[0].starts_with("unpack ") && report[0] != "unpack ok", "{report:?}");
+    assert!(report[1].starts_with("ng refs/heads/main"), "{report:?}");
+
+    let mut corrupt = pack_of(&work, &format!("{new}\n^{old}\n"), false);
+    let middle = corrupt.len() / 2;
+    corrupt[middle] ^= 0xff;
+    let report = post_push(&f.server, &secret, &push_body(&[(old.clone(), new.clone(), "refs/heads/main")], &corrupt));
+    assert!(report[0].starts_with("unpack ") && report[0] != "unpack ok", "{report:?}");
+
+    // A complete pack whose tip names a missing commit: connectivity refuses it.
+    let fake = "1".repeat(40);
+    let report = post_push(&f.server, &secret, &push_body(&[(old.clone(), fake, "refs/heads/main")], &pack_of(&work, &format!("{new}\n^{old}\n"), false)));
+    assert_eq!(report[0], "unpack ok", "{report:?}");
+    assert!(report[1].starts_with("ng refs/heads/main missing necessary objects"), "{report:?}");
+
+    // The tip commit alone, without its tree and parents' objects: connectivity refuses it.
+    let commit_only = pack_of_objects(&work, &[&new]);
+    let report = post_push(&f.server, &secret, &push_body(&[(old.clone(), new.clone(), "refs/heads/main")], &commit_only));
+    assert_eq!(report[0], "unpack ok", "{report:?}");
+    assert_eq!(report[1], "ng refs/heads/main missing necessary objects", "{report:?}");
+
+    let after = (refs(&f.repo(), "refs"), std::fs::read_dir(f.repo().join("objects/pack")).unwrap().count());
+    assert_eq!(after, before, "a refused push changed the repository");
+    assert_server_clean(&f.repo());
+    // The real thing still works.
+    assert!(push(&work, &[&f.url(Some(&secret)), "main"]).0);
+}
+
+#[test]
+fn two_pushes_racing_on_one_ref_one_wins_the_other_is_told() {
+    let f = Fixture::new();
+    let secret = f.token("*", true);
+    let work = f.work("work", 1);
+    assert!(push(&work, &[&f.url(Some(&secret)), "main"]).0);
+    let old = git_out(&work, &["rev-parse", "main"]);
+    let mut bodies = Vec::new();
+    for side in ["a", "b"] {
+        git(&work, &["checkout", "-q", "-B", side, &old]);
+        commit_files(&work, &[("side.txt", side.as_bytes())], side);
+        let new = git_out(&work, &["rev-parse", "HEAD"]);
+        bodies.push((new.clone(), push_body(&[(old.clone(), new.clone(), "refs/heads/main")], &pack_of(&work, &format!("{new}\n^{old}\n"), false))));
+    }
+    for _round in 0..3 {
+        // Reset the ref, then race.
+        git(&f.repo(), &["update-ref", "refs/heads/main", &old]);
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let reports: Vec<Vec<String>> = std::thread::scope(|s| {
+            let handles: Vec<_> = bodies
+                .iter()
+                .map(|(_, body)| {
+                    let barrier = barrier.clone();
+                    let (server, secret) = (&f.server, &secret);
+                    s.spawn(move || {
+                        barrier.wait();
+                        post_push(server, secret, body)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let won: Vec<usize> = (0..2).filter(|i| reports[*i][1] == "ok refs/heads/main").collect();
+        assert_eq!(won.len(), 1, "exactly one wins: {reports:?}");
+        let lost = 1 - won[0];
+        assert!(reports[lost][1].starts_with("ng refs/heads/main failed to update ref"), "{reports:?}");
+        assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(bodies[won[0]].0.clone()), "the winner's commit is the ref");
+    }
+    assert_server_clean(&f.repo());
+}
+
+#[test]
+fn push_over_git_protocol_needs_receive_pack_enabled() {
+    let f = Fixture::new();
+    let work = f.work("work", 2);
+    let url = format!("git://{}/repo.git", f.server.git_addr.unwrap());
+    let (ok, err) = push(&work, &[&url, "main"]);
+    assert!(ok, "{err}");
+    assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(git_out(&work, &["rev-parse", "main"])));
+    let off = Fixture::with(|c| c.services.receive_pack = false);
+    let url = format!("git://{}/repo.git", off.server.git_addr.unwrap());
+    let (ok, err) = push(&work, &[&url, "main"]);
+    assert!(!ok && err.contains("service 'git-receive-pack' is not enabled"), "{err}");
+}
+
+#[test]
+fn access_follows_tokens_and_grants() {
+    let f = Fixture::new();
+    let work = f.work("work", 2);
+    let writer = f.token("*", true);
+    let reader = f.token("repo", false);
+    let other = f.token("elsewhere/*", true);
+    // push without a token: 401, so git asks (and, with prompts off, fails saying so)
+    let (ok, err) = push(&work, &[&f.url(None), "main"]);
+    assert!(!ok && (err.contains("could not read Username") || err.contains("Authentication failed")), "{err}");
+    let response = http(f.server.addr, "GET", "/repo.git/info/refs?service=git-receive-pack", &[], b"");
+    assert_eq!(response.status, 401);
+    assert!(response.header("www-authenticate").is_some_and(|v| v.starts_with("Basic")));
+    // read-only token: 403
+    let (ok, err) = push(&work, &[&f.url(Some(&reader)), "main"]);
+    assert!(!ok && err.contains("403"), "{err}");
+    // a token for other repositories: as if it did not exist (the repo is public, so 403)
+    let (ok, err) = push(&work, &[&f.url(Some(&other)), "main"]);
+    assert!(!ok && err.contains("403"), "{err}");
+    // write token: ok
+    let (ok, err) = push(&work, &[&f.url(Some(&writer)), "main"]);
+    assert!(ok, "{err}");
+    // anonymous clone of the exported repository
+    git_ok(f.tmp.path(), &["clone", "-q", &f.url(None), f.tmp.path().join("anon").to_str().unwrap()]);
+    // private: unexported → 404 anonymously, readable with a read grant
+    std::fs::remove_file(f.repo().join("git-daemon-export-ok")).unwrap();
+    let out = git_client(f.tmp.path(), &["clone", "-q", &f.url(None), f.tmp.path().join("anon2").to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert_eq!(http(f.server.addr, "GET", "/repo.git/info/refs?service=git-upload-pack", &[], b"").status, 404);
+    assert_eq!(http(f.server.addr, "GET", "/nothing-here.git/info/refs?service=git-upload-pack", &[], b"").status, 404);
+    // git sends credentials only after a 401, which a private repository never answers
+    // anonymously (that would reveal it): the client sends them up front.
+    git_ok(f.tmp.path(), &["-c", "http.proactiveAuth=basic", "clone", "-q", &f.url(Some(&reader)), f.tmp.path().join("granted").to_str().unwrap()]);
+    // private and no grant for it: 404 for the other token, read or push
+    let bearer = format!("Bearer {other}");
+    assert_eq!(http(f.server.addr, "GET", "/repo.git/info/refs?service=git-upload-pack", &[("Authorization", &bearer)], b"").status, 404);
+    assert_eq!(http(f.server.addr, "GET", "/repo.git/info/refs?service=git-receive-pack", &[("Authorization", &bearer)], b"").status, 404);
+    // revoked: 401
+    let mut store = gixd::auth::TokenStore::load(&f.token_file).unwrap();
+    let id = store.verify(&writer).unwrap().id.clone();
+    store.revoke(&id);
+    std::thread::sleep(std::time::Duration::from_millis(20)); // a new mtime for the reload
+    store.save().unwrap();
+    commit_files(&work, &[("file.txt", b"after revoke\n")], "after");
+    let (ok, err) = push(&work, &[&f.url(Some(&writer)), "main"]);
+    assert!(!ok && (err.contains("Authentication failed") || err.contains("401")), "{err}");
+    // a wrong token too
+    assert_eq!(http(f.server.addr, "GET", "/repo.git/info/refs?service=git-upload-pack", &[("Authorization", "Bearer gixd_nope")], b"").status, 401);
+}
+
+/// Inner test for the no-child-process check: the push request was prepared by the outer test
+/// (so nothing here runs git); it is served in-process.
+#[test]
+#[ignore]
+fn inner_push_without_hooks() {
+    let base = PathBuf::from(std::env::var("GIXD_TEST_BASE").unwrap());
+    let body = std::fs::read(std::env::var("GIXD_TEST_BODY").unwrap()).unwrap();
+    let secret = std::env::var("GIXD_TEST_SECRET").unwrap();
+    let token_file = PathBuf::from(std::env::var("GIXD_TEST_TOKENS").unwrap());
+    let server = serve_with(&base, move |c| c.token_file = Some(token_file));
+    let report = post_push(&server, &secret, &body);
+    assert_eq!(report, vec!["unpack ok".to_owned(), "ok refs/heads/main".to_owned()]);
+}
+
+#[test]
+fn a_push_starts_no_process_when_there_is_no_hook_and_one_when_there_is() {
+    for with_hook in [false, true] {
+        let f = Fixture::new();
+        let secret = f.token("*", true);
+        let work = f.work("work", 2);
+        let new = git_out(&work, &["rev-parse", "main"]);
+        let body = push_body(&[("0".repeat(40), new.clone(), "refs/heads/main")], &pack_of(&work, &format!("{new}\n"), false));
+        let body_file = f.tmp.path().join("body");
+        std::fs::write(&body_file, body).unwrap();
+        if with_hook {
+            hook(&f.repo(), "post-update", "true");
+        }
+        let counts = {
+            // SAFETY of env: set before the strace child starts, read only by it.
+            let vars = [
+                ("GIXD_TEST_BASE", f.tmp.path().join("base")),
+                ("GIXD_TEST_BODY", body_file.clone()),
+                ("GIXD_TEST_TOKENS", f.token_file.clone()),
+                ("GIXD_TEST_SECRET", PathBuf::from(&secret)),
+            ];
+            for (k, v) in &vars {
+                unsafe { std::env::set_var(k, v) };
+            }
+            gixd_tests::syscall_counts_of_test("inner_push_without_hooks", "execve,execveat")
+        };
+        let Some(counts) = counts else {
+            eprintln!("strace is not installed: skipped");
+            return;
+        };
+        let execs: u64 = counts.values().sum();
+        // strace itself execs the test binary once.
+        if with_hook {
+            assert!(execs > 1, "the hook ran as a process: {counts:?}");
+        } else {
+            assert_eq!(execs, 1, "a push without hooks started a process: {counts:?}");
+        }
+        assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(new));
+    }
+}
+
+#[test]
+fn malformed_objects_are_refused_as_git_fsck_objects_would() {
+    let f = Fixture::new();
+    let secret = f.token("*", true);
+    let work = f.work("work", 1);
+    assert!(push(&work, &[&f.url(Some(&secret)), "main"]).0);
+    let old = git_out(&work, &["rev-parse", "main"]);
+    let blob = git_out(&work, &["rev-parse", "main:file.txt"]);
+    let raw = |name: &str| {
+        let mut tree = format!("100644 {name}\0").into_bytes();
+        tree.extend(gix_hash::ObjectId::from_hex(blob.as_bytes()).unwrap().as_bytes());
+        tree
+    };
+    let hash_object = |kind: &str, data: &[u8]| {
+        use std::io::Write;
+        let mut child = gixd_tests::git_command(&work)
+            .args(["hash-object", "--literally", "-w", "--stdin", "-t", kind])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(data).unwrap();
+        String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap().trim().to_owned()
+    };
+    for (what, tree) in [(".git entry", raw(".git")), ("dot-dot entry", raw("..")), ("empty name", raw(""))] {
+        let bad_tree = hash_object("tree", &tree);
+        let commit = git_out(&work, &["commit-tree", &bad_tree, "-p", &old, "-m", what]);
+        let pack = pack_of_objects(&work, &[&commit, &bad_tree]);
+        let report = post_push(&f.server, &secret, &push_body(&[(old.clone(), commit, "refs/heads/main")], &pack));
+        assert!(report[0].starts_with("unpack invalid tree"), "{what}: {report:?}");
+    }
+    let bad_commit = hash_object("commit", b"tree nonsense\nauthor x\n\nmsg\n");
+    let report = post_push(&f.server, &secret, &push_body(&[(old.clone(), bad_commit.clone(), "refs/heads/main")], &pack_of_objects(&work, &[&bad_commit])));
+    assert!(report[0].starts_with("unpack invalid commit"), "{report:?}");
+    assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(old));
+    assert_server_clean(&f.repo());
+}
