@@ -1,0 +1,202 @@
+//! The binary's configuration and token commands, and a push cut short by kill -9: `gixd
+//! check-config` says exactly what is wrong; `gixd token add|list|revoke` shows a secret once and
+//! stores only its hash; `gixd serve --config` serves with it; a gixd killed mid-push leaves the
+//! repository fsck-clean with the ref at its old value, and the next start removes the quarantine.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+fn gixd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gixd")).args(args).output().unwrap()
+}
+
+fn git(dir: &Path, args: &[&str]) -> Output {
+    Command::new("git")
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn git_ok(dir: &Path, args: &[&str]) -> String {
+    let out = git(dir, args);
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn check_config_names_the_problem() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("gixd.toml");
+    std::fs::create_dir_all(tmp.path().join("repos")).unwrap();
+    std::fs::write(&file, "listen = \"127.0.0.1:9000\"\nbase_path = \"repos\"\n[limits]\nmax_push_bytes = 1000000\n").unwrap();
+    let out = gixd(&["check-config", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(": ok (listen 127.0.0.1:9000"));
+    for (text, expected) in [
+        ("lisen = \"127.0.0.1:9000\"\n", "unknown field `lisen`"),
+        ("listen = \"not an address\"\n", "invalid socket address"),
+        ("base_path = \"nowhere\"\n", "base_path: "),
+        ("enable = [\"frobnicate\"]\n", "unknown service 'frobnicate'"),
+        ("[limits]\nmax_transfers = 0\n", "limits.max_transfers: must be at least 1"),
+        ("stream_window = \"big\"\n", "invalid type"),
+    ] {
+        std::fs::write(&file, text).unwrap();
+        let out = gixd(&["check-config", file.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text}");
+        assert!(err.contains(expected), "{text}: {err}");
+        assert!(err.contains("gixd.toml"), "names the file: {err}");
+    }
+}
+
+#[test]
+fn tokens_are_shown_once_stored_hashed_listed_and_revoked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("state/tokens.toml");
+    let store_arg = format!("--token-file={}", store.display());
+    let out = gixd(&["token", "add", "--user", "alice", "--repo", "team/*", "--write", &store_arg]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let secret = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(secret.starts_with("gixd_") && secret.len() == 45, "{secret}");
+    let stored = std::fs::read_to_string(&store).unwrap();
+    assert!(!stored.contains(&secret), "the secret is not stored");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&store).unwrap().permissions().mode() & 0o777, 0o600);
+    let list = String::from_utf8_lossy(&gixd(&["token", "list", &store_arg]).stdout).into_owned();
+    assert!(list.contains("alice") && list.contains("write") && list.contains("team/*") && !list.contains(&secret), "{list}");
+    let id = list.lines().nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
+    assert!(gixd(&["token", "revoke", &id, &store_arg]).status.success());
+    let list = String::from_utf8_lossy(&gixd(&["token", "list", &store_arg]).stdout).into_owned();
+    assert!(!list.contains("alice"), "{list}");
+    let out = gixd(&["token", "revoke", "nope", &store_arg]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no token with id nope"));
+}
+
+/// `gixd serve --config FILE`, killed on drop (unless already killed).
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(config: &Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gixd"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .env("GIXD_WORKER_THREADS", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = lines.next().unwrap().unwrap();
+    let addr = line.split("http://").nth(1).unwrap().split('/').next().unwrap().to_owned();
+    Server { child, addr }
+}
+
+fn setup(tmp: &Path) -> (PathBuf, PathBuf, PathBuf, String) {
+    let base = tmp.join("repos");
+    let repo = base.join("r.git");
+    std::fs::create_dir_all(&repo).unwrap();
+    git_ok(&repo, &["init", "-q", "--bare", "-b", "main"]);
+    std::fs::write(repo.join("git-daemon-export-ok"), "").unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config = tmp.join("gixd.toml");
+    std::fs::write(&config, format!("listen = \"127.0.0.1:{port}\"\nbase_path = \"repos\"\n")).unwrap();
+    let out = gixd(&["token", "add", "--user", "ci", "--write", "--config", config.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(tmp.join("gixd-tokens.toml").is_file(), "the token file sits beside the config");
+    let secret = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let work = tmp.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git_ok(&work, &["init", "-q", "-b", "main"]);
+    std::fs::write(work.join("a"), "a\n").unwrap();
+    git_ok(&work, &["add", "a"]);
+    git_ok(&work, &["commit", "-q", "-m", "one"]);
+    (repo, config, work, secret)
+}
+
+#[test]
+fn a_push_cut_by_kill_9_leaves_the_old_ref_and_the_next_start_cleans_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, config, work, secret) = setup(tmp.path());
+    let server = serve(&config);
+    let url = format!("http://ci:{secret}@{}/r.git", server.addr);
+    git_ok(&work, &["push", "-q", &url, "main"]);
+    let old = git_ok(&repo, &["rev-parse", "main"]);
+
+    // A big commit; its pack goes out by hand, half of it, then gixd dies.
+    let mut data = vec![0u8; 8 << 20];
+    let mut x: u64 = 88172645463325252;
+    for chunk in data.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    std::fs::write(work.join("big.bin"), &data).unwrap();
+    git_ok(&work, &["add", "big.bin"]);
+    git_ok(&work, &["commit", "-q", "-m", "big"]);
+    let new = git_ok(&work, &["rev-parse", "main"]);
+    let pack = {
+        let mut child = Command::new("git")
+            .current_dir(&work)
+            .args(["pack-objects", "--revs", "--stdout", "-q"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(format!("{new}\n^{old}\n").as_bytes()).unwrap();
+        child.wait_with_output().unwrap().stdout
+    };
+    let mut body = Vec::new();
+    let command = format!("{old} {new} refs/heads/main\0report-status side-band-64k\n");
+    body.extend(format!("{:04x}", command.len() + 4).as_bytes());
+    body.extend(command.as_bytes());
+    body.extend(b"0000");
+    body.extend(&pack);
+    let mut conn = TcpStream::connect(&server.addr).unwrap();
+    write!(
+        conn,
+        "POST /r.git/git-receive-pack HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {secret}\r\nContent-Type: application/x-git-receive-pack-request\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    conn.write_all(&body[..body.len() / 2]).unwrap();
+    let quarantine = || -> Vec<PathBuf> {
+        std::fs::read_dir(repo.join("objects")).unwrap().flatten().map(|e| e.path()).filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("gixd-quarantine-")).collect()
+    };
+    let started = std::time::Instant::now();
+    while quarantine().is_empty() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "the push never reached its quarantine");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let mut server = server;
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(server.child.id() as i32, libc::SIGKILL) };
+    server.child.wait().unwrap();
+    drop(conn);
+
+    assert_eq!(git_ok(&repo, &["rev-parse", "main"]), old, "the ref is at its old value");
+    let fsck = git(&repo, &["fsck", "--full", "--strict", "--no-dangling"]);
+    assert!(fsck.status.success() && fsck.stdout.is_empty(), "{}", String::from_utf8_lossy(&fsck.stdout));
+    assert_eq!(quarantine().len(), 1, "the killed push's quarantine is there");
+
+    let server = serve(&config);
+    assert!(quarantine().is_empty(), "the next start removed it");
+    let url = format!("http://ci:{secret}@{}/r.git", server.addr);
+    git_ok(&work, &["push", "-q", &url, "main"]);
+    assert_eq!(git_ok(&repo, &["rev-parse", "main"]), new);
+}
