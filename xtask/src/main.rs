@@ -8,6 +8,7 @@
 mod appliance;
 mod bench;
 mod narrow;
+mod push_bench;
 mod queue;
 mod report;
 mod tree;
@@ -92,6 +93,14 @@ enum BenchCmd {
         #[arg(long)]
         repo: Option<PathBuf>,
     },
+    /// Server CPU of a one-commit push: gixd over HTTP vs git receive-pack.
+    Push {
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Bare repository to push into (default: the corpus's linear, ≥ 10 000 objects).
+        #[arg(long)]
+        repo: Option<PathBuf>,
+    },
     /// Server CPU per clone at 1…32 concurrent clients, under a CPU quota and pinned.
     Ramp {
         #[arg(long, default_value_t = 3)]
@@ -135,6 +144,10 @@ fn main() {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    // `rusage` wraps a server command wherever git starts it: it needs no checkout.
+    if let Top::Rusage { out, command } = &cli.command {
+        return bench::rusage(out, command);
+    }
     let root = repo_root();
     match cli.command {
         Top::Patches { command } => match command {
@@ -152,10 +165,11 @@ fn run(cli: Cli) -> Result<()> {
         },
         Top::Bench { command: BenchCmd::Patches { rounds } } => bench::patches(&root, rounds),
         Top::Bench { command: BenchCmd::Clone { rounds, repo } } => bench::clone(&root, rounds, repo),
-        Top::Rusage { out, command } => bench::rusage(&out, &command),
+        Top::Rusage { .. } => unreachable!("handled above"),
         Top::Bench { command: BenchCmd::Writes { rounds } } => bench::writes(&root, rounds),
         Top::Bench { command: BenchCmd::Ramp { rounds, clients } } => bench::ramp(&root, rounds, clients),
         Top::Bench { command: BenchCmd::Narrow { rounds, repo } } => narrow::run(&root, rounds, repo),
+        Top::Bench { command: BenchCmd::Push { rounds, repo } } => push_bench::run(&root, rounds, repo),
         Top::Report { check } => report::run(&root, check),
         Top::Moved => {
             let moved = moved_snapshots(&root)?;

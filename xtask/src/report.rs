@@ -15,6 +15,7 @@ const TARGETS: &[(&str, &str)] = &[
     ("bench/README.md", "writes"),
     ("bench/README.md", "ramp"),
     ("bench/README.md", "narrow"),
+    ("bench/README.md", "push"),
 ];
 
 pub fn run(root: &Path, check: bool) -> Result<()> {
@@ -26,6 +27,7 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             "writes" => writes(root)?,
             "ramp" => ramp(root)?,
             "narrow" => narrow(root)?,
+            "push" => push(root)?,
             other => bail!("no renderer for block {other}"),
         };
         let path = root.join(doc);
@@ -193,6 +195,29 @@ fn narrow(root: &Path) -> Result<String> {
             ratio(ct, cg)
         ));
     }
+    Ok(out)
+}
+
+fn push(root: &Path) -> Result<String> {
+    let path = root.join(crate::push_bench::PUSH_RESULTS);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(format!("NOT MEASURED: no {}. Run `cargo xtask bench push`.\n", crate::push_bench::PUSH_RESULTS));
+    };
+    let doc: Value = serde_json::from_str(&text)?;
+    let runs = doc["runs"].as_array().context("runs")?;
+    let c = &doc["conditions"];
+    let mut out = conditions_line(c, "cargo xtask bench push");
+    out.push_str(&format!(
+        " Repository {} ({} objects), one new commit per push. gixd: {}. git: {}. Medians.\n\n",
+        c["repo"].as_str().unwrap_or("?"),
+        c["objects"],
+        c["gixd"].as_str().unwrap_or("?"),
+        c["git_arm"].as_str().unwrap_or("?"),
+    ));
+    let med = |arm: &str| median(runs.iter().filter(|r| r["arm"] == arm).filter_map(|r| r["cpu_us"].as_f64()).collect()) / 1000.0;
+    let (g, t) = (med("gixd"), med("git"));
+    out.push_str("| measure | gixd | git receive-pack | gixd ÷ git |\n|---|---|---|---|\n");
+    out.push_str(&format!("| server CPU per push (ms) | {g:.1} | {t:.1} | {} |\n", ratio(t, g)));
     Ok(out)
 }
 
