@@ -530,3 +530,53 @@ fn malformed_objects_are_refused_as_git_fsck_objects_would() {
     assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(old));
     assert_server_clean(&f.repo());
 }
+
+/// git receive-pack's advertisement, as gixd is meant to send it: gixd's agent, and
+/// `push-options` always (git offers it only with receive.advertisePushOptions).
+fn normalize_git_receive_advertisement(git: &[u8]) -> String {
+    let text = String::from_utf8_lossy(git).into_owned();
+    let agent = format!("agent={}", gixd::agent());
+    let mut lines: Vec<Option<Vec<u8>>> = pkt_lines(text.as_bytes());
+    if let Some(Some(first)) = lines.first_mut() {
+        let line = String::from_utf8_lossy(first).into_owned();
+        let (refpart, caps) = line.trim_end().split_once('\0').unwrap();
+        let mut caps: Vec<String> = caps.split(' ').map(|c| if c.starts_with("agent=") { agent.clone() } else { c.to_owned() }).collect();
+        let at = caps.iter().position(|c| c.starts_with("object-format=")).unwrap();
+        caps.insert(at, "push-options".into());
+        *first = format!("{refpart}\0{}\n", caps.join(" ")).into_bytes();
+    }
+    let mut out = String::new();
+    for line in lines {
+        match line {
+            None => out.push_str("0000"),
+            Some(data) => out.push_str(&format!("{:04x}{}", data.len() + 4, String::from_utf8_lossy(&data))),
+        }
+    }
+    out
+}
+
+#[test]
+fn the_receive_pack_advertisement_is_git_receive_packs() {
+    use gixd_tests::corpus::{self, Hash};
+    let tmp = tempfile::tempdir().unwrap();
+    let token_file = tmp.path().join("tokens.toml");
+    let mut store = gixd::auth::TokenStore::load(&token_file).unwrap();
+    let (_, secret) = store.add("w", "*", true).unwrap();
+    store.save().unwrap();
+    let tf = token_file.clone();
+    let server = serve_with(&corpus::dir(), move |c| c.token_file = Some(tf));
+    let auth = format!("Bearer {secret}");
+    for name in ["empty", "one-commit", "tags", "many-refs", "head-elsewhere"] {
+        for hash in Hash::ALL {
+            let repo = corpus::ensure(name, hash);
+            let url_name = repo.file_name().unwrap().to_str().unwrap();
+            let ours = http(server.addr, "GET", &format!("/{url_name}/info/refs?service=git-receive-pack"), &[("Authorization", &auth)], b"");
+            assert_eq!(ours.status, 200);
+            assert_eq!(ours.header("content-type"), Some("application/x-git-receive-pack-advertisement"));
+            let ours = String::from_utf8_lossy(&ours.body).into_owned();
+            let ours = ours.strip_prefix("001f# service=git-receive-pack\n0000").expect("the service preamble").to_owned();
+            let git = gixd_tests::git_command(&repo).args(["receive-pack", "--advertise-refs", "--stateless-rpc", repo.to_str().unwrap()]).output().unwrap();
+            assert_eq!(ours, normalize_git_receive_advertisement(&git.stdout), "{url_name}");
+        }
+    }
+}
