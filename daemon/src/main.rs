@@ -175,10 +175,55 @@ struct Serve {
     /// The token state file [default: beside --config, else as `gixd token` says].
     #[arg(long, env = "GIXD_TOKEN_FILE")]
     token_file: Option<PathBuf>,
+    /// Exported repositories need a token too.
+    #[arg(long)]
+    no_anonymous_read: bool,
+    #[command(flatten)]
+    limits: LimitFlags,
     #[command(flatten)]
     daemon: DaemonFlags,
     #[command(flatten)]
     sizes: Sizes,
+}
+
+/// Request limits (the configuration file's `[limits]`).
+#[derive(clap::Args)]
+struct LimitFlags {
+    /// Largest request body as sent [default: 16 MiB].
+    #[arg(long, value_name = "BYTES")]
+    max_request_body: Option<usize>,
+    /// Largest request body after gzip [default: 64 MiB].
+    #[arg(long, value_name = "BYTES")]
+    max_inflated_body: Option<usize>,
+    /// Largest pack one push may send [default: 4 GiB].
+    #[arg(long, value_name = "BYTES")]
+    max_push_bytes: Option<u64>,
+    /// Most want lines per request [default: 100000].
+    #[arg(long, value_name = "N")]
+    max_wants: Option<usize>,
+    /// Most have lines per request [default: 100000].
+    #[arg(long, value_name = "N")]
+    max_haves: Option<usize>,
+}
+
+impl LimitFlags {
+    fn apply(&self, config: &mut Config) {
+        if let Some(v) = self.max_request_body {
+            config.max_request_body = v;
+        }
+        if let Some(v) = self.max_inflated_body {
+            config.max_inflated_body = v;
+        }
+        if let Some(v) = self.max_push_bytes {
+            config.max_push_bytes = v;
+        }
+        if let Some(v) = self.max_wants {
+            config.max_wants = v.max(1);
+        }
+        if let Some(v) = self.max_haves {
+            config.max_haves = v.max(1);
+        }
+    }
 }
 
 /// git daemon's flags that gixd shares between `serve` and `daemon`.
@@ -345,6 +390,10 @@ fn serve(args: Serve) -> Result<(), Box<dyn std::error::Error>> {
         config.exports = Exports::All;
     }
     config.token_file = args.token_file.or(config.token_file).or_else(|| Some(gixd::config::default_token_file()));
+    if args.no_anonymous_read {
+        config.anonymous_read = false;
+    }
+    args.limits.apply(&mut config);
     args.daemon.apply(&mut config)?;
     let url_path = match args.base_path.or(base_path) {
         Some(base) => {

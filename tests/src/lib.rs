@@ -101,6 +101,24 @@ pub fn syscall_counts_of_test(inner: &str, trace: &str) -> Option<BTreeMap<Strin
     Some(parse_strace_summary(&text))
 }
 
+/// Thread creations (clone/clone3 with CLONE_THREAD) between the two `<mark>()` calls of an
+/// `strace -f` log: the window a test opens and closes around the work it measures.
+pub fn threads_created_in_window(log: &str, mark: &str) -> Vec<String> {
+    let mut inside = false;
+    let mut created = Vec::new();
+    for line in log.lines() {
+        if line.contains(&format!("{mark}()")) {
+            inside = !inside;
+            continue;
+        }
+        let is_clone = line.contains("clone(") || line.contains("clone3(");
+        if inside && is_clone && line.contains("CLONE_THREAD") {
+            created.push(line.to_owned());
+        }
+    }
+    created
+}
+
 /// Parse the table `strace -c -U name,calls` writes: a header, dashes, `name calls` rows, a total.
 pub fn parse_strace_summary(text: &str) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();

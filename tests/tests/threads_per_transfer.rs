@@ -7,6 +7,7 @@
 
 use gixd_tests::corpus::{self, Hash};
 use gixd_tests::server::{http, pkt, refs, serve};
+use gixd_tests::threads_created_in_window;
 
 const MARK: &str = "getppid";
 
@@ -40,23 +41,6 @@ fn inner_serve_one_clone() {
     assert!(pack.body.len() > 1_000_000, "a whole pack was served");
 }
 
-/// Thread creations between the two markers of an `strace -f` log.
-fn threads_created_in_window(log: &str) -> Vec<String> {
-    let mut inside = false;
-    let mut created = Vec::new();
-    for line in log.lines() {
-        if line.contains(&format!("{MARK}()")) {
-            inside = !inside;
-            continue;
-        }
-        let is_clone = line.contains("clone(") || line.contains("clone3(");
-        if inside && is_clone && line.contains("CLONE_THREAD") {
-            created.push(line.to_owned());
-        }
-    }
-    created
-}
-
 #[test]
 fn serving_a_clone_creates_no_thread() {
     let have_strace = std::process::Command::new("strace").arg("-V").output().is_ok_and(|o| o.status.success());
@@ -79,7 +63,7 @@ fn serving_a_clone_creates_no_thread() {
     assert!(status.success(), "the served clone failed under strace");
     let log = std::fs::read_to_string(log.path()).unwrap();
     assert_eq!(log.matches(&format!("{MARK}()")).count(), 2, "both window markers were seen");
-    let created = threads_created_in_window(&log);
+    let created = threads_created_in_window(&log, MARK);
     assert!(created.is_empty(), "serving one clone created {} thread(s):\n{}", created.len(), created.join("\n"));
 }
 
@@ -93,5 +77,5 @@ fn the_window_parser_counts_threads_and_not_processes() {
 10 getppid() = 1
 10 clone3({flags=CLONE_VM|CLONE_THREAD, exit_signal=0}, 88) = 14
 ";
-    assert_eq!(threads_created_in_window(log).len(), 1);
+    assert_eq!(threads_created_in_window(log, MARK).len(), 1);
 }

@@ -11,6 +11,7 @@ use std::path::Path;
 const TARGETS: &[(&str, &str)] = &[
     ("upstream/serial-stepwise.md", "patch-costs"),
     ("upstream/delta-base-inclusion.md", "patch-costs"),
+    ("upstream/serial-delta-resolution.md", "index-costs"),
     ("bench/README.md", "clone-cost"),
     ("bench/README.md", "writes"),
     ("bench/README.md", "ramp"),
@@ -23,6 +24,7 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
     for (doc, block) in TARGETS {
         let rendered = match *block {
             "patch-costs" => patch_costs(root)?,
+            "index-costs" => index_costs(root)?,
             "clone-cost" => clone_cost(root)?,
             "writes" => writes(root)?,
             "ramp" => ramp(root)?,
@@ -151,6 +153,39 @@ fn clone_cost(root: &Path) -> Result<String> {
             ratio(ct, cg),
             ratio(rt, rg)
         ));
+    }
+    Ok(out)
+}
+
+/// Indexing a pack as a push is indexed, from the same run as `patch-costs`.
+fn index_costs(root: &Path) -> Result<String> {
+    let path = root.join(crate::bench::RESULTS);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(format!("NOT MEASURED: no {}. Run `cargo xtask bench patches`.\n", crate::bench::RESULTS));
+    };
+    let doc: Value = serde_json::from_str(&text)?;
+    let runs = doc["runs"].as_array().context("runs")?;
+    if runs.iter().all(|r| r.get("index_threads_started").is_none()) {
+        return Ok(format!("NOT MEASURED: {} predates the indexing measurement. Run `cargo xtask bench patches`.\n", crate::bench::RESULTS));
+    }
+    let arm = |name: &str| runs.iter().filter(|r| r["arm"] == name).collect::<Vec<_>>();
+    let (stock, patched) = (arm("stock"), arm("patched"));
+    let c = &doc["conditions"];
+    let ms = |runs: &[&Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect()) / 1000.0;
+    let mut out = conditions_line(c, "cargo xtask bench patches");
+    out.push_str(" Fixture: the `patch-costs` repository's pack, indexed by `Bundle::write_to_directory` with `thread_limit: Some(1)` (threads seen by a sampler of /proc/self/task during the call).\n\n");
+    out.push_str("| measure | stock crates | patched (vendor/) | patched ÷ stock |\n|---|---|---|---|\n");
+    for (label, key) in [("objects indexed", "index_objects"), ("threads started during indexing", "index_threads_started")] {
+        let (s, p) = (count(&stock, key), count(&patched, key));
+        let r = match (s.parse::<f64>(), p.parse::<f64>()) {
+            (Ok(s), Ok(p)) => ratio(s, p),
+            _ => "—".into(),
+        };
+        out.push_str(&format!("| {label} | {s} | {p} | {r} |\n"));
+    }
+    for (label, key) in [("process CPU per indexing, median (ms)", "index_cpu_us"), ("wall per indexing, median (ms)", "index_wall_us")] {
+        let (s, p) = (ms(&stock, key), ms(&patched, key));
+        out.push_str(&format!("| {label} | {s:.2} | {p:.2} | {} |\n", ratio(s, p)));
     }
     Ok(out)
 }

@@ -3,8 +3,9 @@
 //!
 //! - `patch-costs fixture DIR` writes the deterministic fixture repository (git fast-import).
 //! - `patch-costs measure --repo DIR --rev REV --arm NAME` generates the pack of `REV`'s objects
-//!   once with `thread_limit: Some(1)` and prints one JSON line: counts first (threads, objects
-//!   copied and re-deflated, bytes), then CPU and wall time.
+//!   once with `thread_limit: Some(1)`, then indexes the repository's pack as a received push is
+//!   indexed (`Bundle::write_to_directory`, `thread_limit: Some(1)`), and prints one JSON line:
+//!   counts first (threads, objects copied and re-deflated, bytes), then CPU and wall time.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -239,7 +240,12 @@ fn measure(repo: &Path, rev: &str, arm: &str) {
     let wall = start.elapsed();
     let (cpu_user_1, cpu_sys_1) = cpu_micros();
 
+    let index = measure_indexing(repo);
     let row = serde_json::json!({
+        "index_objects": index.objects,
+        "index_threads_started": index.threads_started,
+        "index_cpu_us": index.cpu_us,
+        "index_wall_us": index.wall_us,
         "arm": arm,
         "repo": repo.file_name().map(|n| n.to_string_lossy().into_owned()),
         "rev": rev,
@@ -253,4 +259,65 @@ fn measure(repo: &Path, rev: &str, arm: &str) {
         "wall_us": wall.as_micros() as u64,
     });
     println!("{row}");
+}
+
+struct Indexing {
+    objects: u32,
+    threads_started: usize,
+    cpu_us: i64,
+    wall_us: u64,
+}
+
+/// Index the repository's (first) pack into a scratch directory the way a push is indexed, with
+/// one thread allowed. Threads are counted by a sampler that watches /proc/self/task while the
+/// call runs (a thread that lives through delta resolution is seen).
+fn measure_indexing(repo: &Path) -> Indexing {
+    let pack_dir = repo.join("objects/pack");
+    let pack = std::fs::read_dir(&pack_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "pack"))
+        .expect("the fixture has a pack");
+    let data = std::fs::read(&pack).unwrap();
+    let out = std::env::temp_dir().join(format!("patch-costs-index-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sampler = {
+        let (stop, most) = (stop.clone(), most.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                most.fetch_max(threads_now(), std::sync::atomic::Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let baseline = threads_now();
+    most.store(baseline, std::sync::atomic::Ordering::Relaxed);
+    let (u0, s0) = cpu_micros();
+    let start = std::time::Instant::now();
+    let outcome = gix_pack::Bundle::write_to_directory(
+        &mut std::io::BufReader::new(&data[..]),
+        Some(&out),
+        &mut gix_utils::progress::Discard,
+        &std::sync::atomic::AtomicBool::new(false),
+        None::<gix_odb::Handle>,
+        gix_hash::Kind::Sha1,
+        gix_pack::bundle::write::Options { thread_limit: Some(1), ..Default::default() },
+    )
+    .unwrap();
+    let wall = start.elapsed();
+    let (u1, s1) = cpu_micros();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    sampler.join().unwrap();
+    let _ = std::fs::remove_dir_all(&out);
+    Indexing {
+        objects: outcome.index.num_objects,
+        threads_started: most.load(std::sync::atomic::Ordering::Relaxed) - baseline,
+        // The sampler's own CPU is in both arms alike; it sleeps between samples.
+        cpu_us: (u1 - u0) + (s1 - s0),
+        wall_us: wall.as_micros() as u64,
+    }
 }

@@ -167,8 +167,25 @@ where
 
     #[cfg(feature = "parallel")]
     {
+        let num_threads = gix_parallel::num_threads(thread_limit).min(num_objects);
+        // One thread is the calling thread: no scope, no worker, no work-stealing queues.
+        if num_threads <= 1 {
+            return resolve_serial(
+                work,
+                objects,
+                size,
+                progress,
+                resolve,
+                resolve_data,
+                modify_base,
+                ref_delta_children,
+                object_hash,
+                alloc_limit_bytes,
+                should_interrupt,
+            );
+        }
         resolve_parallel(
-            gix_parallel::num_threads(thread_limit).min(num_objects),
+            num_threads,
             work,
             objects,
             size,
@@ -207,8 +224,8 @@ where
 /// `work` initially contains only roots. Resolving a node adds a [`WorkItem`] for each child to the same stack consumed by
 /// the loop, so processing continues through dynamically scheduled descendants, including ref-delta children attached
 /// during resolution, until both they and the remaining roots are exhausted. LIFO order makes children of the current
-/// node run before roots that were already waiting.
-#[cfg(not(feature = "parallel"))]
+/// node run before roots that were already waiting. Also used with the `parallel` feature when
+/// only one thread may be used.
 #[expect(clippy::too_many_arguments)]
 fn resolve_serial<T, F, MBFN, R>(
     mut work: Vec<WorkItem<'_, T>>,
