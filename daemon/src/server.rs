@@ -111,10 +111,22 @@ async fn accept_git(listener: TcpListener, state: Arc<State>) {
         let guard = ConnectionCount::enter(&open);
         if limit > 0 && guard.count > limit {
             tracing::warn!(%peer, limit, "git:// connection refused: too many connections");
-            let mut w = crate::protocol::pkt::Writer::new();
-            w.err("too many connections, try again later");
-            let mut stream = stream;
-            let _ = tokio::io::AsyncWriteExt::write_all(&mut stream, &w.buf).await;
+            // Told why, then closed gently: the request line it already sent is read and dropped
+            // first, or the close would reset the connection and lose the message.
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let _guard = guard;
+                let mut stream = stream;
+                let mut w = crate::protocol::pkt::Writer::new();
+                w.err("too many connections, try again later");
+                if stream.write_all(&w.buf).await.is_ok() && stream.shutdown().await.is_ok() {
+                    let mut sink = [0u8; 4096];
+                    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+                        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+                    })
+                    .await;
+                }
+            });
             continue;
         }
         tokio::spawn(async move {
