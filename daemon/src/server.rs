@@ -75,6 +75,9 @@ impl Server {
                 },
                 () = &mut shutdown => return Ok(()),
             };
+            // Responses leave in few, large writes; small ones (an ACK round, a short reply) must
+            // not wait for the client's delayed ACK.
+            let _ = stream.set_nodelay(true);
             let state = self.state.clone();
             let header_timeout = state.config.io_timeout;
             tokio::spawn(async move {

@@ -580,3 +580,41 @@ fn the_receive_pack_advertisement_is_git_receive_packs() {
         }
     }
 }
+
+#[test]
+fn readers_during_pushes_see_the_old_or_the_new_state_never_a_ref_without_its_objects() {
+    let f = Fixture::new();
+    let url = f.url(Some(&f.token("*", true)));
+    let work = f.work("work", 1);
+    assert!(push(&work, &[&url, "main"]).0);
+    let reader = f.tmp.path().join("reader");
+    git_ok(f.tmp.path(), &["clone", "-q", &f.url(None), reader.to_str().unwrap()]);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (fetches, failures) = std::thread::scope(|s| {
+        let pusher = s.spawn(|| {
+            for i in 0..12 {
+                commit_files(&work, &[(&format!("f{i}.txt"), format!("content {i}\n").repeat(100).as_bytes())], &format!("push {i}"));
+                let (ok, err) = push(&work, &[&url, "main"]);
+                assert!(ok, "{err}");
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        let mut fetches = 0;
+        let mut failures = Vec::new();
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            // A fetch checks that everything the advertised tip needs arrived.
+            let out = git_client(&reader, &["fetch", "-q", "origin"]);
+            if !out.status.success() {
+                failures.push(String::from_utf8_lossy(&out.stderr).into_owned());
+            }
+            fetches += 1;
+        }
+        pusher.join().unwrap();
+        (fetches, failures)
+    });
+    assert!(failures.is_empty(), "{} of {fetches} fetches failed: {failures:?}", failures.len());
+    assert!(fetches > 1, "the reader ran during the pushes");
+    git_ok(&reader, &["fetch", "-q", "origin"]);
+    assert_eq!(git_out(&reader, &["rev-parse", "origin/main"]), git_out(&work, &["rev-parse", "main"]));
+    assert_server_clean(&f.repo());
+}

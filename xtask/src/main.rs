@@ -8,6 +8,7 @@
 mod appliance;
 mod bench;
 mod narrow;
+mod relay;
 mod push_bench;
 mod queue;
 mod report;

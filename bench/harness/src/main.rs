@@ -1,0 +1,642 @@
+//! The bake-off: gixd against git http-backend (lighttpd, CGI), git daemon and JGit's daemon,
+//! all real servers started here, each behind the same counting relay and in a cgroup of its own
+//! (cpuacct: CPU of the whole process tree, exited children included; cpu/cpuset: the quota or
+//! the pin the ramp runs under, read back from the kernel). Operations run one arm after the
+//! other, the order swapped every round; every client's exit status and resulting tip are
+//! checked, and a failure aborts the run rather than scoring it. Results append as JSON lines
+//! (a `conditions` line, then one line per measurement) to `bench/results/bakeoff.jsonl`;
+//! `render` writes `bench/bakeoff.md` and `bench/bakeoff.svg` from that file only.
+//!
+//! `cargo run -p bench --release -- bakeoff [--quick] [--rounds N] [--repo PATH]…`
+//! `cargo run -p bench --release -- render`
+
+#[path = "../../../xtask/src/relay.rs"]
+#[allow(dead_code)]
+mod relay;
+mod render;
+
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use relay::{Relay, Upstream};
+
+pub const RESULTS: &str = "bench/results/bakeoff.jsonl";
+const CGROUP: &str = "gixd-bakeoff";
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("bakeoff") => bakeoff(&args[1..]),
+        Some("render") => render::run(&root()),
+        _ => {
+            eprintln!("usage: bench bakeoff [--quick] [--rounds N] [--repo PATH]… | bench render");
+            std::process::exit(2);
+        }
+    };
+    if let Err(err) = result {
+        eprintln!("error: {err:#}");
+        std::process::exit(1);
+    }
+}
+
+/// The checkout (where `bench/results/` lives).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the checkout")
+}
+
+fn output(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("{cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8(out.stdout)?.trim().to_owned())
+}
+
+fn git(dir: &Path, args: &[&str]) -> Result<String> {
+    output(Command::new("git").current_dir(dir).env("GIT_TERMINAL_PROMPT", "0").args(["-c", "user.name=bench", "-c", "user.email=bench@gixd"]).args(args))
+}
+
+/// Run a client command; its wall time, or the reason it failed (which aborts the run).
+fn client(dir: &Path, args: &[&str]) -> Result<Duration> {
+    let start = Instant::now();
+    let out = Command::new("git").current_dir(dir).env("GIT_TERMINAL_PROMPT", "0").args(args).output()?;
+    let wall = start.elapsed();
+    if !out.status.success() {
+        bail!("client failed: git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(wall)
+}
+
+struct Options {
+    quick: bool,
+    rounds: usize,
+    repos: Vec<PathBuf>,
+    rungs: Vec<usize>,
+}
+
+fn parse(args: &[String]) -> Result<Options> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let mut o = Options { quick, rounds: if quick { 2 } else { 3 }, repos: Vec::new(), rungs: if quick { vec![1, 4] } else { vec![1, 2, 4, 8, 16, 32] } };
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--quick" => {}
+            "--rounds" => {
+                i += 1;
+                o.rounds = args.get(i).context("--rounds N")?.parse()?;
+            }
+            "--repo" => {
+                i += 1;
+                o.repos.push(PathBuf::from(args.get(i).context("--repo PATH")?).canonicalize()?);
+            }
+            other => bail!("unknown argument {other}"),
+        }
+        i += 1;
+    }
+    Ok(o)
+}
+
+/// A cgroup of one arm in the v1 hierarchies (cpuacct for CPU, cpu for the quota, cpuset for
+/// the pin).
+struct Group {
+    name: String,
+}
+
+impl Group {
+    fn dir(&self, hierarchy: &str) -> PathBuf {
+        Path::new("/sys/fs/cgroup").join(hierarchy).join(CGROUP).join(&self.name)
+    }
+
+    fn create(name: &str) -> Result<Group> {
+        let group = Group { name: name.to_owned() };
+        for h in ["cpuacct", "cpu", "cpuset"] {
+            std::fs::create_dir_all(group.dir(h)).with_context(|| format!("creating cgroup {} (the bake-off needs root and cgroup v1)", group.dir(h).display()))?;
+        }
+        // A cpuset needs its CPUs and memory nodes before it takes a process.
+        let parent = Path::new("/sys/fs/cgroup/cpuset");
+        for file in ["cpuset.cpus", "cpuset.mems"] {
+            let value = std::fs::read_to_string(parent.join(file))?;
+            std::fs::write(parent.join(CGROUP).join(file), value.trim())?;
+            std::fs::write(group.dir("cpuset").join(file), value.trim())?;
+        }
+        Ok(group)
+    }
+
+    fn enter(&self, pid: u32) -> Result<()> {
+        for h in ["cpuacct", "cpu", "cpuset"] {
+            std::fs::write(self.dir(h).join("cgroup.procs"), pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// CPU of every task that ever ran in the group, in µs.
+    fn cpu_us(&self) -> Result<u64> {
+        Ok(std::fs::read_to_string(self.dir("cpuacct").join("cpuacct.usage"))?.trim().parse::<u64>()? / 1000)
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        std::fs::read_to_string(self.dir("cpuacct").join("cgroup.procs")).unwrap_or_default().lines().filter_map(|l| l.parse().ok()).collect()
+    }
+
+    /// Limit to `cpus` CPUs of quota (None: no quota) and pin to `pinned` (None: all CPUs).
+    fn limit(&self, quota_cpus: Option<f64>, pinned: Option<&str>) -> Result<()> {
+        let period = 100_000u64;
+        std::fs::write(self.dir("cpu").join("cpu.cfs_period_us"), period.to_string())?;
+        let quota = quota_cpus.map_or(-1i64, |c| (c * period as f64) as i64);
+        std::fs::write(self.dir("cpu").join("cpu.cfs_quota_us"), quota.to_string())?;
+        let all = std::fs::read_to_string("/sys/fs/cgroup/cpuset/cpuset.cpus")?;
+        std::fs::write(self.dir("cpuset").join("cpuset.cpus"), pinned.unwrap_or(all.trim()))?;
+        Ok(())
+    }
+
+    /// The limits as the kernel has them.
+    fn read_back(&self) -> Result<String> {
+        let read = |h: &str, f: &str| std::fs::read_to_string(self.dir(h).join(f)).map(|s| s.trim().to_owned());
+        Ok(format!("quota {} per {} µs, cpus {}", read("cpu", "cpu.cfs_quota_us")?, read("cpu", "cpu.cfs_period_us")?, read("cpuset", "cpuset.cpus")?))
+    }
+}
+
+/// Peak RSS of the group's processes, sampled every 2 ms while an operation runs.
+struct RssSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<u64>,
+}
+
+impl RssSampler {
+    fn start(pids_file: PathBuf) -> RssSampler {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut peak = 0u64;
+            loop {
+                let pids = std::fs::read_to_string(&pids_file).unwrap_or_default();
+                let total: u64 = pids
+                    .lines()
+                    .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+                    .filter_map(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()))
+                    .sum();
+                peak = peak.max(total);
+                if flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    return peak;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        RssSampler { stop, handle }
+    }
+
+    fn finish(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.join().unwrap_or(0)
+    }
+}
+
+/// One server under test.
+struct Arm {
+    name: &'static str,
+    version: String,
+    child: Child,
+    group: Group,
+    relay: Relay,
+    /// URL prefix through the relay; a repository's URL is `<prefix>/<name>`.
+    prefix: String,
+    base: PathBuf,
+}
+
+impl Drop for Arm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn wait_for_port(port: u16) -> Result<()> {
+    for _ in 0..400 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    bail!("nothing listens on port {port}")
+}
+
+/// A private copy of every repository for one arm (pushes land there), set up for all
+/// operations: filters allowed, pushes over HTTP allowed.
+fn prepare_base(scratch: &Path, arm: &str, repos: &[PathBuf]) -> Result<PathBuf> {
+    let base = scratch.join(arm);
+    std::fs::create_dir_all(&base)?;
+    for repo in repos {
+        let dest = base.join(repo.file_name().context("repo name")?);
+        output(Command::new("cp").arg("-a").arg(repo).arg(&dest))?;
+        git(&dest, &["config", "uploadpack.allowFilter", "true"])?;
+        git(&dest, &["config", "http.receivepack", "true"])?;
+    }
+    Ok(base)
+}
+
+fn start_gixd(root: &Path, base: &Path, group: Group) -> Result<Arm> {
+    let gixd = root.join("target/release/gixd");
+    let tokens = base.join("tokens.toml");
+    let secret = output(Command::new(&gixd).args(["token", "add", "--user", "bench", "--write", "--token-file"]).arg(&tokens))?;
+    let port = free_port()?;
+    let child = Command::new(&gixd)
+        .args(["serve", "--export-all", "--listen", &format!("127.0.0.1:{port}"), "--base-path"])
+        .arg(base)
+        .arg("--token-file")
+        .arg(&tokens)
+        .env("GIXD_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()?;
+    group.enter(child.id())?;
+    wait_for_port(port)?;
+    let relay = Relay::start(Upstream::Tcp(([127, 0, 0, 1], port).into()))?;
+    let prefix = format!("http://bench:{secret}@127.0.0.1:{}", relay.port);
+    let version = output(Command::new(&gixd).arg("--version"))?;
+    Ok(Arm { name: "gixd", version, child, group, relay, prefix, base: base.to_owned() })
+}
+
+fn start_http_backend(base: &Path, scratch: &Path, group: Group) -> Result<Arm> {
+    let port = free_port()?;
+    let conf = scratch.join("lighttpd.conf");
+    let backend = Path::new(&output(Command::new("git").arg("--exec-path"))?).join("git-http-backend");
+    std::fs::write(
+        &conf,
+        format!(
+            "server.modules = (\"mod_alias\", \"mod_cgi\", \"mod_setenv\")\nserver.document-root = \"{s}\"\nserver.port = {port}\n\
+             server.bind = \"127.0.0.1\"\nserver.errorlog = \"{s}/lighttpd-error.log\"\nserver.max-worker = 0\n\
+             alias.url = ( \"/git\" => \"{backend}\" )\n\
+             $HTTP[\"url\"] =~ \"^/git\" {{\n  cgi.assign = (\"\" => \"\")\n  setenv.add-environment = ( \"GIT_PROJECT_ROOT\" => \"{b}\", \"GIT_HTTP_EXPORT_ALL\" => \"\" )\n}}\n",
+            s = scratch.display(),
+            b = base.display(),
+            backend = backend.display(),
+        ),
+    )?;
+    let child = Command::new("lighttpd").arg("-D").arg("-f").arg(&conf).spawn().context("lighttpd (apt-get install lighttpd)")?;
+    group.enter(child.id())?;
+    wait_for_port(port)?;
+    let relay = Relay::start(Upstream::Tcp(([127, 0, 0, 1], port).into()))?;
+    let version = format!("{} + {}", output(Command::new("lighttpd").arg("-v"))?.lines().next().unwrap_or("lighttpd"), output(Command::new("git").arg("--version"))?);
+    let prefix = format!("http://127.0.0.1:{}/git", relay.port);
+    Ok(Arm { name: "git http-backend", version, child, group, relay, prefix, base: base.to_owned() })
+}
+
+fn start_git_daemon(base: &Path, group: Group) -> Result<Arm> {
+    let port = free_port()?;
+    let exec_path = output(Command::new("git").arg("--exec-path"))?;
+    let child = Command::new(Path::new(&exec_path).join("git-daemon"))
+        .args(["--export-all", "--reuseaddr", "--enable=receive-pack", "--listen=127.0.0.1", &format!("--port={port}")])
+        .arg(format!("--base-path={}", base.display()))
+        .stderr(Stdio::null())
+        .spawn()?;
+    group.enter(child.id())?;
+    wait_for_port(port)?;
+    let relay = Relay::start(Upstream::Tcp(([127, 0, 0, 1], port).into()))?;
+    let prefix = format!("git://127.0.0.1:{}", relay.port);
+    Ok(Arm { name: "git daemon", version: output(Command::new("git").arg("--version"))?, child, group, relay, prefix, base: base.to_owned() })
+}
+
+/// JGit's daemon (org.eclipse.jgit.transport.Daemon) from Debian's libjgit-java, through a small
+/// launcher compiled here. `Err` says plainly why it could not start.
+fn start_jgit(root: &Path, base: &Path, group: Group) -> Result<Arm> {
+    let jars = ["/usr/share/java/org.eclipse.jgit.jar", "/usr/share/java/slf4j-api.jar", "/usr/share/java/slf4j-nop.jar", "/usr/share/java/javaewah.jar"];
+    if !Path::new(jars[0]).is_file() {
+        install(&["libjgit-java", "libslf4j-java", "default-jdk-headless"]);
+    }
+    for jar in &jars[..1] {
+        if !Path::new(jar).is_file() {
+            bail!("{jar} is missing (apt-get install libjgit-java)");
+        }
+    }
+    let classpath: Vec<&str> = jars.iter().copied().filter(|j| Path::new(j).is_file()).collect();
+    let classpath = classpath.join(":");
+    let classes = root.join("target/bench/jgit");
+    std::fs::create_dir_all(&classes)?;
+    let source = root.join("bench/harness/JGitDaemon.java");
+    output(Command::new("javac").args(["-d"]).arg(&classes).args(["-cp", &classpath]).arg(&source)).context("javac (apt-get install default-jdk-headless)")?;
+    let port = free_port()?;
+    let child = Command::new("java")
+        .args(["-cp", &format!("{classpath}:{}", classes.display()), "JGitDaemon", &port.to_string()])
+        .arg(base)
+        .stdout(Stdio::null())
+        .spawn()?;
+    group.enter(child.id())?;
+    wait_for_port(port)?;
+    let relay = Relay::start(Upstream::Tcp(([127, 0, 0, 1], port).into()))?;
+    let prefix = format!("git://127.0.0.1:{}", relay.port);
+    let version = std::fs::read_dir("/usr/share/java")?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("org.eclipse.jgit-") && n.ends_with(".jar"))
+        .unwrap_or_else(|| "jgit".into());
+    Ok(Arm { name: "jgit daemon", version, child, group, relay, prefix, base: base.to_owned() })
+}
+
+fn install(packages: &[&str]) {
+    eprintln!("installing {packages:?}");
+    let _ = Command::new("apt-get").args(["update", "-qq"]).status();
+    let _ = Command::new("apt-get").args(["install", "-y", "-qq"]).args(packages).env("DEBIAN_FRONTEND", "noninteractive").stdout(Stdio::null()).status();
+}
+
+/// The operations, each prepared (outside the measurement) and run as one stock-git command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Clone,
+    Fetch,
+    NoopFetch,
+    Push,
+    Depth1,
+    BlobNone,
+}
+
+impl Op {
+    const ALL: [Op; 6] = [Op::Clone, Op::Fetch, Op::NoopFetch, Op::Push, Op::Depth1, Op::BlobNone];
+
+    fn name(self) -> &'static str {
+        match self {
+            Op::Clone => "clone",
+            Op::Fetch => "negotiated fetch",
+            Op::NoopFetch => "no-op fetch",
+            Op::Push => "one-commit push",
+            Op::Depth1 => "clone --depth 1",
+            Op::BlobNone => "clone --filter=blob:none",
+        }
+    }
+}
+
+/// Prepare and run `op` against `arm` for `repo` in `work`; the wall time. Checks the result.
+fn run_op(op: Op, arm: &Arm, repo: &Path, work: &Path, round: usize) -> Result<Duration> {
+    let name = repo.file_name().context("name")?.to_string_lossy().into_owned();
+    let url = format!("{}/{name}", arm.prefix);
+    let server = arm.base.join(&name);
+    let tip = git(&server, &["rev-parse", "HEAD"])?;
+    let dest = work.join("dest");
+    let _ = std::fs::remove_dir_all(&dest);
+    let d = dest.to_str().context("utf-8")?.to_owned();
+    let v2 = ["-c", "protocol.version=2"];
+    let check_tip = |dir: &Path, rev: &str| -> Result<()> {
+        let got = git(dir, &["rev-parse", rev])?;
+        if got != tip {
+            bail!("{} {}: client tip {got} is not the server's {tip}", arm.name, op.name());
+        }
+        Ok(())
+    };
+    let wall = match op {
+        Op::Clone | Op::Depth1 | Op::BlobNone => {
+            let extra: &[&str] = match op {
+                Op::Depth1 => &["--depth", "1"],
+                Op::BlobNone => &["--filter=blob:none"],
+                _ => &[],
+            };
+            let wall = client(work, &[&v2[..], &["clone", "-q", "--mirror"], extra, &[&url, &d]].concat())?;
+            check_tip(&dest, "HEAD")?;
+            wall
+        }
+        Op::Fetch | Op::NoopFetch => {
+            // A mirror from the server's own files, then (fetch) set back 20 commits.
+            output(Command::new("git").args(["clone", "-q", "--mirror", "--no-local"]).arg(&server).arg(&dest))?;
+            git(&dest, &["remote", "set-url", "origin", &url])?;
+            if op == Op::Fetch {
+                let branch = git(&server, &["symbolic-ref", "HEAD"])?;
+                let count: usize = git(&server, &["rev-list", "--count", &branch])?.parse()?;
+                let back = 20.min(count.saturating_sub(1));
+                git(&dest, &["update-ref", &branch, &format!("{branch}~{back}")])?;
+                git(&dest, &["reflog", "expire", "--expire=now", "--all"])?;
+                git(&dest, &["gc", "-q", "--prune=now"])?;
+            }
+            let wall = client(&dest, &[&v2[..], &["fetch", "-q", "origin"]].concat())?;
+            check_tip(&dest, "HEAD")?;
+            wall
+        }
+        Op::Push => {
+            output(Command::new("git").args(["clone", "-q", "--no-local"]).arg(&server).arg(&dest))?;
+            std::fs::write(dest.join(format!("bench-{round}.txt")), format!("{} round {round}\n", arm.name))?;
+            git(&dest, &["add", "-A"])?;
+            git(&dest, &["commit", "-q", "-m", "bench push"])?;
+            let new = git(&dest, &["rev-parse", "HEAD"])?;
+            let branch = format!("refs/heads/bench-{round}-{}", std::process::id());
+            let wall = client(&dest, &["push", "-q", &url, &format!("HEAD:{branch}")])?;
+            if git(&server, &["rev-parse", &branch])? != new {
+                bail!("{}: the pushed branch is not at the pushed commit", arm.name);
+            }
+            wall
+        }
+    };
+    Ok(wall)
+}
+
+fn row(kind: &str, fields: serde_json::Value) -> serde_json::Value {
+    let mut v = serde_json::json!({ "kind": kind });
+    if let (Some(v), Some(f)) = (v.as_object_mut(), fields.as_object()) {
+        v.extend(f.clone());
+    }
+    v
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+fn bakeoff(args: &[String]) -> Result<()> {
+    let o = parse(args)?;
+    let root = root();
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the bake-off puts each server in a cgroup of its own: run it as root");
+    }
+    eprintln!("building gixd (release)");
+    output(Command::new("cargo").args(["build", "--release", "--quiet", "-p", "gixd"]).current_dir(&root))?;
+    if Command::new("lighttpd").arg("-v").output().is_err() {
+        install(&["lighttpd"]);
+    }
+    let repos = if o.repos.is_empty() {
+        let listing = output(Command::new("cargo").args(["run", "--release", "--quiet", "-p", "gixd-tests", "--bin", "corpus"]).current_dir(&root))?;
+        let dir = PathBuf::from(listing.lines().next().and_then(|l| l.strip_prefix("corpus: ")).context("corpus dir")?);
+        vec![dir.join("linear-sha1.git"), dir.join("wide-sha1.git")]
+    } else {
+        o.repos.clone()
+    };
+    let scratch = std::env::temp_dir().join(format!("gixd-bakeoff-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let run_id = format!("{}-{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs(), if o.quick { "quick" } else { "full" });
+
+    // The arms; one that cannot start is reported NOT MEASURED, never skipped silently.
+    let mut arms: Vec<Arm> = Vec::new();
+    let mut not_measured: Vec<(String, String)> = Vec::new();
+    type Starter<'a> = Box<dyn Fn(&Path, Group) -> Result<Arm> + 'a>;
+    let starters: Vec<(&str, Starter)> = vec![
+        ("gixd", Box::new(|base, g| start_gixd(&root, base, g))),
+        ("git http-backend", Box::new(|base, g| start_http_backend(base, &scratch.join("http-backend-conf"), g))),
+        ("git daemon", Box::new(|base, g| start_git_daemon(base, g))),
+        ("jgit daemon", Box::new(|base, g| start_jgit(&root, base, g))),
+    ];
+    std::fs::create_dir_all(scratch.join("http-backend-conf"))?;
+    for (name, start) in &starters {
+        let slug = name.replace(' ', "-");
+        let base = prepare_base(&scratch, &slug, &repos)?;
+        let started = Group::create(&slug).and_then(|g| start(&base, g));
+        match started {
+            Ok(arm) => arms.push(arm),
+            Err(err) => {
+                eprintln!("NOT MEASURED: {name}: {err:#}");
+                not_measured.push((name.to_string(), format!("{err:#}")));
+            }
+        }
+    }
+    if arms.first().map(|a| a.name) != Some("gixd") {
+        bail!("gixd itself did not start");
+    }
+
+    let results = root.join(RESULTS);
+    std::fs::create_dir_all(results.parent().unwrap())?;
+    let mut out = std::fs::OpenOptions::new().create(true).append(true).open(&results)?;
+    use std::io::Write;
+    let conditions = row(
+        "conditions",
+        serde_json::json!({
+            "run": run_id,
+            "quick": o.quick,
+            "rounds": o.rounds,
+            "commit": output(Command::new("git").args(["rev-parse", "HEAD"]).current_dir(&root))?,
+            "date": output(Command::new("date").arg("+%F"))?,
+            "machine": output(Command::new("uname").args(["-srm"]))?,
+            "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "loadavg_start": loadavg(),
+            "git": output(Command::new("git").arg("--version"))?,
+            "arms": arms.iter().map(|a| serde_json::json!({ "arm": a.name, "version": a.version })).collect::<Vec<_>>(),
+            "not_measured": not_measured.iter().map(|(a, why)| serde_json::json!({ "arm": a, "why": why })).collect::<Vec<_>>(),
+            "repos": repos.iter().map(|r| r.file_name().unwrap().to_string_lossy().into_owned()).collect::<Vec<_>>(),
+            "rungs": o.rungs,
+        }),
+    );
+    writeln!(out, "{conditions}")?;
+
+    // Operations, one at a time.
+    let work = scratch.join("work");
+    std::fs::create_dir_all(&work)?;
+    for arm in &arms {
+        arm.group.limit(None, None)?;
+    }
+    for repo in &repos {
+        let repo_name = repo.file_name().unwrap().to_string_lossy().into_owned();
+        let objects: u64 = git(repo, &["rev-list", "--objects", "--all", "--count"])?.parse()?;
+        for op in Op::ALL {
+            for round in 0..o.rounds {
+                let mut order: Vec<usize> = (0..arms.len()).collect();
+                if round % 2 == 1 {
+                    order.reverse();
+                }
+                for i in order {
+                    let arm = &arms[i];
+                    arm.relay.take();
+                    let cpu0 = arm.group.cpu_us()?;
+                    let sampler = RssSampler::start(arm.group.dir("cpuacct").join("cgroup.procs"));
+                    let wall = run_op(op, arm, repo, &work, round).with_context(|| format!("{} {} on {repo_name}", arm.name, op.name()))?;
+                    // Forking servers reap their children a moment after the client is done.
+                    settle(&arm.group, arm.child.id());
+                    let peak_rss_kb = sampler.finish();
+                    let cpu_us = arm.group.cpu_us()? - cpu0;
+                    let bytes = arm.relay.take();
+                    let r = row(
+                        "op",
+                        serde_json::json!({
+                            "run": run_id, "repo": repo_name, "objects": objects, "op": op.name(), "arm": arm.name, "round": round,
+                            "bytes_down": bytes, "cpu_us": cpu_us, "peak_rss_kb": peak_rss_kb, "wall_us": wall.as_micros() as u64,
+                        }),
+                    );
+                    writeln!(out, "{r}")?;
+                }
+            }
+            eprint!(".");
+        }
+    }
+    eprintln!();
+
+    // The ramp: concurrent clones under a quota of one CPU without a cpuset, and pinned to one CPU.
+    let ramp_repo = &repos[0];
+    let ramp_name = ramp_repo.file_name().unwrap().to_string_lossy().into_owned();
+    for mode in ["quota", "pinned"] {
+        for arm in &arms {
+            match mode {
+                "quota" => arm.group.limit(Some(1.0), None)?,
+                _ => arm.group.limit(None, Some("0"))?,
+            }
+        }
+        let limits: Vec<String> = arms.iter().map(|a| a.group.read_back()).collect::<Result<_>>()?;
+        if limits.windows(2).any(|w| w[0] != w[1]) {
+            bail!("the arms' limits differ: {limits:?}");
+        }
+        for &clients in &o.rungs {
+            for round in 0..o.rounds {
+                let mut order: Vec<usize> = (0..arms.len()).collect();
+                if round % 2 == 1 {
+                    order.reverse();
+                }
+                for i in order {
+                    let arm = &arms[i];
+                    arm.relay.take();
+                    let cpu0 = arm.group.cpu_us()?;
+                    let url = format!("{}/{ramp_name}", arm.prefix);
+                    let start = Instant::now();
+                    let walls: Vec<Result<Duration>> = std::thread::scope(|s| {
+                        let handles: Vec<_> = (0..clients)
+                            .map(|c| {
+                                let dest = work.join(format!("ramp-{c}"));
+                                let url = url.clone();
+                                s.spawn(move || {
+                                    let _ = std::fs::remove_dir_all(&dest);
+                                    client(dest.parent().unwrap(), &["-c", "protocol.version=2", "clone", "-q", "--bare", &url, dest.to_str().unwrap()])
+                                })
+                            })
+                            .collect();
+                        handles.into_iter().map(|h| h.join().expect("client thread")).collect()
+                    });
+                    let elapsed = start.elapsed();
+                    let walls: Vec<Duration> = walls.into_iter().collect::<Result<_>>().with_context(|| format!("{} ramp {clients}", arm.name))?;
+                    settle(&arm.group, arm.child.id());
+                    let cpu_us = arm.group.cpu_us()? - cpu0;
+                    let bytes = arm.relay.take();
+                    let mut sorted: Vec<u64> = walls.iter().map(|w| w.as_micros() as u64).collect();
+                    sorted.sort();
+                    let pct = |p: f64| sorted[((sorted.len() as f64 - 1.0) * p).round() as usize];
+                    let r = row(
+                        "ramp",
+                        serde_json::json!({
+                            "run": run_id, "repo": ramp_name, "mode": mode, "limits": limits[0], "clients": clients, "arm": arm.name, "round": round,
+                            "cpu_per_clone_us": cpu_us / clients as u64, "bytes_down": bytes,
+                            "wall_p50_us": pct(0.5), "wall_p99_us": pct(0.99),
+                            "clones_per_s": clients as f64 / elapsed.as_secs_f64(),
+                        }),
+                    );
+                    writeln!(out, "{r}")?;
+                }
+            }
+            eprint!(".");
+        }
+        eprintln!();
+    }
+    for arm in &arms {
+        arm.group.limit(None, None)?;
+    }
+    writeln!(out, "{}", row("end", serde_json::json!({ "run": run_id, "loadavg_end": loadavg() })))?;
+    drop(arms);
+    let _ = std::fs::remove_dir_all(&scratch);
+    eprintln!("appended run {run_id} to {RESULTS}; render with `cargo run -p bench --release -- render`");
+    render::run(&root)
+}
+
+/// Wait until the server's process tree is back to the server alone (children reaped), at most
+/// a second.
+fn settle(group: &Group, server: u32) {
+    for _ in 0..200 {
+        let pids = group.pids();
+        if pids.iter().all(|p| *p == server) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
