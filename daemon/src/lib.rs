@@ -14,7 +14,7 @@
 //!   the ref transaction.
 //! - [`select`] — object selection: what to send for some wants given the common commits;
 //!   [`shallow`] — where a shallow request cuts history; [`filter`] — what a partial-clone
-//!   filter leaves out.
+//!   filter leaves out; [`bitmap`] — git's pack bitmaps, for selection without a walk.
 //! - [`pack`] — pack writing: gix-pack entries streamed through side-band to a sink.
 //! - [`repo`] — repository access: URL path to repository under the base path, export rules,
 //!   the ref snapshot, and which objects a client may be sent.
@@ -25,6 +25,7 @@
 //!   when gixd starts with no configuration; [`tap`] — an observer of whole exchanges.
 
 pub mod auth;
+pub mod bitmap;
 pub mod budget;
 pub mod config;
 pub mod demo;

@@ -139,6 +139,39 @@ impl<W: Write> Write for Bands<W> {
     }
 }
 
+/// Verbatim reuse: the selection is every object of one pack (a bitmap said so), so that pack
+/// file, header and trailer included, is the answer — sent as it is, no object decoded. The
+/// header's count is checked against the selection first.
+fn write_verbatim<W: Write>(pack: &std::path::Path, objects: usize, bands: &mut Bands<W>) -> Result<Stats, ServeError> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(pack)?;
+    let mut header = [0u8; 12];
+    file.read_exact(&mut header)?;
+    let count = u32::from_be_bytes(header[8..12].try_into().expect("four bytes"));
+    if &header[..4] != b"PACK" || count as usize != objects {
+        return Err(ServeError::pack(format!("{}: not the pack the bitmap describes", pack.display())));
+    }
+    let gone = |err: std::io::Error| if is_disconnect(&err) { ServeError::Disconnected } else { ServeError::Io(err) };
+    bands.write_all(&header).map_err(gone)?;
+    let mut bytes = header.len() as u64;
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        bands.write_all(&buf[..n]).map_err(gone)?;
+        bytes += n as u64;
+    }
+    Ok(Stats {
+        entries: objects,
+        copied: objects,
+        bytes,
+        verbatim: true,
+        ..Stats::default()
+    })
+}
+
 /// What a pack request asks for beyond the objects.
 pub struct Options {
     pub thin_pack: bool,
@@ -160,6 +193,8 @@ pub struct Stats {
     pub bases_included: usize,
     pub thin_deltas: usize,
     pub bytes: u64,
+    /// The pack file was sent as it is (verbatim reuse).
+    pub verbatim: bool,
 }
 
 /// Write the pack of `selection` to `bands`. `readable` answers whether the client may be sent an
@@ -172,6 +207,11 @@ pub fn write<W: Write>(
     mut readable: impl FnMut() -> Result<Arc<HashSet<ObjectId>>, ServeError>,
     bands: &mut Bands<W>,
 ) -> Result<Stats, ServeError> {
+    if let Some(pack) = &selection.whole_pack
+        && options.ofs_delta
+    {
+        return write_verbatim(pack, selection.objects.len(), bands);
+    }
     let counts: Vec<output::Count> = selection
         .objects
         .iter()
@@ -263,6 +303,7 @@ pub fn write<W: Write>(
         bases_included: outcome.delta_bases_included,
         thin_deltas: outcome.ref_delta_objects,
         bytes,
+        verbatim: false,
     })
 }
 

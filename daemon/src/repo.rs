@@ -29,7 +29,14 @@ pub struct Repos {
     /// Objects reachable from the refs, by git directory and ref fingerprint: computed only when a
     /// pack needs to ask (an unselected delta base), reused until the refs move.
     readable: Mutex<HashMap<PathBuf, (u64, Arc<HashSet<ObjectId>>)>>,
+    /// Pack bitmaps by git directory, with the state of the files they came from; a bitmap that
+    /// could not be used is remembered too (`None`), so its warning is logged once.
+    bitmaps: Mutex<HashMap<PathBuf, (BitmapState, Option<Arc<crate::bitmap::PackBitmap>>)>>,
 }
+
+/// What a cached bitmap was read from: the `.bitmap` files of the pack directory and their
+/// modification times.
+type BitmapState = Vec<(PathBuf, Option<std::time::SystemTime>)>;
 
 /// One repository, resolved for one request.
 pub struct Served {
@@ -52,6 +59,7 @@ impl Repos {
             rules: PathRules::default(),
             open: Mutex::new(HashMap::new()),
             readable: Mutex::new(HashMap::new()),
+            bitmaps: Mutex::new(HashMap::new()),
         })
     }
 
@@ -137,6 +145,38 @@ impl Repos {
             })?;
         self.open.lock().expect("not poisoned").insert(git_dir.to_owned(), (config_time, repo.clone()));
         Ok(repo)
+    }
+
+    /// The pack bitmap of this repository, if it has a usable one (git writes one per repack with
+    /// `-b`; with several, the first pack's is used). Read once per file state; a stale or
+    /// corrupt one is logged once and the walk serves instead.
+    pub fn bitmap(&self, served: &Served, repo: &gix::Repository) -> Option<Arc<crate::bitmap::PackBitmap>> {
+        let pack_dir = served.git_dir.join("objects/pack");
+        let mut state: BitmapState = std::fs::read_dir(&pack_dir)
+            .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "bitmap")).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| {
+                let time = std::fs::metadata(&p).and_then(|m| m.modified()).ok();
+                (p, time)
+            })
+            .collect();
+        state.sort();
+        if let Some((cached_state, bitmap)) = self.bitmaps.lock().expect("not poisoned").get(&served.git_dir)
+            && *cached_state == state
+        {
+            return bitmap.clone();
+        }
+        let bitmap = state.first().and_then(|(path, _)| match crate::bitmap::PackBitmap::open(&path.with_extension("idx"), repo.object_hash()) {
+            Ok(Some(bitmap)) => Some(Arc::new(bitmap)),
+            Ok(None) => None,
+            Err(err) => {
+                tracing::warn!(repo = %served.name, %err, "pack bitmap not used; selecting by walking");
+                None
+            }
+        });
+        self.bitmaps.lock().expect("not poisoned").insert(served.git_dir.clone(), (state, bitmap.clone()));
+        bitmap
     }
 
     /// The objects reachable from `refs` (all of which this client may read), cached per ref state.

@@ -1,7 +1,8 @@
 //! Object selection: everything reachable from the wants and not from the common commits, as git
 //! does it — the commit walk hides what the common commits reach, the trees of the boundary
 //! ("edge") commits are marked as held by the client, annotated tags are peeled and sent, gitlinks
-//! are not followed. A shallow request walks with its [`Boundary`]'s grafts on both sides (the
+//! are not followed; or, when the pack has a bitmap, the same set by bitmap operations
+//! ([`crate::bitmap`]). A shallow request walks with its [`Boundary`]'s grafts on both sides (the
 //! client's history ends where its shallow commits say); a [`Filter`] leaves blobs and trees out,
 //! never an object the client named. The order is deterministic: same repository and request,
 //! same list.
@@ -11,6 +12,7 @@ use std::collections::{HashMap, HashSet};
 use gix_hash::ObjectId;
 use gix_object::{Find, Kind};
 
+use crate::bitmap::PackBitmap;
 use crate::error::ServeError;
 use crate::filter::Filter;
 use crate::repo::RefSnapshot;
@@ -28,6 +30,11 @@ pub struct Selection {
     pub trees: usize,
     pub blobs: usize,
     pub tags: usize,
+    /// Selected with the pack bitmap (not by walking).
+    pub by_bitmap: bool,
+    /// The selection is every object of this pack (a bitmap said so): the pack file itself is
+    /// the answer.
+    pub whole_pack: Option<std::path::PathBuf>,
 }
 
 /// A selection request.
@@ -313,8 +320,25 @@ fn walk_with_grafts(
     Ok(out.into_iter().map(|(_, id, parents)| (id, parents)).collect())
 }
 
-/// Select the objects to send for `request`.
-pub fn select(repo: &gix::Repository, request: &Request<'_>) -> Result<Selection, ServeError> {
+/// Select the objects to send for `request`: with the pack's bitmap when there is one and the
+/// request is one it can answer (no shallow boundary; no filter but `blob:none`), else by walking.
+pub fn select(repo: &gix::Repository, request: &Request<'_>, bitmap: Option<&PackBitmap>) -> Result<Selection, ServeError> {
+    let plain_filter = request.filter.is_none() || request.filter == (Filter { no_blobs: true, ..Filter::default() });
+    if let Some(bitmap) = bitmap
+        && request.boundary.is_none()
+        && plain_filter
+        && let Some(mut selection) = select_with_bitmap(repo, request, bitmap)?
+    {
+        if request.include_tag {
+            include_tags(repo, request.refs, &mut selection)?;
+        }
+        return Ok(selection);
+    }
+    select_by_walking(repo, request)
+}
+
+/// The walk: what [`select`] does without a usable bitmap.
+pub fn select_by_walking(repo: &gix::Repository, request: &Request<'_>) -> Result<Selection, ServeError> {
     let mut walker = Walker::new(repo);
     walker.filter = request.filter;
     let mut selection = walker.run(request.wants, request.common, request.boundary)?;
@@ -322,6 +346,45 @@ pub fn select(repo: &gix::Repository, request: &Request<'_>) -> Result<Selection
         include_tags(repo, request.refs, &mut selection)?;
     }
     Ok(selection)
+}
+
+/// Reachable from the wants and not from the common commits, by bitmap: the objects in pack
+/// order. `None` when the bitmap cannot describe something involved (an object outside its
+/// pack): the caller walks.
+fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &PackBitmap) -> Result<Option<Selection>, ServeError> {
+    let Some(mut bits) = bitmap.reachable(repo, request.wants)? else { return Ok(None) };
+    let mut client_has = HashSet::new();
+    if !request.common.is_empty() {
+        let Some(held) = bitmap.reachable(repo, request.common)? else { return Ok(None) };
+        bits.and_not(&held);
+        client_has.extend(held.ones().map(|pos| bitmap.oid_at(pos)));
+    }
+    if request.filter.no_blobs {
+        bits.and_not(&bitmap.types[2]);
+        // Named objects are sent whatever the filter says, and so is what a named tag peels to
+        // (git treats both as given by the user).
+        let mut walker = Walker::new(repo);
+        for want in request.wants {
+            let (peeled, _) = walker.peel_sending_tags(*want)?;
+            for id in [*want, peeled] {
+                if let Some(pos) = bitmap.pos(&id) {
+                    bits.set(pos);
+                }
+            }
+        }
+    }
+    let [commits, trees, blobs, tags] = &bitmap.types;
+    let everything = bits.ones().count() == bitmap.len();
+    Ok(Some(Selection {
+        whole_pack: everything.then(|| bitmap.pack.clone()),
+        commits: bits.count_and(commits),
+        trees: bits.count_and(trees),
+        blobs: bits.count_and(blobs),
+        tags: bits.count_and(tags),
+        objects: bits.ones().map(|pos| bitmap.oid_at(pos)).collect(),
+        client_has,
+        by_bitmap: true,
+    }))
 }
 
 /// `include-tag`: an annotated tag whose (peeled) object is being sent is sent too, with the tags
@@ -337,6 +400,9 @@ fn include_tags(repo: &gix::Repository, refs: &RefSnapshot, selection: &mut Sele
         }
     }
     selection.tags += walker.out.tags;
+    if !walker.out.objects.is_empty() {
+        selection.whole_pack = None;
+    }
     selection.objects.extend(walker.out.objects);
     Ok(())
 }

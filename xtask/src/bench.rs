@@ -164,7 +164,7 @@ fn proc_peak_rss_kb(pid: u32) -> Result<i64> {
 }
 
 /// One clone served by a fresh gixd: its CPU during the clone and its peak RSS.
-fn clone_gixd(gixd: &Path, base: &Path, repo: &str, dest: &Path) -> Result<(i64, i64)> {
+pub(crate) fn clone_gixd(gixd: &Path, base: &Path, repo: &str, dest: &Path) -> Result<(i64, i64)> {
     use std::io::BufRead;
     let mut child = Command::new(gixd)
         .args(["serve", "--listen", "127.0.0.1:0", "--export-all", "--base-path"])
@@ -194,7 +194,7 @@ fn clone_gixd(gixd: &Path, base: &Path, repo: &str, dest: &Path) -> Result<(i64,
 
 /// One clone served by git upload-pack (file://, so the client starts it): CPU and peak RSS of
 /// upload-pack and the pack-objects it runs.
-fn clone_git(xtask: &Path, repo: &Path, dest: &Path, scratch: &Path) -> Result<(i64, i64)> {
+pub(crate) fn clone_git(xtask: &Path, repo: &Path, dest: &Path, scratch: &Path) -> Result<(i64, i64)> {
     let out = scratch.join("rusage.json");
     let upload_pack = format!("{} rusage --out {} -- git-upload-pack", xtask.display(), out.display());
     let status = Command::new("git")

@@ -7,6 +7,7 @@
 
 mod appliance;
 mod bench;
+mod bitmaps_bench;
 mod narrow;
 mod relay;
 mod push_bench;
@@ -94,6 +95,12 @@ enum BenchCmd {
         #[arg(long)]
         repo: Option<PathBuf>,
     },
+    /// Server CPU per clone with and without pack bitmaps: gixd vs git upload-pack, on a generated
+    /// ≥ 100 000-object repository and the corpus's linear one.
+    Bitmaps {
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
     /// Server CPU of a one-commit push: gixd over HTTP vs git receive-pack.
     Push {
         #[arg(long, default_value_t = 5)]
@@ -171,6 +178,7 @@ fn run(cli: Cli) -> Result<()> {
         Top::Bench { command: BenchCmd::Ramp { rounds, clients } } => bench::ramp(&root, rounds, clients),
         Top::Bench { command: BenchCmd::Narrow { rounds, repo } } => narrow::run(&root, rounds, repo),
         Top::Bench { command: BenchCmd::Push { rounds, repo } } => push_bench::run(&root, rounds, repo),
+        Top::Bench { command: BenchCmd::Bitmaps { rounds } } => bitmaps_bench::run(&root, rounds),
         Top::Report { check } => report::run(&root, check),
         Top::Moved => {
             let moved = moved_snapshots(&root)?;

@@ -17,6 +17,7 @@ const TARGETS: &[(&str, &str)] = &[
     ("bench/README.md", "ramp"),
     ("bench/README.md", "narrow"),
     ("bench/README.md", "push"),
+    ("bench/README.md", "bitmaps"),
 ];
 
 pub fn run(root: &Path, check: bool) -> Result<()> {
@@ -30,6 +31,7 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             "ramp" => ramp(root)?,
             "narrow" => narrow(root)?,
             "push" => push(root)?,
+            "bitmaps" => bitmaps(root)?,
             other => bail!("no renderer for block {other}"),
         };
         let path = root.join(doc);
@@ -253,6 +255,33 @@ fn push(root: &Path) -> Result<String> {
     let (g, t) = (med("gixd"), med("git"));
     out.push_str("| measure | gixd | git receive-pack | gixd ÷ git |\n|---|---|---|---|\n");
     out.push_str(&format!("| server CPU per push (ms) | {g:.1} | {t:.1} | {} |\n", ratio(t, g)));
+    Ok(out)
+}
+
+fn bitmaps(root: &Path) -> Result<String> {
+    let path = root.join(crate::bitmaps_bench::BITMAP_RESULTS);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(format!("NOT MEASURED: no {}. Run `cargo xtask bench bitmaps`.\n", crate::bitmaps_bench::BITMAP_RESULTS));
+    };
+    let doc: Value = serde_json::from_str(&text)?;
+    let runs = doc["runs"].as_array().context("runs")?;
+    let c = &doc["conditions"];
+    let mut out = conditions_line(c, "cargo xtask bench bitmaps");
+    out.push_str(&format!(
+        " gixd: {}. git: {}. Repacked by git: {}. Medians.\n\n",
+        c["gixd"].as_str().unwrap_or("?"),
+        c["git_arm"].as_str().unwrap_or("?"),
+        c["repack"].as_str().unwrap_or("?"),
+    ));
+    out.push_str("| repository | objects | gixd with bitmap (ms) | git with bitmap (ms) | gixd ÷ git, bitmaps | gixd walking (ms) | git walking (ms) | gixd ÷ git, walking |\n|---|---|---|---|---|---|---|---|\n");
+    let mut repos: Vec<&str> = runs.iter().filter_map(|r| r["repo"].as_str()).collect();
+    repos.dedup();
+    for repo in repos {
+        let of = |arm: &str| median(runs.iter().filter(|r| r["repo"] == repo && r["arm"] == arm).filter_map(|r| r["cpu_us"].as_f64()).collect()) / 1000.0;
+        let objects = runs.iter().find(|r| r["repo"] == repo).and_then(|r| r["objects"].as_u64()).unwrap_or(0);
+        let (gb, tb, gw, tw) = (of("gixd bitmap"), of("git bitmap"), of("gixd walk"), of("git walk"));
+        out.push_str(&format!("| {repo} | {objects} | {gb:.1} | {tb:.1} | {} | {gw:.1} | {tw:.1} | {} |\n", ratio(tb, gb), ratio(tw, gw)));
+    }
     Ok(out)
 }
 

@@ -206,6 +206,7 @@ fn select_and_write<W: Write>(
     request: &PackRequest<'_>,
     bands: &mut Bands<W>,
 ) -> Result<pack::Stats, ServeError> {
+    let bitmap = ctx.repos.bitmap(ctx.served, repo);
     let selection = select::select(
         repo,
         &select::Request {
@@ -216,6 +217,7 @@ fn select_and_write<W: Write>(
             filter: request.filter,
             boundary: request.boundary,
         },
+        bitmap.as_deref(),
     )?;
     // A filtered or shallow client lacks objects a thin delta or an added base would assume
     // (or would get objects it did not ask for): both only for plain requests.
@@ -239,6 +241,8 @@ fn select_and_write<W: Write>(
     tracing::info!(
         repo = %ctx.served.name,
         objects = selection.objects.len(),
+        bitmap = selection.by_bitmap,
+        verbatim = stats.verbatim,
         entries = stats.entries,
         copied = stats.copied,
         re_deflated = stats.re_deflated,

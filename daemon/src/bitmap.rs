@@ -1,0 +1,290 @@
+//! Pack bitmaps (object selection layer): git's single-pack `.bitmap` (`technical/bitmap-format`:
+//! header, the four type bitmaps, one EWAH bitmap per selected commit with its XOR offset, the
+//! optional name-hash cache and lookup table), read with gix-bitmap's EWAH decoder, bit positions
+//! in pack order (from the `.rev` file, or computed from the index). [`PackBitmap::select`]
+//! answers "reachable from the wants and not from the haves" as bitmap operations, walking only
+//! from tips the bitmap does not cover down to covered commits. A stale or corrupt bitmap is an
+//! error the caller turns into the walk (with one warning per file state).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use gix_hash::ObjectId;
+use gix_object::{Find, Kind};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BitmapError {
+    #[error("{path}: {message}")]
+    Corrupt { path: PathBuf, message: String },
+    #[error("{path}: written for another pack (checksum differs): stale")]
+    Stale { path: PathBuf },
+    #[error("reading {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("opening the index {path}: {message}")]
+    Index { path: PathBuf, message: String },
+}
+
+/// A dense bit set over pack positions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bits(Vec<u64>);
+
+impl Bits {
+    pub fn new(len: usize) -> Bits {
+        Bits(vec![0; len.div_ceil(64)])
+    }
+
+    fn from_ewah(ewah: &gix_bitmap::ewah::Vec, len: usize) -> Option<Bits> {
+        let mut bits = Bits::new(len.max(ewah.num_bits()));
+        ewah.for_each_set_bit(|i| {
+            bits.set(i);
+            Some(())
+        })?;
+        bits.0.truncate(len.div_ceil(64));
+        Some(bits)
+    }
+
+    pub fn set(&mut self, i: usize) {
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+
+    pub fn get(&self, i: usize) -> bool {
+        self.0.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+
+    pub fn or(&mut self, other: &Bits) {
+        for (a, b) in self.0.iter_mut().zip(&other.0) {
+            *a |= b;
+        }
+    }
+
+    pub fn and_not(&mut self, other: &Bits) {
+        for (a, b) in self.0.iter_mut().zip(&other.0) {
+            *a &= !b;
+        }
+    }
+
+    fn xor(&mut self, other: &Bits) {
+        for (a, b) in self.0.iter_mut().zip(&other.0) {
+            *a ^= b;
+        }
+    }
+
+    pub fn count_and(&self, other: &Bits) -> usize {
+        self.0.iter().zip(&other.0).map(|(a, b)| (a & b).count_ones() as usize).sum()
+    }
+
+    pub fn ones(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().enumerate().flat_map(|(w, word)| {
+            let mut word = *word;
+            std::iter::from_fn(move || {
+                if word == 0 {
+                    return None;
+                }
+                let bit = word.trailing_zeros() as usize;
+                word &= word - 1;
+                Some(w * 64 + bit)
+            })
+        })
+    }
+}
+
+/// A pack with its bitmap, ready to answer reachability.
+pub struct PackBitmap {
+    pub pack: PathBuf,
+    index: gix_pack::index::File,
+    /// Pack position → index position.
+    order: Vec<u32>,
+    /// Index position → pack position.
+    position: Vec<u32>,
+    /// Commits, trees, blobs, tags.
+    pub types: [Bits; 4],
+    commits: HashMap<ObjectId, Bits>,
+}
+
+fn be32(data: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
+}
+
+impl PackBitmap {
+    /// Open the bitmap of the pack whose index is `idx` (its `.bitmap` beside it). `Ok(None)`:
+    /// the pack has no bitmap.
+    pub fn open(idx: &Path, hash: gix_hash::Kind) -> Result<Option<PackBitmap>, BitmapError> {
+        let path = idx.with_extension("bitmap");
+        let data = match std::fs::read(&path) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(BitmapError::Io { path, source }),
+        };
+        let corrupt = |message: &str| BitmapError::Corrupt { path: path.clone(), message: message.to_owned() };
+        let index = gix_pack::index::File::at(idx, hash).map_err(|e| BitmapError::Index { path: idx.to_owned(), message: e.to_string() })?;
+        let n = index.num_objects() as usize;
+        let hash_len = hash.len_in_bytes();
+        // The whole file is covered by its trailing checksum.
+        if data.len() < 12 + 2 * hash_len {
+            return Err(corrupt("truncated"));
+        }
+        let (body, trailer) = data.split_at(data.len() - hash_len);
+        let mut hasher = gix_hash::hasher(hash);
+        hasher.update(body);
+        let digest = hasher.try_finalize().map_err(|_| corrupt("checksum"))?;
+        if digest.as_bytes() != trailer {
+            return Err(corrupt("checksum mismatch"));
+        }
+        if &data[0..4] != b"BITM" {
+            return Err(corrupt("not a bitmap (magic)"));
+        }
+        let version = u16::from_be_bytes([data[4], data[5]]);
+        if version != 1 {
+            return Err(corrupt(&format!("version {version}")));
+        }
+        let flags = u16::from_be_bytes([data[6], data[7]]);
+        let entries = be32(&data, 8).ok_or_else(|| corrupt("header"))? as usize;
+        let checksum = &data[12..12 + hash_len];
+        if checksum != index.pack_checksum().as_bytes() {
+            return Err(BitmapError::Stale { path });
+        }
+        let mut rest = &body[12 + hash_len..];
+        let mut types = Vec::with_capacity(4);
+        for _ in 0..4 {
+            let (ewah, tail) = gix_bitmap::ewah::decode(rest).map_err(|e| corrupt(&format!("type bitmap: {e}")))?;
+            types.push(Bits::from_ewah(&ewah, n).ok_or_else(|| corrupt("type bitmap out of range"))?);
+            rest = tail;
+        }
+        let mut decoded: Vec<(ObjectId, Bits)> = Vec::with_capacity(entries);
+        for i in 0..entries {
+            let position = be32(rest, 0).ok_or_else(|| corrupt("entry"))? as usize;
+            let xor = *rest.get(4).ok_or_else(|| corrupt("entry"))? as usize;
+            let (ewah, tail) = gix_bitmap::ewah::decode(&rest[6..]).map_err(|e| corrupt(&format!("entry {i}: {e}")))?;
+            rest = tail;
+            if position >= n || xor > i {
+                return Err(corrupt(&format!("entry {i} out of range")));
+            }
+            let mut bits = Bits::from_ewah(&ewah, n).ok_or_else(|| corrupt("entry bitmap out of range"))?;
+            if xor > 0 {
+                bits.xor(&decoded[i - xor].1);
+            }
+            decoded.push((index.oid_at_index(position as u32).to_owned(), bits));
+        }
+        // What follows (name-hash cache, lookup table) is optional and not needed here.
+        let _ = flags;
+        let order = match read_rev(&idx.with_extension("rev"), n, &index, hash) {
+            Some(order) => order,
+            None => {
+                let mut order: Vec<u32> = (0..n as u32).collect();
+                order.sort_by_key(|i| index.pack_offset_at_index(*i));
+                order
+            }
+        };
+        let mut position = vec![0u32; n];
+        for (pack_pos, idx_pos) in order.iter().enumerate() {
+            position[*idx_pos as usize] = pack_pos as u32;
+        }
+        Ok(Some(PackBitmap {
+            pack: idx.with_extension("pack"),
+            index,
+            order,
+            position,
+            types: types.try_into().expect("four"),
+            commits: decoded.into_iter().collect(),
+        }))
+    }
+
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// The pack position of `id`, if the pack has it.
+    pub fn pos(&self, id: &ObjectId) -> Option<usize> {
+        self.index.lookup(id).map(|i| self.position[i as usize] as usize)
+    }
+
+    pub fn oid_at(&self, pos: usize) -> ObjectId {
+        self.index.oid_at_index(self.order[pos]).to_owned()
+    }
+
+    pub fn commit_bitmaps(&self) -> usize {
+        self.commits.len()
+    }
+
+    /// Every object reachable from `tips`, as bits: covered commits' bitmaps OR'ed, everything
+    /// else walked down to covered commits. `None` when something reachable is not in this pack
+    /// (the bitmap cannot describe it: the caller walks instead).
+    pub fn reachable(&self, repo: &gix::Repository, tips: &[ObjectId]) -> Result<Option<Bits>, crate::error::ServeError> {
+        let mut bits = Bits::new(self.len());
+        let mut buf = Vec::new();
+        let mut stack: Vec<ObjectId> = tips.to_vec();
+        while let Some(id) = stack.pop() {
+            let Some(pos) = self.pos(&id) else { return Ok(None) };
+            if bits.get(pos) {
+                continue;
+            }
+            if let Some(closure) = self.commits.get(&id) {
+                bits.or(closure);
+                continue;
+            }
+            bits.set(pos);
+            let data = repo.objects.try_find(&id, &mut buf)?.ok_or(crate::error::ServeError::MissingObject(id))?;
+            match data.kind {
+                Kind::Commit => {
+                    let commit = gix_object::CommitRefIter::from_bytes(data.data, id.kind());
+                    stack.push(commit.clone().tree_id().map_err(|_| crate::error::ServeError::MissingObject(id))?);
+                    stack.extend(commit.parent_ids());
+                }
+                Kind::Tree => {
+                    for entry in gix_object::TreeRefIter::from_bytes(data.data, id.kind()) {
+                        let entry = entry.map_err(|_| crate::error::ServeError::MissingObject(id))?;
+                        if !entry.mode.is_commit() {
+                            stack.push(entry.oid.to_owned());
+                        }
+                    }
+                }
+                Kind::Tag => stack.push(gix_object::TagRefIter::from_bytes(data.data, id.kind()).target_id().map_err(|_| crate::error::ServeError::MissingObject(id))?),
+                Kind::Blob => {}
+            }
+        }
+        Ok(Some(bits))
+    }
+}
+
+/// The `.rev` file's pack order, when it is there and sound.
+fn read_rev(path: &Path, n: usize, index: &gix_pack::index::File, hash: gix_hash::Kind) -> Option<Vec<u32>> {
+    let data = std::fs::read(path).ok()?;
+    if data.get(0..4)? != b"RIDX" || be32(&data, 4)? != 1 {
+        return None;
+    }
+    let body = data.get(12..12 + 4 * n)?;
+    let checksum = data.get(12 + 4 * n..12 + 4 * n + hash.len_in_bytes())?;
+    if checksum != index.pack_checksum().as_bytes() {
+        return None;
+    }
+    let order: Vec<u32> = body.chunks_exact(4).map(|c| u32::from_be_bytes(c.try_into().expect("four"))).collect();
+    order.iter().all(|i| (*i as usize) < n).then_some(order)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Bits;
+
+    #[test]
+    fn bit_operations_combine_as_sets() {
+        let mut a = Bits::new(130);
+        for i in [0, 5, 64, 129] {
+            a.set(i);
+        }
+        let mut b = Bits::new(130);
+        for i in [5, 64, 100] {
+            b.set(i);
+        }
+        let mut union = a.clone();
+        union.or(&b);
+        assert_eq!(union.ones().collect::<Vec<_>>(), vec![0, 5, 64, 100, 129]);
+        let mut diff = a.clone();
+        diff.and_not(&b);
+        assert_eq!(diff.ones().collect::<Vec<_>>(), vec![0, 129]);
+        assert_eq!(a.count_and(&b), 2);
+    }
+}

@@ -1,0 +1,120 @@
+//! Pack bitmaps: on every corpus repository (SHA-1 and SHA-256), repacked by stock git with a
+//! bitmap, selection by bitmap gives the same objects as the walk for a clone of every ref (and
+//! for `blob:none`), and for a fetch a subset of the walk's that lacks only objects the client
+//! has; a missing, stale or corrupt bitmap falls back to the walk, and stock git's clone is the
+//! same either way.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use gix_hash::ObjectId;
+use gixd::bitmap::PackBitmap;
+use gixd::filter::Filter;
+use gixd::repo::RefSnapshot;
+use gixd::select::{self, Request};
+use gixd_tests::corpus::{self, Hash};
+use gixd_tests::server::{all_objects, git_ok, serve};
+
+/// A copy of a corpus repository, repacked into one pack with a bitmap (and a .rev).
+fn bitmapped(tmp: &Path, name: &str, hash: Hash) -> PathBuf {
+    let src = corpus::ensure(name, hash);
+    let dest = tmp.join(format!("{name}-{}.git", hash.name()));
+    git_ok(tmp, &["clone", "-q", "--bare", "--no-local", src.to_str().unwrap(), dest.to_str().unwrap()]);
+    // Every ref of the source (clone --bare copies only branches and tags).
+    git_ok(&dest, &["fetch", "-q", src.to_str().unwrap(), "+refs/*:refs/*"]);
+    git_ok(&dest, &["-c", "pack.writeReverseIndex=true", "repack", "-adq", "--write-bitmap-index"]);
+    dest
+}
+
+fn idx_of(repo: &Path) -> PathBuf {
+    std::fs::read_dir(repo.join("objects/pack")).unwrap().flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|e| e == "idx")).unwrap()
+}
+
+fn ids(selection: &select::Selection) -> BTreeSet<ObjectId> {
+    selection.objects.iter().copied().collect()
+}
+
+#[test]
+fn bitmap_and_walk_select_the_same_objects_on_every_corpus_repository() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut compared = 0;
+    for spec in corpus::REPOS {
+        for hash in Hash::ALL {
+            let repo_path = bitmapped(tmp.path(), spec.name, hash);
+            let repo = gix::open(&repo_path).unwrap();
+            let refs = RefSnapshot::load(&repo).unwrap();
+            let wants = refs.tips();
+            if wants.is_empty() {
+                continue; // the empty repository: nothing to select
+            }
+            let bitmap = PackBitmap::open(&idx_of(&repo_path), repo.object_hash()).unwrap().expect("git wrote a bitmap");
+            assert!(bitmap.commit_bitmaps() > 0);
+            for filter in [Filter::default(), Filter { no_blobs: true, ..Filter::default() }] {
+                let request = Request { wants: &wants, common: &[], include_tag: false, refs: &refs, filter, boundary: None };
+                let by_bitmap = select::select(&repo, &request, Some(&bitmap)).unwrap();
+                let by_walk = select::select_by_walking(&repo, &request).unwrap();
+                assert_eq!(ids(&by_bitmap), ids(&by_walk), "{} {}: {filter:?}", spec.name, hash.name());
+                assert_eq!(
+                    (by_bitmap.commits, by_bitmap.trees, by_bitmap.blobs, by_bitmap.tags),
+                    (by_walk.commits, by_walk.trees, by_walk.blobs, by_walk.tags),
+                    "{} {}",
+                    spec.name,
+                    hash.name()
+                );
+            }
+            // A fetch from a client that has HEAD~2: the bitmap excludes everything the client
+            // has, the walk only what the boundary trees hold; so a subset, missing only held objects.
+            let head = gixd_tests::server::git_client(&repo_path, &["rev-parse", "--verify", "-q", "HEAD~2"]);
+            if let Ok(common) = ObjectId::from_hex(String::from_utf8_lossy(&head.stdout).trim().as_bytes()) {
+                let request = Request { wants: &wants, common: &[common], include_tag: false, refs: &refs, filter: Filter::default(), boundary: None };
+                let by_bitmap = ids(&select::select(&repo, &request, Some(&bitmap)).unwrap());
+                let by_walk = ids(&select::select_by_walking(&repo, &request).unwrap());
+                assert!(by_bitmap.is_subset(&by_walk), "{} {}: the bitmap selected something the walk did not", spec.name, hash.name());
+                let held: BTreeSet<ObjectId> = gixd::select::reachable_from(&repo, &[common]).unwrap().into_iter().collect();
+                assert!(by_walk.difference(&by_bitmap).all(|id| held.contains(id)), "{} {}: left out something the client lacks", spec.name, hash.name());
+            }
+            compared += 1;
+        }
+    }
+    assert!(compared >= 2 * (corpus::REPOS.len() - 1), "every non-empty corpus repository in both hashes: {compared}");
+}
+
+#[test]
+fn a_missing_stale_or_corrupt_bitmap_falls_back_to_the_walk_and_the_clone_is_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo_path = bitmapped(tmp.path(), "merges", Hash::Sha1);
+    let reference = tmp.path().join("reference");
+    git_ok(tmp.path(), &["clone", "-q", "--mirror", "--no-local", repo_path.to_str().unwrap(), reference.to_str().unwrap()]);
+    let expected = all_objects(&reference);
+    let idx = idx_of(&repo_path);
+    let bitmap_file = idx.with_extension("bitmap");
+    let good = std::fs::read(&bitmap_file).unwrap();
+    let hash = gix_hash::Kind::Sha1;
+
+    // Corrupt: one byte flipped → an error naming the file, not a wrong answer.
+    let mut corrupt = good.clone();
+    corrupt[good.len() / 2] ^= 0x5a;
+    std::fs::write(&bitmap_file, &corrupt).unwrap();
+    let err = PackBitmap::open(&idx, hash).err().expect("a corrupt bitmap is refused");
+    assert!(err.to_string().contains("checksum"), "{err}");
+    // Stale: a well-formed bitmap of another pack.
+    let other = bitmapped(tmp.path(), "tags", Hash::Sha1);
+    std::fs::copy(idx_of(&other).with_extension("bitmap"), &bitmap_file).unwrap();
+    let err = PackBitmap::open(&idx, hash).err().expect("a stale bitmap is refused");
+    assert!(err.to_string().contains("stale"), "{err}");
+    // Missing.
+    std::fs::remove_file(&bitmap_file).unwrap();
+    assert!(PackBitmap::open(&idx, hash).unwrap().is_none());
+
+    // Served in each state, stock git gets the same objects.
+    let server = serve(tmp.path());
+    let url = server.url(repo_path.file_name().unwrap().to_str().unwrap());
+    for (state, bytes) in [("missing", None), ("corrupt", Some(corrupt)), ("stale", Some(std::fs::read(idx_of(&other).with_extension("bitmap")).unwrap())), ("good", Some(good))] {
+        if let Some(bytes) = bytes {
+            std::fs::write(&bitmap_file, bytes).unwrap();
+        }
+        let dest = tmp.path().join(format!("clone-{state}"));
+        git_ok(tmp.path(), &["clone", "-q", "--mirror", &url, dest.to_str().unwrap()]);
+        assert_eq!(all_objects(&dest), expected, "{state}");
+    }
+}
