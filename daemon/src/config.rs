@@ -81,6 +81,9 @@ pub struct Config {
     pub token_file: Option<PathBuf>,
     /// Exported repositories may be read without a token.
     pub anonymous_read: bool,
+    /// Opt-in: repack every repository below the base path into one pack with a bitmap this
+    /// often ([`crate::maintenance`]). `None`: never.
+    pub maintenance_interval: Option<std::time::Duration>,
     /// Most git:// connections at once (git daemon's `--max-connections`; 0: no limit beyond
     /// the transfer limit). One more is told so and closed.
     pub max_connections: usize,
@@ -134,6 +137,7 @@ impl Config {
             services: Services::default(),
             token_file: None,
             anonymous_read: true,
+            maintenance_interval: None,
             max_connections: 0,
             informative_errors: true,
             stream_window: Self::DEFAULT_STREAM_WINDOW,
@@ -197,6 +201,8 @@ pub struct File {
     pub strict_paths: Option<bool>,
     pub user_path: Option<String>,
     pub max_connections: Option<usize>,
+    /// Seconds between maintenance runs over every repository (absent: none).
+    pub maintenance_interval_secs: Option<u64>,
     pub limits: Option<Limits>,
 }
 
@@ -310,6 +316,9 @@ impl File {
         }
         if let Some(v) = self.max_connections {
             config.max_connections = v;
+        }
+        if let Some(v) = self.maintenance_interval_secs {
+            config.maintenance_interval = Some(std::time::Duration::from_secs(v.max(60)));
         }
         if let Some(l) = &self.limits {
             let secs = std::time::Duration::from_secs;

@@ -16,6 +16,7 @@
 //!   [`shallow`] — where a shallow request cuts history; [`filter`] — what a partial-clone
 //!   filter leaves out; [`bitmap`] — git's pack bitmaps, for selection without a walk.
 //! - [`pack`] — pack writing: gix-pack entries streamed through side-band to a sink.
+//! - [`maintenance`] — repacking into one pack with a `.rev` and a `.bitmap`, in-process.
 //! - [`repo`] — repository access: URL path to repository under the base path, export rules,
 //!   the ref snapshot, and which objects a client may be sent.
 //! - [`auth`] — who may read or push what over HTTP: tokens, grants, the decision per request.
@@ -31,6 +32,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod filter;
+pub mod maintenance;
 pub mod pack;
 pub mod protocol;
 pub mod push;

@@ -42,6 +42,12 @@ enum Command {
     CheckConfig {
         file: PathBuf,
     },
+    /// Repack a repository into one pack with a reverse index and a bitmap (what git's
+    /// `repack -adb` gives), in-process; nothing unreachable is deleted.
+    Maintenance {
+        /// The repository (its git directory or work tree).
+        repo: PathBuf,
+    },
 }
 
 /// Where the tokens are: the configuration's token file, or the one given, or the default.
@@ -178,6 +184,9 @@ struct Serve {
     /// Exported repositories need a token too.
     #[arg(long)]
     no_anonymous_read: bool,
+    /// Repack every repository with a bitmap every this many seconds (opt-in; at least 60).
+    #[arg(long, value_name = "SECONDS", env = "GIXD_MAINTENANCE_EVERY")]
+    maintenance_every: Option<u64>,
     #[command(flatten)]
     limits: LimitFlags,
     #[command(flatten)]
@@ -329,6 +338,21 @@ fn main() -> std::process::ExitCode {
         Command::Daemon(args) => daemon(args),
         Command::Token { command } => token(command),
         Command::CheckConfig { file } => check_config(&file),
+        Command::Maintenance { repo } => {
+            let git_dir = if repo.join(".git").is_dir() { repo.join(".git") } else { repo };
+            gixd::maintenance::run(&git_dir).map(|r| {
+                println!(
+                    "{}: {} objects in {}, {} commit bitmaps; removed {} pack(s) and {} loose object(s) now in it",
+                    git_dir.display(),
+                    r.objects,
+                    r.pack.display(),
+                    r.bitmaps,
+                    r.packs_removed,
+                    r.loose_removed
+                )
+            })
+            .map_err(Into::into)
+        }
         Command::Budget(sizes) => {
             let (line, warning) = sizes.apply(&mut Config::new(".".into()), None);
             println!("{line}");
@@ -392,6 +416,9 @@ fn serve(args: Serve) -> Result<(), Box<dyn std::error::Error>> {
     config.token_file = args.token_file.or(config.token_file).or_else(|| Some(gixd::config::default_token_file()));
     if args.no_anonymous_read {
         config.anonymous_read = false;
+    }
+    if let Some(secs) = args.maintenance_every {
+        config.maintenance_interval = Some(std::time::Duration::from_secs(secs.max(60)));
     }
     args.limits.apply(&mut config);
     args.daemon.apply(&mut config)?;

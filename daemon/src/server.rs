@@ -62,6 +62,9 @@ impl Server {
         if let Some(git) = self.git_listener {
             tokio::spawn(accept_git(git, self.state.clone()));
         }
+        if let Some(every) = self.state.config.maintenance_interval {
+            tokio::spawn(maintain(self.state.clone(), every));
+        }
         loop {
             let (stream, peer) = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
@@ -151,6 +154,26 @@ async fn accept_git(listener: TcpListener, state: Arc<State>) {
                 }
             }
         });
+    }
+}
+
+/// The opt-in schedule: every `every`, each repository below the base path is repacked with a
+/// bitmap, one after the other on a blocking thread (one transfer slot while it runs).
+async fn maintain(state: Arc<State>, every: std::time::Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        let Ok(permit) = state.transfers.clone().acquire_owned().await else { return };
+        let state = state.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            for git_dir in crate::push::quarantine::repositories_below(state.repos.base(), 6) {
+                match crate::maintenance::run(&git_dir) {
+                    Ok(report) => tracing::info!(repo = %git_dir.display(), objects = report.objects, bitmaps = report.bitmaps, "maintenance"),
+                    Err(err) => tracing::warn!(repo = %git_dir.display(), %err, "maintenance failed"),
+                }
+            }
+        })
+        .await;
     }
 }
 

@@ -111,11 +111,16 @@ pub fn clean_stale(objects_dir: &Path) -> usize {
 /// At startup: every repository below `base` (a bounded walk) loses the quarantines of pushes
 /// that a killed gixd left behind.
 pub fn clean_below(base: &Path, max_depth: usize) -> usize {
-    let mut removed = 0;
+    repositories_below(base, max_depth).iter().map(|dir| clean_stale(&dir.join("objects"))).sum()
+}
+
+/// The git directories below `base`, at most `max_depth` directories down.
+pub fn repositories_below(base: &Path, max_depth: usize) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
     let mut stack = vec![(base.to_owned(), 0usize)];
     while let Some((dir, depth)) = stack.pop() {
         if dir.join("objects").is_dir() && dir.join("HEAD").is_file() {
-            removed += clean_stale(&dir.join("objects"));
+            found.push(dir);
             continue;
         }
         if depth >= max_depth {
@@ -128,5 +133,6 @@ pub fn clean_below(base: &Path, max_depth: usize) -> usize {
             }
         }
     }
-    removed
+    found.sort();
+    found
 }

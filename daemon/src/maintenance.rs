@@ -1,0 +1,296 @@
+//! Maintenance (repository access layer): repack everything reachable from the refs into one
+//! pack, in-process, and write its reverse index (`.rev`) and bitmap (`.bitmap`) the way git
+//! reads them — so a repository that only ever received pushes gets bitmaps without an external
+//! git. Nothing is lost: an old pack is deleted only when every one of its objects is in the new
+//! pack, a loose object only when it is; objects nobody references stay where they were.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use gix_hash::ObjectId;
+use gix_object::{Find, Kind};
+
+use crate::bitmap::Bits;
+use crate::error::ServeError;
+
+/// What a maintenance run did.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub objects: usize,
+    pub pack: PathBuf,
+    pub bitmaps: usize,
+    pub packs_removed: usize,
+    pub loose_removed: usize,
+}
+
+/// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`.
+pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
+    let repo = gix::open_opts(git_dir, gix::open::Options::isolated().strict_config(false)).map_err(|e| ServeError::Pack(format!("opening {}: {e}", git_dir.display())))?;
+    let hash = repo.object_hash();
+    let objects_dir = repo.objects.store_ref().path().to_owned();
+    let pack_dir = objects_dir.join("pack");
+    std::fs::create_dir_all(&pack_dir)?;
+
+    // 1. Everything reachable from every ref and HEAD (hidden refs too: this is the repository,
+    //    not a client's view of it).
+    let refs = crate::repo::RefSnapshot::load_hiding_nothing(&repo)?;
+    let tips = refs.tips();
+    let reachable = crate::select::reachable_from(&repo, &tips)?;
+    let mut ids: Vec<ObjectId> = reachable.into_iter().collect();
+    ids.sort();
+
+    // 2. A pack of them (stored deltas kept, their bases being in it too), indexed into place.
+    let scratch = objects_dir.join(format!("gixd-maintenance-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let result = write_pack(&repo, &ids, &scratch, &pack_dir, hash);
+    let _ = std::fs::remove_dir_all(&scratch);
+    let (index_path, data_path) = result?;
+
+    // 3. The reverse index and the bitmap.
+    let index = gix_pack::index::File::at(&index_path, hash).map_err(ServeError::pack)?;
+    let order = pack_order(&index);
+    write_rev(&index_path.with_extension("rev"), &index, &order, hash)?;
+    let bitmaps = write_bitmap(&repo, &index, &order, &tips, &index_path.with_extension("bitmap"), hash)?;
+
+    // 4. Old packs and loose objects whose every object is in the new pack.
+    let mut report = Report { objects: ids.len(), pack: data_path.clone(), bitmaps, ..Report::default() };
+    for entry in std::fs::read_dir(&pack_dir)?.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "idx") || path == index_path {
+            continue;
+        }
+        let Ok(old) = gix_pack::index::File::at(&path, hash) else { continue };
+        if old.iter().all(|e| index.lookup(e.oid).is_some()) {
+            // The index first: readers find packs by it.
+            for ext in ["idx", "pack", "rev", "bitmap", "keep"] {
+                let _ = std::fs::remove_file(path.with_extension(ext));
+            }
+            report.packs_removed += 1;
+        }
+    }
+    for fanout in std::fs::read_dir(&objects_dir)?.flatten() {
+        let name = fanout.file_name();
+        let Some(prefix) = name.to_str().filter(|n| n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit())) else { continue };
+        for loose in std::fs::read_dir(fanout.path())?.flatten() {
+            let hex = format!("{prefix}{}", loose.file_name().to_string_lossy());
+            if let Ok(id) = ObjectId::from_hex(hex.as_bytes())
+                && index.lookup(id).is_some()
+                && std::fs::remove_file(loose.path()).is_ok()
+            {
+                report.loose_removed += 1;
+            }
+        }
+        let _ = std::fs::remove_dir(fanout.path()); // only if empty
+    }
+    Ok(report)
+}
+
+fn write_pack(repo: &gix::Repository, ids: &[ObjectId], scratch: &Path, pack_dir: &Path, hash: gix_hash::Kind) -> Result<(PathBuf, PathBuf), ServeError> {
+    use gix_pack::data::output;
+    let counts: Vec<output::Count> = ids.iter().map(|id| output::Count { id: *id, entry_pack_location: output::count::PackLocation::NotLookedUp }).collect();
+    let mut db = repo.objects.clone().into_inner();
+    db.prevent_pack_unload();
+    let (num_entries, chunks) = output::entry::iter_from_counts_with_delta_bases(
+        counts,
+        db,
+        Box::new(gix_utils::progress::Discard),
+        output::entry::iter_from_counts::Options { thread_limit: Some(1), ..Default::default() },
+        // Every object is in: a base outside the selection is never met.
+        Some(|_: &gix_hash::oid| output::entry::iter_from_counts::DeltaBase::Recompress),
+    )
+    .map_err(ServeError::pack)?;
+    let tmp_pack = scratch.join("all.pack");
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&tmp_pack)?);
+    let entries = chunks.map(|chunk| chunk.map(|(_, entries)| entries));
+    for step in output::bytes::FromEntriesIter::new(entries, &mut file, num_entries as u32, gix_pack::data::Version::V2, hash) {
+        step.map_err(ServeError::pack)?;
+    }
+    file.flush()?;
+    drop(file);
+    let mut reader = std::io::BufReader::new(std::fs::File::open(&tmp_pack)?);
+    let outcome = gix_pack::Bundle::write_to_directory(
+        &mut reader,
+        Some(pack_dir),
+        &mut gix_utils::progress::Discard,
+        &std::sync::atomic::AtomicBool::new(false),
+        None::<gix_odb::Handle>,
+        hash,
+        gix_pack::bundle::write::Options { thread_limit: Some(1), ..Default::default() },
+    )
+    .map_err(ServeError::pack)?;
+    if let Some(keep) = &outcome.keep_path {
+        let _ = std::fs::remove_file(keep);
+    }
+    match (outcome.index_path, outcome.data_path) {
+        (Some(index), Some(data)) => Ok((index, data)),
+        _ => Err(ServeError::pack("the new pack was not written")),
+    }
+}
+
+/// Pack position → index position.
+fn pack_order(index: &gix_pack::index::File) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..index.num_objects()).collect();
+    order.sort_by_key(|i| index.pack_offset_at_index(*i));
+    order
+}
+
+fn hash_id(hash: gix_hash::Kind) -> u32 {
+    match hash {
+        gix_hash::Kind::Sha1 => 1,
+        _ => 2,
+    }
+}
+
+/// Write `bytes` followed by their checksum to `path`, through a temporary file.
+fn write_checksummed(path: &Path, bytes: &[u8], hash: gix_hash::Kind) -> Result<(), ServeError> {
+    let mut hasher = gix_hash::hasher(hash);
+    hasher.update(bytes);
+    let digest = hasher.try_finalize().map_err(ServeError::pack)?;
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.write_all(digest.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// `technical/pack-format`'s reverse index: `RIDX`, version 1, hash id, index positions in pack
+/// order, the pack's checksum, then the file's.
+fn write_rev(path: &Path, index: &gix_pack::index::File, order: &[u32], hash: gix_hash::Kind) -> Result<(), ServeError> {
+    let mut out = Vec::with_capacity(12 + 4 * order.len() + 2 * hash.len_in_bytes());
+    out.extend(b"RIDX");
+    out.extend(1u32.to_be_bytes());
+    out.extend(hash_id(hash).to_be_bytes());
+    for i in order {
+        out.extend(i.to_be_bytes());
+    }
+    out.extend(index.pack_checksum().as_bytes());
+    write_checksummed(path, &out, hash)
+}
+
+/// The commits that get a bitmap: every ref tip that is a commit, and one commit in 100 of the
+/// rest, newest first.
+fn select_commits(repo: &gix::Repository, tips: &[ObjectId]) -> Result<Vec<ObjectId>, ServeError> {
+    let mut chosen = Vec::new();
+    let mut commit_tips = Vec::new();
+    for tip in tips {
+        let peeled = crate::repo::peel_tag(repo, *tip)?.unwrap_or(*tip);
+        if repo.find_header(peeled).map(|h| h.kind() == Kind::Commit).unwrap_or(false) {
+            commit_tips.push(peeled);
+        }
+    }
+    commit_tips.sort();
+    commit_tips.dedup();
+    chosen.extend(commit_tips.iter().copied());
+    if !commit_tips.is_empty() {
+        let walk = repo.rev_walk(commit_tips.clone()).all()?;
+        for (i, info) in walk.enumerate() {
+            let info = info?;
+            if i % 100 == 99 && !chosen.contains(&info.id) {
+                chosen.push(info.id);
+            }
+        }
+    }
+    Ok(chosen)
+}
+
+/// `technical/bitmap-format` version 1 with `BITMAP_OPT_FULL_DAG`: the four type bitmaps, then
+/// one bitmap per chosen commit (no XOR compression), then the checksum. Returns how many commit
+/// bitmaps were written.
+fn write_bitmap(
+    repo: &gix::Repository,
+    index: &gix_pack::index::File,
+    order: &[u32],
+    tips: &[ObjectId],
+    path: &Path,
+    hash: gix_hash::Kind,
+) -> Result<usize, ServeError> {
+    let n = order.len();
+    let mut position = vec![0usize; n];
+    for (pack_pos, idx_pos) in order.iter().enumerate() {
+        position[*idx_pos as usize] = pack_pos;
+    }
+    let pos_of = |id: &ObjectId| index.lookup(id).map(|i| position[i as usize]);
+    let mut buf = Vec::new();
+    // Type bitmaps.
+    let mut types = [Bits::new(n), Bits::new(n), Bits::new(n), Bits::new(n)];
+    for (pack_pos, idx_pos) in order.iter().enumerate() {
+        let id = index.oid_at_index(*idx_pos).to_owned();
+        let kind = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?.kind;
+        let slot = match kind {
+            Kind::Commit => 0,
+            Kind::Tree => 1,
+            Kind::Blob => 2,
+            Kind::Tag => 3,
+        };
+        types[slot].set(pack_pos);
+    }
+    // Commit closures, oldest chosen commit first so later ones reuse earlier closures.
+    let mut chosen = select_commits(repo, tips)?;
+    let time_of = |id: &ObjectId| repo.find_commit(*id).ok().and_then(|c| c.time().ok()).map_or(0, |t| t.seconds);
+    chosen.sort_by_key(time_of);
+    let mut closures: HashMap<ObjectId, Bits> = HashMap::new();
+    for commit in &chosen {
+        let mut bits = Bits::new(n);
+        let mut stack = vec![*commit];
+        while let Some(id) = stack.pop() {
+            let pos = pos_of(&id).ok_or(ServeError::MissingObject(id))?;
+            if bits.get(pos) {
+                continue;
+            }
+            if id != *commit
+                && let Some(done) = closures.get(&id)
+            {
+                bits.or(done);
+                continue;
+            }
+            bits.set(pos);
+            let data = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
+            match data.kind {
+                Kind::Commit => {
+                    let iter = gix_object::CommitRefIter::from_bytes(data.data, hash);
+                    stack.push(iter.clone().tree_id().map_err(|_| ServeError::MissingObject(id))?);
+                    stack.extend(iter.parent_ids());
+                }
+                Kind::Tree => {
+                    for entry in gix_object::TreeRefIter::from_bytes(data.data, hash) {
+                        let entry = entry.map_err(|_| ServeError::MissingObject(id))?;
+                        if !entry.mode.is_commit() {
+                            stack.push(entry.oid.to_owned());
+                        }
+                    }
+                }
+                Kind::Tag => stack.push(gix_object::TagRefIter::from_bytes(data.data, hash).target_id().map_err(|_| ServeError::MissingObject(id))?),
+                Kind::Blob => {}
+            }
+        }
+        closures.insert(*commit, bits);
+    }
+    let ewah = |bits: &Bits| -> Result<Vec<u8>, ServeError> {
+        let flags: Vec<bool> = (0..n).map(|i| bits.get(i)).collect();
+        let vec = gix_bitmap::ewah::Vec::from_bits(&flags).ok_or_else(|| ServeError::pack("bitmap too large"))?;
+        let mut out = Vec::new();
+        vec.write_to(&mut out)?;
+        Ok(out)
+    };
+    let mut out = Vec::new();
+    out.extend(b"BITM");
+    out.extend(1u16.to_be_bytes());
+    out.extend(1u16.to_be_bytes()); // BITMAP_OPT_FULL_DAG
+    out.extend((chosen.len() as u32).to_be_bytes());
+    out.extend(index.pack_checksum().as_bytes());
+    for t in &types {
+        out.extend(ewah(t)?);
+    }
+    for commit in &chosen {
+        let idx_pos = index.lookup(commit).ok_or(ServeError::MissingObject(*commit))?;
+        out.extend(idx_pos.to_be_bytes());
+        out.push(0); // no XOR
+        out.push(0); // flags
+        out.extend(ewah(&closures[commit])?);
+    }
+    write_checksummed(path, &out, hash)?;
+    Ok(chosen.len())
+}
