@@ -7,7 +7,7 @@
 //! (a `conditions` line, then one line per measurement) to `bench/results/bakeoff.jsonl`;
 //! `render` writes `bench/bakeoff.md` and `bench/bakeoff.svg` from that file only.
 //!
-//! `cargo run -p bench --release -- bakeoff [--quick] [--rounds N] [--repo PATH]…`
+//! `cargo run -p bench --release -- bakeoff [--quick] [--rounds N] [--repo PATH]… [--label NAME]`
 //! `cargo run -p bench --release -- render`
 
 #[path = "../../../xtask/src/relay.rs"]
@@ -71,6 +71,8 @@ fn client(dir: &Path, args: &[&str]) -> Result<Duration> {
 
 struct Options {
     quick: bool,
+    /// Runs with a label are rendered into their own report (`bench/bakeoff-<label>.md`).
+    label: Option<String>,
     rounds: usize,
     repos: Vec<PathBuf>,
     rungs: Vec<usize>,
@@ -78,7 +80,7 @@ struct Options {
 
 fn parse(args: &[String]) -> Result<Options> {
     let quick = args.iter().any(|a| a == "--quick");
-    let mut o = Options { quick, rounds: if quick { 2 } else { 3 }, repos: Vec::new(), rungs: if quick { vec![1, 4] } else { vec![1, 2, 4, 8, 16, 32] } };
+    let mut o = Options { quick, label: None, rounds: if quick { 2 } else { 3 }, repos: Vec::new(), rungs: if quick { vec![1, 4] } else { vec![1, 2, 4, 8, 16, 32] } };
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -90,6 +92,14 @@ fn parse(args: &[String]) -> Result<Options> {
             "--repo" => {
                 i += 1;
                 o.repos.push(PathBuf::from(args.get(i).context("--repo PATH")?).canonicalize()?);
+            }
+            "--label" => {
+                i += 1;
+                let label = args.get(i).context("--label NAME")?;
+                if label.is_empty() || !label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+                    bail!("--label takes letters, digits and dashes");
+                }
+                o.label = Some(label.clone());
             }
             other => bail!("unknown argument {other}"),
         }
@@ -500,6 +510,7 @@ fn bakeoff(args: &[String]) -> Result<()> {
         serde_json::json!({
             "run": run_id,
             "quick": o.quick,
+            "label": o.label,
             "rounds": o.rounds,
             "commit": output(Command::new("git").args(["rev-parse", "HEAD"]).current_dir(&root))?,
             "date": output(Command::new("date").arg("+%F"))?,
