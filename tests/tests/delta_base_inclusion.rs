@@ -178,3 +178,43 @@ fn without_a_decision_function_nothing_changes() {
     assert_eq!(outcome.decoded_and_recompressed_objects, 1, "stock behaviour: the delta is re-deflated");
     assert_eq!(outcome.delta_bases_included, 0);
 }
+
+/// An object in two packs (a pushed thin pack completed with a copy of its base) is sent once:
+/// a delta whose base copy sits in the other pack is not given that base again. Seen as
+/// "the same object appears twice in the pack" from git's index-pack before the fix.
+#[test]
+fn a_base_selected_from_another_pack_is_not_added_twice() {
+    use gixd_tests::server::{all_objects, git_ok, serve_with};
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    let server_repo = base.join("r.git");
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "-b", "main"]);
+    for round in 0..3 {
+        commit_files(&work, &[("doc.txt", &text(&format!("v{round}"), 400))], &format!("v{round}"));
+    }
+    std::fs::create_dir_all(&base).unwrap();
+    git_ok(tmp.path(), &["clone", "-q", "--bare", work.to_str().unwrap(), server_repo.to_str().unwrap()]);
+    git(&server_repo, &["repack", "-adq"]);
+    let server = serve_with(&base, |c| {
+        c.git_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.services.receive_pack = true;
+    });
+    let url = format!("git://{}/r.git", server.git_addr.unwrap());
+    // Small edits pushed as thin packs: each completed with a copy of a base the server has.
+    for round in 0..3 {
+        let mut content = text("v2", 400);
+        content.extend(format!("pushed {round}\n").as_bytes());
+        commit_files(&work, &[("doc.txt", &content)], &format!("push {round}"));
+        git_ok(&work, &["push", "-q", &url, "main"]);
+    }
+    let packs = std::fs::read_dir(server_repo.join("objects/pack")).unwrap().flatten().filter(|e| e.path().extension().is_some_and(|x| x == "pack")).count();
+    assert!(packs >= 2, "the pushes added packs");
+    for args in [&["--bare"][..], &["--mirror"][..]] {
+        let dest = tmp.path().join(format!("clone{}", args[0]));
+        let out = gixd_tests::server::git_client(tmp.path(), &[&["clone", "-q"][..], args, &[&url, dest.to_str().unwrap()]].concat());
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(all_objects(&dest), all_objects(&server_repo));
+    }
+}

@@ -332,6 +332,9 @@ mod bases {
             .filter_map(|c| c.entry_pack_location.as_ref())
             .map(|l| (l.pack_id, l.pack_offset))
             .collect();
+        // An object can sit in two packs (a completed thin pack repeats its bases): one already
+        // selected from elsewhere must not be added again, or the pack would hold it twice.
+        let mut selected_ids: HashSet<ObjectId> = counts.iter().map(|c| c.id).collect();
         let mut decided: HashSet<(u32, data::Offset)> = HashSet::new();
         let mut thin = ThinBases::new();
         let mut offsets_by_pack: HashMap<u32, Vec<(data::Offset, ObjectId)>> = HashMap::new();
@@ -378,6 +381,9 @@ mod bases {
                 continue;
             };
             let base_id = offsets[idx].1;
+            if selected_ids.contains(&base_id) {
+                continue; // in the pack already, from another location: the delta is re-deflated
+            }
             match decide(&base_id) {
                 DeltaBase::Include => {
                     let entry_size = match offsets.get(idx + 1) {
@@ -399,6 +405,7 @@ mod bases {
                         }),
                     ));
                     present.insert(key);
+                    selected_ids.insert(base_id);
                     included += 1;
                 }
                 DeltaBase::Thin if allow_thin_pack => {
