@@ -210,44 +210,61 @@ impl PackBitmap {
         self.commits.len()
     }
 
-    /// Every object reachable from `tips`, as bits: covered commits' bitmaps OR'ed, everything
-    /// else walked down to covered commits. `None` when something reachable is not in this pack
-    /// (the bitmap cannot describe it: the caller walks instead).
-    pub fn reachable(&self, repo: &gix::Repository, tips: &[ObjectId]) -> Result<Option<Bits>, crate::error::ServeError> {
-        let mut bits = Bits::new(self.len());
+    /// Every object reachable from `tips`: as bits for what this pack holds (covered commits'
+    /// bitmaps OR'ed, the rest walked down to covered commits), and by id for what it does not
+    /// (objects pushed since the last repack), walked through as well.
+    pub fn reachable(&self, repo: &gix::Repository, tips: &[ObjectId]) -> Result<Reach, crate::error::ServeError> {
+        use crate::error::ServeError;
+        let mut reach = Reach { bits: Bits::new(self.len()), extra: std::collections::HashMap::new() };
         let mut buf = Vec::new();
         let mut stack: Vec<ObjectId> = tips.to_vec();
         while let Some(id) = stack.pop() {
-            let Some(pos) = self.pos(&id) else { return Ok(None) };
-            if bits.get(pos) {
-                continue;
+            match self.pos(&id) {
+                Some(pos) => {
+                    if reach.bits.get(pos) {
+                        continue;
+                    }
+                    if let Some(closure) = self.commits.get(&id) {
+                        reach.bits.or(closure);
+                        continue;
+                    }
+                    reach.bits.set(pos);
+                }
+                None if reach.extra.contains_key(&id) => continue,
+                None => {}
             }
-            if let Some(closure) = self.commits.get(&id) {
-                bits.or(closure);
-                continue;
+            let data = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
+            if self.pos(&id).is_none() {
+                reach.extra.insert(id, data.kind);
             }
-            bits.set(pos);
-            let data = repo.objects.try_find(&id, &mut buf)?.ok_or(crate::error::ServeError::MissingObject(id))?;
             match data.kind {
                 Kind::Commit => {
                     let commit = gix_object::CommitRefIter::from_bytes(data.data, id.kind());
-                    stack.push(commit.clone().tree_id().map_err(|_| crate::error::ServeError::MissingObject(id))?);
+                    stack.push(commit.clone().tree_id().map_err(|_| ServeError::MissingObject(id))?);
                     stack.extend(commit.parent_ids());
                 }
                 Kind::Tree => {
                     for entry in gix_object::TreeRefIter::from_bytes(data.data, id.kind()) {
-                        let entry = entry.map_err(|_| crate::error::ServeError::MissingObject(id))?;
+                        let entry = entry.map_err(|_| ServeError::MissingObject(id))?;
                         if !entry.mode.is_commit() {
                             stack.push(entry.oid.to_owned());
                         }
                     }
                 }
-                Kind::Tag => stack.push(gix_object::TagRefIter::from_bytes(data.data, id.kind()).target_id().map_err(|_| crate::error::ServeError::MissingObject(id))?),
+                Kind::Tag => stack.push(gix_object::TagRefIter::from_bytes(data.data, id.kind()).target_id().map_err(|_| ServeError::MissingObject(id))?),
                 Kind::Blob => {}
             }
         }
-        Ok(Some(bits))
+        Ok(reach)
     }
+}
+
+/// What [`PackBitmap::reachable`] found: bits over the pack, and the objects outside it with
+/// their kinds.
+#[derive(Debug)]
+pub struct Reach {
+    pub bits: Bits,
+    pub extra: std::collections::HashMap<ObjectId, Kind>,
 }
 
 /// The `.rev` file's pack order, when it is there and sound.

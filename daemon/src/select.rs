@@ -348,40 +348,50 @@ pub fn select_by_walking(repo: &gix::Repository, request: &Request<'_>) -> Resul
     Ok(selection)
 }
 
-/// Reachable from the wants and not from the common commits, by bitmap: the objects in pack
-/// order. `None` when the bitmap cannot describe something involved (an object outside its
-/// pack): the caller walks.
+/// Reachable from the wants and not from the common commits, by bitmap: the pack's objects in
+/// pack order, then those outside the bitmapped pack (pushed since the last repack, walked
+/// through) in id order.
 fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &PackBitmap) -> Result<Option<Selection>, ServeError> {
-    let Some(mut bits) = bitmap.reachable(repo, request.wants)? else { return Ok(None) };
+    let mut want = bitmap.reachable(repo, request.wants)?;
     let mut client_has = HashSet::new();
     if !request.common.is_empty() {
-        let Some(held) = bitmap.reachable(repo, request.common)? else { return Ok(None) };
-        bits.and_not(&held);
-        client_has.extend(held.ones().map(|pos| bitmap.oid_at(pos)));
+        let held = bitmap.reachable(repo, request.common)?;
+        want.bits.and_not(&held.bits);
+        want.extra.retain(|id, _| !held.extra.contains_key(id));
+        client_has.extend(held.bits.ones().map(|pos| bitmap.oid_at(pos)));
+        client_has.extend(held.extra.keys().copied());
     }
+    // Named objects are sent whatever the filter says, and so is what a named tag peels to (git
+    // treats both as given by the user).
+    let mut named = HashSet::new();
     if request.filter.no_blobs {
-        bits.and_not(&bitmap.types[2]);
-        // Named objects are sent whatever the filter says, and so is what a named tag peels to
-        // (git treats both as given by the user).
         let mut walker = Walker::new(repo);
-        for want in request.wants {
-            let (peeled, _) = walker.peel_sending_tags(*want)?;
-            for id in [*want, peeled] {
-                if let Some(pos) = bitmap.pos(&id) {
-                    bits.set(pos);
-                }
+        for want_id in request.wants {
+            let (peeled, _) = walker.peel_sending_tags(*want_id)?;
+            named.extend([*want_id, peeled]);
+        }
+        want.bits.and_not(&bitmap.types[2]);
+        for id in &named {
+            if let Some(pos) = bitmap.pos(id) {
+                want.bits.set(pos);
             }
         }
+        want.extra.retain(|id, kind| *kind != Kind::Blob || named.contains(id));
     }
     let [commits, trees, blobs, tags] = &bitmap.types;
-    let everything = bits.ones().count() == bitmap.len();
+    let mut extra: Vec<(ObjectId, Kind)> = want.extra.into_iter().collect();
+    extra.sort_by_key(|(id, _)| *id);
+    let extra_of = |k: Kind| extra.iter().filter(|(_, kind)| *kind == k).count();
+    let everything = extra.is_empty() && want.bits.ones().count() == bitmap.len();
+    let mut objects: Vec<ObjectId> = want.bits.ones().map(|pos| bitmap.oid_at(pos)).collect();
+    objects.extend(extra.iter().map(|(id, _)| *id));
     Ok(Some(Selection {
         whole_pack: everything.then(|| bitmap.pack.clone()),
-        commits: bits.count_and(commits),
-        trees: bits.count_and(trees),
-        blobs: bits.count_and(blobs),
-        tags: bits.count_and(tags),
-        objects: bits.ones().map(|pos| bitmap.oid_at(pos)).collect(),
+        commits: want.bits.count_and(commits) + extra_of(Kind::Commit),
+        trees: want.bits.count_and(trees) + extra_of(Kind::Tree),
+        blobs: want.bits.count_and(blobs) + extra_of(Kind::Blob),
+        tags: want.bits.count_and(tags) + extra_of(Kind::Tag),
+        objects,
         client_has,
         by_bitmap: true,
     }))

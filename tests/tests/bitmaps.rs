@@ -26,8 +26,9 @@ fn bitmapped(tmp: &Path, name: &str, hash: Hash) -> PathBuf {
     dest
 }
 
+/// The index of the repository's bitmapped pack.
 fn idx_of(repo: &Path) -> PathBuf {
-    std::fs::read_dir(repo.join("objects/pack")).unwrap().flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|e| e == "idx")).unwrap()
+    std::fs::read_dir(repo.join("objects/pack")).unwrap().flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|e| e == "bitmap")).map(|p| p.with_extension("idx")).unwrap()
 }
 
 fn ids(selection: &select::Selection) -> BTreeSet<ObjectId> {
@@ -116,5 +117,33 @@ fn a_missing_stale_or_corrupt_bitmap_falls_back_to_the_walk_and_the_clone_is_the
         let dest = tmp.path().join(format!("clone-{state}"));
         git_ok(tmp.path(), &["clone", "-q", "--mirror", &url, dest.to_str().unwrap()]);
         assert_eq!(all_objects(&dest), expected, "{state}");
+    }
+}
+
+#[test]
+fn objects_outside_the_bitmapped_pack_are_walked_and_the_result_is_the_walks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo_path = bitmapped(tmp.path(), "merges", Hash::Sha256);
+    // Commits after the repack, as loose objects and in a second pack (as pushes leave them).
+    let work = tmp.path().join("work");
+    git_ok(tmp.path(), &["clone", "-q", repo_path.to_str().unwrap(), work.to_str().unwrap()]);
+    for i in 0..3 {
+        gixd_tests::commit_files(&work, &[("new.txt", format!("after the repack {i}\n").as_bytes())], &format!("after {i}"));
+    }
+    git_ok(&work, &["push", "-q", "origin", "HEAD:refs/heads/after"]);
+    gixd_tests::git(&repo_path, &["repack", "-dq"]); // the pushed objects into a pack of their own, no bitmap
+    gixd_tests::commit_files(&work, &[("new.txt", b"loose\n")], "loose");
+    git_ok(&work, &["-c", "transfer.unpackLimit=1000", "push", "-q", "origin", "HEAD:refs/heads/loose"]);
+    let repo = gix::open(&repo_path).unwrap();
+    let refs = RefSnapshot::load(&repo).unwrap();
+    let wants = refs.tips();
+    let bitmap = PackBitmap::open(&idx_of(&repo_path), repo.object_hash()).unwrap().expect("the first pack keeps its bitmap");
+    for filter in [Filter::default(), Filter { no_blobs: true, ..Filter::default() }] {
+        let request = Request { wants: &wants, common: &[], include_tag: false, refs: &refs, filter, boundary: None };
+        let by_bitmap = select::select(&repo, &request, Some(&bitmap)).unwrap();
+        assert!(by_bitmap.by_bitmap && by_bitmap.whole_pack.is_none());
+        let by_walk = select::select_by_walking(&repo, &request).unwrap();
+        assert_eq!(ids(&by_bitmap), ids(&by_walk), "{filter:?}");
+        assert_eq!((by_bitmap.commits, by_bitmap.blobs), (by_walk.commits, by_walk.blobs));
     }
 }
