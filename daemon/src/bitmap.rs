@@ -198,7 +198,7 @@ impl PackBitmap {
     }
 
     /// The pack position of `id`, if the pack has it.
-    pub fn pos(&self, id: &ObjectId) -> Option<usize> {
+    pub fn pos(&self, id: &gix_hash::oid) -> Option<usize> {
         self.index.lookup(id).map(|i| self.position[i as usize] as usize)
     }
 

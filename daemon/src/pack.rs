@@ -4,7 +4,6 @@
 //! bases only when the client has them and may read them.
 
 use std::cell::RefCell;
-use std::collections::HashSet;
 use std::io::{self, Write};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -204,7 +203,7 @@ pub fn write<W: Write>(
     repo: &gix::Repository,
     selection: &Selection,
     options: Options,
-    mut readable: impl FnMut() -> Result<Arc<HashSet<ObjectId>>, ServeError>,
+    mut readable: impl FnMut() -> Result<Arc<crate::repo::Readable>, ServeError>,
     bands: &mut Bands<W>,
 ) -> Result<Stats, ServeError> {
     if let Some(pack) = &selection.whole_pack
@@ -226,8 +225,17 @@ pub fn write<W: Write>(
     let readable_error: Rc<RefCell<Option<ServeError>>> = Rc::default();
     let decide = {
         let readable_error = readable_error.clone();
-        let mut readable_set: Option<Arc<HashSet<ObjectId>>> = None;
+        let mut readable_set: Option<Arc<crate::repo::Readable>> = None;
         move |id: &gix_hash::oid| {
+            // What this base would be, were the client allowed it; the (costly, cached) readable
+            // set is consulted only when that is more than re-deflating.
+            let wanted = if options.thin_pack && selection.client_has.contains(id) {
+                DeltaBase::Thin
+            } else if options.include_unselected_bases {
+                DeltaBase::Include
+            } else {
+                return DeltaBase::Recompress;
+            };
             if readable_set.is_none() {
                 match readable() {
                     Ok(set) => readable_set = Some(set),
@@ -237,13 +245,8 @@ pub fn write<W: Write>(
                     }
                 }
             }
-            let may_read = readable_set.as_ref().is_some_and(|set| set.contains(id));
-            if !may_read {
-                DeltaBase::Recompress
-            } else if options.thin_pack && selection.client_has.contains(id) {
-                DeltaBase::Thin
-            } else if options.include_unselected_bases {
-                DeltaBase::Include
+            if readable_set.as_ref().is_some_and(|set| set.contains(id)) {
+                wanted
             } else {
                 DeltaBase::Recompress
             }

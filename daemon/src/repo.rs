@@ -28,7 +28,7 @@ pub struct Repos {
     open: Mutex<HashMap<PathBuf, (Option<std::time::SystemTime>, gix::ThreadSafeRepository)>>,
     /// Objects reachable from the refs, by git directory and ref fingerprint: computed only when a
     /// pack needs to ask (an unselected delta base), reused until the refs move.
-    readable: Mutex<HashMap<PathBuf, (u64, Arc<HashSet<ObjectId>>)>>,
+    readable: Mutex<HashMap<PathBuf, (u64, Arc<Readable>)>>,
     /// Pack bitmaps by git directory, with the state of the files they came from; a bitmap that
     /// could not be used is remembered too (`None`), so its warning is logged once.
     bitmaps: Mutex<HashMap<PathBuf, (BitmapState, Option<Arc<crate::bitmap::PackBitmap>>)>>,
@@ -179,20 +179,48 @@ impl Repos {
         bitmap
     }
 
-    /// The objects reachable from `refs` (all of which this client may read), cached per ref state.
-    pub fn readable_objects(&self, served: &Served, repo: &gix::Repository, refs: &RefSnapshot) -> Result<Arc<HashSet<ObjectId>>, ServeError> {
+    /// The objects reachable from `refs` (all of which this client may read), cached per ref state:
+    /// from the pack bitmap when there is one (bits, and a walk only of what the bitmapped pack
+    /// lacks), else from a walk of everything.
+    pub fn readable_objects(&self, served: &Served, repo: &gix::Repository, refs: &RefSnapshot) -> Result<Arc<Readable>, ServeError> {
         let fingerprint = refs.fingerprint();
         if let Some((fp, set)) = self.readable.lock().expect("not poisoned").get(&served.git_dir)
             && *fp == fingerprint
         {
             return Ok(set.clone());
         }
-        let set = Arc::new(crate::select::reachable_from(repo, &refs.tips())?);
+        let set = Arc::new(match self.bitmap(served, repo) {
+            Some(bitmap) => {
+                let reach = bitmap.reachable(repo, &refs.tips())?;
+                Readable::Bitmap { bitmap, reach }
+            }
+            None => Readable::Set(crate::select::reachable_from(repo, &refs.tips())?),
+        });
         self.readable
             .lock()
             .expect("not poisoned")
             .insert(served.git_dir.clone(), (fingerprint, set.clone()));
         Ok(set)
+    }
+}
+
+/// The objects a client may be sent: those reachable from the refs it may read.
+pub enum Readable {
+    /// From a walk.
+    Set(HashSet<ObjectId>),
+    /// From the pack bitmap: a bit test per question.
+    Bitmap { bitmap: Arc<crate::bitmap::PackBitmap>, reach: crate::bitmap::Reach },
+}
+
+impl Readable {
+    pub fn contains(&self, id: &gix_hash::oid) -> bool {
+        match self {
+            Readable::Set(set) => set.contains(id),
+            Readable::Bitmap { bitmap, reach } => match bitmap.pos(id) {
+                Some(pos) => reach.bits.get(pos),
+                None => reach.extra.contains_key(id),
+            },
+        }
     }
 }
 
