@@ -138,37 +138,98 @@ impl<W: Write> Write for Bands<W> {
     }
 }
 
-/// Verbatim reuse: the selection is every object of one pack (a bitmap said so), so that pack
-/// file, header and trailer included, is the answer — sent as it is, no object decoded. The
-/// header's count is checked against the selection first.
-fn write_verbatim<W: Write>(pack: &std::path::Path, objects: usize, bands: &mut Bands<W>) -> Result<Stats, ServeError> {
+/// Verbatim reuse: the selection is every object of one pack (a bitmap said so) and maybe some
+/// objects outside it (`extra`, pushed since the repack). The pack file's entries go out as they
+/// are — no object decoded; the extra objects follow, as gix-pack gives them, a delta against an
+/// object of the big pack referring to it by id (it is in this pack). Header count and trailer
+/// checksum are written for the whole; without extras the file is sent as it is.
+fn write_verbatim<W: Write>(repo: &gix::Repository, pack: &std::path::Path, objects: usize, extra: &[ObjectId], bands: &mut Bands<W>) -> Result<Stats, ServeError> {
     use std::io::Read;
+    let gone = |err: std::io::Error| if is_disconnect(&err) { ServeError::Disconnected } else { ServeError::Io(err) };
+    let hash = repo.object_hash();
+    let hash_len = hash.len_in_bytes() as u64;
     let mut file = std::fs::File::open(pack)?;
+    let file_len = file.metadata()?.len();
     let mut header = [0u8; 12];
     file.read_exact(&mut header)?;
     let count = u32::from_be_bytes(header[8..12].try_into().expect("four bytes"));
-    if &header[..4] != b"PACK" || count as usize != objects {
+    if &header[..4] != b"PACK" || count as usize != objects || file_len < 12 + hash_len {
         return Err(ServeError::pack(format!("{}: not the pack the bitmap describes", pack.display())));
     }
-    let gone = |err: std::io::Error| if is_disconnect(&err) { ServeError::Disconnected } else { ServeError::Io(err) };
-    bands.write_all(&header).map_err(gone)?;
-    let mut bytes = header.len() as u64;
-    let mut buf = vec![0u8; 256 * 1024];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
+    let total = u32::try_from(objects + extra.len()).map_err(|_| ServeError::pack("more than 2^32 objects"))?;
+    header[8..12].copy_from_slice(&total.to_be_bytes());
+    // Without extras the file's own trailer is right; with them, everything is hashed anew.
+    let mut hasher = (!extra.is_empty()).then(|| gix_hash::hasher(hash));
+    let mut emit = |bands: &mut Bands<W>, data: &[u8]| -> Result<(), ServeError> {
+        if let Some(h) = hasher.as_mut() {
+            h.update(data);
         }
-        bands.write_all(&buf[..n]).map_err(gone)?;
+        bands.write_all(data).map_err(gone)
+    };
+    emit(bands, &header)?;
+    let mut bytes = header.len() as u64;
+    let entries_end = if extra.is_empty() { file_len } else { file_len - hash_len };
+    let mut left = entries_end - 12;
+    let mut buf = vec![0u8; 256 * 1024];
+    while left > 0 {
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let n = file.read(&mut buf[..want])?;
+        if n == 0 {
+            return Err(ServeError::pack(format!("{}: shorter than it says", pack.display())));
+        }
+        emit(bands, &buf[..n])?;
         bytes += n as u64;
+        left -= n as u64;
     }
-    Ok(Stats {
-        entries: objects,
-        copied: objects,
-        bytes,
-        verbatim: true,
-        ..Stats::default()
-    })
+    let mut stats = Stats { entries: objects, copied: objects, verbatim: true, ..Stats::default() };
+    if let Some(mut hasher) = hasher {
+        use gix_pack::data::output;
+        let counts: Vec<output::Count> = extra.iter().map(|id| output::Count { id: *id, entry_pack_location: output::count::PackLocation::NotLookedUp }).collect();
+        let mut db = repo.objects.clone().into_inner();
+        db.prevent_pack_unload();
+        // A delta whose base is in the big pack refers to it by id (it is in this answer); any
+        // other base is not, and its delta is re-deflated.
+        let index = gix_pack::index::File::at(pack.with_extension("idx"), hash).map_err(ServeError::pack)?;
+        let (_, chunks) = output::entry::iter_from_counts_with_delta_bases(
+            counts,
+            db,
+            Box::new(gix_utils::progress::Discard),
+            output::entry::iter_from_counts::Options { thread_limit: Some(1), allow_thin_pack: true, ..Default::default() },
+            Some(move |id: &gix_hash::oid| {
+                if index.lookup(id).is_some() {
+                    output::entry::iter_from_counts::DeltaBase::Thin
+                } else {
+                    output::entry::iter_from_counts::DeltaBase::Recompress
+                }
+            }),
+        )
+        .map_err(ServeError::pack)?;
+        let mut offsets: Vec<u64> = Vec::with_capacity(extra.len());
+        let mut offset = entries_end;
+        for chunk in chunks {
+            let (_, entries) = chunk.map_err(ServeError::pack)?;
+            for entry in entries {
+                if entry.is_invalid() {
+                    return Err(ServeError::MissingObject(entry.id));
+                }
+                let header = entry.to_entry_header(gix_pack::data::Version::V2, |index| offset - offsets[index]);
+                let mut out = Vec::with_capacity(entry.compressed_data.len() + 32);
+                header.write_to(entry.decompressed_size as u64, &mut out)?;
+                out.extend_from_slice(&entry.compressed_data);
+                hasher.update(&out);
+                bands.write_all(&out).map_err(gone)?;
+                offsets.push(offset);
+                offset += out.len() as u64;
+                bytes += out.len() as u64;
+                stats.entries += 1;
+            }
+        }
+        let digest = hasher.try_finalize().map_err(ServeError::pack)?;
+        bands.write_all(digest.as_bytes()).map_err(gone)?;
+        bytes += hash_len;
+    }
+    stats.bytes = bytes;
+    Ok(stats)
 }
 
 /// What a pack request asks for beyond the objects.
@@ -209,7 +270,7 @@ pub fn write<W: Write>(
     if let Some(pack) = &selection.whole_pack
         && options.ofs_delta
     {
-        return write_verbatim(pack, selection.objects.len(), bands);
+        return write_verbatim(repo, pack, selection.objects.len() - selection.extra.len(), &selection.extra, bands);
     }
     let counts: Vec<output::Count> = selection
         .objects

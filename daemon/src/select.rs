@@ -32,9 +32,11 @@ pub struct Selection {
     pub tags: usize,
     /// Selected with the pack bitmap (not by walking).
     pub by_bitmap: bool,
-    /// The selection is every object of this pack (a bitmap said so): the pack file itself is
-    /// the answer.
+    /// The selection is every object of this pack (a bitmap said so), plus `extra` (objects
+    /// outside it): the pack file's entries are the answer's, as they are.
     pub whole_pack: Option<std::path::PathBuf>,
+    /// With `whole_pack`: the selected objects that are not in that pack.
+    pub extra: Vec<ObjectId>,
 }
 
 /// A selection request.
@@ -382,11 +384,12 @@ fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &Pa
     let mut extra: Vec<(ObjectId, Kind)> = want.extra.into_iter().collect();
     extra.sort_by_key(|(id, _)| *id);
     let extra_of = |k: Kind| extra.iter().filter(|(_, kind)| *kind == k).count();
-    let everything = extra.is_empty() && want.bits.ones().count() == bitmap.len();
+    let everything = want.bits.ones().count() == bitmap.len();
     let mut objects: Vec<ObjectId> = want.bits.ones().map(|pos| bitmap.oid_at(pos)).collect();
     objects.extend(extra.iter().map(|(id, _)| *id));
     Ok(Some(Selection {
         whole_pack: everything.then(|| bitmap.pack.clone()),
+        extra: if everything { extra.iter().map(|(id, _)| *id).collect() } else { Vec::new() },
         commits: want.bits.count_and(commits) + extra_of(Kind::Commit),
         trees: want.bits.count_and(trees) + extra_of(Kind::Tree),
         blobs: want.bits.count_and(blobs) + extra_of(Kind::Blob),

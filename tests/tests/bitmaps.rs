@@ -147,3 +147,43 @@ fn objects_outside_the_bitmapped_pack_are_walked_and_the_result_is_the_walks() {
         assert_eq!((by_bitmap.commits, by_bitmap.blobs), (by_walk.commits, by_walk.blobs));
     }
 }
+
+#[test]
+fn a_clone_of_a_bitmapped_pack_plus_pushed_objects_is_the_pack_verbatim_plus_those_objects() {
+    use gixd_tests::server::{assert_fsck_clean, serve_with};
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    let repo_path = bitmapped(&base, "linear", Hash::Sha1);
+    let recorder = std::sync::Arc::new(gixd::tap::Recorder::default());
+    let tap = recorder.clone();
+    let server = serve_with(&base, move |c| {
+        c.git_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.services.receive_pack = true;
+        c.tap = Some(tap);
+    });
+    let url = format!("git://{}/{}", server.git_addr.unwrap(), repo_path.file_name().unwrap().to_str().unwrap());
+    // Pushes after the repack: thin packs completed with copies of bases the big pack has.
+    let work = tmp.path().join("work");
+    git_ok(tmp.path(), &["clone", "-q", &url, work.to_str().unwrap()]);
+    let file = work.join(gixd_tests::git_out(&work, &["ls-files"]).lines().next().expect("a tracked file"));
+    for i in 0..3 {
+        let mut content = std::fs::read(&file).unwrap();
+        content.extend(format!("pushed line {i}\n").as_bytes());
+        std::fs::write(&file, content).unwrap();
+        gixd_tests::git(&work, &["commit", "-qam", &format!("push {i}")]);
+        git_ok(&work, &["push", "-q", &url, &format!("HEAD:refs/heads/pushed-{i}")]);
+    }
+    let http_url = server.url(repo_path.file_name().unwrap().to_str().unwrap());
+    for args in [&["--mirror"][..], &["--bare"][..]] {
+        let dest = tmp.path().join(format!("clone{}", args[0]));
+        recorder.take();
+        git_ok(tmp.path(), &[&["clone", "-q"][..], args, &[&http_url, dest.to_str().unwrap()]].concat());
+        assert_fsck_clean(&dest);
+        let expected = gixd_tests::server::rev_list_objects(&repo_path, &["--all"]);
+        assert_eq!(all_objects(&dest), expected, "{args:?}");
+        // The big pack went out as it is, the pushed objects after it.
+        let stats = recorder.take().into_iter().find_map(|e| e.pack).expect("a pack was sent");
+        assert!(stats.verbatim && stats.entries > stats.copied && stats.re_deflated == 0, "{args:?}: {stats:?}");
+    }
+}
