@@ -254,6 +254,10 @@ fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String 
     let tap = recorder.clone();
     let base = corpus::dir();
     let server = serve_with(&base, move |c| c.tap = Some(tap));
+    // Bitmapped copies (git repack -adb, with a .rev), served from a directory of their own.
+    let bitmapped_base = base.join("bitmapped");
+    let bitmap_tap = recorder.clone();
+    let bitmapped_server = serve_with(&bitmapped_base_dir(&bitmapped_base), move |c| c.tap = Some(bitmap_tap));
     let mut snapshot = String::new();
     for &hash in hashes {
         let repo = path_of(hash);
@@ -331,8 +335,44 @@ fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String 
         let line = describe(&recorder.take(), hash);
         assert_eq!((refs(&client, "refs"), all_objects(&client)), before, "{case}: a fetch with nothing new changed the client");
         writeln!(snapshot, "{case}: {line}").unwrap();
+
+        // The same repository with a bitmap: gixd selects by bitmap (and sends the pack as it
+        // is when the clone is all of it); the client gets what git gives it.
+        let case = format!("[{h}] clone-bitmapped-v2");
+        let copy = bitmapped_copy(&bitmapped_base, &repo);
+        let ours = tmp.path().join("clone-bitmapped");
+        recorder.take();
+        git_ok(tmp.path(), &["-c", "protocol.version=2", "clone", "-q", "--mirror", &bitmapped_server.url(&url_path), ours.to_str().unwrap()]);
+        let line = describe(&recorder.take(), hash);
+        let theirs = tmp.path().join("git-clone-bitmapped");
+        git_ok(tmp.path(), &["-c", "protocol.version=2", "clone", "-q", "--mirror", "--no-local", &format!("file://{}", copy.display()), theirs.to_str().unwrap()]);
+        assert_fsck_clean(&ours);
+        let note = compare_with_git(&copy, &ours, &theirs, &case);
+        writeln!(snapshot, "{case}: {line} ({note})").unwrap();
     }
     snapshot
+}
+
+fn bitmapped_base_dir(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    dir.to_owned()
+}
+
+/// A copy of `repo` repacked by git into one pack with a bitmap, made once (safe to race: built
+/// aside, then renamed into place).
+fn bitmapped_copy(dir: &Path, repo: &Path) -> PathBuf {
+    let dest = dir.join(repo.file_name().unwrap());
+    if dest.join("HEAD").is_file() {
+        return dest;
+    }
+    let scratch = dir.join(format!(".build-{}-{}", repo.file_name().unwrap().to_string_lossy(), std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    git_ok(dir, &["clone", "-q", "--mirror", "--no-local", repo.to_str().unwrap(), scratch.to_str().unwrap()]);
+    git_ok(&scratch, &["-c", "pack.writeReverseIndex=true", "repack", "-adq", "--write-bitmap-index"]);
+    if std::fs::rename(&scratch, &dest).is_err() {
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
+    dest
 }
 
 macro_rules! corpus_cases {
