@@ -105,6 +105,12 @@ fn be32(data: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
 }
 
+impl std::fmt::Debug for PackBitmap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackBitmap").field("pack", &self.pack).field("objects", &self.len()).field("commit_bitmaps", &self.commits.len()).finish()
+    }
+}
+
 impl PackBitmap {
     /// Open the bitmap of the pack whose index is `idx` (its `.bitmap` beside it). `Ok(None)`:
     /// the pack has no bitmap.

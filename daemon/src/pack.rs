@@ -290,7 +290,7 @@ pub fn write<W: Write>(
         move |id: &gix_hash::oid| {
             // What this base would be, were the client allowed it; the (costly, cached) readable
             // set is consulted only when that is more than re-deflating.
-            let wanted = if options.thin_pack && selection.client_has.contains(id) {
+            let wanted = if options.thin_pack && selection.client_has(id) {
                 DeltaBase::Thin
             } else if options.include_unselected_bases {
                 DeltaBase::Include

@@ -37,6 +37,19 @@ pub struct Selection {
     pub whole_pack: Option<std::path::PathBuf>,
     /// With `whole_pack`: the selected objects that are not in that pack.
     pub extra: Vec<ObjectId>,
+    /// By bitmap: what the client has, as bits (not turned into a set of ids).
+    pub held: Option<(std::sync::Arc<PackBitmap>, crate::bitmap::Reach)>,
+}
+
+impl Selection {
+    /// Does the client have `id` for sure (a thin-pack base it may be given)?
+    pub fn client_has(&self, id: &gix_hash::oid) -> bool {
+        self.client_has.contains(id)
+            || self.held.as_ref().is_some_and(|(bitmap, reach)| match bitmap.pos(id) {
+                Some(pos) => reach.bits.get(pos),
+                None => reach.extra.contains_key(id),
+            })
+    }
 }
 
 /// A selection request.
@@ -324,7 +337,7 @@ fn walk_with_grafts(
 
 /// Select the objects to send for `request`: with the pack's bitmap when there is one and the
 /// request is one it can answer (no shallow boundary; no filter but `blob:none`), else by walking.
-pub fn select(repo: &gix::Repository, request: &Request<'_>, bitmap: Option<&PackBitmap>) -> Result<Selection, ServeError> {
+pub fn select(repo: &gix::Repository, request: &Request<'_>, bitmap: Option<&std::sync::Arc<PackBitmap>>) -> Result<Selection, ServeError> {
     let plain_filter = request.filter.is_none() || request.filter == (Filter { no_blobs: true, ..Filter::default() });
     if let Some(bitmap) = bitmap
         && request.boundary.is_none()
@@ -353,15 +366,14 @@ pub fn select_by_walking(repo: &gix::Repository, request: &Request<'_>) -> Resul
 /// Reachable from the wants and not from the common commits, by bitmap: the pack's objects in
 /// pack order, then those outside the bitmapped pack (pushed since the last repack, walked
 /// through) in id order.
-fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &PackBitmap) -> Result<Option<Selection>, ServeError> {
+fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &std::sync::Arc<PackBitmap>) -> Result<Option<Selection>, ServeError> {
     let mut want = bitmap.reachable(repo, request.wants)?;
-    let mut client_has = HashSet::new();
+    let mut held_by_client = None;
     if !request.common.is_empty() {
         let held = bitmap.reachable(repo, request.common)?;
         want.bits.and_not(&held.bits);
         want.extra.retain(|id, _| !held.extra.contains_key(id));
-        client_has.extend(held.bits.ones().map(|pos| bitmap.oid_at(pos)));
-        client_has.extend(held.extra.keys().copied());
+        held_by_client = Some((bitmap.clone(), held));
     }
     // Named objects are sent whatever the filter says, and so is what a named tag peels to (git
     // treats both as given by the user).
@@ -395,7 +407,8 @@ fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &Pa
         blobs: want.bits.count_and(blobs) + extra_of(Kind::Blob),
         tags: want.bits.count_and(tags) + extra_of(Kind::Tag),
         objects,
-        client_has,
+        client_has: HashSet::new(),
+        held: held_by_client,
         by_bitmap: true,
     }))
 }

@@ -48,7 +48,7 @@ fn bitmap_and_walk_select_the_same_objects_on_every_corpus_repository() {
             if wants.is_empty() {
                 continue; // the empty repository: nothing to select
             }
-            let bitmap = PackBitmap::open(&idx_of(&repo_path), repo.object_hash()).unwrap().expect("git wrote a bitmap");
+            let bitmap = std::sync::Arc::new(PackBitmap::open(&idx_of(&repo_path), repo.object_hash()).unwrap().expect("git wrote a bitmap"));
             assert!(bitmap.commit_bitmaps() > 0);
             for filter in [Filter::default(), Filter { no_blobs: true, ..Filter::default() }] {
                 let request = Request { wants: &wants, common: &[], include_tag: false, refs: &refs, filter, boundary: None };
@@ -137,7 +137,7 @@ fn objects_outside_the_bitmapped_pack_are_walked_and_the_result_is_the_walks() {
     let repo = gix::open(&repo_path).unwrap();
     let refs = RefSnapshot::load(&repo).unwrap();
     let wants = refs.tips();
-    let bitmap = PackBitmap::open(&idx_of(&repo_path), repo.object_hash()).unwrap().expect("the first pack keeps its bitmap");
+    let bitmap = std::sync::Arc::new(PackBitmap::open(&idx_of(&repo_path), repo.object_hash()).unwrap().expect("the first pack keeps its bitmap"));
     for filter in [Filter::default(), Filter { no_blobs: true, ..Filter::default() }] {
         let request = Request { wants: &wants, common: &[], include_tag: false, refs: &refs, filter, boundary: None };
         let by_bitmap = select::select(&repo, &request, Some(&bitmap)).unwrap();

@@ -217,7 +217,7 @@ fn select_and_write<W: Write>(
             filter: request.filter,
             boundary: request.boundary,
         },
-        bitmap.as_deref(),
+        bitmap.as_ref(),
     )?;
     // A filtered or shallow client lacks objects a thin delta or an added base would assume
     // (or would get objects it did not ask for): both only for plain requests.
