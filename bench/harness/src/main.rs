@@ -255,8 +255,11 @@ fn start_gixd(root: &Path, base: &Path, group: Group) -> Result<Arm> {
     let tokens = base.join("tokens.toml");
     let secret = output(Command::new(&gixd).args(["token", "add", "--user", "bench", "--write", "--token-file"]).arg(&tokens))?;
     let port = free_port()?;
+    // The peers queue without limit (lighttpd spawns a CGI per request, git daemon a process per
+    // connection); gixd's transfer limit would answer part of a 32-client rung "busy, retry",
+    // which stock git does not retry. So transfers wait up to 5 minutes here instead of 5 s.
     let child = Command::new(&gixd)
-        .args(["serve", "--export-all", "--listen", &format!("127.0.0.1:{port}"), "--base-path"])
+        .args(["serve", "--export-all", "--queue-wait", "300", "--listen", &format!("127.0.0.1:{port}"), "--base-path"])
         .arg(base)
         .arg("--token-file")
         .arg(&tokens)
@@ -268,6 +271,7 @@ fn start_gixd(root: &Path, base: &Path, group: Group) -> Result<Arm> {
     let relay = Relay::start(Upstream::Tcp(([127, 0, 0, 1], port).into()))?;
     let prefix = format!("http://bench:{secret}@127.0.0.1:{}", relay.port);
     let version = output(Command::new(&gixd).arg("--version"))?;
+    let version = format!("{version}; serve --queue-wait 300");
     Ok(Arm { name: "gixd", version, child, group, relay, prefix, base: base.to_owned() })
 }
 
