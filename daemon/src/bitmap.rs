@@ -243,23 +243,7 @@ impl PackBitmap {
             if self.pos(&id).is_none() {
                 reach.extra.insert(id, data.kind);
             }
-            match data.kind {
-                Kind::Commit => {
-                    let commit = gix_object::CommitRefIter::from_bytes(data.data, id.kind());
-                    stack.push(commit.clone().tree_id().map_err(|_| ServeError::MissingObject(id))?);
-                    stack.extend(commit.parent_ids());
-                }
-                Kind::Tree => {
-                    for entry in gix_object::TreeRefIter::from_bytes(data.data, id.kind()) {
-                        let entry = entry.map_err(|_| ServeError::MissingObject(id))?;
-                        if !entry.mode.is_commit() {
-                            stack.push(entry.oid.to_owned());
-                        }
-                    }
-                }
-                Kind::Tag => stack.push(gix_object::TagRefIter::from_bytes(data.data, id.kind()).target_id().map_err(|_| ServeError::MissingObject(id))?),
-                Kind::Blob => {}
-            }
+            crate::select::push_children(id, data.kind, data.data, &mut stack)?;
         }
         Ok(reach)
     }

@@ -47,3 +47,14 @@ pub mod transport;
 pub fn agent() -> String {
     format!("gixd/{}", env!("CARGO_PKG_VERSION"))
 }
+
+/// A temporary file in `dir` that no one else can see: created (named `gixd-<purpose>-…`), then
+/// unlinked while open; it is gone when the handle is.
+pub(crate) fn unlinked_file(dir: &std::path::Path, purpose: &str) -> std::io::Result<std::fs::File> {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!("gixd-{purpose}-{}-{n}", std::process::id()));
+    let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+    std::fs::remove_file(&path)?;
+    Ok(file)
+}

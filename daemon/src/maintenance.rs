@@ -176,10 +176,7 @@ fn select_commits(repo: &gix::Repository, tips: &[ObjectId]) -> Result<Vec<Objec
     let mut chosen = Vec::new();
     let mut commit_tips = Vec::new();
     for tip in tips {
-        let peeled = crate::repo::peel_tag(repo, *tip)?.unwrap_or(*tip);
-        if repo.find_header(peeled).map(|h| h.kind() == Kind::Commit).unwrap_or(false) {
-            commit_tips.push(peeled);
-        }
+        commit_tips.extend(crate::repo::peel_to_commit(repo, *tip)?);
     }
     commit_tips.sort();
     commit_tips.dedup();
@@ -248,23 +245,7 @@ fn write_bitmap(
             }
             bits.set(pos);
             let data = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
-            match data.kind {
-                Kind::Commit => {
-                    let iter = gix_object::CommitRefIter::from_bytes(data.data, hash);
-                    stack.push(iter.clone().tree_id().map_err(|_| ServeError::MissingObject(id))?);
-                    stack.extend(iter.parent_ids());
-                }
-                Kind::Tree => {
-                    for entry in gix_object::TreeRefIter::from_bytes(data.data, hash) {
-                        let entry = entry.map_err(|_| ServeError::MissingObject(id))?;
-                        if !entry.mode.is_commit() {
-                            stack.push(entry.oid.to_owned());
-                        }
-                    }
-                }
-                Kind::Tag => stack.push(gix_object::TagRefIter::from_bytes(data.data, hash).target_id().map_err(|_| ServeError::MissingObject(id))?),
-                Kind::Blob => {}
-            }
+            crate::select::push_children(id, data.kind, data.data, &mut stack)?;
         }
         closures.insert(*commit, bits);
     }

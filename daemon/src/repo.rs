@@ -537,6 +537,13 @@ fn follow_symbolic(repo: &gix::Repository, target: &gix::bstr::BStr) -> Option<O
 }
 
 /// For an annotated tag, the non-tag object it finally points at; `None` for any other object.
+/// `id`, or what the tag(s) it names peel to, if that is a commit.
+pub fn peel_to_commit(repo: &gix::Repository, id: ObjectId) -> Result<Option<ObjectId>, ServeError> {
+    let target = peel_tag(repo, id)?.unwrap_or(id);
+    let kind = repo.find_header(target).map_err(|_| ServeError::MissingObject(target))?.kind();
+    Ok((kind == gix_object::Kind::Commit).then_some(target))
+}
+
 pub fn peel_tag(repo: &gix::Repository, id: ObjectId) -> Result<Option<ObjectId>, ServeError> {
     let mut current = id;
     let mut peeled = None;

@@ -433,6 +433,31 @@ fn include_tags(repo: &gix::Repository, refs: &RefSnapshot, selection: &mut Sele
     Ok(())
 }
 
+/// Push the objects `data` (the object `id`, of `kind`) refers to: a commit's tree and parents, a
+/// tree's entries (gitlinks left out: a submodule's commit lives in another repository), a tag's
+/// target. Walks over object data (bitmaps, connectivity, maintenance) share it.
+pub fn push_children(id: ObjectId, kind: Kind, data: &[u8], out: &mut Vec<ObjectId>) -> Result<(), ServeError> {
+    let unparsable = |_| ServeError::MissingObject(id);
+    match kind {
+        Kind::Commit => {
+            let commit = gix_object::CommitRefIter::from_bytes(data, id.kind());
+            out.push(commit.clone().tree_id().map_err(unparsable)?);
+            out.extend(commit.parent_ids());
+        }
+        Kind::Tree => {
+            for entry in gix_object::TreeRefIter::from_bytes(data, id.kind()) {
+                let entry = entry.map_err(unparsable)?;
+                if !entry.mode.is_commit() {
+                    out.push(entry.oid.to_owned());
+                }
+            }
+        }
+        Kind::Tag => out.push(gix_object::TagRefIter::from_bytes(data, id.kind()).target_id().map_err(unparsable)?),
+        Kind::Blob => {}
+    }
+    Ok(())
+}
+
 /// Every object reachable from `tips`: what a client that may read those refs may be sent.
 pub fn reachable_from(repo: &gix::Repository, tips: &[ObjectId]) -> Result<HashSet<ObjectId>, ServeError> {
     let selection = Walker::new(repo).run(tips, &[], None)?;

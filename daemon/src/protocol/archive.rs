@@ -217,7 +217,7 @@ fn write_archive<W: Write>(repo: &gix::Repository, source: &Source, format: gix_
     match format {
         gix_archive::Format::Zip { .. } => {
             // zip wants to seek back: built in an unlinked temporary file, then streamed out.
-            let mut file = scratch_file()?;
+            let mut file = crate::unlinked_file(&std::env::temp_dir(), "archive")?;
             gix_archive::write_stream_seek(&mut stream, next, &mut file, options).map_err(ServeError::pack)?;
             file.rewind()?;
             std::io::copy(&mut file, out)?;
@@ -225,16 +225,6 @@ fn write_archive<W: Write>(repo: &gix::Repository, source: &Source, format: gix_
         _ => gix_archive::write_stream(&mut stream, next, &mut *out, options).map_err(ServeError::pack)?,
     }
     Ok(())
-}
-
-/// A temporary file nobody else can see: created, then unlinked while open.
-fn scratch_file() -> std::io::Result<std::fs::File> {
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!("gixd-archive-{}-{n}", std::process::id()));
-    let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
-    std::fs::remove_file(&path)?;
-    Ok(file)
 }
 
 #[cfg(test)]

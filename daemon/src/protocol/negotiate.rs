@@ -65,7 +65,7 @@ impl Common {
         // Commits already known to reach a common commit.
         let mut reaches: HashSet<ObjectId> = self.set.clone();
         for want in wants {
-            let Some(start) = peel_to_commit(repo, *want)? else {
+            let Some(start) = crate::repo::peel_to_commit(repo, *want)? else {
                 continue; // a tree or blob want needs no common commit
             };
             if !reaches_common(repo, start, cutoff, &mut reaches)? {
@@ -79,12 +79,6 @@ impl Common {
 fn commit_time(repo: &gix::Repository, id: ObjectId) -> Result<i64, ServeError> {
     let commit = repo.find_commit(id).map_err(|_| ServeError::MissingObject(id))?;
     Ok(commit.time().map_err(|_| ServeError::MissingObject(id))?.seconds)
-}
-
-fn peel_to_commit(repo: &gix::Repository, id: ObjectId) -> Result<Option<ObjectId>, ServeError> {
-    let target = crate::repo::peel_tag(repo, id)?.unwrap_or(id);
-    let kind = repo.find_header(target).map_err(|_| ServeError::MissingObject(target))?.kind();
-    Ok((kind == Kind::Commit).then_some(target))
 }
 
 /// Breadth-first from `start` through parents no older than `cutoff`; true once a commit in

@@ -31,7 +31,7 @@ pub struct Ran {
 /// Run `hook` with `args`, `stdin` and extra environment, in `cwd`.
 pub fn run(hook: &Path, args: &[&str], stdin: &[u8], env: &[(String, String)], cwd: &Path) -> std::io::Result<Ran> {
     // stdin from an unlinked file: a hook that writes much before reading cannot deadlock us.
-    let mut input = tempfile_in(cwd)?;
+    let mut input = crate::unlinked_file(cwd, "hook-input")?;
     input.write_all(stdin)?;
     input.rewind()?;
     // One pipe for both stdout and stderr keeps their order.
@@ -71,13 +71,4 @@ fn pipe() -> std::io::Result<(std::fs::File, std::fs::File)> {
     }
     // SAFETY: both fds were just created and are not owned elsewhere.
     Ok(unsafe { (std::fs::File::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) })
-}
-
-fn tempfile_in(dir: &Path) -> std::io::Result<std::fs::File> {
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = dir.join(format!("gixd-hook-input-{}-{n}", std::process::id()));
-    let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
-    std::fs::remove_file(&path)?;
-    Ok(file)
 }

@@ -377,23 +377,7 @@ fn connected(repo: &gix::Repository, received: &gix_odb::Handle, tip: ObjectId) 
             return Err("missing necessary objects".into());
         }
         let data = received.try_find(&id, &mut buf).map_err(|e| e.to_string())?.ok_or("missing necessary objects")?;
-        match data.kind {
-            Kind::Commit => {
-                let commit = gix_object::CommitRefIter::from_bytes(data.data, id.kind());
-                stack.push(commit.clone().tree_id().map_err(|e| e.to_string())?);
-                stack.extend(commit.parent_ids());
-            }
-            Kind::Tree => {
-                for entry in gix_object::TreeRefIter::from_bytes(data.data, id.kind()) {
-                    let entry = entry.map_err(|e| e.to_string())?;
-                    if !entry.mode.is_commit() {
-                        stack.push(entry.oid.to_owned());
-                    }
-                }
-            }
-            Kind::Tag => stack.push(gix_object::TagRefIter::from_bytes(data.data, id.kind()).target_id().map_err(|e| e.to_string())?),
-            Kind::Blob => {}
-        }
+        crate::select::push_children(id, data.kind, data.data, &mut stack).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
