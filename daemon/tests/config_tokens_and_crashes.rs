@@ -3,6 +3,9 @@
 //! stores only its hash; `gixd serve --config` serves with it; a gixd killed mid-push leaves the
 //! repository fsck-clean with the ref at its old value, and the next start removes the quarantine.
 
+mod common;
+use common::{git, git_ok};
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -10,24 +13,6 @@ use std::process::{Child, Command, Output, Stdio};
 
 fn gixd(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gixd")).args(args).output().unwrap()
-}
-
-fn git(dir: &Path, args: &[&str]) -> Output {
-    Command::new("git")
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn git_ok(dir: &Path, args: &[&str]) -> String {
-    let out = git(dir, args);
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 #[test]

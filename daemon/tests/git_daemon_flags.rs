@@ -1,10 +1,13 @@
 //! `gixd daemon` takes git daemon's command line: the binary is started with the flags, stock git
 //! is the client. Each flag is shown doing what git daemon's does (and the default without it).
 
+mod common;
+use common::{git, git_ok};
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 
 /// A running `gixd daemon`, killed on drop.
 struct Daemon {
@@ -50,23 +53,6 @@ fn daemon(args: &[&str]) -> Daemon {
     Daemon { child, git: git.unwrap(), http }
 }
 
-fn git(dir: &Path, args: &[&str]) -> Output {
-    Command::new("git")
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn git_ok(dir: &Path, args: &[&str]) -> String {
-    let out = git(dir, args);
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// A bare repository with one commit at `dir`.
 fn bare_repo(dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
@@ -75,14 +61,16 @@ fn bare_repo(dir: &Path) -> PathBuf {
     git_ok(&work, &["init", "-q", "-b", "main"]);
     std::fs::write(work.join("f"), "content\n").unwrap();
     git_ok(&work, &["add", "f"]);
-    git_ok(&work, &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one"]);
+    git_ok(&work, &["commit", "-q", "-m", "one"]);
     git_ok(dir.parent().unwrap(), &["clone", "-q", "--bare", work.to_str().unwrap(), dir.to_str().unwrap()]);
     dir.to_owned()
 }
 
 /// Clone `url`; Ok(()) or git's stderr.
 fn clone(tmp: &Path, url: &str) -> Result<(), String> {
-    let dest = tmp.join(format!("clone-{}", free_port()));
+    // A fresh name per clone (a free port number, used before, could repeat).
+    static CLONES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dest = tmp.join(format!("clone-{}", CLONES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
     let out = git(tmp, &["clone", "-q", url, dest.to_str().unwrap()]);
     if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) }
 }

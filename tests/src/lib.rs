@@ -101,6 +101,32 @@ pub fn syscall_counts_of_test(inner: &str, trace: &str) -> Option<BTreeMap<Strin
     Some(parse_strace_summary(&text))
 }
 
+/// Run the `#[ignore]`d test `inner` of the current test binary under `strace -f`, with `envs`,
+/// and return the thread creations between its two `<mark>()` calls (it must make exactly two
+/// and pass). `None` when strace is not installed, which CI does not allow.
+pub fn threads_created_by_inner_test(inner: &str, mark: &str, envs: &[(&str, &std::ffi::OsStr)]) -> Option<Vec<String>> {
+    let have_strace = Command::new("strace").arg("-V").output().is_ok_and(|o| o.status.success());
+    if !have_strace {
+        assert!(std::env::var_os("CI").is_none(), "strace is required in CI (.ci/run installs it)");
+        eprintln!("strace is not installed: not counted");
+        return None;
+    }
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let status = Command::new("strace")
+        .args(["-f", "-qq", "-e", &format!("trace=clone,clone3,{mark}"), "-o"])
+        .arg(log.path())
+        .arg("--")
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", inner, "--ignored", "--test-threads=1", "-q"])
+        .envs(envs.iter().copied())
+        .status()
+        .expect("strace runs");
+    assert!(status.success(), "inner test {inner} failed under strace");
+    let log = std::fs::read_to_string(log.path()).unwrap();
+    assert_eq!(log.matches(&format!("{mark}()")).count(), 2, "both window markers were seen");
+    Some(threads_created_in_window(&log, mark))
+}
+
 /// Thread creations (clone/clone3 with CLONE_THREAD) between the two `<mark>()` calls of an
 /// `strace -f` log: the window a test opens and closes around the work it measures.
 pub fn threads_created_in_window(log: &str, mark: &str) -> Vec<String> {

@@ -244,3 +244,29 @@ pub fn objects_in_pack(pack: &[u8], hash: &str) -> BTreeSet<String> {
     assert!(out.status.success(), "git index-pack refused the pack: {}", String::from_utf8_lossy(&out.stderr));
     pack_ids(dir.path(), &path.with_extension("idx"), hash)
 }
+
+/// POST one protocol-v2 `fetch` to `repo`'s upload-pack: `want <want>`, then `args` (one line
+/// each), then `done`. The raw response body.
+pub fn v2_fetch_raw(addr: std::net::SocketAddr, repo: &str, want: &str, args: &[&str]) -> Vec<u8> {
+    let mut body = pkt("command=fetch\n");
+    body.extend(b"0001");
+    body.extend(pkt(&format!("want {want}\n")));
+    for a in args {
+        body.extend(pkt(&format!("{a}\n")));
+    }
+    body.extend(pkt("done\n"));
+    body.extend(b"0000");
+    http(
+        addr,
+        "POST",
+        &format!("/{repo}/git-upload-pack"),
+        &[("Content-Type", "application/x-git-upload-pack-request"), ("Git-Protocol", "version=2")],
+        &body,
+    )
+    .body
+}
+
+/// [`v2_fetch_raw`]'s response as text: its pkt-lines' payloads, concatenated.
+pub fn v2_fetch_text(addr: std::net::SocketAddr, repo: &str, want: &str, args: &[&str]) -> String {
+    pkt_lines(&v2_fetch_raw(addr, repo, want, args)).into_iter().flatten().map(|l| String::from_utf8_lossy(&l).into_owned()).collect()
+}

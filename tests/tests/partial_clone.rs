@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use gixd::server::Running;
 use gixd_tests::corpus::{self, Hash};
-use gixd_tests::server::{all_objects, git_client, git_ok, http, pkt, pkt_lines, serve_with};
+use gixd_tests::server::{all_objects, git_client, git_ok, serve_with, v2_fetch_text};
 
 const TRANSPORTS: [(&str, &str); 4] = [("http", "2"), ("http", "0"), ("git", "2"), ("git", "0")];
 
@@ -113,27 +113,8 @@ fn without_allow_filter_no_filter_is_advertised_and_git_clones_everything() {
     }
     // A filter line anyway is refused.
     let head = git_ok(&repo, &["rev-parse", "HEAD"]).trim().to_owned();
-    let text = v2_fetch(&server, "wide-sha1.git", &head, &["filter blob:none"]);
+    let text = v2_fetch_text(server.addr, "wide-sha1.git", &head, &["filter blob:none"]);
     assert!(text.contains("ERR filtering capability not negotiated"), "{text}");
-}
-
-fn v2_fetch(server: &Running, repo: &str, want: &str, args: &[&str]) -> String {
-    let mut body = pkt("command=fetch\n");
-    body.extend(b"0001");
-    body.extend(pkt(&format!("want {want}\n")));
-    for a in args {
-        body.extend(pkt(&format!("{a}\n")));
-    }
-    body.extend(pkt("done\n"));
-    body.extend(b"0000");
-    let response = http(
-        server.addr,
-        "POST",
-        &format!("/{repo}/git-upload-pack"),
-        &[("Content-Type", "application/x-git-upload-pack-request"), ("Git-Protocol", "version=2")],
-        &body,
-    );
-    pkt_lines(&response.body).into_iter().flatten().map(|l| String::from_utf8_lossy(&l).into_owned()).collect()
 }
 
 #[test]
@@ -149,7 +130,7 @@ fn malformed_and_unsupported_filters_get_an_error_naming_the_spec_and_the_server
         ("sparse:oid=main:sparse", "filter 'sparse:oid' not supported"),
         ("object:type=blob", "filter 'object:type' not supported"),
     ] {
-        let text = v2_fetch(&server, "wide-sha1.git", &head, &[&format!("filter {filter}")]);
+        let text = v2_fetch_text(server.addr, "wide-sha1.git", &head, &[&format!("filter {filter}")]);
         assert!(text.contains(&format!("ERR {expected}")), "{filter}: {text}");
     }
     // What git itself prints for one of them, and a clone right after.

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use gixd::server::Running;
 use gixd_tests::corpus::{self, Hash};
-use gixd_tests::server::{all_objects, git_client, git_ok, http, pkt, pkt_lines, refs, serve_with};
+use gixd_tests::server::{all_objects, git_client, git_ok, refs, serve_with, v2_fetch_raw, v2_fetch_text};
 
 /// (transport, protocol version)
 const TRANSPORTS: [(&str, &str); 4] = [("http", "2"), ("http", "0"), ("git", "2"), ("git", "0")];
@@ -116,31 +116,6 @@ fn shallow_since_and_shallow_exclude_leave_the_client_as_git_upload_pack_does() 
     }
 }
 
-/// One v2 fetch request for `want` with `args`, the response as text.
-fn v2_fetch(server: &Running, repo: &str, want: &str, args: &[&str]) -> String {
-    let mut body = pkt("command=fetch\n");
-    body.extend(b"0001");
-    body.extend(pkt(&format!("want {want}\n")));
-    for a in args {
-        body.extend(pkt(&format!("{a}\n")));
-    }
-    body.extend(pkt("done\n"));
-    body.extend(b"0000");
-    let response = http(
-        server.addr,
-        "POST",
-        &format!("/{repo}/git-upload-pack"),
-        &[("Content-Type", "application/x-git-upload-pack-request"), ("Git-Protocol", "version=2")],
-        &body,
-    );
-    pkt_lines(&response.body)
-        .into_iter()
-        .flatten()
-        .map(|l| String::from_utf8_lossy(&l).into_owned())
-        .collect::<Vec<_>>()
-        .join("")
-}
-
 #[test]
 fn bad_shallow_requests_get_a_clear_error_and_the_server_keeps_serving() {
     let server = serve_corpus();
@@ -157,7 +132,7 @@ fn bad_shallow_requests_get_a_clear_error_and_the_server_keeps_serving() {
         (&["deepen-since 1"][..], ""), // every commit is newer: nothing is shallow, no error
         (&["deepen-since 99999999999"][..], "no commits selected for shallow requests"),
     ] {
-        let text = v2_fetch(&server, name, &head, args);
+        let text = v2_fetch_text(server.addr, name, &head, args);
         if expected.is_empty() {
             assert!(!text.contains("ERR"), "{args:?}: {text}");
         } else {
@@ -166,7 +141,7 @@ fn bad_shallow_requests_get_a_clear_error_and_the_server_keeps_serving() {
     }
     // A shallow line naming a tree is refused, as git does.
     let tree = git_ok(&repo, &["rev-parse", "main^{tree}"]).trim().to_owned();
-    let text = v2_fetch(&server, name, &head, &[&format!("shallow {tree}"), "deepen 1"]);
+    let text = v2_fetch_text(server.addr, name, &head, &[&format!("shallow {tree}"), "deepen 1"]);
     assert!(text.contains(&format!("ERR invalid shallow object {tree}")), "{text}");
     // And everyone else is still served.
     let tmp = tempfile::tempdir().unwrap();
@@ -197,7 +172,7 @@ fn a_shallow_line_naming_a_commit_no_visible_ref_reaches_does_not_unshallow_it()
         let mut args = vec![format!("shallow {secret_child}")];
         args.extend(deepen.iter().map(|a| a.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let text = v2_fetch(&server, "repo", &main, &args);
+        let text = v2_fetch_text(server.addr, "repo", &main, &args);
         assert!(!text.contains(&format!("unshallow {secret_child}")), "{deepen:?}: {text}");
         assert!(!text.contains("ERR"), "{text}");
         let pack = gixd_tests::server::sideband_pack(&http_fetch_body(&server, &main, &args));
@@ -207,22 +182,8 @@ fn a_shallow_line_naming_a_commit_no_visible_ref_reaches_does_not_unshallow_it()
 }
 
 fn http_fetch_body(server: &Running, want: &str, args: &[&str]) -> Vec<u8> {
-    let mut body = pkt("command=fetch\n");
-    body.extend(b"0001");
-    body.extend(pkt(&format!("want {want}\n")));
-    for a in args {
-        body.extend(pkt(&format!("{a}\n")));
-    }
-    body.extend(pkt("done\n"));
-    body.extend(b"0000");
-    let response = http(
-        server.addr,
-        "POST",
-        "/repo/git-upload-pack",
-        &[("Content-Type", "application/x-git-upload-pack-request"), ("Git-Protocol", "version=2")],
-        &body,
-    );
+    let body = v2_fetch_raw(server.addr, "repo", want, args);
     // Skip to the packfile section.
-    let at = response.body.windows(b"packfile\n".len()).position(|w| w == b"packfile\n").expect("a packfile section");
-    response.body[at + b"packfile\n".len()..].to_vec()
+    let at = body.windows(b"packfile\n".len()).position(|w| w == b"packfile\n").expect("a packfile section");
+    body[at + b"packfile\n".len()..].to_vec()
 }
