@@ -215,6 +215,30 @@ struct Arm {
     base: PathBuf,
 }
 
+impl Arm {
+    /// Open a measurement: the relay's count reset; the CPU so far.
+    fn begin(&self) -> Result<u64> {
+        self.relay.take();
+        self.group.cpu_us()
+    }
+
+    /// Close it: once the server's tree is back to the server alone (forking servers reap their
+    /// children a moment after the client is done), the CPU used since `cpu0` and the bytes sent.
+    fn end(&self, cpu0: u64) -> Result<(u64, u64)> {
+        settle(&self.group, self.child.id());
+        Ok((self.group.cpu_us()? - cpu0, self.relay.take()))
+    }
+}
+
+/// The arms' order in `round`: as given, reversed every other round.
+fn round_order(arms: usize, round: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..arms).collect();
+    if round % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
 impl Drop for Arm {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -541,21 +565,13 @@ fn bakeoff(args: &[String]) -> Result<()> {
         let objects: u64 = git(repo, &["rev-list", "--objects", "--all", "--count"])?.parse()?;
         for op in Op::ALL {
             for round in 0..o.rounds {
-                let mut order: Vec<usize> = (0..arms.len()).collect();
-                if round % 2 == 1 {
-                    order.reverse();
-                }
-                for i in order {
+                for i in round_order(arms.len(), round) {
                     let arm = &arms[i];
-                    arm.relay.take();
-                    let cpu0 = arm.group.cpu_us()?;
+                    let cpu0 = arm.begin()?;
                     let sampler = RssSampler::start(arm.group.dir("cpuacct").join("cgroup.procs"));
                     let wall = run_op(op, arm, repo, &work, round).with_context(|| format!("{} {} on {repo_name}", arm.name, op.name()))?;
-                    // Forking servers reap their children a moment after the client is done.
-                    settle(&arm.group, arm.child.id());
+                    let (cpu_us, bytes) = arm.end(cpu0)?;
                     let peak_rss_kb = sampler.finish();
-                    let cpu_us = arm.group.cpu_us()? - cpu0;
-                    let bytes = arm.relay.take();
                     let r = row(
                         "op",
                         serde_json::json!({
@@ -587,14 +603,9 @@ fn bakeoff(args: &[String]) -> Result<()> {
         }
         for &clients in &o.rungs {
             for round in 0..o.rounds {
-                let mut order: Vec<usize> = (0..arms.len()).collect();
-                if round % 2 == 1 {
-                    order.reverse();
-                }
-                for i in order {
+                for i in round_order(arms.len(), round) {
                     let arm = &arms[i];
-                    arm.relay.take();
-                    let cpu0 = arm.group.cpu_us()?;
+                    let cpu0 = arm.begin()?;
                     let url = format!("{}/{ramp_name}", arm.prefix);
                     let start = Instant::now();
                     let walls: Vec<Result<Duration>> = std::thread::scope(|s| {
@@ -612,9 +623,7 @@ fn bakeoff(args: &[String]) -> Result<()> {
                     });
                     let elapsed = start.elapsed();
                     let walls: Vec<Duration> = walls.into_iter().collect::<Result<_>>().with_context(|| format!("{} ramp {clients}", arm.name))?;
-                    settle(&arm.group, arm.child.id());
-                    let cpu_us = arm.group.cpu_us()? - cpu0;
-                    let bytes = arm.relay.take();
+                    let (cpu_us, bytes) = arm.end(cpu0)?;
                     let mut sorted: Vec<u64> = walls.iter().map(|w| w.as_micros() as u64).collect();
                     sorted.sort();
                     let pct = |p: f64| sorted[((sorted.len() as f64 - 1.0) * p).round() as usize];
