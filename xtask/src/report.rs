@@ -60,6 +60,15 @@ pub fn replace_block(text: &str, name: &str, body: &str) -> Result<String> {
     Ok(format!("{}{}{}", &text[..start], body, &text[end..]))
 }
 
+/// The results file `file`, parsed; `Err` holds the block to render when it is not there yet,
+/// saying to run `how`.
+fn load(root: &Path, file: &str, how: &str) -> Result<Result<Value, String>> {
+    match std::fs::read_to_string(root.join(file)) {
+        Ok(text) => Ok(Ok(serde_json::from_str(&text)?)),
+        Err(_) => Ok(Err(format!("NOT MEASURED: no {file}. Run {how}.\n"))),
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -87,11 +96,10 @@ fn ratio(stock: f64, patched: f64) -> String {
 }
 
 fn patch_costs(root: &Path) -> Result<String> {
-    let path = root.join(crate::bench::RESULTS);
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return Ok(format!("NOT MEASURED: no {}. Run `cargo xtask bench patches`.\n", crate::bench::RESULTS));
+    let doc = match load(root, crate::bench::RESULTS, "`cargo xtask bench patches`")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
     };
-    let doc: Value = serde_json::from_str(&text)?;
     let runs = doc["runs"].as_array().context("runs")?;
     let arm = |name: &str| runs.iter().filter(|r| r["arm"] == name).collect::<Vec<_>>();
     let (stock, patched) = (arm("stock"), arm("patched"));
@@ -127,11 +135,10 @@ fn patch_costs(root: &Path) -> Result<String> {
 }
 
 fn clone_cost(root: &Path) -> Result<String> {
-    let path = root.join(crate::bench::CLONE_RESULTS);
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return Ok(format!("NOT MEASURED: no {}. Run `cargo xtask bench clone`.\n", crate::bench::CLONE_RESULTS));
+    let doc = match load(root, crate::bench::CLONE_RESULTS, "`cargo xtask bench clone`")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
     };
-    let doc: Value = serde_json::from_str(&text)?;
     let runs = doc["runs"].as_array().context("runs")?;
     let c = &doc["conditions"];
     let mut out = conditions_line(c, "cargo xtask bench clone");
@@ -161,11 +168,10 @@ fn clone_cost(root: &Path) -> Result<String> {
 
 /// Indexing a pack as a push is indexed, from the same run as `patch-costs`.
 fn index_costs(root: &Path) -> Result<String> {
-    let path = root.join(crate::bench::RESULTS);
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return Ok(format!("NOT MEASURED: no {}. Run `cargo xtask bench patches`.\n", crate::bench::RESULTS));
+    let doc = match load(root, crate::bench::RESULTS, "`cargo xtask bench patches`")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
     };
-    let doc: Value = serde_json::from_str(&text)?;
     let runs = doc["runs"].as_array().context("runs")?;
     if runs.iter().all(|r| r.get("index_threads_started").is_none()) {
         return Ok(format!("NOT MEASURED: {} predates the indexing measurement. Run `cargo xtask bench patches`.\n", crate::bench::RESULTS));
@@ -193,11 +199,10 @@ fn index_costs(root: &Path) -> Result<String> {
 }
 
 fn narrow(root: &Path) -> Result<String> {
-    let path = root.join(crate::narrow::NARROW_RESULTS);
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return Ok(format!("NOT MEASURED: no {}. Run `cargo xtask bench narrow`.\n", crate::narrow::NARROW_RESULTS));
+    let doc = match load(root, crate::narrow::NARROW_RESULTS, "`cargo xtask bench narrow`")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
     };
-    let doc: Value = serde_json::from_str(&text)?;
     let runs = doc["runs"].as_array().context("runs")?;
     let c = &doc["conditions"];
     let mut out = conditions_line(c, "cargo xtask bench narrow");
@@ -236,11 +241,10 @@ fn narrow(root: &Path) -> Result<String> {
 }
 
 fn push(root: &Path) -> Result<String> {
-    let path = root.join(crate::push_bench::PUSH_RESULTS);
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return Ok(format!("NOT MEASURED: no {}. Run `cargo xtask bench push`.\n", crate::push_bench::PUSH_RESULTS));
+    let doc = match load(root, crate::push_bench::PUSH_RESULTS, "`cargo xtask bench push`")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
     };
-    let doc: Value = serde_json::from_str(&text)?;
     let runs = doc["runs"].as_array().context("runs")?;
     let c = &doc["conditions"];
     let mut out = conditions_line(c, "cargo xtask bench push");
@@ -259,11 +263,10 @@ fn push(root: &Path) -> Result<String> {
 }
 
 fn bitmaps(root: &Path) -> Result<String> {
-    let path = root.join(crate::bitmaps_bench::BITMAP_RESULTS);
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return Ok(format!("NOT MEASURED: no {}. Run `cargo xtask bench bitmaps`.\n", crate::bitmaps_bench::BITMAP_RESULTS));
+    let doc = match load(root, crate::bitmaps_bench::BITMAP_RESULTS, "`cargo xtask bench bitmaps`")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
     };
-    let doc: Value = serde_json::from_str(&text)?;
     let runs = doc["runs"].as_array().context("runs")?;
     let c = &doc["conditions"];
     let mut out = conditions_line(c, "cargo xtask bench bitmaps");
@@ -299,10 +302,10 @@ fn conditions_line(c: &Value, command: &str) -> String {
 }
 
 fn writes(root: &Path) -> Result<String> {
-    let Ok(text) = std::fs::read_to_string(root.join(crate::bench::WRITES_RESULTS)) else {
-        return Ok(format!("NOT MEASURED: no {}. Run `cargo xtask bench writes`.\n", crate::bench::WRITES_RESULTS));
+    let doc = match load(root, crate::bench::WRITES_RESULTS, "`cargo xtask bench writes`")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
     };
-    let doc: Value = serde_json::from_str(&text)?;
     let runs = doc["runs"].as_array().context("runs")?;
     let c = &doc["conditions"];
     let mut out = conditions_line(c, "cargo xtask bench writes");
@@ -325,10 +328,10 @@ fn writes(root: &Path) -> Result<String> {
 }
 
 fn ramp(root: &Path) -> Result<String> {
-    let Ok(text) = std::fs::read_to_string(root.join(crate::bench::RAMP_RESULTS)) else {
-        return Ok(format!("NOT MEASURED: no {}. Run `cargo xtask bench ramp` (root, cgroup v1 cpu).\n", crate::bench::RAMP_RESULTS));
+    let doc = match load(root, crate::bench::RAMP_RESULTS, "`cargo xtask bench ramp` (root, cgroup v1 cpu)")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
     };
-    let doc: Value = serde_json::from_str(&text)?;
     let runs = doc["runs"].as_array().context("runs")?;
     let c = &doc["conditions"];
     let mut out = conditions_line(c, "cargo xtask bench ramp");
