@@ -226,14 +226,42 @@ async fn info_refs(state: &Arc<State>, repo_path: &str, req: &Request<Incoming>)
     }
 }
 
+/// A request's body must be of `expected` type.
+fn expect_content_type(headers: &HeaderMap, expected: &str) -> Result<(), Response<Body>> {
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if content_type == expected {
+        Ok(())
+    } else {
+        Err(text(StatusCode::UNSUPPORTED_MEDIA_TYPE, format!("expected Content-Type {expected}, got '{content_type}'")))
+    }
+}
+
+/// Whether the body is gzip (`Content-Encoding`); any other encoding is refused.
+fn gzip_encoded(headers: &HeaderMap) -> Result<bool, Response<Body>> {
+    match headers.get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("?")) {
+        None | Some("identity") => Ok(false),
+        Some("gzip" | "x-gzip") => Ok(true),
+        Some(other) => Err(text(StatusCode::UNSUPPORTED_MEDIA_TYPE, format!("unsupported Content-Encoding '{other}'"))),
+    }
+}
+
+/// A bounded number of transfers at once; beyond it, a short wait, then a clear refusal (503
+/// with `Retry-After`).
+async fn transfer_slot(state: &State) -> Result<tokio::sync::OwnedSemaphorePermit, Response<Body>> {
+    match tokio::time::timeout(state.config.transfer_queue_wait, state.transfers.clone().acquire_owned()).await {
+        Ok(Ok(permit)) => Ok(permit),
+        _ => {
+            let mut response = text(StatusCode::SERVICE_UNAVAILABLE, "server busy: too many transfers in flight, retry shortly");
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            Err(response)
+        }
+    }
+}
+
 /// Read a request body: at most `max_request_body` bytes as sent, at most `max_inflated_body`
 /// after gzip.
 async fn read_body(config: &Config, req: Request<Incoming>) -> Result<Vec<u8>, Response<Body>> {
-    let gzip = match req.headers().get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("?")) {
-        None | Some("identity") => false,
-        Some("gzip" | "x-gzip") => true,
-        Some(other) => return Err(text(StatusCode::UNSUPPORTED_MEDIA_TYPE, format!("unsupported Content-Encoding '{other}'"))),
-    };
+    let gzip = gzip_encoded(req.headers())?;
     let limit = config.max_request_body;
     let collected = tokio::time::timeout(config.io_timeout, Limited::new(req.into_body(), limit).collect()).await;
     let Ok(collected) = collected else {
@@ -264,25 +292,13 @@ async fn read_body(config: &Config, req: Request<Incoming>) -> Result<Vec<u8>, R
 }
 
 async fn upload_pack(state: Arc<State>, repo_path: String, req: Request<Incoming>) -> Response<Body> {
-    let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    if content_type != "application/x-git-upload-pack-request" {
-        return text(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("expected Content-Type application/x-git-upload-pack-request, got '{content_type}'"),
-        );
+    if let Err(response) = expect_content_type(req.headers(), "application/x-git-upload-pack-request") {
+        return response;
     }
     let version = protocol_version(req.headers());
-    // A bounded number of transfers at once; beyond it, a short wait, then a clear refusal.
-    let permit = match tokio::time::timeout(state.config.transfer_queue_wait, state.transfers.clone().acquire_owned()).await {
-        Ok(Ok(permit)) => permit,
-        _ => {
-            let mut response = text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server busy: too many transfers in flight, retry shortly",
-            );
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-            return response;
-        }
+    let permit = match transfer_slot(&state).await {
+        Ok(permit) => permit,
+        Err(response) => return response,
     };
     let served: Served = match authorize(&state, req.headers(), &repo_path, false).await {
         Ok((served, _)) => served,
@@ -357,29 +373,20 @@ async fn receive_pack_advertisement(state: &Arc<State>, repo_path: &str, req: &R
 /// A push: authorized for write, its body streamed (never held whole) into the protocol layer
 /// on a blocking thread, the report returned when the push is done.
 async fn receive_pack(state: Arc<State>, repo_path: String, req: Request<Incoming>) -> Response<Body> {
-    let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    if content_type != "application/x-git-receive-pack-request" {
-        return text(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("expected Content-Type application/x-git-receive-pack-request, got '{content_type}'"),
-        );
+    if let Err(response) = expect_content_type(req.headers(), "application/x-git-receive-pack-request") {
+        return response;
     }
-    let gzip = match req.headers().get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("?")) {
-        None | Some("identity") => false,
-        Some("gzip" | "x-gzip") => true,
-        Some(other) => return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, format!("unsupported Content-Encoding '{other}'")),
+    let gzip = match gzip_encoded(req.headers()) {
+        Ok(gzip) => gzip,
+        Err(response) => return response,
     };
     let (served, identity) = match authorize(&state, req.headers(), &repo_path, true).await {
         Ok(allowed) => allowed,
         Err(response) => return response,
     };
-    let permit = match tokio::time::timeout(state.config.transfer_queue_wait, state.transfers.clone().acquire_owned()).await {
-        Ok(Ok(permit)) => permit,
-        _ => {
-            let mut response = text(StatusCode::SERVICE_UNAVAILABLE, "server busy: too many transfers in flight, retry shortly");
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-            return response;
-        }
+    let permit = match transfer_slot(&state).await {
+        Ok(permit) => permit,
+        Err(response) => return response,
     };
     let body = stream::BodyReader::spawn(req.into_body(), state.config.io_timeout);
     let task_state = state.clone();
