@@ -101,6 +101,26 @@ pub fn syscall_counts_of_test(inner: &str, trace: &str) -> Option<BTreeMap<Strin
     Some(parse_strace_summary(&text))
 }
 
+/// Run `cmd` (a git command) with `stdin` fed to it; it must succeed; its stdout.
+pub fn output_with_input(mut cmd: Command, stdin: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("git runs");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{cmd:?} failed");
+    out.stdout
+}
+
+/// Stock `git upload-pack <args> <repo>` (v2 when asked) given `stdin`: git's answer to compare with.
+pub fn git_upload_pack(repo: &Path, args: &[&str], v2: bool, stdin: &[u8]) -> Vec<u8> {
+    let mut cmd = git_command(repo);
+    cmd.arg("upload-pack").args(args).arg(repo);
+    if v2 {
+        cmd.env("GIT_PROTOCOL", "version=2");
+    }
+    output_with_input(cmd, stdin)
+}
+
 /// Run the `#[ignore]`d test `inner` of the current test binary under `strace -f`, with `envs`,
 /// and return the thread creations between its two `<mark>()` calls (it must make exactly two
 /// and pass). `None` when strace is not installed, which CI does not allow.

@@ -259,32 +259,19 @@ fn post_push(server: &Running, secret: &str, body: &[u8]) -> Vec<String> {
 
 /// `git pack-objects --revs --stdout [--thin]` of `revs` in `repo`.
 fn pack_of(repo: &Path, revs: &str, thin: bool) -> Vec<u8> {
-    use std::io::Write;
     let mut cmd = gixd_tests::git_command(repo);
     cmd.args(["pack-objects", "--revs", "--stdout", "-q"]);
     if thin {
         cmd.arg("--thin");
     }
-    let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
-    child.stdin.take().unwrap().write_all(revs.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    out.stdout
+    gixd_tests::output_with_input(cmd, revs.as_bytes())
 }
 
 /// A pack of exactly these objects (no walk).
 fn pack_of_objects(repo: &Path, ids: &[&str]) -> Vec<u8> {
-    use std::io::Write;
-    let mut child = gixd_tests::git_command(repo)
-        .args(["pack-objects", "--stdout", "-q"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(ids.iter().map(|i| format!("{i}\n")).collect::<String>().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    out.stdout
+    let mut cmd = gixd_tests::git_command(repo);
+    cmd.args(["pack-objects", "--stdout", "-q"]);
+    gixd_tests::output_with_input(cmd, ids.iter().map(|i| format!("{i}\n")).collect::<String>().as_bytes())
 }
 
 #[test]
@@ -507,15 +494,9 @@ fn malformed_objects_are_refused_as_git_fsck_objects_would() {
         tree
     };
     let hash_object = |kind: &str, data: &[u8]| {
-        use std::io::Write;
-        let mut child = gixd_tests::git_command(&work)
-            .args(["hash-object", "--literally", "-w", "--stdin", "-t", kind])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(data).unwrap();
-        String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap().trim().to_owned()
+        let mut cmd = gixd_tests::git_command(&work);
+        cmd.args(["hash-object", "--literally", "-w", "--stdin", "-t", kind]);
+        String::from_utf8(gixd_tests::output_with_input(cmd, data)).unwrap().trim().to_owned()
     };
     for (what, tree) in [(".git entry", raw(".git")), ("dot-dot entry", raw("..")), ("empty name", raw(""))] {
         let bad_tree = hash_object("tree", &tree);

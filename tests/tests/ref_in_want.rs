@@ -35,18 +35,6 @@ fn sections(body: &[u8]) -> Vec<String> {
     out
 }
 
-fn git_upload_pack(repo: &std::path::Path, body: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut child = gixd_tests::git_command(repo)
-        .args(["upload-pack", "--stateless-rpc", repo.to_str().unwrap()])
-        .env("GIT_PROTOCOL", "version=2")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(body).unwrap();
-    child.wait_with_output().unwrap().stdout
-}
 
 #[test]
 fn want_ref_is_answered_with_wanted_refs_as_git_does_and_only_when_allowed() {
@@ -83,7 +71,7 @@ fn want_ref_is_answered_with_wanted_refs_as_git_does_and_only_when_allowed() {
     git(&repo, &["config", "uploadpack.allowRefInWant", "true"]);
     assert!(advertised(&server));
     let ours = sections(&post(&ask));
-    let theirs = sections(&git_upload_pack(&repo, &ask));
+    let theirs = sections(&gixd_tests::git_upload_pack(&repo, &["--stateless-rpc"], true, &ask));
     assert_eq!(ours, theirs);
     assert!(ours.iter().any(|l| l == "wanted-refs"), "{ours:?}");
 

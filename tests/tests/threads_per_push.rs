@@ -43,15 +43,9 @@ fn serving_a_push_creates_no_thread() {
     gixd_tests::git(&target, &["init", "-q", "--bare", "-b", "main"]);
     let tip = gixd_tests::git_out(&source, &["rev-parse", "main"]);
     let pack = {
-        use std::io::Write;
-        let mut child = gixd_tests::git_command(&source)
-            .args(["pack-objects", "--revs", "--stdout", "-q"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(format!("{tip}\n").as_bytes()).unwrap();
-        child.wait_with_output().unwrap().stdout
+        let mut cmd = gixd_tests::git_command(&source);
+        cmd.args(["pack-objects", "--revs", "--stdout", "-q"]);
+        gixd_tests::output_with_input(cmd, format!("{tip}\n").as_bytes())
     };
     let mut body = pkt(&format!("{} {tip} refs/heads/main\0report-status\n", "0".repeat(40)));
     body.extend(b"0000");

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use gixd::tap::{Exchange, Recorder};
 use gixd_tests::corpus::{self, Hash};
+use gixd_tests::git_upload_pack;
 use gixd_tests::server::{all_objects, assert_fsck_clean, git_client, git_ok, http, pkt, pkt_lines, refs, rev_list_objects, serve_with};
 
 /// What gixd deliberately does not (yet) say that git upload-pack says, each as (where, token).
@@ -90,19 +91,6 @@ fn normalize_git_v2(git: &[u8]) -> Vec<u8> {
     encode(&lines)
 }
 
-fn git_upload_pack(repo: &Path, args: &[&str], v2: bool, stdin: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut cmd = gixd_tests::git_command(repo);
-    cmd.arg("upload-pack").args(args).arg(repo);
-    if v2 {
-        cmd.env("GIT_PROTOCOL", "version=2");
-    }
-    let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    out.stdout
-}
 
 /// The ls-refs requests compared: what `git clone` sends, nothing at all, and peeled tags only.
 fn ls_refs_requests(hash: Hash) -> Vec<(&'static str, Vec<u8>)> {
