@@ -152,11 +152,7 @@ fn serve(state: &State, stream: TcpStream) -> Result<(), crate::error::ServeErro
         protocol::receive::receive_pack(&ctx, std::io::BufReader::with_capacity(64 * 1024, &stream), out)?;
         return Ok(());
     }
-    if request.service != "git-upload-pack" {
-        // Enabled but not built yet: said plainly rather than served as something else.
-        let _ = send_err(&stream, &format!("service '{}' is not available in this gixd", request.service));
-        return Ok(());
-    }
+    // Only git-upload-pack is left: any other service was refused as not enabled above.
     match Version::from_params(&request.extra) {
         Version::V2 => protocol::v2::serve_stateful(&ctx, &stream, out)?,
         v0_or_v1 => protocol::v0::serve_stateful(&ctx, v0_or_v1, &stream, out)?,
