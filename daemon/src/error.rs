@@ -41,8 +41,6 @@ pub enum ProtocolError {
     WantNotAdvertised(ObjectId),
     #[error("want {0}: no such object")]
     WantMissing(ObjectId),
-    #[error("have {0} is not a commit")]
-    HaveNotCommit(ObjectId),
     #[error("too many {what} lines (limit {limit})")]
     TooMany { what: &'static str, limit: usize },
     #[error("{0}")]

@@ -477,6 +477,11 @@ impl RefSnapshot {
         self.head_id().as_ref() == Some(id) || self.refs.iter().any(|r| r.id == *id)
     }
 
+    /// Is `id` what an advertised annotated tag peels to (a `^{}` line)?
+    pub fn is_peeled_tip(&self, id: &ObjectId) -> bool {
+        self.refs.iter().any(|r| r.peeled.as_ref() == Some(id))
+    }
+
     /// Changes whenever a ref is added, removed or moved.
     pub fn fingerprint(&self) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();

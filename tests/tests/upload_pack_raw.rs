@@ -172,38 +172,13 @@ fn unknown_commands_arguments_and_capabilities_are_refused_by_name() {
 }
 
 #[test]
-fn wants_that_are_not_advertised_or_do_not_exist_are_refused() {
+fn a_want_that_is_not_an_object_id_is_refused() {
+    // Wants of objects that are not reachable, or do not exist: tests/want_have_rules.rs.
     let tmp = tempfile::tempdir().unwrap();
-    let repo = fixture(tmp.path());
+    fixture(tmp.path());
     let server = serve(tmp.path());
-    let inner = git_out(&repo, &["rev-parse", "HEAD~2"]); // exists, but no ref points at it
-    let missing = "1234567890123456789012345678901234567890";
-    for want in [inner.as_str(), missing] {
-        let response = post(server.addr, &v2_fetch(&[format!("want {want}\n")], &["done"]), &[V2]);
-        assert!(err_line(&response).unwrap().contains("is not our ref"), "v2 {want}");
-        let mut body = pkt(&format!("want {want} side-band-64k\n"));
-        body.extend(b"0000");
-        body.extend(pkt("done\n"));
-        assert!(err_line(&post(server.addr, &body, &[])).unwrap().contains("is not our ref"), "v0 {want}");
-    }
     let response = post(server.addr, &v2_fetch(&["want nothex\n".to_owned()], &["done"]), &[V2]);
     assert!(err_line(&response).unwrap().contains("invalid object id"));
-}
-
-#[test]
-fn a_have_naming_a_blob_is_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    let repo = fixture(tmp.path());
-    let server = serve(tmp.path());
-    let head = git_out(&repo, &["rev-parse", "HEAD"]);
-    let blob = git_out(&repo, &["rev-parse", "HEAD:file.txt"]);
-    let response = post(server.addr, &v2_fetch(&[format!("want {head}\n"), format!("have {blob}\n")], &[]), &[V2]);
-    assert!(err_line(&response).unwrap().contains("is not a commit"));
-    let mut body = pkt(&format!("want {head} multi_ack_detailed side-band-64k\n"));
-    body.extend(b"0000");
-    body.extend(pkt(&format!("have {blob}\n")));
-    body.extend(b"0000");
-    assert!(err_line(&post(server.addr, &body, &[])).unwrap().contains("is not a commit"));
 }
 
 #[test]

@@ -7,32 +7,49 @@ use std::collections::{HashSet, VecDeque};
 use gix_hash::ObjectId;
 use gix_object::Kind;
 
-use crate::error::{ProtocolError, ServeError};
+use crate::error::ServeError;
 
 /// What we know of one `have`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Have {
-    /// We have this commit too.
+    /// We have this object too (git's `do_got_oid`: any object, not only a commit).
     Common,
     /// We do not have it (the client is ahead there).
     Unknown,
 }
 
-/// Classify one have. A have naming an object we hold that is not a commit is refused.
-pub fn check_have(repo: &gix::Repository, id: ObjectId) -> Result<Have, ServeError> {
+/// What a have we hold stands for.
+enum Held {
+    Commit,
+    /// An annotated tag, and the commit it peels to (if it peels to one).
+    Tag(Option<ObjectId>),
+    /// A tree or a blob.
+    Other,
+}
+
+/// Classify one have; `None` when we do not hold it.
+fn check_have(repo: &gix::Repository, id: ObjectId) -> Result<Option<Held>, ServeError> {
     match repo.find_header(id) {
-        Err(_) => Ok(Have::Unknown),
-        Ok(header) if header.kind() == Kind::Commit => Ok(Have::Common),
-        Ok(_) => Err(ProtocolError::HaveNotCommit(id).into()),
+        Err(_) => Ok(None),
+        Ok(header) if header.kind() == Kind::Commit => Ok(Some(Held::Commit)),
+        Ok(header) if header.kind() == Kind::Tag => Ok(Some(Held::Tag(crate::repo::peel_to_commit(repo, id)?))),
+        Ok(_) => Ok(Some(Held::Other)),
     }
 }
 
 /// The negotiation state of one request (stateless: rebuilt from each request's lines).
 #[derive(Debug, Default)]
 pub struct Common {
-    /// Common commits, in the order the client named them, without repeats.
+    /// Common commits named as haves, in the order the client named them, without repeats: what
+    /// readiness walks to (git's `THEY_HAVE`, set by commit haves only).
     pub commits: Vec<ObjectId>,
+    /// Commits that annotated tags named as haves peel to: hidden from selection like
+    /// `commits` (git passes every have to pack-objects as `^<id>`), not used for readiness.
+    pub peeled: Vec<ObjectId>,
+    /// Every have we hold, in the order named, without repeats: what is acknowledged.
+    pub acked: Vec<ObjectId>,
     set: HashSet<ObjectId>,
+    commit_set: HashSet<ObjectId>,
 }
 
 impl Common {
@@ -41,16 +58,35 @@ impl Common {
         if self.set.contains(&id) {
             return Ok(Have::Common);
         }
-        let have = check_have(repo, id)?;
-        if have == Have::Common {
-            self.set.insert(id);
-            self.commits.push(id);
+        let Some(held) = check_have(repo, id)? else {
+            return Ok(Have::Unknown);
+        };
+        self.set.insert(id);
+        self.acked.push(id);
+        match held {
+            Held::Commit => {
+                self.commit_set.insert(id);
+                self.commits.push(id);
+            }
+            Held::Tag(Some(commit)) if !self.peeled.contains(&commit) => self.peeled.push(commit),
+            Held::Tag(_) | Held::Other => {}
         }
-        Ok(have)
+        Ok(Have::Common)
     }
 
+    /// The commits selection hides: common commits, then tag haves' commits not among them.
+    pub fn into_hidden(mut self) -> Vec<ObjectId> {
+        for commit in std::mem::take(&mut self.peeled) {
+            if !self.commit_set.contains(&commit) {
+                self.commits.push(commit);
+            }
+        }
+        self.commits
+    }
+
+    /// Nothing acknowledged yet (git: no `have_obj`).
     pub fn is_empty(&self) -> bool {
-        self.commits.is_empty()
+        self.acked.is_empty()
     }
 
     /// git's `ok_to_give_up`: true when every want reaches a common commit.
@@ -63,7 +99,7 @@ impl Common {
             cutoff = cutoff.min(commit_time(repo, *id)?);
         }
         // Commits already known to reach a common commit.
-        let mut reaches: HashSet<ObjectId> = self.set.clone();
+        let mut reaches: HashSet<ObjectId> = self.commit_set.clone();
         for want in wants {
             let Some(start) = crate::repo::peel_to_commit(repo, *want)? else {
                 continue; // a tree or blob want needs no common commit

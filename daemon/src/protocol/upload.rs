@@ -52,20 +52,40 @@ pub fn reply_err<T>(out: &mut dyn Write, err: ServeError) -> Result<T, ServeErro
     Err(err)
 }
 
-/// Every want must be what a visible ref points at — or, where the repository allows wants by
-/// id (`uploadpack.allowReachableSHA1InWant`, or `uploadpack.allowFilter`: a partial clone
-/// fetches what it left out by id later), an object reachable from a visible ref.
-pub fn check_wants(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, wants: &[ObjectId]) -> Result<(), ServeError> {
+/// Which wants a request may make beyond the visible ref tips.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WantRule {
+    /// Stateless v0 (HTTP) and v2: any object reachable from a visible ref, as git's
+    /// `check_non_tip` accepts for stateless service and as gitprotocol-v2 says ("wants can be
+    /// anything"). Stricter than git's v2 on purpose: never an object no visible ref reaches.
+    Reachable,
+    /// Stateful v0 (git://): git daemon's rule — the advertised tips, and by id only where the
+    /// repository allows it (`uploadpack.allowReachableSHA1InWant`, or `uploadpack.allowFilter`:
+    /// a partial clone fetches what it left out by id later).
+    Advertised,
+}
+
+/// Every want must be allowed by `rule`; an object no visible ref reaches never is.
+pub fn check_wants(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, wants: &[ObjectId], rule: WantRule) -> Result<(), ServeError> {
     let max_wants = ctx.config.max_wants;
     if wants.len() > max_wants {
         return Err(ProtocolError::TooMany { what: "want", limit: max_wants }.into());
     }
+    let by_id = match rule {
+        WantRule::Reachable => true,
+        WantRule::Advertised => refs.wants.reachable || refs.wants.filter,
+    };
     let mut readable = None;
     for want in wants {
         if refs.is_tip(want) {
             continue;
         }
-        if refs.wants.reachable || refs.wants.filter {
+        if by_id {
+            // The peeled target of an advertised tag is reachable by definition (a client that
+            // wants every `^{}` line asks for these): no set needed.
+            if refs.is_peeled_tip(want) {
+                continue;
+            }
             let set = match &readable {
                 Some(set) => set,
                 None => readable.insert(ctx.repos.readable_objects(ctx.served, repo, refs)?),
@@ -148,11 +168,12 @@ pub fn boundary(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, w
 
 /// The `shallow`/`unshallow` lines of a boundary.
 pub fn write_boundary(boundary: &Boundary, w: &mut crate::protocol::pkt::Writer) {
+    // git writes these without a trailing newline (libgit2 refuses one).
     for id in &boundary.shallow {
-        w.text(format!("shallow {id}"));
+        w.data(format!("shallow {id}").as_bytes());
     }
     for id in &boundary.unshallow {
-        w.text(format!("unshallow {id}"));
+        w.data(format!("unshallow {id}").as_bytes());
     }
 }
 

@@ -307,7 +307,7 @@ fn negotiate(
     if req.wants.is_empty() {
         return Ok(None);
     }
-    upload::check_wants(ctx, repo, refs, &req.wants)?;
+    upload::check_wants(ctx, repo, refs, &req.wants, upload::WantRule::Reachable)?;
     let boundary = shallow_reply(ctx, repo, refs, &mut req, w)?;
     if !req.has_haves_section {
         return Ok(None); // a deepen request's first round: the shallow list was the answer
@@ -319,14 +319,14 @@ fn negotiate(
         match line {
             Line::Data(b"done") => {
                 nego.done(w);
-                let common = nego.common.commits;
+                let common = nego.common.into_hidden();
                 return Ok(Some((req, common, boundary)));
             }
             Line::Data(d) => nego.have_line(d, w)?,
             Line::Flush => {
                 return match nego.flush(w)? {
                     Next::Pack => {
-                        let common = nego.common.commits;
+                        let common = nego.common.into_hidden();
                         Ok(Some((req, common, boundary)))
                     }
                     // Stateless: this round is over; the client sends the next request.
@@ -394,19 +394,19 @@ impl<'r> Negotiation<'r> {
             .and_then(|h| std::str::from_utf8(h).ok())
             .ok_or_else(|| ProtocolError::Unexpected("expected 'have <id>'".into()))?;
         let id = upload::parse_oid(hex, self.hash)?;
-        let before = self.common.commits.len();
+        let (commits_before, acked_before) = (self.common.commits.len(), self.common.acked.len());
         match self.common.have(self.repo, id)? {
             Have::Common => {
                 self.got_common = true;
                 self.last_common = Some(id);
-                if self.common.commits.len() != before {
+                if self.common.commits.len() != commits_before {
                     self.ready_cache = None;
                 }
                 if self.caps.multi_ack_detailed {
                     w.text(format!("ACK {id} common"));
                 } else if self.caps.multi_ack {
                     w.text(format!("ACK {id} continue"));
-                } else if self.common.commits.len() == 1 && before == 0 {
+                } else if self.common.acked.len() == 1 && acked_before == 0 {
                     w.text(format!("ACK {id}"));
                 }
             }
@@ -507,7 +507,7 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Ve
         body.push(Line::Data(b"done")); // parse() wants a complete request; the haves come next
         let mut req = parse(&body, &refs, ctx.config.max_haves)?;
         req.done = false;
-        upload::check_wants(ctx, &repo, &refs, &req.wants)?;
+        upload::check_wants(ctx, &repo, &refs, &req.wants, upload::WantRule::Advertised)?;
         let mut w = pkt::Writer::new();
         let boundary = shallow_reply(ctx, &repo, &refs, &mut req, &mut w)?;
         if !w.buf.is_empty() {
@@ -540,7 +540,7 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Ve
             out.write_all(&w.buf)?;
             out.flush()?;
             if finished {
-                let common = std::mem::take(&mut nego.common.commits);
+                let common = std::mem::take(&mut nego.common).into_hidden();
                 return Ok(Some((req, common, boundary)));
             }
         }

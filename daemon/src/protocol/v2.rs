@@ -9,7 +9,7 @@ use std::io::Write;
 
 use gix_hash::ObjectId;
 
-use super::negotiate::{Common, Have};
+use super::negotiate::Common;
 use super::pkt::{self, Line};
 use super::upload::{self, Extras, PackRequest};
 use super::v0::hash_name;
@@ -266,7 +266,7 @@ fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[
     type Negotiated = (FetchArgs, Vec<ObjectId>, Option<crate::shallow::Boundary>);
     let negotiated = (|| -> Result<Option<Negotiated>, ServeError> {
         let mut f = parse_fetch(args, refs, ctx.config.max_haves)?;
-        upload::check_wants(ctx, repo, refs, &f.wants)?;
+        upload::check_wants(ctx, repo, refs, &f.wants, upload::WantRule::Reachable)?;
         for (_, id) in &f.wanted_refs {
             if !f.wants.contains(id) {
                 f.wants.push(*id);
@@ -276,18 +276,15 @@ fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[
             return Ok(None);
         }
         let mut common = Common::default();
-        let mut acked = Vec::new();
         for have in &f.haves {
-            if common.have(repo, *have)? == Have::Common && !acked.contains(have) {
-                acked.push(*have);
-            }
+            common.have(repo, *have)?;
         }
         if !f.done && !f.haves.is_empty() {
             w.text("acknowledgments");
-            if acked.is_empty() {
+            if common.acked.is_empty() {
                 w.text("NAK");
             }
-            for id in &acked {
+            for id in &common.acked {
                 w.text(format!("ACK {id}"));
             }
             if !f.wait_for_done && common.ready(repo, &f.wants)? {
@@ -311,7 +308,7 @@ fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[
             upload::write_boundary(boundary, &mut w);
             w.delim();
         }
-        Ok(Some((f, common.commits, boundary)))
+        Ok(Some((f, common.into_hidden(), boundary)))
     })();
     let (f, common, boundary) = match negotiated {
         Ok(Some(n)) => n,

@@ -59,8 +59,11 @@ pub fn parse_request_line(line: &[u8]) -> Option<RequestLine> {
 /// Serve one git:// connection to the end.
 pub fn serve_connection(state: Arc<State>, stream: TcpStream) {
     let peer = stream.peer_addr().ok();
-    if let Err(err) = serve(&state, stream) {
-        tracing::info!(?peer, %err, "git:// connection ended with an error");
+    match serve(&state, stream) {
+        Ok(()) => {}
+        Err(crate::error::ServeError::Disconnected) => tracing::info!(?peer, "client went away"),
+        // The same level as HTTP's failures: an operator filtering on WARN sees both.
+        Err(err) => tracing::warn!(?peer, %err, "git:// request failed"),
     }
 }
 
