@@ -1,0 +1,206 @@
+//! The git clients people use besides the git CLI — libgit2 (pygit2), dulwich, JGit, go-git and
+//! isomorphic-git — against gixd and, as the control, against stock git's own servers (git
+//! http-backend behind lighttpd, git daemon), over HTTP and git://: clone (each protocol version
+//! the client speaks), fetch after new commits and annotated tags on old commits, a shallow
+//! clone, push of a new branch, a refused non-fast-forward, a delete; every result checked
+//! against the server's refs and with `git fsck` (`tests/clients/matrix.py` drives the clients).
+//!
+//! A cell that passes against the control must pass against gixd. A client that is not installed
+//! (`tests/clients/install.sh`, run by `.ci/run`) or that cannot do a step is a SKIP with its
+//! reason, printed and in the table, never a pass. The table is written to
+//! `target/client-matrix.md`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use gixd::config::Exports;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn wait_for_port(port: u16) {
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    panic!("nothing listens on port {port}");
+}
+
+/// A child process killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn git_exec_path() -> PathBuf {
+    let out = Command::new("git").arg("--exec-path").output().expect("git runs");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// git daemon serving `base` on a free port, pushes enabled.
+fn git_daemon(base: &Path) -> (Killed, u16) {
+    let port = free_port();
+    let child = Command::new(git_exec_path().join("git-daemon"))
+        .args(["--reuseaddr", "--export-all", "--enable=receive-pack", "--listen=127.0.0.1"])
+        .arg(format!("--port={port}"))
+        .arg(format!("--base-path={}", base.display()))
+        .arg(base)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("git daemon starts");
+    wait_for_port(port);
+    (Killed(child), port)
+}
+
+/// git http-backend as CGI behind lighttpd serving `base` under `/git`; `None` without lighttpd.
+fn http_backend(base: &Path, scratch: &Path) -> Option<(Killed, u16)> {
+    Command::new("lighttpd").arg("-v").output().ok()?;
+    let port = free_port();
+    let conf = scratch.join("lighttpd.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "server.modules = (\"mod_alias\", \"mod_cgi\", \"mod_setenv\")\nserver.document-root = \"{s}\"\nserver.port = {port}\n\
+             server.bind = \"127.0.0.1\"\nserver.errorlog = \"{s}/lighttpd-error.log\"\n\
+             alias.url = ( \"/git\" => \"{backend}\" )\n\
+             $HTTP[\"url\"] =~ \"^/git\" {{\n  cgi.assign = (\"\" => \"\")\n  setenv.add-environment = ( \"GIT_PROJECT_ROOT\" => \"{b}\", \"GIT_HTTP_EXPORT_ALL\" => \"\" )\n}}\n",
+            s = scratch.display(),
+            b = base.display(),
+            backend = git_exec_path().join("git-http-backend").display(),
+        ),
+    )
+    .unwrap();
+    let child = Command::new("lighttpd").arg("-D").arg("-f").arg(&conf).spawn().ok()?;
+    wait_for_port(port);
+    Some((Killed(child), port))
+}
+
+#[derive(Debug, Clone)]
+struct Cell {
+    client: String,
+    server: String,
+    transport: String,
+    protocol: String,
+    step: String,
+    status: String,
+    detail: String,
+}
+
+#[test]
+fn every_client_that_works_against_stock_git_works_against_gixd() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (gixd_base, git_base) = (tmp.path().join("gixd"), tmp.path().join("git"));
+    std::fs::create_dir_all(&gixd_base).unwrap();
+    std::fs::create_dir_all(&git_base).unwrap();
+
+    let token_file = tmp.path().join("tokens.toml");
+    let mut store = gixd::auth::TokenStore::load(&token_file).unwrap();
+    let (_, secret) = store.add("matrix", "*", true).unwrap();
+    store.save().unwrap();
+    let tf = token_file.clone();
+    let gixd = gixd_tests::server::serve_with(&gixd_base, move |c| {
+        c.exports = Exports::All;
+        c.token_file = Some(tf);
+        c.git_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.services.receive_pack = true;
+        c.max_transfers = 8;
+    });
+    let (_daemon, daemon_port) = git_daemon(&git_base);
+    let backend = http_backend(&git_base, tmp.path());
+    if backend.is_none() {
+        assert!(std::env::var_os("CI").is_none(), "lighttpd is missing: .ci/run installs it (tests/clients/install.sh)");
+        eprintln!("SKIP control HTTP: lighttpd is not installed (tests/clients/install.sh installs it)");
+    }
+    let servers = serde_json::json!([
+        {
+            "name": "gixd",
+            "base": gixd_base,
+            "http": format!("http://{}", gixd.addr),
+            "git": format!("git://{}", gixd.git_addr.unwrap()),
+            "http_user": "matrix",
+            "http_password": secret,
+        },
+        {
+            "name": "git",
+            "base": git_base,
+            "http": backend.as_ref().map(|(_, port)| format!("http://127.0.0.1:{port}/git")),
+            "git": format!("git://127.0.0.1:{daemon_port}"),
+        },
+    ]);
+    let servers_file = tmp.path().join("servers.json");
+    std::fs::write(&servers_file, serde_json::to_vec_pretty(&servers).unwrap()).unwrap();
+
+    let root = repo_root();
+    let table = root.join("target/client-matrix.md");
+    let out = Command::new("python3")
+        .arg(root.join("tests/clients/matrix.py"))
+        .arg("--servers")
+        .arg(&servers_file)
+        .arg("--work")
+        .arg(tmp.path().join("work"))
+        .arg("--markdown")
+        .arg(&table)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("python3 runs the matrix");
+    assert!(out.status.success(), "the matrix runner failed: {}", String::from_utf8_lossy(&out.stdout));
+    let cells: Vec<Cell> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let s = |k: &str| v[k].as_str().unwrap_or("").to_owned();
+            Cell {
+                client: s("client"),
+                server: s("server"),
+                transport: s("transport"),
+                protocol: s("protocol"),
+                step: s("step"),
+                status: s("status"),
+                detail: s("detail"),
+            }
+        })
+        .collect();
+    assert!(!cells.is_empty(), "the matrix ran no cell");
+
+    type Key = (String, String, String, String);
+    let by_server = |server: &str| -> BTreeMap<Key, Cell> {
+        cells
+            .iter()
+            .filter(|c| c.server == server)
+            .map(|c| ((c.client.clone(), c.transport.clone(), c.protocol.clone(), c.step.clone()), c.clone()))
+            .collect()
+    };
+    let (ours, control) = (by_server("gixd"), by_server("git"));
+    let mut failures = Vec::new();
+    let (mut passed, mut skipped) = (0, 0);
+    for (key, theirs) in &control {
+        let Some(mine) = ours.get(key) else {
+            failures.push(format!("{key:?}: no gixd cell"));
+            continue;
+        };
+        match (theirs.status.as_str(), mine.status.as_str()) {
+            ("pass", "pass") => passed += 1,
+            ("pass", _) => failures.push(format!("{key:?}: passes against git, {} against gixd: {}", mine.status, mine.detail)),
+            ("skip", _) | (_, "skip") => {
+                skipped += 1;
+                eprintln!("SKIP {key:?}: {}", if mine.detail.is_empty() { &theirs.detail } else { &mine.detail });
+            }
+            (status, _) => eprintln!("CONTROL {status} {key:?}: {} (gixd: {} {})", theirs.detail, mine.status, mine.detail),
+        }
+    }
+    eprintln!("client matrix: {passed} cells pass on both servers, {skipped} skipped; table in {}", table.display());
+    assert!(failures.is_empty(), "cells that work against stock git fail against gixd:\n{}", failures.join("\n"));
+}
