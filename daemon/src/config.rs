@@ -117,6 +117,10 @@ pub struct Config {
     /// How long a client may take to send its request head or body, or to accept the next frame
     /// of a response, before the transfer is dropped: a stalled client must not hold a thread.
     pub io_timeout: std::time::Duration,
+    /// The slowest a client may send a request or a push (bytes per second of the server's
+    /// waiting, judged over `init_timeout` of waiting): per-read timeouts alone let a client that
+    /// sends a byte every few seconds hold a connection and a transfer slot for ever.
+    pub min_receive_rate: u64,
     /// Sees every exchange (request, response bytes, pack statistics): for the wire suite and
     /// diagnostics. `None` costs nothing.
     pub tap: Option<Arc<dyn Tap>>,
@@ -151,6 +155,7 @@ impl Config {
             max_transfers: 2,
             transfer_queue_wait: std::time::Duration::from_secs(5),
             io_timeout: std::time::Duration::from_secs(120),
+            min_receive_rate: 1024,
             tap: None,
         }
     }
@@ -171,6 +176,17 @@ impl Config {
             "workers {}, blocking threads {}, transfers in flight {}",
             self.worker_threads, self.blocking_threads, self.max_transfers
         )
+    }
+
+    /// How request bytes must arrive ([`crate::transport::pace`]): judged over `init_timeout`.
+    pub fn pace(&self) -> crate::transport::pace::Pace {
+        crate::transport::pace::Pace { min_rate: self.min_receive_rate, window: self.init_timeout }
+    }
+
+    /// How a push's bytes must arrive: judged over `io_timeout`, since a client may compress its
+    /// pack for a while before the first byte of it leaves.
+    pub fn push_pace(&self) -> crate::transport::pace::Pace {
+        crate::transport::pace::Pace { min_rate: self.min_receive_rate, window: self.io_timeout }
     }
 
     /// The window actually used: 0 would accept no byte ever and hang the transfer.
@@ -221,6 +237,7 @@ pub struct Limits {
     pub io_timeout_secs: Option<u64>,
     pub init_timeout_secs: Option<u64>,
     pub queue_wait_secs: Option<u64>,
+    pub min_receive_rate: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -325,7 +342,7 @@ impl File {
             macro_rules! set {
                 ($($field:ident),*) => { $( if let Some(v) = l.$field { config.$field = v; } )* };
             }
-            set!(max_request_body, max_inflated_body, max_push_bytes, max_wants, max_haves, max_transfers, worker_threads, blocking_threads);
+            set!(max_request_body, max_inflated_body, max_push_bytes, max_wants, max_haves, max_transfers, worker_threads, blocking_threads, min_receive_rate);
             if let Some(v) = l.io_timeout_secs {
                 config.io_timeout = secs(v.max(1));
             }

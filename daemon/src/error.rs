@@ -41,6 +41,10 @@ pub enum ProtocolError {
     WantNotAdvertised(ObjectId),
     #[error("want {0}: no such object")]
     WantMissing(ObjectId),
+    #[error("request section larger than {limit} bytes before its flush")]
+    TooLarge { limit: usize },
+    #[error("could not read the request: {0}")]
+    Read(String),
     #[error("too many {what} lines (limit {limit})")]
     TooMany { what: &'static str, limit: usize },
     #[error("{0}")]
@@ -78,5 +82,34 @@ pub enum ServeError {
 impl ServeError {
     pub fn pack(err: impl std::fmt::Display) -> Self {
         ServeError::Pack(err.to_string())
+    }
+}
+
+/// A message as a client may be shown it: at most `max` bytes (cut at a character boundary,
+/// marked with `…`), control characters (a NUL, an escape) written as `\xNN` — error texts quote
+/// what the client sent, and must not carry it back unbounded or raw. Newlines stay.
+pub fn for_client(message: &str, max: usize) -> String {
+    let mut out = String::with_capacity(message.len().min(max));
+    for c in message.chars() {
+        let piece = if c.is_control() && c != '\n' { format!("\\x{:02x}", c as u32 & 0xff) } else { c.to_string() };
+        if out.len() + piece.len() > max {
+            out.push('…');
+            break;
+        }
+        out.push_str(&piece);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::for_client;
+
+    #[test]
+    fn client_messages_are_clipped_and_control_characters_escaped() {
+        assert_eq!(for_client("want x\0y", 100), "want x\\x00y");
+        assert_eq!(for_client(&"a".repeat(70_000), 1000).len(), 1000 + '…'.len_utf8());
+        assert_eq!(for_client("é".repeat(10).as_str(), 5), "éé…");
+        assert_eq!(for_client("two\nlines", 100), "two\nlines");
     }
 }

@@ -137,13 +137,25 @@ async fn accept_git(listener: TcpListener, state: Arc<State>) {
         }
         tokio::spawn(async move {
             let _guard = guard;
+            let mut stream = stream;
+            // The request line arrives whole within init_timeout, before the connection takes a
+            // thread or a transfer slot: idle or trickling connections cost neither.
+            let line = match tokio::time::timeout(state.config.init_timeout, crate::transport::git::read_request_line(&mut stream)).await {
+                Ok(Ok(Some(line))) => line,
+                Ok(Ok(None)) => return crate::transport::git::refuse_without_request(&mut stream).await,
+                Ok(Err(_)) => return, // hung up
+                Err(_) => {
+                    tracing::info!(%peer, "git:// request line did not arrive in time");
+                    return;
+                }
+            };
             let permit = tokio::time::timeout(state.config.transfer_queue_wait, state.transfers.clone().acquire_owned()).await;
             let Ok(stream) = stream.into_std() else { return };
             match permit {
                 Ok(Ok(permit)) => {
                     let _ = tokio::task::spawn_blocking(move || {
                         let _permit = permit;
-                        crate::transport::git::serve_connection(state, stream);
+                        crate::transport::git::serve_connection(state, stream, line);
                     })
                     .await;
                 }

@@ -355,7 +355,8 @@ fn two_pushes_racing_on_one_ref_one_wins_the_other_is_told() {
         let won: Vec<usize> = (0..2).filter(|i| reports[*i][1] == "ok refs/heads/main").collect();
         assert_eq!(won.len(), 1, "exactly one wins: {reports:?}");
         let lost = 1 - won[0];
-        assert!(reports[lost][1].starts_with("ng refs/heads/main failed to update ref"), "{reports:?}");
+        // The loser is told which rule: its expected old value is stale.
+        assert!(reports[lost][1].starts_with("ng refs/heads/main stale info: the ref is at"), "{reports:?}");
         assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(bodies[won[0]].0.clone()), "the winner's commit is the ref");
     }
     assert_server_clean(&f.repo());
@@ -597,5 +598,98 @@ fn readers_during_pushes_see_the_old_or_the_new_state_never_a_ref_without_its_ob
     assert!(fetches > 1, "the reader ran during the pushes");
     git_ok(&reader, &["fetch", "-q", "origin"]);
     assert_eq!(git_out(&reader, &["rev-parse", "origin/main"]), git_out(&work, &["rev-parse", "main"]));
+    assert_server_clean(&f.repo());
+}
+
+#[test]
+fn a_shallow_clone_pushes_like_any_other() {
+    // A shallow client sends `shallow <id>` lines before its first command, which carries the
+    // capabilities: they must still be read as capabilities (report-status comes back).
+    let f = Fixture::new();
+    let url = f.url(Some(&f.token("*", true)));
+    let work = f.work("work", 4);
+    assert!(push(&work, &[&url, "main"]).0);
+    let shallow = f.tmp.path().join("shallow");
+    gixd_tests::server::clone(&url, &shallow, 2, &["--depth", "1"]);
+    commit_files(&shallow, &[("new.txt", b"from a shallow clone\n")], "shallow work");
+    for target in ["main", "main:refs/heads/from-shallow"] {
+        let (ok, err) = push(&shallow, &[&url, target]);
+        assert!(ok, "{target}: {err}");
+    }
+    let tip = git_out(&shallow, &["rev-parse", "HEAD"]);
+    assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(tip.clone()));
+    assert_eq!(server_ref(&f.repo(), "refs/heads/from-shallow"), Some(tip));
+    assert_server_clean(&f.repo());
+}
+
+/// POST a push body as given (with extra headers); the whole response.
+fn post_raw_push(server: &Running, secret: &str, body: &[u8], extra: &[(&str, &str)]) -> gixd_tests::server::HttpResponse {
+    let auth = format!("Bearer {secret}");
+    let mut headers = vec![("Content-Type", "application/x-git-receive-pack-request"), ("Authorization", auth.as_str())];
+    headers.extend_from_slice(extra);
+    http(server.addr, "POST", "/repo.git/git-receive-pack", &headers, body)
+}
+
+#[test]
+fn a_push_body_that_cannot_be_read_gets_an_error_not_an_empty_answer() {
+    let f = Fixture::new();
+    let secret = f.token("*", true);
+    let work = f.work("work", 2);
+    let (old, new) = (git_out(&work, &["rev-parse", "main~1"]), git_out(&work, &["rev-parse", "main"]));
+    assert!(push(&work, &[&f.url(Some(&secret)), "main~1:refs/heads/main"]).0);
+    let body = push_body(&[(old.clone(), new.clone(), "refs/heads/main")], &pack_of(&work, &format!("{new}\n^{old}\n"), false));
+    let err_of = |response: &gixd_tests::server::HttpResponse| {
+        pkt_lines(&response.body).into_iter().flatten().find(|l| l.starts_with(b"ERR ")).map(|l| String::from_utf8_lossy(&l).into_owned())
+    };
+    // Claims gzip, is not.
+    let response = post_raw_push(&f.server, &secret, &body, &[("Content-Encoding", "gzip")]);
+    assert!(err_of(&response).is_some_and(|e| e.contains("could not read the request")), "{:?}", response.text());
+    // Cut inside the first command.
+    let response = post_raw_push(&f.server, &secret, &body[..30], &[]);
+    assert_eq!(err_of(&response).as_deref(), Some("ERR request ended before its flush packet"), "{:?}", response.text());
+    // A chunked body with a chunk size that is not hex.
+    let mut stream = std::net::TcpStream::connect(f.server.addr).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    let head = format!(
+        "POST /repo.git/git-receive-pack HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/x-git-receive-pack-request\r\nAuthorization: Bearer {secret}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    use std::io::{Read, Write};
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(format!("{:x}\r\n", 20).as_bytes()).unwrap();
+    stream.write_all(&body[..20]).unwrap();
+    stream.write_all(b"\r\nzz\r\nrest\r\n").unwrap();
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let raw = String::from_utf8_lossy(&raw);
+    assert!(raw.contains("ERR "), "a broken chunk got no error: {raw:.300}");
+    // Nothing moved, and the next push works.
+    assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(old));
+    assert_eq!(post_push(&f.server, &secret, &body)[1], "ok refs/heads/main");
+    assert_server_clean(&f.repo());
+}
+
+#[test]
+fn refused_ref_updates_say_which_rule_they_broke() {
+    let f = Fixture::new();
+    let secret = f.token("*", true);
+    let work = f.work("work", 3);
+    assert!(push(&work, &[&f.url(Some(&secret)), "main", "main~1:refs/heads/other"]).0);
+    let [c0, c1, c2] = ["main~2", "main~1", "main"].map(|r| git_out(&work, &["rev-parse", r]));
+    let zero = "0".repeat(40);
+    let empty = pack_of_objects(&work, &[]);
+    let before = refs(&f.repo(), "refs");
+    let cases: [((String, String, &str), bool, &str); 4] = [
+        ((c0.clone(), c2.clone(), "refs/heads/other"), true, "ng refs/heads/other stale info: the ref is at"),
+        ((zero.clone(), c2.clone(), "refs/heads/other"), true, "ng refs/heads/other reference already exists"),
+        ((c0.clone(), zero.clone(), "refs/heads/other"), false, "ng refs/heads/other stale info: the ref is at"),
+        ((zero.clone(), c2.clone(), "refs/heads/main/sub"), true, "ng refs/heads/main/sub directory/file conflict: 'refs/heads/main' exists"),
+    ];
+    for (command, with_pack, expected) in cases {
+        let pack: &[u8] = if with_pack { &empty } else { &[] };
+        let report = post_push(&f.server, &secret, &push_body(&[command.clone()], pack));
+        assert!(report[1].starts_with(expected), "{command:?}: {report:?}");
+    }
+    assert_eq!(refs(&f.repo(), "refs"), before, "nothing moved");
+    let _ = c1;
     assert_server_clean(&f.repo());
 }

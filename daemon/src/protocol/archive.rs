@@ -43,7 +43,15 @@ pub fn parse(args: &[String]) -> Result<Request, String> {
                 "-v" | "--verbose" | "--worktree-attributes" => {}
                 "-l" | "--list" => req.list = true,
                 a if a.starts_with("--format=") => req.format = Some(a["--format=".len()..].to_owned()),
-                a if a.starts_with("--prefix=") => req.prefix = Some(a["--prefix=".len()..].to_owned()),
+                a if a.starts_with("--prefix=") => {
+                    let prefix = &a["--prefix=".len()..];
+                    // Refused before the ACK: an entry named `../x` escapes whoever unpacks it,
+                    // and the archive writer would fail mid-stream on it.
+                    if prefix.starts_with('/') || prefix.split('/').any(|part| part == "..") {
+                        return Err(format!("prefix '{}' may not be absolute or contain '..'", prefix.chars().take(64).collect::<String>()));
+                    }
+                    req.prefix = Some(prefix.to_owned());
+                }
                 a if a.len() == 2 && a.as_bytes()[1].is_ascii_digit() => req.level = Some(a.as_bytes()[1] - b'0'),
                 other => return Err(format!("unsupported option '{}'", other.chars().take(64).collect::<String>())),
             }

@@ -54,6 +54,9 @@ pub const MAX_SIDEBAND_64K: usize = MAX_DATA - 1;
 /// `side-band` (without 64k) packets are at most 1000 bytes.
 pub const MAX_SIDEBAND: usize = 1000 - 4 - 1;
 
+/// The longest `ERR` message sent: it often quotes the client's line, which may be 64 KiB.
+pub const MAX_ERR: usize = 1000;
+
 /// Append pkt-lines to a buffer.
 #[derive(Default)]
 pub struct Writer {
@@ -89,7 +92,8 @@ impl Writer {
 
     /// `ERR <message>`: the client stops with "remote error: <message>".
     pub fn err(&mut self, message: &str) -> &mut Self {
-        let message = clip(message);
+        let message = crate::error::for_client(message, MAX_ERR);
+        let message = clip(&message);
         gix_packetline::blocking_io::encode::error_to_write(message.as_bytes(), &mut self.buf).expect("writing to a Vec");
         self
     }

@@ -82,27 +82,42 @@ pub struct Request {
 
 /// Read the commands (and push options) from `input`, leaving it at the pack. `None` when the
 /// client sent no command (nothing to push: it hangs up after the advertisement).
-pub fn read_request<R: std::io::Read>(input: R, hash: gix_hash::Kind) -> Result<(Option<Request>, R), ProtocolError> {
-    let mut lines = gix_packetline::blocking_io::StreamingPeekableIter::new(input, &[PacketLineRef::Flush], false);
+///
+/// At most `max_bytes` of commands and options are read (bounded before they are held); a body
+/// that ends inside a line, or that cannot be read (not gzip, a broken chunk), is an error the
+/// client is told, not an empty push.
+pub fn read_request<R: std::io::Read>(input: R, hash: gix_hash::Kind, max_bytes: usize) -> Result<(Option<Request>, R), ProtocolError> {
+    let counted = std::rc::Rc::new(std::cell::Cell::new(0u64));
+    let mut lines = gix_packetline::blocking_io::StreamingPeekableIter::new(Counted { inner: input, bytes: counted.clone() }, &[PacketLineRef::Flush], false);
+    let mut held = 0usize;
     let mut req = Request::default();
     let mut first = true;
+    let mut caps_seen = false;
     while let Some(line) = lines.read_line() {
         let data = match line {
             Ok(Ok(PacketLineRef::Data(d))) => d,
             Ok(Ok(other)) => return Err(ProtocolError::Unexpected(format!("{other:?}"))),
             Ok(Err(err)) => return Err(ProtocolError::PktLine(err.to_string())),
-            Err(err) if first => {
-                let _ = err;
-                return Ok((None, lines.into_inner())); // hung up: nothing to push
+            // Hung up before sending a byte: nothing to push.
+            Err(err) if first && err.kind() == std::io::ErrorKind::UnexpectedEof && counted.get() == 0 => {
+                return Ok((None, lines.into_inner().inner));
             }
-            Err(_) => return Err(ProtocolError::Truncated),
+            Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => return Err(ProtocolError::Truncated),
+            Err(err) => return Err(ProtocolError::Read(err.to_string())),
         };
+        held += data.len();
+        if held > max_bytes {
+            return Err(ProtocolError::TooLarge { limit: max_bytes });
+        }
         let data = data.strip_suffix(b"\n").unwrap_or(data);
+        // The capabilities ride on the first command — after a shallow client's `shallow`
+        // lines, which come first (git reads them off whichever line has a NUL).
         let (command, caps) = match data.iter().position(|b| *b == 0) {
-            Some(nul) if first => (&data[..nul], Some(&data[nul + 1..])),
+            Some(nul) if !caps_seen => (&data[..nul], Some(&data[nul + 1..])),
             _ => (data, None),
         };
         first = false;
+        caps_seen |= caps.is_some();
         let text = std::str::from_utf8(command).map_err(|_| ProtocolError::Unexpected("non-UTF-8 command".into()))?;
         if let Some(caps) = caps {
             let caps = std::str::from_utf8(caps).map_err(|_| ProtocolError::Unexpected("non-UTF-8 capabilities".into()))?;
@@ -128,13 +143,17 @@ pub fn read_request<R: std::io::Read>(input: R, hash: gix_hash::Kind) -> Result<
         return Err(ProtocolError::Truncated);
     }
     if req.commands.is_empty() {
-        return Ok((None, lines.into_inner()));
+        return Ok((None, lines.into_inner().inner));
     }
     if req.caps.push_options {
         lines.reset();
         while let Some(line) = lines.read_line() {
             match line {
                 Ok(Ok(PacketLineRef::Data(d))) => {
+                    held += d.len();
+                    if held > max_bytes {
+                        return Err(ProtocolError::TooLarge { limit: max_bytes });
+                    }
                     if req.options.len() == MAX_OPTIONS {
                         return Err(ProtocolError::TooMany { what: "push option", limit: MAX_OPTIONS });
                     }
@@ -143,14 +162,29 @@ pub fn read_request<R: std::io::Read>(input: R, hash: gix_hash::Kind) -> Result<
                 }
                 Ok(Ok(other)) => return Err(ProtocolError::Unexpected(format!("{other:?}"))),
                 Ok(Err(err)) => return Err(ProtocolError::PktLine(err.to_string())),
-                Err(_) => return Err(ProtocolError::Truncated),
+                Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => return Err(ProtocolError::Truncated),
+                Err(err) => return Err(ProtocolError::Read(err.to_string())),
             }
         }
         if lines.stopped_at().is_none() {
             return Err(ProtocolError::Truncated);
         }
     }
-    Ok((Some(req), lines.into_inner()))
+    Ok((Some(req), lines.into_inner().inner))
+}
+
+/// A reader that counts what it has read (to tell a hang-up from a body cut short).
+struct Counted<R> {
+    inner: R,
+    bytes: std::rc::Rc<std::cell::Cell<u64>>,
+}
+
+impl<R: std::io::Read> std::io::Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bytes.set(self.bytes.get() + n as u64);
+        Ok(n)
+    }
 }
 
 fn parse_caps(caps: &str, hash: gix_hash::Kind) -> Result<PushCaps, ProtocolError> {
@@ -176,7 +210,7 @@ fn parse_caps(caps: &str, hash: gix_hash::Kind) -> Result<PushCaps, ProtocolErro
 /// report to `out`. `None` when the client pushed nothing.
 pub fn receive_pack<R: BufRead, W: Write>(ctx: &Context<'_>, input: R, mut out: W) -> Result<Option<Outcome>, ServeError> {
     let hash = ctx.served.repo.to_thread_local().object_hash();
-    let (req, mut rest) = match read_request(input, hash) {
+    let (req, mut rest) = match read_request(input, hash, ctx.config.max_request_body) {
         Ok(read) => read,
         Err(err) => {
             // No report is possible before the commands are known: an ERR line says why.

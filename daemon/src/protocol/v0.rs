@@ -469,14 +469,21 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Ve
     out.write_all(&w.buf)?;
     out.flush()?;
     let mut lines = gix_packetline::blocking_io::StreamingPeekableIter::new(input, &[PacketLineRef::Flush], false);
-    // Read one section (up to a flush) as owned lines; `None` if the client hung up first.
+    // Read one section (up to a flush) as owned lines; `None` if the client hung up first. A
+    // section is bounded before it is held, like an HTTP body (`max_request_body`).
+    let max_bytes = ctx.config.max_request_body;
     let section = |lines: &mut gix_packetline::blocking_io::StreamingPeekableIter<R>| -> Result<Option<Vec<Vec<u8>>>, ServeError> {
         let mut out = Vec::new();
+        let mut bytes = 0usize;
         lines.reset();
         while let Some(line) = lines.read_line() {
             match line {
                 Ok(Ok(PacketLineRef::Data(d))) => {
                     let d = d.strip_suffix(b"\n").unwrap_or(d);
+                    bytes += d.len() + 4;
+                    if bytes > max_bytes {
+                        return Err(ProtocolError::TooLarge { limit: max_bytes }.into());
+                    }
                     let done = d == b"done";
                     out.push(d.to_vec());
                     if done {

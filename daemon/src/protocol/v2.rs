@@ -364,6 +364,10 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, input: R, m
         while let Some(line) = lines.read_line() {
             match line {
                 Ok(Ok(PacketLineRef::Data(d))) => {
+                    // Bounded before it is held, like an HTTP body (`max_request_body`).
+                    if request.buf.len() + d.len() > ctx.config.max_request_body {
+                        return upload::reply_err(&mut out, ProtocolError::TooLarge { limit: ctx.config.max_request_body }.into());
+                    }
                     request.data(d);
                 }
                 Ok(Ok(PacketLineRef::Delimiter)) => {

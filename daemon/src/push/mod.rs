@@ -160,14 +160,20 @@ pub fn apply<W: Write>(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead
     if req.caps.atomic {
         let edits: Vec<_> = req.commands.iter().map(edit).collect();
         if let Err(err) = repo.edit_references_as(edits, Some(committer)) {
-            fail_all(&mut results, &format!("failed to update refs: {err}"));
+            // The commands that broke a rule say which; the others failed with them.
+            for (command, result) in req.commands.iter().zip(results.iter_mut()) {
+                *result = Err(ref_refusal(&repo, command).unwrap_or_else(|| "atomic push failure".into()));
+            }
+            if results.iter().all(|r| r.as_ref().err().is_some_and(|e| e == "atomic push failure")) {
+                fail_all(&mut results, &format!("failed to update refs: {}", error_chain(&err)));
+            }
         }
     } else {
         for (command, result) in req.commands.iter().zip(results.iter_mut()) {
             if result.is_ok()
                 && let Err(err) = repo.edit_references_as(Some(edit(command)), Some(committer))
             {
-                *result = Err(format!("failed to update ref: {err}"));
+                *result = Err(ref_refusal(&repo, command).unwrap_or_else(|| format!("failed to update ref: {}", error_chain(&err))));
             }
         }
     }
@@ -194,6 +200,37 @@ pub fn apply<W: Write>(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead
         "push"
     );
     Ok(Outcome { unpack_error: None, results, objects: quarantine.objects })
+}
+
+/// Which rule a refused ref update broke, read from the refs as they are now (the transaction's
+/// compare-and-swap refused it): the words git's users know.
+fn ref_refusal(repo: &gix::Repository, command: &Command) -> Option<String> {
+    let name = command.name.as_str();
+    let current = repo.try_find_reference(name).ok().flatten().and_then(|mut r| r.peel_to_id().ok().map(|id| id.detach()));
+    match current {
+        Some(_) if command.old.is_null() => return Some("reference already exists".into()),
+        Some(id) if id != command.old => return Some(format!("stale info: the ref is at {id}, the push expected {}", command.old)),
+        None if !command.old.is_null() => return Some(format!("stale info: the ref does not exist, the push expected {}", command.old)),
+        _ => {}
+    }
+    // A directory/file conflict: `refs/heads/a` blocks `refs/heads/a/b` and the other way round.
+    let refs = repo.references().ok()?;
+    let conflict = refs.all().ok()?.flatten().map(|r| r.name().as_bstr().to_string()).find(|other| {
+        other != name && (name.starts_with(&format!("{other}/")) || other.starts_with(&format!("{name}/")))
+    })?;
+    Some(format!("directory/file conflict: '{conflict}' exists; cannot create '{name}'"))
+}
+
+/// An error and its sources on one line.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
 }
 
 fn edit_for(command: &Command, who: &str) -> gix::refs::transaction::RefEdit {

@@ -9,9 +9,9 @@ use std::io::BufWriter;
 use std::net::TcpStream;
 use std::sync::Arc;
 
-use gix_packetline::PacketLineRef;
 
 use crate::protocol::{self, Context, Version, pkt};
+use crate::transport::pace::Paced;
 use crate::transport::http::State;
 
 /// Writes of at least this many bytes leave together: two full side-band packets and the short
@@ -56,10 +56,41 @@ pub fn parse_request_line(line: &[u8]) -> Option<RequestLine> {
     })
 }
 
-/// Serve one git:// connection to the end.
-pub fn serve_connection(state: Arc<State>, stream: TcpStream) {
+/// Read the request line (one pkt-line) off a new connection, before it takes a thread or a
+/// transfer slot; the caller bounds the time. `None` for anything but a data line.
+pub async fn read_request_line(stream: &mut tokio::net::TcpStream) -> std::io::Result<Option<Vec<u8>>> {
+    use tokio::io::AsyncReadExt;
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).await?;
+    let Some(len) = std::str::from_utf8(&len).ok().and_then(|l| usize::from_str_radix(l, 16).ok()) else {
+        return Ok(None);
+    };
+    if !(5..=65520).contains(&len) {
+        return Ok(None);
+    }
+    let mut line = vec![0u8; len - 4];
+    stream.read_exact(&mut line).await?;
+    Ok(Some(line))
+}
+
+/// Tell a client that sent no request line why, and close (async: no thread was taken for it).
+pub async fn refuse_without_request(stream: &mut tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut w = pkt::Writer::new();
+    w.err("expected a request line: git-upload-pack /path");
+    if stream.write_all(&w.buf).await.is_ok() && stream.shutdown().await.is_ok() {
+        let mut sink = [0u8; 4096];
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+            while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+        })
+        .await;
+    }
+}
+
+/// Serve one git:// connection, whose request line was read, to the end.
+pub fn serve_connection(state: Arc<State>, stream: TcpStream, line: Vec<u8>) {
     let peer = stream.peer_addr().ok();
-    match serve(&state, stream) {
+    match serve(&state, stream, &line) {
         Ok(()) => {}
         Err(crate::error::ServeError::Disconnected) => tracing::info!(?peer, "client went away"),
         // The same level as HTTP's failures: an operator filtering on WARN sees both.
@@ -88,21 +119,11 @@ fn send_err(stream: &TcpStream, message: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-fn serve(state: &State, stream: TcpStream) -> Result<(), crate::error::ServeError> {
+fn serve(state: &State, stream: TcpStream, line: &[u8]) -> Result<(), crate::error::ServeError> {
     stream.set_nonblocking(false)?;
     stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(state.config.init_timeout))?;
     stream.set_write_timeout(Some(state.config.io_timeout))?;
-    let mut first = gix_packetline::blocking_io::StreamingPeekableIter::new(&stream, &[PacketLineRef::Flush], false);
-    let line = match first.read_line() {
-        Some(Ok(Ok(PacketLineRef::Data(d)))) => d.to_vec(),
-        _ => {
-            let _ = send_err(&stream, "expected a request line: git-upload-pack /path");
-            return Ok(());
-        }
-    };
-    drop(first);
-    let Some(request) = parse_request_line(&line) else {
+    let Some(request) = parse_request_line(line) else {
         let _ = send_err(&stream, "malformed request line: expected 'git-upload-pack /path\\0host=…\\0'");
         return Ok(());
     };
@@ -120,18 +141,27 @@ fn serve(state: &State, stream: TcpStream) -> Result<(), crate::error::ServeErro
     let served = match state.repos.resolve(&request.path) {
         Ok(served) => served,
         Err(err) => {
+            tracing::info!(path = %request.path, %err, "git:// request refused");
             let message = if state.config.informative_errors {
-                err.to_string()
+                // A private repository is "not found" as a missing one is: its existence is
+                // nobody's business (HTTP answers both with the same 404).
+                match err {
+                    crate::error::RepoError::NotExported(path) => crate::error::RepoError::NotFound(path).to_string(),
+                    err => err.to_string(),
+                }
             } else {
                 format!("access denied or repository not exported: {}", request.path.chars().take(256).collect::<String>())
             };
-            tracing::info!(path = %request.path, %err, "git:// request refused");
             let _ = send_err(&stream, &message);
             return Ok(());
         }
     };
     tracing::info!(repo = %served.name, host = ?request.host, "git://");
-    stream.set_read_timeout(Some(state.config.io_timeout))?;
+    // Reads are held to a minimum rate (a trickling client is dropped within a window), and a
+    // silent one is noticed at the end of a window too.
+    let pace = if request.service == "git-receive-pack" { state.config.push_pace() } else { state.config.pace() };
+    stream.set_read_timeout(Some(pace.window.min(state.config.io_timeout)))?;
+    let input = Paced::new(&stream, pace);
     let ctx = Context {
         repos: &state.repos,
         served: &served,
@@ -140,7 +170,7 @@ fn serve(state: &State, stream: TcpStream) -> Result<(), crate::error::ServeErro
     };
     let out = BufWriter::with_capacity(WRITE_BUFFER, &stream);
     if request.service == "git-upload-archive" {
-        return protocol::archive::serve_stateful(&ctx, &stream, out);
+        return protocol::archive::serve_stateful(&ctx, input, out);
     }
     if request.service == "git-receive-pack" {
         // git daemon's push: no authentication on git://, so only with --enable=receive-pack.
@@ -152,13 +182,13 @@ fn serve(state: &State, stream: TcpStream) -> Result<(), crate::error::ServeErro
         use std::io::Write;
         out.write_all(&w.buf)?;
         out.flush()?;
-        protocol::receive::receive_pack(&ctx, std::io::BufReader::with_capacity(64 * 1024, &stream), out)?;
+        protocol::receive::receive_pack(&ctx, std::io::BufReader::with_capacity(64 * 1024, input), out)?;
         return Ok(());
     }
     // Only git-upload-pack is left: any other service was refused as not enabled above.
     match Version::from_params(&request.extra) {
-        Version::V2 => protocol::v2::serve_stateful(&ctx, &stream, out)?,
-        v0_or_v1 => protocol::v0::serve_stateful(&ctx, v0_or_v1, &stream, out)?,
+        Version::V2 => protocol::v2::serve_stateful(&ctx, input, out)?,
+        v0_or_v1 => protocol::v0::serve_stateful(&ctx, v0_or_v1, input, out)?,
     };
     Ok(())
 }

@@ -60,7 +60,7 @@ fn route(path: &str) -> Route<'_> {
 }
 
 fn text(status: StatusCode, message: impl Into<String>) -> Response<Body> {
-    let mut message = message.into();
+    let mut message = crate::error::for_client(&message.into(), 4096);
     if !message.ends_with('\n') {
         message.push('\n');
     }
@@ -129,6 +129,13 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
         (Route::InfoRefs(_) | Route::UploadPack(_), _) => text(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed here")),
         (Route::NotFound, _) => text(StatusCode::NOT_FOUND, "not found: gixd serves <repository>/info/refs and <repository>/git-upload-pack"),
     };
+    let mut response = response;
+    if method == Method::POST && !response.status().is_success() {
+        // Refused before its body was read: the connection cannot carry another request until
+        // that body is consumed, so it closes (else the client's next request waits for the
+        // I/O timeout).
+        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     tracing::info!(%method, %path, status = response.status().as_u16(), "http");
     Ok(response)
 }
@@ -296,16 +303,17 @@ async fn upload_pack(state: Arc<State>, repo_path: String, req: Request<Incoming
         return response;
     }
     let version = protocol_version(req.headers());
-    let permit = match transfer_slot(&state).await {
-        Ok(permit) => permit,
-        Err(response) => return response,
-    };
     let served: Served = match authorize(&state, req.headers(), &repo_path, false).await {
         Ok((served, _)) => served,
         Err(response) => return response,
     };
     let body = match read_body(&state.config, req).await {
         Ok(body) => body,
+        Err(response) => return response,
+    };
+    // The slot is taken once the request is in: a client trickling its body holds none.
+    let permit = match transfer_slot(&state).await {
+        Ok(permit) => permit,
         Err(response) => return response,
     };
     let (mut sink, response_body) = stream::pair(state.config.effective_stream_window(), state.config.io_timeout);
@@ -400,6 +408,8 @@ async fn receive_pack(state: Arc<State>, repo_path: String, req: Request<Incomin
             pusher: identity.user(),
         };
         let mut out = Vec::new();
+        // Held to a minimum rate: per-frame timeouts alone let a trickling push live for ever.
+        let body = crate::transport::pace::Paced::new(body, state.config.push_pace());
         let input: Box<dyn Read> = if gzip { Box::new(flate2::read::GzDecoder::new(body)) } else { Box::new(body) };
         let result = protocol::receive::receive_pack(&ctx, std::io::BufReader::with_capacity(64 * 1024, input), &mut out);
         if let Err(err) = &result {

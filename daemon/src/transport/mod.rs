@@ -4,4 +4,5 @@
 
 pub mod git;
 pub mod http;
+pub mod pace;
 pub mod stream;
