@@ -101,6 +101,9 @@ pub struct Config {
     pub max_inflated_body: usize,
     /// Largest pack one push may send: beyond it the push is refused and nothing is kept.
     pub max_push_bytes: u64,
+    /// The largest object a push may carry, by its declared (inflated) size, refused before it is
+    /// allocated: a zlib bomb of a few hundred KB can declare half a gigabyte.
+    pub max_object_bytes: usize,
     /// Most `want` lines one request may carry: one per ref a client can ask for, with room.
     pub max_wants: usize,
     /// Most `have` lines one request may carry (stateless HTTP re-sends the common ones).
@@ -148,6 +151,7 @@ impl Config {
             max_request_body: 16 * 1024 * 1024,
             max_inflated_body: 64 * 1024 * 1024,
             max_push_bytes: 4 << 30,
+            max_object_bytes: 256 << 20,
             max_wants: 100_000,
             max_haves: 100_000,
             worker_threads: 1,
@@ -229,6 +233,7 @@ pub struct Limits {
     pub max_request_body: Option<usize>,
     pub max_inflated_body: Option<usize>,
     pub max_push_bytes: Option<u64>,
+    pub max_object_bytes: Option<usize>,
     pub max_wants: Option<usize>,
     pub max_haves: Option<usize>,
     pub max_transfers: Option<usize>,
@@ -342,7 +347,7 @@ impl File {
             macro_rules! set {
                 ($($field:ident),*) => { $( if let Some(v) = l.$field { config.$field = v; } )* };
             }
-            set!(max_request_body, max_inflated_body, max_push_bytes, max_wants, max_haves, max_transfers, worker_threads, blocking_threads, min_receive_rate);
+            set!(max_request_body, max_inflated_body, max_push_bytes, max_object_bytes, max_wants, max_haves, max_transfers, worker_threads, blocking_threads, min_receive_rate);
             if let Some(v) = l.io_timeout_secs {
                 config.io_timeout = secs(v.max(1));
             }

@@ -207,6 +207,12 @@ struct LimitFlags {
     /// Largest pack one push may send [default: 4 GiB].
     #[arg(long, value_name = "BYTES")]
     max_push_bytes: Option<u64>,
+    /// Largest object a push may carry, by its inflated size [default: 256 MiB].
+    #[arg(long, value_name = "BYTES")]
+    max_object_bytes: Option<usize>,
+    /// Slowest a client may send while gixd waits for it, in bytes per second [default: 1024].
+    #[arg(long, value_name = "BYTES")]
+    min_receive_rate: Option<u64>,
     /// Most want lines per request [default: 100000].
     #[arg(long, value_name = "N")]
     max_wants: Option<usize>,
@@ -225,6 +231,12 @@ impl LimitFlags {
         }
         if let Some(v) = self.max_push_bytes {
             config.max_push_bytes = v;
+        }
+        if let Some(v) = self.max_object_bytes {
+            config.max_object_bytes = v;
+        }
+        if let Some(v) = self.min_receive_rate {
+            config.min_receive_rate = v;
         }
         if let Some(v) = self.max_wants {
             config.max_wants = v.max(1);

@@ -693,3 +693,37 @@ fn refused_ref_updates_say_which_rule_they_broke() {
     let _ = c1;
     assert_server_clean(&f.repo());
 }
+
+/// The process's peak resident memory so far (`VmHWM`), in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap().trim().trim_end_matches(" kB").trim().parse().unwrap();
+    kb * 1024
+}
+
+#[test]
+fn an_object_declared_larger_than_the_limit_is_refused_before_it_is_allocated() {
+    // A blob of 64 MiB of zeros deflates to about 64 KiB: a small push that declares a large
+    // object. With max_object_bytes at 8 MiB it is refused, and memory does not grow by it.
+    let f = Fixture::with(|c| c.max_object_bytes = 8 << 20);
+    let secret = f.token("*", true);
+    let work = f.work("work", 1);
+    assert!(push(&work, &[&f.url(Some(&secret)), "main"]).0);
+    let old = git_out(&work, &["rev-parse", "main"]);
+    std::fs::write(work.join("zeros.bin"), vec![0u8; 64 << 20]).unwrap();
+    git(&work, &["add", "zeros.bin"]);
+    git(&work, &["commit", "-q", "-m", "a big blob"]);
+    let new = git_out(&work, &["rev-parse", "main"]);
+    let pack = pack_of(&work, &format!("{new}\n^{old}\n"), false);
+    assert!(pack.len() < 1 << 20, "the pack is small: {} bytes", pack.len());
+    let body = push_body(&[(old.clone(), new.clone(), "refs/heads/main")], &pack);
+    std::fs::remove_file(work.join("zeros.bin")).unwrap();
+    let before = peak_rss();
+    let report = post_push(&f.server, &secret, &body);
+    let grown = peak_rss().saturating_sub(before);
+    assert!(report[0].starts_with("unpack ") && report[0].contains("max_object_bytes"), "{report:?}");
+    assert_eq!(report[1], "ng refs/heads/main unpacker error");
+    assert!(grown < 16 << 20, "peak memory grew by {grown} bytes for a refused 64 MiB object");
+    assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(old));
+    assert_server_clean(&f.repo());
+}

@@ -76,8 +76,15 @@ pub fn apply<W: Write>(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead
     let mut quarantine = Quarantine::create(&objects_dir)?;
     if req.commands.iter().any(|c| !c.is_delete()) {
         let mut limited = LimitedRead { inner: input, left: ctx.config.max_push_bytes };
-        if let Err(err) = quarantine.receive(&mut limited, &repo.objects, hash, ctx.config.max_push_bytes as usize) {
-            let err = if limited.left == 0 { format!("push larger than {} bytes", ctx.config.max_push_bytes) } else { err };
+        let max_object = ctx.config.max_object_bytes.min(usize::try_from(ctx.config.max_push_bytes).unwrap_or(usize::MAX));
+        if let Err(err) = quarantine.receive(&mut limited, &repo.objects, hash, max_object) {
+            let err = if limited.left == 0 {
+                format!("push larger than {} bytes", ctx.config.max_push_bytes)
+            } else if err.contains("too large") || err.contains("llocation") {
+                format!("{err} (an object may be at most {max_object} bytes: max_object_bytes)")
+            } else {
+                err
+            };
             fail_all(&mut results, "unpacker error");
             return Ok(Outcome { unpack_error: Some(err), results, objects: 0 });
         }

@@ -108,7 +108,8 @@ mod tests {
     #[test]
     fn a_fast_sender_is_never_judged_slow() {
         let pace = Pace { min_rate: 1, window: Duration::from_millis(1) };
-        let mut paced = Paced::new(&vec![7u8; 1 << 20][..], pace);
+        let data = vec![7u8; 1 << 20];
+        let mut paced = Paced::new(&data[..], pace);
         let mut sink = Vec::new();
         paced.read_to_end(&mut sink).unwrap();
         assert_eq!(sink.len(), 1 << 20);
