@@ -2,9 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use crate::tap::Tap;
 
 /// Which repositories under the base path may be served.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +59,15 @@ pub struct PathRules {
     /// Directories given on git daemon's command line: when any are given, only repositories in
     /// them (or, without `strict`, below them) are served.
     pub whitelist: Vec<PathBuf>,
+}
+
+/// How slowly a client may send, and over how long a wait that is judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    /// Bytes per second of waiting, at least.
+    pub min_rate: u64,
+    /// The waiting time over which the rate is judged (a burst after a pause is fine).
+    pub window: std::time::Duration,
 }
 
 #[derive(Clone)]
@@ -124,9 +131,6 @@ pub struct Config {
     /// waiting, judged over `init_timeout` of waiting): per-read timeouts alone let a client that
     /// sends a byte every few seconds hold a connection and a transfer slot for ever.
     pub min_receive_rate: u64,
-    /// Sees every exchange (request, response bytes, pack statistics): for the wire suite and
-    /// diagnostics. `None` costs nothing.
-    pub tap: Option<Arc<dyn Tap>>,
 }
 
 impl Config {
@@ -160,7 +164,6 @@ impl Config {
             transfer_queue_wait: std::time::Duration::from_secs(5),
             io_timeout: std::time::Duration::from_secs(120),
             min_receive_rate: 1024,
-            tap: None,
         }
     }
 
@@ -183,14 +186,14 @@ impl Config {
     }
 
     /// How request bytes must arrive ([`crate::transport::pace`]): judged over `init_timeout`.
-    pub fn pace(&self) -> crate::transport::pace::Pace {
-        crate::transport::pace::Pace { min_rate: self.min_receive_rate, window: self.init_timeout }
+    pub fn pace(&self) -> Pace {
+        Pace { min_rate: self.min_receive_rate, window: self.init_timeout }
     }
 
     /// How a push's bytes must arrive: judged over `io_timeout`, since a client may compress its
     /// pack for a while before the first byte of it leaves.
-    pub fn push_pace(&self) -> crate::transport::pace::Pace {
-        crate::transport::pace::Pace { min_rate: self.min_receive_rate, window: self.io_timeout }
+    pub fn push_pace(&self) -> Pace {
+        Pace { min_rate: self.min_receive_rate, window: self.io_timeout }
     }
 
     /// The window actually used: 0 would accept no byte ever and hang the transfer.

@@ -1,5 +1,7 @@
-//! Typed errors of every layer. Each is reported once, at the edge (the transport), in the form
-//! the client understands: an HTTP status with a text body, or an `ERR` pkt-line / band-3 message.
+//! Typed errors of every layer. Each is reported once, where the answer to its request is
+//! written, in the form the client understands: an HTTP status with a text body (the transport,
+//! before a response has started), an `ERR` pkt-line or a band-3 message (the protocol layer,
+//! once it has), a `ng`/`unpack` line of report-status (push); and logged once, by the transport.
 
 use gix_hash::ObjectId;
 

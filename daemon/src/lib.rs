@@ -2,28 +2,37 @@
 //!
 //! # Layout
 //!
-//! A request travels down these layers; each module owns one and says so in its header.
+//! A request travels down these layers; each module owns one and says so in its header. The
+//! list is the dependency order, top to bottom: a module uses only modules of its own layer or
+//! of layers below it, and no two modules use each other (`tests/tests/layers.rs` checks both
+//! against the imports).
 //!
-//! - [`transport`] — bytes in, bytes out: smart HTTP on hyper (`transport::http`). It knows URLs,
-//!   headers, body limits and streaming; it never parses a pkt-line.
-//! - [`protocol`] — pkt-lines (`protocol::pkt`), the v0/v1 ref advertisement and stateless
-//!   negotiation (`protocol::v0`), the v2 capability advertisement and its command table
-//!   (`protocol::v2`), and what both share: which haves are common, when to say ready
-//!   (`protocol::negotiate`).
+//! - [`server`] — the accept loops and the runtime, sized by [`budget`] (the CPU budget read
+//!   from the kernel: affinity and CFS quota); [`demo`] — the repository served when gixd
+//!   starts with no configuration.
+//! - [`transport`] — bytes in, bytes out: smart HTTP on hyper (`transport::http`), git://
+//!   (`transport::git`), streamed bodies (`transport::stream`), a minimum receive rate
+//!   (`transport::pace`). It knows URLs, headers, body limits and streaming; it never parses a
+//!   request's pkt-lines. [`tap`] — a recorder of whole exchanges.
+//! - [`protocol`] — pkt-lines (`protocol::pkt`) and side-band framing (`protocol::sideband`),
+//!   the v0/v1 advertisement and negotiation (`protocol::v0`), v2's command table
+//!   (`protocol::v2`), what both share (`protocol::negotiate`, `protocol::upload`), receive-pack
+//!   (`protocol::receive`) and upload-archive (`protocol::archive`).
 //! - [`push`] — what a push does below the protocol: quarantine, object and ref checks, hooks,
-//!   the ref transaction.
-//! - [`select`] — object selection: what to send for some wants given the common commits;
-//!   [`shallow`] — where a shallow request cuts history; [`filter`] — what a partial-clone
-//!   filter leaves out; [`bitmap`] — git's pack bitmaps, for selection without a walk.
-//! - [`pack`] — pack writing: gix-pack entries streamed through side-band to a sink.
-//! - [`maintenance`] — repacking into one pack with a `.rev` and a `.bitmap`, in-process.
+//!   the ref transaction; [`maintenance`] — repacking into one pack with a `.rev` and a
+//!   `.bitmap`, in-process.
+//! - [`session`] — what a request and the server share, whatever the transport: the server's
+//!   state, a request's context, the protocol version asked for, what a tap is told.
+//! - [`pack`] — pack writing: gix-pack entries for a selection, to any writer.
+//! - [`select`] — object selection: what to send for some wants given the common commits, and
+//!   which objects a client may read; [`shallow`] — where a shallow request cuts history;
+//!   [`bitmap`] — git's pack bitmaps, for selection without a walk.
 //! - [`repo`] — repository access: URL path to repository under the base path, export rules,
-//!   the ref snapshot, and which objects a client may be sent.
-//! - [`auth`] — who may read or push what over HTTP: tokens, grants, the decision per request.
-//! - [`server`] — the accept loop and the runtime, sized by [`budget`] (the CPU budget read from
-//!   the kernel: affinity and CFS quota); [`config`] — every limit, with why it exists;
-//!   [`error`] — the typed errors, reported once at the edge; [`demo`] — the repository served
-//!   when gixd starts with no configuration; [`tap`] — an observer of whole exchanges.
+//!   the ref snapshot, per-repository caches.
+//! - [`graph`] — the object graph: an object's children, peeling.
+//! - [`config`] — every limit, with why it exists; [`error`] — the typed errors, each reported
+//!   once, where the request's answer is written; [`filter`] — partial-clone filter specs and
+//!   what they leave out; [`auth`] — tokens and grants: who may read or push what.
 
 pub mod auth;
 pub mod bitmap;
@@ -32,6 +41,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod filter;
+pub mod graph;
 pub mod maintenance;
 pub mod pack;
 pub mod protocol;
@@ -39,6 +49,7 @@ pub mod push;
 pub mod repo;
 pub mod select;
 pub mod server;
+pub mod session;
 pub mod shallow;
 pub mod tap;
 pub mod transport;

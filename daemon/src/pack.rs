@@ -1,149 +1,23 @@
 //! Pack writing: a selection becomes a pack through gix-pack (`iter_from_counts_with_delta_bases`,
-//! `PackCopyAndBaseObjects`, one thread: the caller's), streamed through side-band to any
-//! `io::Write`. Unselected delta bases are added only when the client may read them; thin-pack
-//! bases only when the client has them and may read them.
+//! `PackCopyAndBaseObjects`, one thread: the caller's), written to any `io::Write` (the protocol
+//! layer frames it). Unselected delta bases are added, and thin-pack bases used, only where the
+//! caller's `may_send` allows (the client may read them); thin ones only when the client has them.
 
-use std::cell::RefCell;
 use std::io::{self, Write};
-use std::rc::Rc;
-use std::sync::Arc;
 
 use gix_hash::ObjectId;
 use gix_pack::data::output;
 use gix_pack::data::output::entry::iter_from_counts::DeltaBase;
-use gix_packetline::Channel;
 
 use crate::error::ServeError;
-use crate::protocol::pkt;
 use crate::select::Selection;
-
-/// How the pack travels inside the response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// `side-band-64k` (and every v2 packfile section): packets of up to 65515 payload bytes.
-    SideBand64k,
-    /// `side-band`: packets of up to 995 payload bytes.
-    SideBand,
-    /// Neither: the raw pack, and no progress.
-    Raw,
-}
-
-/// Pack bytes, progress and errors multiplexed onto `out`. Pack data is gathered into full
-/// packets: one write per packet, header and payload together.
-pub struct Bands<W: Write> {
-    out: W,
-    framing: Framing,
-    progress: bool,
-    pending: Vec<u8>,
-}
-
-impl<W: Write> Bands<W> {
-    pub fn new(out: W, framing: Framing, progress: bool) -> Self {
-        let cap = match framing {
-            Framing::SideBand64k => pkt::MAX_SIDEBAND_64K,
-            Framing::SideBand => pkt::MAX_SIDEBAND,
-            Framing::Raw => 64 * 1024,
-        };
-        Bands {
-            out,
-            framing,
-            progress: progress && framing != Framing::Raw,
-            pending: Vec::with_capacity(cap),
-        }
-    }
-
-    fn max_payload(&self) -> usize {
-        self.pending.capacity()
-    }
-
-    fn emit(&mut self, band: Channel, data: &[u8]) -> io::Result<()> {
-        match self.framing {
-            Framing::Raw => self.out.write_all(data),
-            _ => {
-                let mut w = pkt::Writer { buf: Vec::with_capacity(data.len() + 5) };
-                w.band(band, data);
-                self.out.write_all(&w.buf)
-            }
-        }
-    }
-
-    fn emit_pending(&mut self) -> io::Result<()> {
-        if !self.pending.is_empty() {
-            let cap = self.max_payload();
-            let data = std::mem::replace(&mut self.pending, Vec::with_capacity(cap));
-            self.emit(Channel::Data, &data)?;
-        }
-        Ok(())
-    }
-
-    /// A progress message (band 2), unless the client asked for none.
-    pub fn progress(&mut self, message: &str) -> io::Result<()> {
-        if self.progress {
-            self.emit_pending()?;
-            self.emit(Channel::Progress, message.as_bytes())?;
-        }
-        Ok(())
-    }
-
-    /// Output of the server's side (hooks) for the client to show (band 2, `remote: …`), quiet
-    /// or not; raw framing cannot carry it.
-    pub fn remote_message(&mut self, message: &[u8]) -> io::Result<()> {
-        if self.framing == Framing::Raw || message.is_empty() {
-            return Ok(());
-        }
-        self.emit_pending()?;
-        let max = self.max_payload();
-        for chunk in message.chunks(max) {
-            self.emit(Channel::Progress, chunk)?;
-        }
-        Ok(())
-    }
-
-    /// A fatal error for the client (band 3; raw framing cannot carry one).
-    pub fn error(&mut self, message: &str) -> io::Result<()> {
-        self.emit_pending()?;
-        if self.framing != Framing::Raw {
-            let mut message = message.to_owned();
-            message.truncate(pkt::MAX_SIDEBAND.min(message.len()));
-            self.emit(Channel::Error, format!("error: {message}\n").as_bytes())?;
-        }
-        Ok(())
-    }
-
-    /// Emit what is pending and return the inner writer.
-    pub fn finish(mut self) -> io::Result<W> {
-        self.emit_pending()?;
-        Ok(self.out)
-    }
-}
-
-impl<W: Write> Write for Bands<W> {
-    fn write(&mut self, mut data: &[u8]) -> io::Result<usize> {
-        let written = data.len();
-        while !data.is_empty() {
-            let room = self.max_payload() - self.pending.len();
-            let take = room.min(data.len());
-            self.pending.extend_from_slice(&data[..take]);
-            data = &data[take..];
-            if self.pending.len() == self.max_payload() {
-                self.emit_pending()?;
-            }
-        }
-        Ok(written)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        // Packets stay full: pending data leaves with the next packet or at `finish`.
-        Ok(())
-    }
-}
 
 /// Verbatim reuse: the selection is every object of one pack (a bitmap said so) and maybe some
 /// objects outside it (`extra`, pushed since the repack). The pack file's entries go out as they
 /// are — no object decoded; the extra objects follow, as gix-pack gives them, a delta against an
 /// object of the big pack referring to it by id (it is in this pack). Header count and trailer
 /// checksum are written for the whole; without extras the file is sent as it is.
-fn write_verbatim<W: Write>(repo: &gix::Repository, pack: &std::path::Path, objects: usize, extra: &[ObjectId], bands: &mut Bands<W>) -> Result<Stats, ServeError> {
+fn write_verbatim<W: Write>(repo: &gix::Repository, pack: &std::path::Path, objects: usize, extra: &[ObjectId], out: &mut W) -> Result<Stats, ServeError> {
     use std::io::Read;
     let gone = |err: std::io::Error| if is_disconnect(&err) { ServeError::Disconnected } else { ServeError::Io(err) };
     let hash = repo.object_hash();
@@ -160,13 +34,13 @@ fn write_verbatim<W: Write>(repo: &gix::Repository, pack: &std::path::Path, obje
     header[8..12].copy_from_slice(&total.to_be_bytes());
     // Without extras the file's own trailer is right; with them, everything is hashed anew.
     let mut hasher = (!extra.is_empty()).then(|| gix_hash::hasher(hash));
-    let mut emit = |bands: &mut Bands<W>, data: &[u8]| -> Result<(), ServeError> {
+    let mut emit = |out: &mut W, data: &[u8]| -> Result<(), ServeError> {
         if let Some(h) = hasher.as_mut() {
             h.update(data);
         }
-        bands.write_all(data).map_err(gone)
+        out.write_all(data).map_err(gone)
     };
-    emit(bands, &header)?;
+    emit(out, &header)?;
     let mut bytes = header.len() as u64;
     let entries_end = if extra.is_empty() { file_len } else { file_len - hash_len };
     let mut left = entries_end - 12;
@@ -177,7 +51,7 @@ fn write_verbatim<W: Write>(repo: &gix::Repository, pack: &std::path::Path, obje
         if n == 0 {
             return Err(ServeError::pack(format!("{}: shorter than it says", pack.display())));
         }
-        emit(bands, &buf[..n])?;
+        emit(out, &buf[..n])?;
         bytes += n as u64;
         left -= n as u64;
     }
@@ -213,19 +87,19 @@ fn write_verbatim<W: Write>(repo: &gix::Repository, pack: &std::path::Path, obje
                     return Err(ServeError::MissingObject(entry.id));
                 }
                 let header = entry.to_entry_header(gix_pack::data::Version::V2, |index| offset - offsets[index]);
-                let mut out = Vec::with_capacity(entry.compressed_data.len() + 32);
-                header.write_to(entry.decompressed_size as u64, &mut out)?;
-                out.extend_from_slice(&entry.compressed_data);
-                hasher.update(&out);
-                bands.write_all(&out).map_err(gone)?;
+                let mut bytes_of_entry = Vec::with_capacity(entry.compressed_data.len() + 32);
+                header.write_to(entry.decompressed_size as u64, &mut bytes_of_entry)?;
+                bytes_of_entry.extend_from_slice(&entry.compressed_data);
+                hasher.update(&bytes_of_entry);
+                out.write_all(&bytes_of_entry).map_err(gone)?;
                 offsets.push(offset);
-                offset += out.len() as u64;
-                bytes += out.len() as u64;
+                offset += bytes_of_entry.len() as u64;
+                bytes += bytes_of_entry.len() as u64;
                 stats.entries += 1;
             }
         }
         let digest = hasher.try_finalize().map_err(ServeError::pack)?;
-        bands.write_all(digest.as_bytes()).map_err(gone)?;
+        out.write_all(digest.as_bytes()).map_err(gone)?;
         bytes += hash_len;
     }
     stats.bytes = bytes;
@@ -257,20 +131,20 @@ pub struct Stats {
     pub verbatim: bool,
 }
 
-/// Write the pack of `selection` to `bands`. `readable` answers whether the client may be sent an
-/// object (it is reachable from a ref the client may read); it is asked only about delta bases
-/// outside the selection.
+/// Write the pack of `selection` to `out`. `may_send` answers whether the client may be sent an
+/// object that it did not ask for (it is reachable from a ref the client may read); it is asked
+/// only about delta bases outside the selection, which are then added or referred to thin.
 pub fn write<W: Write>(
     repo: &gix::Repository,
     selection: &Selection,
     options: Options,
-    mut readable: impl FnMut() -> Result<Arc<crate::repo::Readable>, ServeError>,
-    bands: &mut Bands<W>,
+    mut may_send: impl FnMut(&gix_hash::oid) -> bool,
+    out: &mut W,
 ) -> Result<Stats, ServeError> {
     if let Some(pack) = &selection.whole_pack
         && options.ofs_delta
     {
-        return write_verbatim(repo, pack, selection.objects.len() - selection.extra.len(), &selection.extra, bands);
+        return write_verbatim(repo, pack, selection.objects.len() - selection.extra.len(), &selection.extra, out);
     }
     let counts: Vec<output::Count> = selection
         .objects
@@ -282,36 +156,17 @@ pub fn write<W: Write>(
         .collect();
     let mut db = repo.objects.clone().into_inner();
     db.prevent_pack_unload();
-    // The decision function moves into gix-pack, so the one failure it can meet comes back through a cell.
-    let readable_error: Rc<RefCell<Option<ServeError>>> = Rc::default();
-    let decide = {
-        let readable_error = readable_error.clone();
-        let mut readable_set: Option<Arc<crate::repo::Readable>> = None;
-        move |id: &gix_hash::oid| {
-            // What this base would be, were the client allowed it; the (costly, cached) readable
-            // set is consulted only when that is more than re-deflating.
-            let wanted = if options.thin_pack && selection.client_has(id) {
-                DeltaBase::Thin
-            } else if options.include_unselected_bases {
-                DeltaBase::Include
-            } else {
-                return DeltaBase::Recompress;
-            };
-            if readable_set.is_none() {
-                match readable() {
-                    Ok(set) => readable_set = Some(set),
-                    Err(err) => {
-                        readable_error.borrow_mut().get_or_insert(err);
-                        return DeltaBase::Recompress;
-                    }
-                }
-            }
-            if readable_set.as_ref().is_some_and(|set| set.contains(id)) {
-                wanted
-            } else {
-                DeltaBase::Recompress
-            }
-        }
+    let decide = move |id: &gix_hash::oid| {
+        // What this base would be, were the client allowed it; `may_send` (costly the first
+        // time) is consulted only when that is more than re-deflating.
+        let wanted = if options.thin_pack && selection.client_has(id) {
+            DeltaBase::Thin
+        } else if options.include_unselected_bases {
+            DeltaBase::Include
+        } else {
+            return DeltaBase::Recompress;
+        };
+        if may_send(id) { wanted } else { DeltaBase::Recompress }
     };
     let (num_entries, mut chunks) = output::entry::iter_from_counts_with_delta_bases(
         counts,
@@ -325,9 +180,6 @@ pub fn write<W: Write>(
         Some(decide),
     )
     .map_err(ServeError::pack)?;
-    if let Some(err) = readable_error.borrow_mut().take() {
-        tracing::warn!(%err, "could not tell which delta bases are readable; their deltas were re-deflated");
-    }
     let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::pack("more than 2^32 objects"))?;
 
     // Without ofs-delta, a delta refers to its base by id; keep the ids written so far for that.
@@ -349,7 +201,7 @@ pub fn write<W: Write>(
         Ok(entries)
     });
     let mut bytes = 0;
-    let mut writer = output::bytes::FromEntriesIter::new(entries, &mut *bands, num_entries_u32, gix_pack::data::Version::V2, repo.object_hash());
+    let mut writer = output::bytes::FromEntriesIter::new(entries, &mut *out, num_entries_u32, gix_pack::data::Version::V2, repo.object_hash());
     for step in writer.by_ref() {
         bytes += step.map_err(|err| {
             if is_disconnect(&err) { ServeError::Disconnected } else { ServeError::pack(err) }
@@ -383,65 +235,4 @@ fn is_disconnect(err: &(dyn std::error::Error + 'static)) -> bool {
         current = e.source();
     }
     err.to_string().contains("client disconnected")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pack_data_leaves_in_full_side_band_packets() {
-        let mut bands = Bands::new(Vec::new(), Framing::SideBand64k, true);
-        for _ in 0..3 {
-            bands.write_all(&vec![7u8; 50_000]).unwrap();
-        }
-        let out = bands.finish().unwrap();
-        let lines = pkt::read_all(&out).unwrap();
-        let sizes: Vec<usize> = lines
-            .iter()
-            .map(|l| match l {
-                pkt::Line::Data(d) => d.len() - 1,
-                _ => 0,
-            })
-            .collect();
-        assert_eq!(sizes, vec![pkt::MAX_SIDEBAND_64K, pkt::MAX_SIDEBAND_64K, 150_000 - 2 * pkt::MAX_SIDEBAND_64K]);
-    }
-
-    /// Records every write call it receives.
-    #[derive(Default)]
-    struct Calls(Vec<Vec<u8>>);
-
-    impl Write for Calls {
-        fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-            self.0.push(data.to_vec());
-            Ok(data.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn every_packet_leaves_in_one_write_with_its_header() {
-        let mut bands = Bands::new(Calls::default(), Framing::SideBand64k, true);
-        bands.progress("Enumerating objects: 3, done.\n").unwrap();
-        for chunk in [&[1u8; 10][..], &[2u8; 70_000], &[3u8; 5]] {
-            bands.write_all(chunk).unwrap();
-        }
-        bands.error("boom").unwrap();
-        let calls = bands.finish().unwrap().0;
-        assert!(!calls.is_empty());
-        for call in &calls {
-            let lines = pkt::read_all(call).expect("a whole pkt-line");
-            assert_eq!(lines.len(), 1, "one write, one packet: {} bytes", call.len());
-        }
-        assert_eq!(calls.len(), 1 + 2 + 1, "progress, two data packets (65515 + rest), error");
-    }
-
-    #[test]
-    fn progress_is_dropped_when_the_client_asked_for_none() {
-        let mut bands = Bands::new(Vec::new(), Framing::SideBand64k, false);
-        bands.progress("Counting\n").unwrap();
-        assert!(bands.finish().unwrap().is_empty());
-    }
 }

@@ -1,8 +1,9 @@
 //! Repository access: a URL path to a repository below the base path (never outside it), git
-//! daemon's export rule, the snapshot of refs one request sees, and which objects a client may be
-//! sent (reachable from the refs it may read).
+//! daemon's export rule, the snapshot of refs one request sees, and a cache per repository for
+//! what the layers above compute from it (the readable set, the pack bitmap).
 
-use std::collections::{HashMap, HashSet};
+use std::any::Any;
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -26,17 +27,11 @@ pub struct Repos {
     /// opening reads config and indices once, and again when the config changes (git reads it
     /// on every request; settings like hideRefs or allowFilter must take effect without a restart).
     open: Mutex<HashMap<PathBuf, (Option<std::time::SystemTime>, gix::ThreadSafeRepository)>>,
-    /// Objects reachable from the refs, by git directory and ref fingerprint: computed only when a
-    /// pack needs to ask (an unselected delta base), reused until the refs move.
-    readable: Mutex<HashMap<PathBuf, (u64, Arc<Readable>)>>,
-    /// Pack bitmaps by git directory, with the state of the files they came from; a bitmap that
-    /// could not be used is remembered too (`None`), so its warning is logged once.
-    bitmaps: Mutex<HashMap<PathBuf, (BitmapState, Option<Arc<crate::bitmap::PackBitmap>>)>>,
+    /// Values the layers above compute per repository (the pack bitmap, the readable set), by git
+    /// directory and kind, each with the state it was computed from (`u64`: a fingerprint of
+    /// the files or refs it depends on); a value is replaced when its state changes.
+    caches: Mutex<HashMap<(PathBuf, &'static str), (u64, Arc<dyn Any + Send + Sync>)>>,
 }
-
-/// What a cached bitmap was read from: the `.bitmap` files of the pack directory and their
-/// modification times.
-type BitmapState = Vec<(PathBuf, Option<std::time::SystemTime>)>;
 
 /// One repository, resolved for one request.
 pub struct Served {
@@ -58,8 +53,7 @@ impl Repos {
             exports,
             rules: PathRules::default(),
             open: Mutex::new(HashMap::new()),
-            readable: Mutex::new(HashMap::new()),
-            bitmaps: Mutex::new(HashMap::new()),
+            caches: Mutex::new(HashMap::new()),
         })
     }
 
@@ -147,80 +141,19 @@ impl Repos {
         Ok(repo)
     }
 
-    /// The pack bitmap of this repository, if it has a usable one (git writes one per repack with
-    /// `-b`; with several, the first pack's is used). Read once per file state; a stale or
-    /// corrupt one is logged once and the walk serves instead.
-    pub fn bitmap(&self, served: &Served, repo: &gix::Repository) -> Option<Arc<crate::bitmap::PackBitmap>> {
-        let pack_dir = served.git_dir.join("objects/pack");
-        let mut state: BitmapState = std::fs::read_dir(&pack_dir)
-            .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "bitmap")).collect::<Vec<_>>())
-            .unwrap_or_default()
-            .into_iter()
-            .map(|p| {
-                let time = std::fs::metadata(&p).and_then(|m| m.modified()).ok();
-                (p, time)
-            })
-            .collect();
-        state.sort();
-        if let Some((cached_state, bitmap)) = self.bitmaps.lock().expect("not poisoned").get(&served.git_dir)
+    /// The value of `kind` for `served` computed from `state`: the cached one if it was computed
+    /// from the same state, else `compute`'s (kept for next time; a failure is not kept).
+    pub fn cached<T: Any + Send + Sync, E>(&self, served: &Served, kind: &'static str, state: u64, compute: impl FnOnce() -> Result<T, E>) -> Result<Arc<T>, E> {
+        let key = (served.git_dir.clone(), kind);
+        if let Some((cached_state, value)) = self.caches.lock().expect("not poisoned").get(&key)
             && *cached_state == state
+            && let Ok(value) = value.clone().downcast::<T>()
         {
-            return bitmap.clone();
+            return Ok(value);
         }
-        let bitmap = state.first().and_then(|(path, _)| match crate::bitmap::PackBitmap::open(&path.with_extension("idx"), repo.object_hash()) {
-            Ok(Some(bitmap)) => Some(Arc::new(bitmap)),
-            Ok(None) => None,
-            Err(err) => {
-                tracing::warn!(repo = %served.name, %err, "pack bitmap not used; selecting by walking");
-                None
-            }
-        });
-        self.bitmaps.lock().expect("not poisoned").insert(served.git_dir.clone(), (state, bitmap.clone()));
-        bitmap
-    }
-
-    /// The objects reachable from `refs` (all of which this client may read), cached per ref state:
-    /// from the pack bitmap when there is one (bits, and a walk only of what the bitmapped pack
-    /// lacks), else from a walk of everything.
-    pub fn readable_objects(&self, served: &Served, repo: &gix::Repository, refs: &RefSnapshot) -> Result<Arc<Readable>, ServeError> {
-        let fingerprint = refs.fingerprint();
-        if let Some((fp, set)) = self.readable.lock().expect("not poisoned").get(&served.git_dir)
-            && *fp == fingerprint
-        {
-            return Ok(set.clone());
-        }
-        let set = Arc::new(match self.bitmap(served, repo) {
-            Some(bitmap) => {
-                let reach = bitmap.reachable(repo, &refs.tips())?;
-                Readable::Bitmap { bitmap, reach }
-            }
-            None => Readable::Set(crate::select::reachable_from(repo, &refs.tips())?),
-        });
-        self.readable
-            .lock()
-            .expect("not poisoned")
-            .insert(served.git_dir.clone(), (fingerprint, set.clone()));
-        Ok(set)
-    }
-}
-
-/// The objects a client may be sent: those reachable from the refs it may read.
-pub enum Readable {
-    /// From a walk.
-    Set(HashSet<ObjectId>),
-    /// From the pack bitmap: a bit test per question.
-    Bitmap { bitmap: Arc<crate::bitmap::PackBitmap>, reach: crate::bitmap::Reach },
-}
-
-impl Readable {
-    pub fn contains(&self, id: &gix_hash::oid) -> bool {
-        match self {
-            Readable::Set(set) => set.contains(id),
-            Readable::Bitmap { bitmap, reach } => match bitmap.pos(id) {
-                Some(pos) => reach.bits.get(pos),
-                None => reach.extra.contains_key(id),
-            },
-        }
+        let value = Arc::new(compute()?);
+        self.caches.lock().expect("not poisoned").insert(key, (state, value.clone()));
+        Ok(value)
     }
 }
 
@@ -392,7 +325,7 @@ impl RefSnapshot {
                     None => continue,
                 },
             };
-            let peeled = peel_tag(repo, id)?;
+            let peeled = crate::graph::peel_tag(repo, id)?;
             refs.push(AdvertisedRef {
                 name,
                 id,
@@ -541,30 +474,20 @@ fn follow_symbolic(repo: &gix::Repository, target: &gix::bstr::BStr) -> Option<O
     None
 }
 
-/// For an annotated tag, the non-tag object it finally points at; `None` for any other object.
-/// `id`, or what the tag(s) it names peel to, if that is a commit.
-pub fn peel_to_commit(repo: &gix::Repository, id: ObjectId) -> Result<Option<ObjectId>, ServeError> {
-    let target = peel_tag(repo, id)?.unwrap_or(id);
-    let kind = repo.find_header(target).map_err(|_| ServeError::MissingObject(target))?.kind();
-    Ok((kind == gix_object::Kind::Commit).then_some(target))
-}
-
-pub fn peel_tag(repo: &gix::Repository, id: ObjectId) -> Result<Option<ObjectId>, ServeError> {
-    let mut current = id;
-    let mut peeled = None;
-    for _ in 0..64 {
-        let header = match repo.find_header(current) {
-            Ok(h) => h,
-            Err(_) => return Ok(peeled),
-        };
-        if header.kind() != gix_object::Kind::Tag {
-            return Ok(peeled);
-        }
-        let tag = repo.find_object(current)?.try_into_tag().map_err(|_| ServeError::MissingObject(current))?;
-        current = tag.target_id().map_err(|_| ServeError::MissingObject(current))?.detach();
-        peeled = Some(current);
+/// A ref snapshot in memory, for the parsers' unit tests: `main` (HEAD) at `1…1`, an annotated
+/// tag `v1` at `2…2` peeling to `3…3`, SHA-1, no settings.
+#[cfg(test)]
+pub fn fixture_refs() -> RefSnapshot {
+    let id = |c: char| ObjectId::from_hex(c.to_string().repeat(40).as_bytes()).unwrap();
+    RefSnapshot {
+        head: HeadState::Symbolic { target: "refs/heads/main".into(), id: id('1') },
+        refs: vec![
+            AdvertisedRef { name: "refs/heads/main".into(), id: id('1'), peeled: None, symref_target: None },
+            AdvertisedRef { name: "refs/tags/v1".into(), id: id('2'), peeled: Some(id('3')), symref_target: None },
+        ],
+        object_hash: gix_hash::Kind::Sha1,
+        wants: WantPolicy::default(),
     }
-    Ok(peeled)
 }
 
 #[cfg(test)]

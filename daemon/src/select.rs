@@ -433,33 +433,43 @@ fn include_tags(repo: &gix::Repository, refs: &RefSnapshot, selection: &mut Sele
     Ok(())
 }
 
-/// Push the objects `data` (the object `id`, of `kind`) refers to: a commit's tree and parents, a
-/// tree's entries (gitlinks left out: a submodule's commit lives in another repository), a tag's
-/// target. Walks over object data (bitmaps, connectivity, maintenance) share it.
-pub fn push_children(id: ObjectId, kind: Kind, data: &[u8], out: &mut Vec<ObjectId>) -> Result<(), ServeError> {
-    let unparsable = |_| ServeError::MissingObject(id);
-    match kind {
-        Kind::Commit => {
-            let commit = gix_object::CommitRefIter::from_bytes(data, id.kind());
-            out.push(commit.clone().tree_id().map_err(unparsable)?);
-            out.extend(commit.parent_ids());
-        }
-        Kind::Tree => {
-            for entry in gix_object::TreeRefIter::from_bytes(data, id.kind()) {
-                let entry = entry.map_err(unparsable)?;
-                if !entry.mode.is_commit() {
-                    out.push(entry.oid.to_owned());
-                }
-            }
-        }
-        Kind::Tag => out.push(gix_object::TagRefIter::from_bytes(data, id.kind()).target_id().map_err(unparsable)?),
-        Kind::Blob => {}
-    }
-    Ok(())
-}
-
 /// Every object reachable from `tips`: what a client that may read those refs may be sent.
 pub fn reachable_from(repo: &gix::Repository, tips: &[ObjectId]) -> Result<HashSet<ObjectId>, ServeError> {
     let selection = Walker::new(repo).run(tips, &[], None)?;
     Ok(selection.objects.into_iter().collect())
+}
+
+/// The objects a client may be sent: those reachable from the refs it may read.
+pub enum Readable {
+    /// From a walk.
+    Set(HashSet<ObjectId>),
+    /// From the pack bitmap: a bit test per question.
+    Bitmap { bitmap: std::sync::Arc<PackBitmap>, reach: crate::bitmap::Reach },
+}
+
+impl Readable {
+    pub fn contains(&self, id: &gix_hash::oid) -> bool {
+        match self {
+            Readable::Set(set) => set.contains(id),
+            Readable::Bitmap { bitmap, reach } => match bitmap.pos(id) {
+                Some(pos) => reach.bits.get(pos),
+                None => reach.extra.contains_key(id),
+            },
+        }
+    }
+}
+
+/// The objects reachable from `refs` (all of which this client may read), cached per ref state:
+/// from the pack bitmap when there is one (bits, and a walk only of what the bitmapped pack
+/// lacks), else from a walk of everything.
+pub fn readable_objects(repos: &crate::repo::Repos, served: &crate::repo::Served, repo: &gix::Repository, refs: &RefSnapshot) -> Result<std::sync::Arc<Readable>, ServeError> {
+    repos.cached(served, "readable objects", refs.fingerprint(), || {
+        Ok(match crate::bitmap::of(repos, served, repo) {
+            Some(bitmap) => {
+                let reach = bitmap.reachable(repo, &refs.tips())?;
+                Readable::Bitmap { bitmap, reach }
+            }
+            None => Readable::Set(reachable_from(repo, &refs.tips())?),
+        })
+    })
 }

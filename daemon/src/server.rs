@@ -12,7 +12,8 @@ use tokio::net::TcpListener;
 
 use crate::config::Config;
 use crate::repo::Repos;
-use crate::transport::http::{self, State};
+use crate::session::State;
+use crate::transport::http;
 
 /// A bound, not yet running server.
 pub struct Server {
@@ -21,8 +22,19 @@ pub struct Server {
     state: Arc<State>,
 }
 
+/// What a server is started with beyond its configuration.
+#[derive(Default, Clone)]
+pub struct Options {
+    /// An observer of whole exchanges ([`crate::tap`]).
+    pub tap: Option<Arc<dyn crate::tap::Tap>>,
+}
+
 impl Server {
     pub async fn bind(config: Config) -> std::io::Result<Server> {
+        Self::bind_with(config, Options::default()).await
+    }
+
+    pub async fn bind_with(config: Config, options: Options) -> std::io::Result<Server> {
         let repos = Repos::new(&config.base_path, config.exports.clone())?.with_rules(config.paths.clone())?;
         // Pushes a killed gixd left half-done: their quarantines go now.
         let stale = crate::push::quarantine::clean_below(repos.base(), 6);
@@ -43,6 +55,7 @@ impl Server {
                 access: crate::auth::Access::new(config.token_file.clone(), config.anonymous_read),
                 config,
                 transfers,
+                tap: options.tap,
             }),
         })
     }
@@ -142,11 +155,11 @@ async fn accept_git(listener: TcpListener, state: Arc<State>) {
             // thread or a transfer slot: idle or trickling connections cost neither.
             let line = match tokio::time::timeout(state.config.init_timeout, crate::transport::git::read_request_line(&mut stream)).await {
                 Ok(Ok(Some(line))) => line,
-                Ok(Ok(None)) => return crate::transport::git::refuse_without_request(&mut stream).await,
+                Ok(Ok(None)) => return crate::transport::git::refuse_without_request(&mut stream, "expected a request line: git-upload-pack /path").await,
                 Ok(Err(_)) => return, // hung up
                 Err(_) => {
                     tracing::info!(%peer, "git:// request line did not arrive in time");
-                    return;
+                    return crate::transport::git::refuse_without_request(&mut stream, "timed out waiting for a request line: git-upload-pack /path").await;
                 }
             };
             let permit = tokio::time::timeout(state.config.transfer_queue_wait, state.transfers.clone().acquire_owned()).await;
@@ -250,8 +263,13 @@ pub struct Running {
 
 /// Start a server for `config` (use port 0 to let the system pick) on a thread of its own.
 pub fn spawn(config: Config) -> std::io::Result<Running> {
+    spawn_with(config, Options::default())
+}
+
+/// [`spawn`] with [`Options`].
+pub fn spawn_with(config: Config, options: Options) -> std::io::Result<Running> {
     let rt = runtime(&config)?;
-    let server = rt.block_on(Server::bind(config))?;
+    let server = rt.block_on(Server::bind_with(config, options))?;
     let addr = server.local_addr();
     let git_addr = server.git_addr();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();

@@ -153,7 +153,7 @@ fn by_depth(commits: &mut Commits<'_>, heads: &[ObjectId], depth: u32) -> Result
             Some(c) => c,
             None => {
                 if let Some(head) = heads.next() {
-                    let Some(commit) = crate::repo::peel_to_commit(commits.repo, *head)? else { continue };
+                    let Some(commit) = crate::graph::peel_to_commit(commits.repo, *head)? else { continue };
                     depths.insert(commit, 0);
                     (commit, 0)
                 } else if let Some(commit) = stack.pop() {
@@ -200,7 +200,7 @@ fn by_rev_list(
     let mut excluded = HashSet::new();
     let mut stack: Vec<ObjectId> = Vec::new();
     for id in not {
-        if let Some(c) = crate::repo::peel_to_commit(commits.repo, *id)? {
+        if let Some(c) = crate::graph::peel_to_commit(commits.repo, *id)? {
             stack.push(c);
         }
     }
@@ -213,7 +213,7 @@ fn by_rev_list(
     let mut seen = HashSet::new();
     let mut queue = VecDeque::new();
     for id in wants {
-        if let Some(c) = crate::repo::peel_to_commit(commits.repo, *id)? {
+        if let Some(c) = crate::graph::peel_to_commit(commits.repo, *id)? {
             queue.push_back(c);
         }
     }

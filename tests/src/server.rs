@@ -19,11 +19,16 @@ pub fn serve(base: &Path) -> Running {
 
 /// gixd serving `base` with settings adjusted by `adjust` (exports default to all).
 pub fn serve_with(base: &Path, adjust: impl FnOnce(&mut Config)) -> Running {
+    serve_tapped(base, None, adjust)
+}
+
+/// [`serve_with`], every exchange observed by `tap`.
+pub fn serve_tapped(base: &Path, tap: Option<std::sync::Arc<dyn gixd::tap::Tap>>, adjust: impl FnOnce(&mut Config)) -> Running {
     let mut config = Config::new(base.to_owned());
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.exports = Exports::All;
     adjust(&mut config);
-    gixd::server::spawn(config).expect("gixd starts")
+    gixd::server::spawn_with(config, gixd::server::Options { tap }).expect("gixd starts")
 }
 
 /// Stock git run against a server: no credential prompts, no config but ours.

@@ -153,17 +153,16 @@ fn objects_outside_the_bitmapped_pack_are_walked_and_the_result_is_the_walks() {
 
 #[test]
 fn a_clone_of_a_bitmapped_pack_plus_pushed_objects_is_the_pack_verbatim_plus_those_objects() {
-    use gixd_tests::server::{assert_fsck_clean, serve_with};
+    use gixd_tests::server::{assert_fsck_clean, serve_tapped};
     let tmp = tempfile::tempdir().unwrap();
     let base = tmp.path().join("base");
     std::fs::create_dir_all(&base).unwrap();
     let repo_path = bitmapped(&base, "linear", Hash::Sha1);
     let recorder = std::sync::Arc::new(gixd::tap::Recorder::default());
     let tap = recorder.clone();
-    let server = serve_with(&base, move |c| {
+    let server = serve_tapped(&base, Some(tap), |c| {
         c.git_listen = Some("127.0.0.1:0".parse().unwrap());
         c.services.receive_pack = true;
-        c.tap = Some(tap);
     });
     let url = format!("git://{}/{}", server.git_addr.unwrap(), repo_path.file_name().unwrap().to_str().unwrap());
     // Pushes after the repack: thin packs completed with copies of bases the big pack has.

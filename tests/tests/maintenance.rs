@@ -88,7 +88,7 @@ fn a_repository_that_only_received_pushes_ends_with_one_bitmapped_pack_and_loses
     assert_eq!(all_objects(&ours), all_objects(&theirs));
     let served = gixd::repo::Repos::new(&base, gixd::config::Exports::All).unwrap().resolve("/r.git").unwrap();
     let handle = served.repo.to_thread_local();
-    let bitmap = gixd::repo::Repos::new(&base, gixd::config::Exports::All).unwrap().bitmap(&served, &handle);
+    let bitmap = gixd::bitmap::of(&gixd::repo::Repos::new(&base, gixd::config::Exports::All).unwrap(), &served, &handle);
     assert!(bitmap.is_some(), "the bitmap gixd wrote is one gixd uses");
 }
 

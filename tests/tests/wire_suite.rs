@@ -20,7 +20,7 @@ use std::sync::Arc;
 use gixd::tap::{Exchange, Recorder};
 use gixd_tests::corpus::{self, Hash};
 use gixd_tests::git_upload_pack;
-use gixd_tests::server::{all_objects, assert_fsck_clean, git_client, git_ok, http, pkt, pkt_lines, refs, rev_list_objects, serve_with};
+use gixd_tests::server::{all_objects, assert_fsck_clean, git_client, git_ok, http, pkt, pkt_lines, refs, rev_list_objects, serve_tapped, serve_with};
 
 /// What gixd deliberately does not (yet) say that git upload-pack says, each as (where, token).
 /// A token here is removed from git's output before the byte comparison; the test
@@ -241,11 +241,11 @@ fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String 
     let recorder = Arc::new(Recorder::default());
     let tap = recorder.clone();
     let base = corpus::dir();
-    let server = serve_with(&base, move |c| c.tap = Some(tap));
+    let server = serve_tapped(&base, Some(tap), |_| {});
     // Bitmapped copies (git repack -adb, with a .rev), served from a directory of their own.
     let bitmapped_base = base.join("bitmapped");
     let bitmap_tap = recorder.clone();
-    let bitmapped_server = serve_with(&bitmapped_base_dir(&bitmapped_base), move |c| c.tap = Some(bitmap_tap));
+    let bitmapped_server = serve_tapped(&bitmapped_base_dir(&bitmapped_base), Some(bitmap_tap), |_| {});
     let mut snapshot = String::new();
     for &hash in hashes {
         let repo = path_of(hash);

@@ -12,7 +12,7 @@ use gix_hash::ObjectId;
 use super::Context;
 use super::pkt;
 use crate::error::ServeError;
-use crate::pack::{Bands, Framing};
+use super::sideband::{Bands, Framing};
 use crate::repo::RefSnapshot;
 
 /// git's limit on argument lines.

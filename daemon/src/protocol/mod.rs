@@ -1,50 +1,27 @@
-//! The git wire protocol, independent of transport: pkt-lines ([`pkt`]), v0/v1 ([`v0`]), v2
-//! ([`v2`]), the negotiation both share ([`negotiate`]), what upload-pack does once negotiation
-//! is over ([`upload`]), receive-pack ([`receive`]) and upload-archive ([`archive`]). Functions here read a request body and
-//! write a response to any `io::Write`; they never see HTTP or a socket.
+//! The git wire protocol, independent of transport: pkt-lines ([`pkt`]) and side-band framing
+//! ([`sideband`]), v0/v1 ([`v0`]), v2 ([`v2`]), the negotiation both share ([`negotiate`]), what
+//! upload-pack does once negotiation is over ([`upload`]), receive-pack ([`receive`]) and
+//! upload-archive ([`archive`]). Functions here read a request body and write a response to any
+//! `io::Write`; they never see HTTP or a socket.
 
 pub mod archive;
 pub mod negotiate;
 pub mod pkt;
 pub mod receive;
+pub mod sideband;
 pub mod upload;
 pub mod v0;
 pub mod v2;
 
-use crate::config::Config;
-use crate::repo::{Repos, Served};
+pub use crate::session::{Context, Version};
 
-/// The protocol a client asked for (HTTP `Git-Protocol` header, git:// extra parameters).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
-    /// v0 and v1 (v1 is v0 with a `version 1` line in front of the advertisement).
-    V0,
-    V1,
-    V2,
-}
-
-impl Version {
-    /// Parse `version=N` out of colon-separated parameters; the highest version we speak wins.
-    pub fn from_params(params: &str) -> Version {
-        let mut version = Version::V0;
-        for p in params.split(':') {
-            match p.trim() {
-                "version=2" => version = Version::V2,
-                "version=1" if version == Version::V0 => version = Version::V1,
-                _ => {}
-            }
-        }
-        version
+/// The `object-format=` name of a hash, as every service advertises it.
+pub fn hash_name(kind: gix_hash::Kind) -> &'static str {
+    match kind {
+        gix_hash::Kind::Sha1 => "sha1",
+        gix_hash::Kind::Sha256 => "sha256",
+        _ => "unknown",
     }
-}
-
-/// What one request needs from the server.
-pub struct Context<'a> {
-    pub repos: &'a Repos,
-    pub served: &'a Served,
-    pub config: &'a Config,
-    /// Who is pushing (the token's user), for the reflog and the log; `None`: anonymous.
-    pub pusher: Option<&'a str>,
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ fn check_have(repo: &gix::Repository, id: ObjectId) -> Result<Option<Held>, Serv
     match repo.find_header(id) {
         Err(_) => Ok(None),
         Ok(header) if header.kind() == Kind::Commit => Ok(Some(Held::Commit)),
-        Ok(header) if header.kind() == Kind::Tag => Ok(Some(Held::Tag(crate::repo::peel_to_commit(repo, id)?))),
+        Ok(header) if header.kind() == Kind::Tag => Ok(Some(Held::Tag(crate::graph::peel_to_commit(repo, id)?))),
         Ok(_) => Ok(Some(Held::Other)),
     }
 }
@@ -101,7 +101,7 @@ impl Common {
         // Commits already known to reach a common commit.
         let mut reaches: HashSet<ObjectId> = self.commit_set.clone();
         for want in wants {
-            let Some(start) = crate::repo::peel_to_commit(repo, *want)? else {
+            let Some(start) = crate::graph::peel_to_commit(repo, *want)? else {
                 continue; // a tree or blob want needs no common commit
             };
             if !reaches_common(repo, start, cutoff, &mut reaches)? {

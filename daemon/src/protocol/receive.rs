@@ -5,15 +5,14 @@
 
 use std::io::{BufRead, Write};
 
-use gix_hash::ObjectId;
 use gix_packetline::PacketLineRef;
 
 use super::pkt;
 use super::upload::parse_oid;
-use super::v0::hash_name;
+use super::hash_name;
 use super::{Context, Version};
 use crate::error::{ProtocolError, ServeError};
-use crate::pack::{Bands, Framing};
+use super::sideband::{Bands, Framing};
 use crate::push::{self, Outcome};
 use crate::repo::RefSnapshot;
 
@@ -58,26 +57,11 @@ pub struct PushCaps {
     pub push_options: bool,
 }
 
-/// One ref update: `new` null for a delete, `old` null for a create.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Command {
-    pub old: ObjectId,
-    pub new: ObjectId,
-    pub name: String,
-}
-
-impl Command {
-    pub fn is_delete(&self) -> bool {
-        self.new.is_null()
-    }
-}
-
-/// A push request up to its pack.
+/// A push request up to its pack: what to do (for [`crate::push`]) and how to answer.
 #[derive(Debug, Default)]
 pub struct Request {
-    pub commands: Vec<Command>,
+    pub push: push::Request,
     pub caps: PushCaps,
-    pub options: Vec<String>,
 }
 
 /// Read the commands (and push options) from `input`, leaving it at the pack. `None` when the
@@ -130,10 +114,10 @@ pub fn read_request<R: std::io::Read>(input: R, hash: gix_hash::Kind, max_bytes:
         let (Some(old), Some(new), Some(name)) = (words.next(), words.next(), words.next()) else {
             return Err(ProtocolError::Unexpected(text.chars().take(200).collect()));
         };
-        if req.commands.len() == MAX_COMMANDS {
+        if req.push.updates.len() == MAX_COMMANDS {
             return Err(ProtocolError::TooMany { what: "command", limit: MAX_COMMANDS });
         }
-        req.commands.push(Command {
+        req.push.updates.push(push::RefUpdate {
             old: parse_oid(old, hash)?,
             new: parse_oid(new, hash)?,
             name: name.to_owned(),
@@ -142,7 +126,8 @@ pub fn read_request<R: std::io::Read>(input: R, hash: gix_hash::Kind, max_bytes:
     if lines.stopped_at().is_none() {
         return Err(ProtocolError::Truncated);
     }
-    if req.commands.is_empty() {
+    req.push.atomic = req.caps.atomic;
+    if req.push.updates.is_empty() {
         return Ok((None, lines.into_inner().inner));
     }
     if req.caps.push_options {
@@ -154,11 +139,11 @@ pub fn read_request<R: std::io::Read>(input: R, hash: gix_hash::Kind, max_bytes:
                     if held > max_bytes {
                         return Err(ProtocolError::TooLarge { limit: max_bytes });
                     }
-                    if req.options.len() == MAX_OPTIONS {
+                    if req.push.options.len() == MAX_OPTIONS {
                         return Err(ProtocolError::TooMany { what: "push option", limit: MAX_OPTIONS });
                     }
                     let d = d.strip_suffix(b"\n").unwrap_or(d);
-                    req.options.push(String::from_utf8_lossy(d).into_owned());
+                    req.push.options.push(String::from_utf8_lossy(d).into_owned());
                 }
                 Ok(Ok(other)) => return Err(ProtocolError::Unexpected(format!("{other:?}"))),
                 Ok(Err(err)) => return Err(ProtocolError::PktLine(err.to_string())),
@@ -223,17 +208,17 @@ pub fn receive_pack<R: BufRead, W: Write>(ctx: &Context<'_>, input: R, mut out: 
     let Some(req) = req else { return Ok(None) };
     let framing = if req.caps.side_band_64k { Framing::SideBand64k } else { Framing::Raw };
     let mut bands = Bands::new(&mut out, framing, !req.caps.quiet);
-    let outcome = push::apply(ctx, &req, &mut rest, &mut bands)?;
+    let outcome = push::apply(ctx, &req.push, &mut rest, &mut bands)?;
     if req.caps.report_status || req.caps.report_status_v2 {
         let mut w = pkt::Writer::new();
         match &outcome.unpack_error {
             None => w.text("unpack ok"),
             Some(err) => w.text(format!("unpack {}", one_line(err))),
         };
-        for (command, result) in req.commands.iter().zip(&outcome.results) {
+        for (command, result) in req.push.updates.iter().zip(&outcome.results) {
             match result {
                 Ok(()) => w.text(format!("ok {}", command.name)),
-                Err(reason) => w.text(format!("ng {} {}", command.name, one_line(reason))),
+                Err(reason) => w.text(format!("ng {} {}", command.name, one_line(&reason.to_string()))),
             };
         }
         w.flush();
@@ -251,4 +236,56 @@ pub fn receive_pack<R: BufRead, W: Write>(ctx: &Context<'_>, input: R, mut out: 
 
 fn one_line(s: &str) -> String {
     s.replace('\n', " ").chars().take(900).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pkt(line: &str) -> Vec<u8> {
+        format!("{:04x}{line}", line.len() + 4).into_bytes()
+    }
+
+    const OLD: &str = "1111111111111111111111111111111111111111";
+    const NEW: &str = "4444444444444444444444444444444444444444";
+
+    #[test]
+    fn commands_capabilities_and_push_options_are_read_up_to_the_pack() {
+        let mut body = pkt(&format!("{OLD} {NEW} refs/heads/main\0report-status side-band-64k atomic push-options agent=x\n"));
+        body.extend(pkt(&format!("{} {NEW} refs/heads/new\n", "0".repeat(40))));
+        body.extend(b"0000");
+        body.extend(pkt("ci.skip\n"));
+        body.extend(b"0000PACK");
+        let (req, mut rest) = read_request(&body[..], gix_hash::Kind::Sha1, 1 << 20).unwrap();
+        let req = req.unwrap();
+        assert_eq!(req.push.updates.len(), 2);
+        assert_eq!(req.push.updates[0].name, "refs/heads/main");
+        assert!(req.push.updates[1].old.is_null());
+        assert!(req.caps.report_status && req.caps.side_band_64k && req.push.atomic);
+        assert_eq!(req.push.options, vec!["ci.skip".to_owned()]);
+        let mut pack = Vec::new();
+        std::io::Read::read_to_end(&mut rest, &mut pack).unwrap();
+        assert_eq!(pack, b"PACK");
+    }
+
+    #[test]
+    fn a_shallow_clients_capabilities_follow_its_shallow_lines() {
+        let mut body = pkt(&format!("shallow {}\n", "5".repeat(40)));
+        body.extend(pkt(&format!("{OLD} {NEW} refs/heads/main\0report-status\n")));
+        body.extend(b"0000");
+        let (req, _) = read_request(&body[..], gix_hash::Kind::Sha1, 1 << 20).unwrap();
+        let req = req.unwrap();
+        assert_eq!(req.push.updates[0].name, "refs/heads/main", "the capabilities are not part of the ref name");
+        assert!(req.caps.report_status);
+    }
+
+    #[test]
+    fn a_hang_up_is_no_push_but_a_cut_or_oversized_request_is_an_error() {
+        let (req, _) = read_request(&b""[..], gix_hash::Kind::Sha1, 1 << 20).unwrap();
+        assert!(req.is_none(), "nothing sent: nothing to push");
+        let body = pkt(&format!("{OLD} {NEW} refs/heads/main\0report-status\n"));
+        assert!(matches!(read_request(&body[..20], gix_hash::Kind::Sha1, 1 << 20), Err(ProtocolError::Truncated)));
+        assert!(matches!(read_request(&body[..], gix_hash::Kind::Sha1, 1 << 20), Err(ProtocolError::Truncated)), "no flush");
+        assert!(matches!(read_request(&body[..], gix_hash::Kind::Sha1, 10), Err(ProtocolError::TooLarge { limit: 10 })));
+    }
 }

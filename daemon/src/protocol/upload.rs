@@ -9,7 +9,8 @@ use gix_hash::ObjectId;
 use super::Context;
 use crate::error::{ProtocolError, ServeError};
 use crate::filter::Filter;
-use crate::pack::{self, Bands, Framing};
+use super::sideband::{Bands, Framing};
+use crate::pack;
 use crate::repo::RefSnapshot;
 use crate::select;
 use crate::shallow::{self, Boundary, Deepen};
@@ -24,7 +25,7 @@ pub fn parse_oid(hex: &str, kind: gix_hash::Kind) -> Result<ObjectId, ProtocolEr
 
 /// The object format a client named must be the repository's.
 pub fn check_object_format(asked: &str, ours: gix_hash::Kind) -> Result<(), ProtocolError> {
-    let ours = super::v0::hash_name(ours);
+    let ours = super::hash_name(ours);
     if asked == ours {
         Ok(())
     } else {
@@ -88,7 +89,7 @@ pub fn check_wants(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot
             }
             let set = match &readable {
                 Some(set) => set,
-                None => readable.insert(ctx.repos.readable_objects(ctx.served, repo, refs)?),
+                None => readable.insert(crate::select::readable_objects(ctx.repos, ctx.served, repo, refs)?),
             };
             if set.contains(want) {
                 continue;
@@ -148,7 +149,7 @@ impl Extras {
 pub fn boundary(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, wants: &[ObjectId], extras: &mut Extras) -> Result<Option<Boundary>, ServeError> {
     extras.deepen.check()?;
     if !extras.shallow_lines.is_empty() {
-        let readable = ctx.repos.readable_objects(ctx.served, repo, refs)?;
+        let readable = crate::select::readable_objects(ctx.repos, ctx.served, repo, refs)?;
         for id in std::mem::take(&mut extras.shallow_lines) {
             match repo.find_header(id) {
                 Err(_) => continue,
@@ -227,7 +228,7 @@ fn select_and_write<W: Write>(
     request: &PackRequest<'_>,
     bands: &mut Bands<W>,
 ) -> Result<pack::Stats, ServeError> {
-    let bitmap = ctx.repos.bitmap(ctx.served, repo);
+    let bitmap = crate::bitmap::of(ctx.repos, ctx.served, repo);
     let selection = select::select(
         repo,
         &select::Request {
@@ -244,6 +245,9 @@ fn select_and_write<W: Write>(
     // (or would get objects it did not ask for): both only for plain requests.
     let plain = request.filter.is_none() && request.boundary.is_none_or(|b| b.grafts.is_empty());
     bands.progress(&format!("Enumerating objects: {}, done.\n", selection.objects.len()))?;
+    // The readable set is costly: computed the first time a delta base outside the selection
+    // could be added or referred to thin, and only then.
+    let readable = std::cell::OnceCell::new();
     let stats = pack::write(
         repo,
         &selection,
@@ -252,9 +256,15 @@ fn select_and_write<W: Write>(
             ofs_delta: request.ofs_delta,
             include_unselected_bases: request.common.is_empty() && plain,
         },
-        || ctx.repos.readable_objects(ctx.served, repo, refs),
+        |id| match readable.get_or_init(|| crate::select::readable_objects(ctx.repos, ctx.served, repo, refs)) {
+            Ok(set) => set.contains(id),
+            Err(_) => false,
+        },
         bands,
     )?;
+    if let Some(Err(err)) = readable.get() {
+        tracing::warn!(%err, "could not tell which delta bases are readable; their deltas were re-deflated");
+    }
     bands.progress(&format!(
         "Total {} (reused {}, re-deflated {}, delta bases added {}, thin deltas {})\n",
         stats.entries, stats.copied, stats.re_deflated, stats.bases_included, stats.thin_deltas

@@ -11,9 +11,10 @@ use gix_hash::ObjectId;
 use super::negotiate::{Common, Have};
 use super::pkt::{self, Line};
 use super::upload::{self, Extras, PackRequest};
-use super::{Context, Version};
+use super::{Context, Version, hash_name};
 use crate::error::{ProtocolError, ServeError};
-use crate::pack::{Framing, Stats};
+use super::sideband::Framing;
+use crate::pack::Stats;
 use crate::repo::{HeadState, RefSnapshot};
 
 /// The capabilities advertised, in git's order, before `symref=`, `object-format=` and `agent=`.
@@ -83,13 +84,6 @@ pub fn advertise(refs: &RefSnapshot, version: Version, stateless: bool, out: &mu
     out.flush();
 }
 
-pub fn hash_name(kind: gix_hash::Kind) -> &'static str {
-    match kind {
-        gix_hash::Kind::Sha1 => "sha1",
-        gix_hash::Kind::Sha256 => "sha256",
-        _ => "unknown",
-    }
-}
 
 /// The capabilities a client asked for on its first want line.
 #[derive(Debug, Default, Clone)]
@@ -567,4 +561,72 @@ fn is_ready(cache: &mut Option<bool>, common: &Common, repo: &gix::Repository, w
         *cache = Some(common.ready(repo, wants)?);
     }
     Ok(cache.expect("just set"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::pkt::Line;
+
+    fn lines(text: &[&'static str]) -> Vec<Line<'static>> {
+        text.iter().map(|l| if l.is_empty() { Line::Flush } else { Line::Data(l.as_bytes()) }).collect()
+    }
+
+    const MAIN: &str = "1111111111111111111111111111111111111111";
+
+    #[test]
+    fn wants_capabilities_haves_and_done_are_read_from_a_stateless_request() {
+        let refs = crate::repo::fixture_refs();
+        let want = format!("want {MAIN} multi_ack_detailed side-band-64k thin-pack ofs-delta agent=x");
+        let have = format!("have {}", "3".repeat(40));
+        let want: &'static str = Box::leak(want.into_boxed_str());
+        let have: &'static str = Box::leak(have.into_boxed_str());
+        let req = parse(&lines(&[want, "", have, "done"]), &refs, 10).unwrap();
+        assert_eq!(req.wants.len(), 1);
+        assert!(req.caps.multi_ack_detailed && req.caps.side_band_64k && req.caps.thin_pack && req.caps.ofs_delta);
+        assert!(!req.caps.no_done && !req.caps.include_tag);
+        assert_eq!(req.haves.len(), 1);
+        assert!(req.done && req.has_haves_section);
+        assert_eq!(req.caps.framing(), Framing::SideBand64k);
+    }
+
+    #[test]
+    fn a_request_without_its_flush_or_with_capabilities_on_a_later_want_is_refused() {
+        let refs = crate::repo::fixture_refs();
+        let want: &'static str = Box::leak(format!("want {MAIN}").into_boxed_str());
+        assert!(matches!(parse(&lines(&[want]), &refs, 10), Err(ProtocolError::Truncated)));
+        let second: &'static str = Box::leak(format!("want {MAIN} ofs-delta").into_boxed_str());
+        assert!(matches!(parse(&lines(&[want, second, ""]), &refs, 10), Err(ProtocolError::Unexpected(_))));
+        let unknown: &'static str = Box::leak(format!("want {MAIN} frobnicate").into_boxed_str());
+        assert!(matches!(parse(&lines(&[unknown, ""]), &refs, 10), Err(ProtocolError::UnknownCapability(c)) if c == "frobnicate"));
+        // A have section that neither ends in done nor in a flush was cut off.
+        let have: &'static str = Box::leak(format!("have {MAIN}").into_boxed_str());
+        assert!(matches!(parse(&lines(&[want, "", have]), &refs, 10), Err(ProtocolError::Truncated)));
+    }
+
+    #[test]
+    fn haves_past_the_limit_and_filters_without_the_capability_are_refused() {
+        let refs = crate::repo::fixture_refs();
+        let want: &'static str = Box::leak(format!("want {MAIN}").into_boxed_str());
+        let have: &'static str = Box::leak(format!("have {MAIN}").into_boxed_str());
+        assert!(matches!(parse(&lines(&[want, "", have, have, have, ""]), &refs, 2), Err(ProtocolError::TooMany { what: "have", limit: 2 })));
+        assert!(matches!(parse(&lines(&[want, "filter blob:none", ""]), &refs, 10), Err(ProtocolError::FilterNotAllowed)));
+        let deepen = parse(&lines(&[want, "deepen 3", ""]), &refs, 10).unwrap();
+        assert_eq!(deepen.extras.deepen.depth, Some(3));
+        assert!(!deepen.has_haves_section, "a deepen request's first round has no haves");
+    }
+
+    #[test]
+    fn the_advertisement_lists_head_refs_and_peeled_tags_with_capabilities_on_the_first_line() {
+        let refs = crate::repo::fixture_refs();
+        let mut w = pkt::Writer::new();
+        advertise(&refs, Version::V0, true, &mut w);
+        let lines = pkt::read_all(&w.buf).unwrap();
+        let text: Vec<String> = lines.iter().filter_map(|l| l.as_text()).map(|t| t.split('\0').next().unwrap().to_owned()).collect();
+        assert_eq!(text, vec![format!("{MAIN} HEAD"), format!("{MAIN} refs/heads/main"), format!("{} refs/tags/v1", "2".repeat(40)), format!("{} refs/tags/v1^{{}}", "3".repeat(40))]);
+        let first = lines[0].as_text().unwrap();
+        assert!(first.contains("\0multi_ack thin-pack side-band side-band-64k ofs-delta shallow"), "{first}");
+        assert!(first.contains(" no-done symref=HEAD:refs/heads/main object-format=sha1 agent="), "{first}");
+        assert_eq!(lines.last(), Some(&Line::Flush));
+    }
 }

@@ -12,10 +12,11 @@ use gix_hash::ObjectId;
 use super::negotiate::Common;
 use super::pkt::{self, Line};
 use super::upload::{self, Extras, PackRequest};
-use super::v0::hash_name;
+use super::hash_name;
 use super::Context;
 use crate::error::{ProtocolError, ServeError};
-use crate::pack::{Framing, Stats};
+use super::sideband::Framing;
+use crate::pack::Stats;
 use crate::repo::{HeadState, RefSnapshot};
 
 /// A command: its arguments in, its response out; the statistics of a pack it sent.
@@ -177,7 +178,7 @@ fn ls_refs(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: 
             if symrefs {
                 line.push_str(&format!(" symref-target:{target}"));
             }
-            if peel && let Some(peeled) = crate::repo::peel_tag(repo, *id)? {
+            if peel && let Some(peeled) = crate::graph::peel_tag(repo, *id)? {
                 line.push_str(&format!(" peeled:{peeled}"));
             }
             w.text(line);
@@ -387,5 +388,38 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, input: R, m
         request.flush();
         last = serve(ctx, &request.buf, &mut out)?.or(last);
         out.flush()?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(text: &[&'static str]) -> Vec<Line<'static>> {
+        text.iter().map(|l| Line::Data(l.as_bytes())).collect()
+    }
+
+    #[test]
+    fn fetch_arguments_are_read_by_name() {
+        let refs = crate::repo::fixture_refs();
+        let want: &'static str = Box::leak(format!("want {}", "3".repeat(40)).into_boxed_str());
+        let have: &'static str = Box::leak(format!("have {}", "1".repeat(40)).into_boxed_str());
+        let f = parse_fetch(&args(&[want, have, "thin-pack", "ofs-delta", "include-tag", "no-progress", "wait-for-done", "deepen 2", "done"]), &refs, 10).unwrap();
+        assert_eq!((f.wants.len(), f.haves.len()), (1, 1));
+        assert!(f.thin_pack && f.ofs_delta && f.include_tag && f.no_progress && f.wait_for_done && f.done);
+        assert_eq!(f.extras.deepen.depth, Some(2));
+    }
+
+    #[test]
+    fn unknown_arguments_want_refs_without_the_setting_and_filters_without_it_are_refused() {
+        let refs = crate::repo::fixture_refs();
+        assert!(matches!(parse_fetch(&args(&["frobnicate"]), &refs, 10), Err(ProtocolError::UnknownArgument(a)) if a == "frobnicate"));
+        assert!(matches!(parse_fetch(&args(&["want-ref refs/heads/main"]), &refs, 10), Err(ProtocolError::UnknownArgument(_))));
+        assert!(matches!(parse_fetch(&args(&["filter blob:none"]), &refs, 10), Err(ProtocolError::FilterNotAllowed)));
+        let mut allowing = refs.clone();
+        allowing.wants.ref_in_want = true;
+        let f = parse_fetch(&args(&["want-ref refs/heads/main"]), &allowing, 10).unwrap();
+        assert_eq!(f.wanted_refs, vec![("refs/heads/main".to_owned(), allowing.refs[0].id)]);
+        assert!(matches!(parse_fetch(&args(&["want-ref refs/heads/nope"]), &allowing, 10), Err(ProtocolError::UnknownRef(_))));
     }
 }

@@ -9,24 +9,94 @@ pub mod hooks;
 pub mod quarantine;
 
 use std::collections::HashSet;
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 
 use gix::bstr::ByteSlice;
 use gix_hash::ObjectId;
 use gix_object::{Find, Kind};
 
 use crate::error::ServeError;
-use crate::pack::Bands;
-use crate::protocol::Context;
-use crate::protocol::receive::{Command, Request};
+use crate::session::Context;
 use crate::repo::RefSnapshot;
 use quarantine::Quarantine;
 
-/// What a push did: the `unpack` status and one result per command (Err: the `ng` reason).
+/// One ref update: `new` null for a delete, `old` null for a create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefUpdate {
+    pub old: ObjectId,
+    pub new: ObjectId,
+    pub name: String,
+}
+
+impl RefUpdate {
+    pub fn is_delete(&self) -> bool {
+        self.new.is_null()
+    }
+}
+
+/// What a push asks for, whatever protocol carried it.
+#[derive(Debug, Default)]
+pub struct Request {
+    pub updates: Vec<RefUpdate>,
+    /// All updates or none.
+    pub atomic: bool,
+    /// `push-options`, for the hooks.
+    pub options: Vec<String>,
+}
+
+/// Why one ref update was not made: the rule it broke, in the words git's users know (the `ng`
+/// reason of report-status).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("unpacker error")]
+    Unpacker,
+    #[error("atomic push failure")]
+    Atomic,
+    #[error("pre-receive hook declined")]
+    PreReceive,
+    #[error("hook declined")]
+    UpdateHook,
+    #[error("funny refname")]
+    FunnyRefname,
+    #[error("nothing to do: old and new are both null")]
+    NothingToDo,
+    #[error("deny updating a hidden ref")]
+    HiddenRef,
+    #[error("deletion prohibited")]
+    DeletionProhibited,
+    #[error("deletion of the current branch prohibited")]
+    DeleteCurrent,
+    #[error("branch is currently checked out")]
+    CurrentBranch,
+    #[error("missing necessary objects")]
+    MissingObjects,
+    #[error("non-commit object to a branch")]
+    NonCommitToBranch,
+    #[error("non-fast-forward")]
+    NonFastForward,
+    #[error("reference already exists")]
+    AlreadyExists,
+    #[error("stale info: the ref is at {current}, the push expected {expected}")]
+    Stale { current: ObjectId, expected: ObjectId },
+    #[error("stale info: the ref does not exist, the push expected {expected}")]
+    StaleMissing { expected: ObjectId },
+    #[error("directory/file conflict: '{existing}' exists; cannot create '{name}'")]
+    DirectoryFile { existing: String, name: String },
+    /// The ref transaction failed for a reason none of the rules above names.
+    #[error("failed to update ref: {0}")]
+    Update(String),
+    #[error("failed to update refs: {0}")]
+    Transaction(String),
+    /// Reading the objects to check the update failed.
+    #[error("{0}")]
+    Check(String),
+}
+
+/// What a push did: the `unpack` status and one result per update.
 #[derive(Debug)]
 pub struct Outcome {
     pub unpack_error: Option<String>,
-    pub results: Vec<Result<(), String>>,
+    pub results: Vec<Result<(), Refusal>>,
     /// Objects in the received pack.
     pub objects: u32,
 }
@@ -60,21 +130,21 @@ impl Rules {
 }
 
 /// Apply a push whose commands are `req` and whose pack is the rest of `input`.
-pub fn apply<W: Write>(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead, bands: &mut Bands<W>) -> Result<Outcome, ServeError> {
+pub fn apply(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead, bands: &mut dyn Messages) -> Result<Outcome, ServeError> {
     let repo = ctx.served.repo.to_thread_local();
     let hash = repo.object_hash();
     let objects_dir = repo.objects.store_ref().path().to_owned();
     let git_dir = ctx.served.git_dir.clone();
-    let mut results: Vec<Result<(), String>> = vec![Ok(()); req.commands.len()];
-    let fail_all = |results: &mut Vec<Result<(), String>>, reason: &str| {
+    let mut results: Vec<Result<(), Refusal>> = vec![Ok(()); req.updates.len()];
+    let fail_all = |results: &mut Vec<Result<(), Refusal>>, reason: Refusal| {
         for r in results.iter_mut().filter(|r| r.is_ok()) {
-            *r = Err(reason.to_owned());
+            *r = Err(reason.clone());
         }
     };
 
     // 1. The pack, into quarantine (only deletes: no pack follows).
     let mut quarantine = Quarantine::create(&objects_dir)?;
-    if req.commands.iter().any(|c| !c.is_delete()) {
+    if req.updates.iter().any(|c| !c.is_delete()) {
         let mut limited = LimitedRead { inner: input, left: ctx.config.max_push_bytes };
         let max_object = ctx.config.max_object_bytes.min(usize::try_from(ctx.config.max_push_bytes).unwrap_or(usize::MAX));
         if let Err(err) = quarantine.receive(&mut limited, &repo.objects, hash, max_object) {
@@ -85,12 +155,12 @@ pub fn apply<W: Write>(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead
             } else {
                 err
             };
-            fail_all(&mut results, "unpacker error");
+            fail_all(&mut results, Refusal::Unpacker);
             return Ok(Outcome { unpack_error: Some(err), results, objects: 0 });
         }
         let received = quarantine.odb(hash)?;
         if let Err(err) = check_objects(&received, hash) {
-            fail_all(&mut results, "unpacker error");
+            fail_all(&mut results, Refusal::Unpacker);
             return Ok(Outcome { unpack_error: Some(err), results, objects: quarantine.objects });
         }
     }
@@ -101,13 +171,13 @@ pub fn apply<W: Write>(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead
     let all_refs = RefSnapshot::load_hiding_nothing(&repo)?;
     let rules = Rules::read(&repo);
     let head_target = repo.head_name().ok().flatten().map(|n| n.as_bstr().to_string());
-    for (command, result) in req.commands.iter().zip(results.iter_mut()) {
+    for (command, result) in req.updates.iter().zip(results.iter_mut()) {
         if let Err(reason) = check_command(&repo, &received, &refs, &all_refs, &rules, head_target.as_deref(), command) {
             *result = Err(reason);
         }
     }
-    if req.caps.atomic && results.iter().any(Result::is_err) {
-        fail_all(&mut results, "atomic push failure");
+    if req.atomic && results.iter().any(Result::is_err) {
+        fail_all(&mut results, Refusal::Atomic);
         return Ok(Outcome { unpack_error: None, results, objects: quarantine.objects });
     }
 
@@ -123,8 +193,8 @@ pub fn apply<W: Write>(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead
         ("GIT_OBJECT_DIRECTORY".to_owned(), quarantine.dir.display().to_string()),
         ("GIT_ALTERNATE_OBJECT_DIRECTORIES".to_owned(), objects_dir.display().to_string()),
     ]);
-    let lines = |results: &[Result<(), String>]| -> String {
-        req.commands.iter().zip(results).filter(|(_, r)| r.is_ok()).map(|(c, _)| format!("{} {} {}\n", c.old, c.new, c.name)).collect()
+    let lines = |results: &[Result<(), Refusal>]| -> String {
+        req.updates.iter().zip(results).filter(|(_, r)| r.is_ok()).map(|(c, _)| format!("{} {} {}\n", c.old, c.new, c.name)).collect()
     };
     if let Some(hook) = hooks::find(&repo, &git_dir, "pre-receive") {
         let stdin = lines(&results);
@@ -132,13 +202,13 @@ pub fn apply<W: Write>(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead
             let ran = hooks::run(&hook, &[], stdin.as_bytes(), &quarantined_env, &git_dir)?;
             bands.remote_message(&ran.output)?;
             if !ran.success {
-                fail_all(&mut results, "pre-receive hook declined");
+                fail_all(&mut results, Refusal::PreReceive);
                 return Ok(Outcome { unpack_error: None, results, objects: quarantine.objects });
             }
         }
     }
     if let Some(hook) = hooks::find(&repo, &git_dir, "update") {
-        for (command, result) in req.commands.iter().zip(results.iter_mut()) {
+        for (command, result) in req.updates.iter().zip(results.iter_mut()) {
             if result.is_err() {
                 continue;
             }
@@ -146,11 +216,11 @@ pub fn apply<W: Write>(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead
             let ran = hooks::run(&hook, &[&command.name, &old, &new], b"", &quarantined_env, &git_dir)?;
             bands.remote_message(&ran.output)?;
             if !ran.success {
-                *result = Err("hook declined".into());
+                *result = Err(Refusal::UpdateHook);
             }
         }
-        if req.caps.atomic && results.iter().any(Result::is_err) {
-            fail_all(&mut results, "atomic push failure");
+        if req.atomic && results.iter().any(Result::is_err) {
+            fail_all(&mut results, Refusal::Atomic);
             return Ok(Outcome { unpack_error: None, results, objects: quarantine.objects });
         }
     }
@@ -163,30 +233,30 @@ pub fn apply<W: Write>(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead
     let committer_email = format!("{who}@gixd");
     let time = gix::date::Time::now_local_or_utc().to_string();
     let committer = gix::actor::SignatureRef { name: who.into(), email: committer_email.as_str().into(), time: &time };
-    let edit = |command: &Command| edit_for(command, who);
-    if req.caps.atomic {
-        let edits: Vec<_> = req.commands.iter().map(edit).collect();
+    let edit = |command: &RefUpdate| edit_for(command, who);
+    if req.atomic {
+        let edits: Vec<_> = req.updates.iter().map(edit).collect();
         if let Err(err) = repo.edit_references_as(edits, Some(committer)) {
             // The commands that broke a rule say which; the others failed with them.
-            for (command, result) in req.commands.iter().zip(results.iter_mut()) {
-                *result = Err(ref_refusal(&repo, command).unwrap_or_else(|| "atomic push failure".into()));
+            for (command, result) in req.updates.iter().zip(results.iter_mut()) {
+                *result = Err(ref_refusal(&repo, command).unwrap_or(Refusal::Atomic));
             }
-            if results.iter().all(|r| r.as_ref().err().is_some_and(|e| e == "atomic push failure")) {
-                fail_all(&mut results, &format!("failed to update refs: {}", error_chain(&err)));
+            if results.iter().all(|r| r == &Err(Refusal::Atomic)) {
+                results.iter_mut().for_each(|r| *r = Err(Refusal::Transaction(error_chain(&err))));
             }
         }
     } else {
-        for (command, result) in req.commands.iter().zip(results.iter_mut()) {
+        for (command, result) in req.updates.iter().zip(results.iter_mut()) {
             if result.is_ok()
                 && let Err(err) = repo.edit_references_as(Some(edit(command)), Some(committer))
             {
-                *result = Err(ref_refusal(&repo, command).unwrap_or_else(|| format!("failed to update ref: {}", error_chain(&err))));
+                *result = Err(ref_refusal(&repo, command).unwrap_or_else(|| Refusal::Update(error_chain(&err))));
             }
         }
     }
 
     // 5. Hooks after.
-    let updated: Vec<&Command> = req.commands.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(c, _)| c).collect();
+    let updated: Vec<&RefUpdate> = req.updates.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(c, _)| c).collect();
     if !updated.is_empty() {
         if let Some(hook) = hooks::find(&repo, &git_dir, "post-receive") {
             let ran = hooks::run(&hook, &[], lines(&results).as_bytes(), &env, &git_dir)?;
@@ -211,21 +281,21 @@ pub fn apply<W: Write>(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead
 
 /// Which rule a refused ref update broke, read from the refs as they are now (the transaction's
 /// compare-and-swap refused it): the words git's users know.
-fn ref_refusal(repo: &gix::Repository, command: &Command) -> Option<String> {
+fn ref_refusal(repo: &gix::Repository, command: &RefUpdate) -> Option<Refusal> {
     let name = command.name.as_str();
     let current = repo.try_find_reference(name).ok().flatten().and_then(|mut r| r.peel_to_id().ok().map(|id| id.detach()));
     match current {
-        Some(_) if command.old.is_null() => return Some("reference already exists".into()),
-        Some(id) if id != command.old => return Some(format!("stale info: the ref is at {id}, the push expected {}", command.old)),
-        None if !command.old.is_null() => return Some(format!("stale info: the ref does not exist, the push expected {}", command.old)),
+        Some(_) if command.old.is_null() => return Some(Refusal::AlreadyExists),
+        Some(current) if current != command.old => return Some(Refusal::Stale { current, expected: command.old }),
+        None if !command.old.is_null() => return Some(Refusal::StaleMissing { expected: command.old }),
         _ => {}
     }
     // A directory/file conflict: `refs/heads/a` blocks `refs/heads/a/b` and the other way round.
     let refs = repo.references().ok()?;
-    let conflict = refs.all().ok()?.flatten().map(|r| r.name().as_bstr().to_string()).find(|other| {
+    let existing = refs.all().ok()?.flatten().map(|r| r.name().as_bstr().to_string()).find(|other| {
         other != name && (name.starts_with(&format!("{other}/")) || other.starts_with(&format!("{name}/")))
     })?;
-    Some(format!("directory/file conflict: '{conflict}' exists; cannot create '{name}'"))
+    Some(Refusal::DirectoryFile { existing, name: name.to_owned() })
 }
 
 /// An error and its sources on one line.
@@ -240,7 +310,13 @@ fn error_chain(err: &dyn std::error::Error) -> String {
     text
 }
 
-fn edit_for(command: &Command, who: &str) -> gix::refs::transaction::RefEdit {
+/// Where a push says what the server's side (hooks) printed, for the client to show
+/// (`remote: …`); the protocol layer puts it on side-band 2.
+pub trait Messages {
+    fn remote_message(&mut self, message: &[u8]) -> std::io::Result<()>;
+}
+
+fn edit_for(command: &RefUpdate, who: &str) -> gix::refs::transaction::RefEdit {
     use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
     use gix::refs::Target;
     let name: gix::refs::FullName = command.name.as_str().try_into().expect("checked before");
@@ -355,40 +431,40 @@ fn check_command(
     all_refs: &RefSnapshot,
     rules: &Rules,
     head_target: Option<&str>,
-    command: &Command,
-) -> Result<(), String> {
+    command: &RefUpdate,
+) -> Result<(), Refusal> {
     let name = command.name.as_str();
     let full: Result<gix::refs::FullName, _> = name.try_into();
     if !name.starts_with("refs/") || full.is_err() {
-        return Err("funny refname".into());
+        return Err(Refusal::FunnyRefname);
     }
     if command.old.is_null() && command.new.is_null() {
-        return Err("nothing to do: old and new are both null".into());
+        return Err(Refusal::NothingToDo);
     }
     let visible = refs.refs.iter().any(|r| r.name == name.as_bytes());
     if !visible && all_refs.refs.iter().any(|r| r.name == name.as_bytes()) {
-        return Err("deny updating a hidden ref".into());
+        return Err(Refusal::HiddenRef);
     }
     let is_branch = name.starts_with("refs/heads/");
     if command.is_delete() {
         if rules.deny_deletes && is_branch {
-            return Err("deletion prohibited".into());
+            return Err(Refusal::DeletionProhibited);
         }
         if rules.deny_delete_current && head_target == Some(name) {
-            return Err("deletion of the current branch prohibited".into());
+            return Err(Refusal::DeleteCurrent);
         }
         return Ok(());
     }
     if rules.deny_current_branch && head_target == Some(name) {
-        return Err("branch is currently checked out".into());
+        return Err(Refusal::CurrentBranch);
     }
-    let kind = object_kind(repo, received, &command.new).ok_or_else(|| "missing necessary objects".to_owned())?;
+    let kind = object_kind(repo, received, &command.new).ok_or(Refusal::MissingObjects)?;
     if is_branch && kind != Kind::Commit {
-        return Err("non-commit object to a branch".into());
+        return Err(Refusal::NonCommitToBranch);
     }
     connected(repo, received, command.new)?;
     if rules.deny_non_fast_forwards && is_branch && !command.old.is_null() && !is_ancestor(repo, received, command.old, command.new)? {
-        return Err("non-fast-forward".into());
+        return Err(Refusal::NonFastForward);
     }
     Ok(())
 }
@@ -404,7 +480,7 @@ fn object_kind(repo: &gix::Repository, received: &gix_odb::Handle, id: &ObjectId
 /// Every object the new tip needs is in the quarantine or the repository. Objects the
 /// repository already has are taken as complete (as git's quick check does), so the walk covers
 /// only what was received.
-fn connected(repo: &gix::Repository, received: &gix_odb::Handle, tip: ObjectId) -> Result<(), String> {
+fn connected(repo: &gix::Repository, received: &gix_odb::Handle, tip: ObjectId) -> Result<(), Refusal> {
     use gix_object::FindHeader;
     let mut buf = Vec::new();
     let mut seen = HashSet::new();
@@ -418,17 +494,17 @@ fn connected(repo: &gix::Repository, received: &gix_odb::Handle, tip: ObjectId) 
             if repo.has_object(id) {
                 continue;
             }
-            return Err("missing necessary objects".into());
+            return Err(Refusal::MissingObjects);
         }
-        let data = received.try_find(&id, &mut buf).map_err(|e| e.to_string())?.ok_or("missing necessary objects")?;
-        crate::select::push_children(id, data.kind, data.data, &mut stack).map_err(|e| e.to_string())?;
+        let data = received.try_find(&id, &mut buf).map_err(|e| Refusal::Check(e.to_string()))?.ok_or(Refusal::MissingObjects)?;
+        crate::graph::push_children(id, data.kind, data.data, &mut stack).map_err(|e| Refusal::Check(e.to_string()))?;
     }
     Ok(())
 }
 
 /// Is `old` an ancestor of (or equal to) `new`? Parents are read from the quarantine or the
 /// repository.
-fn is_ancestor(repo: &gix::Repository, received: &gix_odb::Handle, old: ObjectId, new: ObjectId) -> Result<bool, String> {
+fn is_ancestor(repo: &gix::Repository, received: &gix_odb::Handle, old: ObjectId, new: ObjectId) -> Result<bool, Refusal> {
     let mut buf = Vec::new();
     let mut seen = HashSet::new();
     let mut stack = vec![new];

@@ -10,9 +10,9 @@ use std::net::TcpStream;
 use std::sync::Arc;
 
 
-use crate::protocol::{self, Context, Version, pkt};
+use crate::protocol::{self, Version, pkt};
+use crate::session::{Context, State};
 use crate::transport::pace::Paced;
-use crate::transport::http::State;
 
 /// Writes of at least this many bytes leave together: two full side-band packets and the short
 /// lines before them (with exactly 64 KiB, the first packet pushed out the lines before it as a
@@ -74,10 +74,10 @@ pub async fn read_request_line(stream: &mut tokio::net::TcpStream) -> std::io::R
 }
 
 /// Tell a client that sent no request line why, and close (async: no thread was taken for it).
-pub async fn refuse_without_request(stream: &mut tokio::net::TcpStream) {
+pub async fn refuse_without_request(stream: &mut tokio::net::TcpStream, message: &str) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut w = pkt::Writer::new();
-    w.err("expected a request line: git-upload-pack /path");
+    w.err(message);
     if stream.write_all(&w.buf).await.is_ok() && stream.shutdown().await.is_ok() {
         let mut sink = [0u8; 4096];
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {

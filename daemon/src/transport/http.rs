@@ -18,21 +18,13 @@ use hyper::{Method, Request, Response, StatusCode};
 
 use crate::config::Config;
 use crate::error::RepoError;
-use crate::protocol::{self, Context, Version, pkt};
-use crate::repo::{RefSnapshot, Repos, Served};
+use crate::protocol::{self, Version, pkt};
+use crate::session::{Context, State};
+use crate::repo::{RefSnapshot, Served};
 use crate::tap::Exchange;
 use crate::transport::stream;
 
 pub type Body = BoxBody<Bytes, std::io::Error>;
-
-/// What every request handler shares.
-pub struct State {
-    pub repos: Repos,
-    pub config: Config,
-    pub access: crate::auth::Access,
-    /// One permit per upload-pack request in flight (`Config::max_transfers`).
-    pub transfers: Arc<tokio::sync::Semaphore>,
-}
 
 /// The smart-HTTP routes, by the suffix after the repository path.
 #[derive(Debug, PartialEq, Eq)]
@@ -213,7 +205,7 @@ async fn info_refs(state: &Arc<State>, repo_path: &str, req: &Request<Incoming>)
     .await;
     match advertised {
         Ok(Ok((repo, bytes))) => {
-            if let Some(tap) = &tap_state.config.tap {
+            if let Some(tap) = &tap_state.tap {
                 tap.exchange(Exchange {
                     repo,
                     service: "info/refs",
@@ -327,7 +319,7 @@ async fn upload_pack(state: Arc<State>, repo_path: String, req: Request<Incoming
         };
         let mut tee = Tee {
             sink: &mut sink,
-            copy: state.config.tap.as_ref().map(|_| Vec::new()),
+            copy: state.tap.as_ref().map(|_| Vec::new()),
         };
         let result = match version {
             Version::V2 => protocol::v2::serve(&ctx, &body, &mut tee),
@@ -336,7 +328,7 @@ async fn upload_pack(state: Arc<State>, repo_path: String, req: Request<Incoming
         let copy = tee.copy.take();
         // The tap hears of the exchange before its last frame leaves: once the client has the
         // whole response, the exchange is already recorded.
-        if let (Some(tap), Some(response)) = (&state.config.tap, copy) {
+        if let (Some(tap), Some(response)) = (&state.tap, copy) {
             tap.exchange(Exchange {
                 repo: served.name.clone(),
                 service: "git-upload-pack",

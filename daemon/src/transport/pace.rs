@@ -8,14 +8,7 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-/// How slowly a client may send, and over how long a wait that is judged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pace {
-    /// Bytes per second of waiting, at least.
-    pub min_rate: u64,
-    /// The waiting time over which the rate is judged (a burst after a pause is fine).
-    pub window: Duration,
-}
+pub use crate::config::Pace;
 
 /// A reader held to a [`Pace`].
 pub struct Paced<R> {

@@ -1,10 +1,14 @@
 //! Pack bitmaps (object selection layer): git's single-pack `.bitmap` (`technical/bitmap-format`:
 //! header, the four type bitmaps, one EWAH bitmap per selected commit with its XOR offset, the
 //! optional name-hash cache and lookup table), read with gix-bitmap's EWAH decoder, bit positions
-//! in pack order (from the `.rev` file, or computed from the index). [`PackBitmap::select`]
-//! answers "reachable from the wants and not from the haves" as bitmap operations, walking only
-//! from tips the bitmap does not cover down to covered commits. A stale or corrupt bitmap is an
-//! error the caller turns into the walk (with one warning per file state).
+//! in pack order (from the `.rev` file, or computed from the index). [`PackBitmap::reachable`]
+//! answers "everything these tips reach" as bitmap operations, walking only from tips the
+//! bitmap does not cover down to covered commits; selection ([`crate::select`]) combines such
+//! reaches for the wants and the haves. A stale or corrupt bitmap is an error the caller turns
+//! into the walk (with one warning per file state). Writing a `.rev` and a `.bitmap`:
+//! [`write`].
+
+pub mod write;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -175,11 +179,7 @@ impl PackBitmap {
         let _ = flags;
         let order = match read_rev(&idx.with_extension("rev"), n, &index, hash) {
             Some(order) => order,
-            None => {
-                let mut order: Vec<u32> = (0..n as u32).collect();
-                order.sort_by_key(|i| index.pack_offset_at_index(*i));
-                order
-            }
+            None => write::pack_order(&index),
         };
         let mut position = vec![0u32; n];
         for (pack_pos, idx_pos) in order.iter().enumerate() {
@@ -243,7 +243,7 @@ impl PackBitmap {
             if self.pos(&id).is_none() {
                 reach.extra.insert(id, data.kind);
             }
-            crate::select::push_children(id, data.kind, data.data, &mut stack)?;
+            crate::graph::push_children(id, data.kind, data.data, &mut stack)?;
         }
         Ok(reach)
     }
@@ -293,5 +293,46 @@ mod tests {
         diff.and_not(&b);
         assert_eq!(diff.ones().collect::<Vec<_>>(), vec![0, 129]);
         assert_eq!(a.count_and(&b), 2);
+    }
+}
+
+/// What the cached bitmap of a repository was read from: the `.bitmap` files of its pack
+/// directory and their modification times, as a fingerprint.
+fn bitmap_files_state(served: &crate::repo::Served) -> (u64, Vec<std::path::PathBuf>) {
+    use std::hash::{Hash, Hasher};
+    let pack_dir = served.git_dir.join("objects/pack");
+    let mut files: Vec<(std::path::PathBuf, Option<std::time::SystemTime>)> = std::fs::read_dir(&pack_dir)
+        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "bitmap")).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| {
+            let time = std::fs::metadata(&p).and_then(|m| m.modified()).ok();
+            (p, time)
+        })
+        .collect();
+    files.sort();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    files.hash(&mut h);
+    (h.finish(), files.into_iter().map(|(p, _)| p).collect())
+}
+
+/// The pack bitmap of a repository, if it has a usable one (git writes one per repack with
+/// `-b`; with several, the first pack's is used). Read once per file state; a stale or corrupt
+/// one is logged once (the `None` is cached too) and the walk serves instead.
+pub fn of(repos: &crate::repo::Repos, served: &crate::repo::Served, repo: &gix::Repository) -> Option<std::sync::Arc<PackBitmap>> {
+    let (state, files) = bitmap_files_state(served);
+    let cached = repos.cached(served, "pack bitmap", state, || -> Result<Option<std::sync::Arc<PackBitmap>>, std::convert::Infallible> {
+        Ok(files.first().and_then(|path| match PackBitmap::open(&path.with_extension("idx"), repo.object_hash()) {
+            Ok(Some(bitmap)) => Some(std::sync::Arc::new(bitmap)),
+            Ok(None) => None,
+            Err(err) => {
+                tracing::warn!(repo = %served.name, %err, "pack bitmap not used; selecting by walking");
+                None
+            }
+        }))
+    });
+    match cached {
+        Ok(bitmap) => (*bitmap).clone(),
+        Err(never) => match never {},
     }
 }

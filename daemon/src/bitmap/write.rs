@@ -1,0 +1,161 @@
+//! Writing git's reverse index (`.rev`) and pack bitmap (`.bitmap`) for one pack, as
+//! `technical/pack-format` and `technical/bitmap-format` describe them and git reads them
+//! (`git rev-list --test-bitmap` accepts the result): the writing half beside the reading one.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+
+use gix_hash::ObjectId;
+use gix_object::{Find, Kind};
+
+use super::Bits;
+use crate::error::ServeError;
+
+/// Pack position → index position.
+pub fn pack_order(index: &gix_pack::index::File) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..index.num_objects()).collect();
+    order.sort_by_key(|i| index.pack_offset_at_index(*i));
+    order
+}
+
+fn hash_id(hash: gix_hash::Kind) -> u32 {
+    match hash {
+        gix_hash::Kind::Sha1 => 1,
+        _ => 2,
+    }
+}
+
+/// Write `bytes` followed by their checksum to `path`, through a temporary file.
+fn write_checksummed(path: &Path, bytes: &[u8], hash: gix_hash::Kind) -> Result<(), ServeError> {
+    let mut hasher = gix_hash::hasher(hash);
+    hasher.update(bytes);
+    let digest = hasher.try_finalize().map_err(ServeError::pack)?;
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.write_all(digest.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// `technical/pack-format`'s reverse index: `RIDX`, version 1, hash id, index positions in pack
+/// order, the pack's checksum, then the file's.
+pub fn write_rev(path: &Path, index: &gix_pack::index::File, order: &[u32], hash: gix_hash::Kind) -> Result<(), ServeError> {
+    let mut out = Vec::with_capacity(12 + 4 * order.len() + 2 * hash.len_in_bytes());
+    out.extend(b"RIDX");
+    out.extend(1u32.to_be_bytes());
+    out.extend(hash_id(hash).to_be_bytes());
+    for i in order {
+        out.extend(i.to_be_bytes());
+    }
+    out.extend(index.pack_checksum().as_bytes());
+    write_checksummed(path, &out, hash)
+}
+
+/// The commits that get a bitmap: every ref tip that is a commit, and one commit in 100 of the
+/// rest, newest first.
+fn select_commits(repo: &gix::Repository, tips: &[ObjectId]) -> Result<Vec<ObjectId>, ServeError> {
+    let mut chosen = Vec::new();
+    let mut commit_tips = Vec::new();
+    for tip in tips {
+        commit_tips.extend(crate::graph::peel_to_commit(repo, *tip)?);
+    }
+    commit_tips.sort();
+    commit_tips.dedup();
+    chosen.extend(commit_tips.iter().copied());
+    if !commit_tips.is_empty() {
+        let walk = repo.rev_walk(commit_tips.clone()).all()?;
+        for (i, info) in walk.enumerate() {
+            let info = info?;
+            if i % 100 == 99 && !chosen.contains(&info.id) {
+                chosen.push(info.id);
+            }
+        }
+    }
+    Ok(chosen)
+}
+
+/// `technical/bitmap-format` version 1 with `BITMAP_OPT_FULL_DAG`: the four type bitmaps, then
+/// one bitmap per chosen commit (no XOR compression), then the checksum. Returns how many commit
+/// bitmaps were written.
+pub fn write_bitmap(
+    repo: &gix::Repository,
+    index: &gix_pack::index::File,
+    order: &[u32],
+    tips: &[ObjectId],
+    path: &Path,
+    hash: gix_hash::Kind,
+) -> Result<usize, ServeError> {
+    let n = order.len();
+    let mut position = vec![0usize; n];
+    for (pack_pos, idx_pos) in order.iter().enumerate() {
+        position[*idx_pos as usize] = pack_pos;
+    }
+    let pos_of = |id: &ObjectId| index.lookup(id).map(|i| position[i as usize]);
+    let mut buf = Vec::new();
+    // Type bitmaps.
+    let mut types = [Bits::new(n), Bits::new(n), Bits::new(n), Bits::new(n)];
+    for (pack_pos, idx_pos) in order.iter().enumerate() {
+        let id = index.oid_at_index(*idx_pos).to_owned();
+        let kind = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?.kind;
+        let slot = match kind {
+            Kind::Commit => 0,
+            Kind::Tree => 1,
+            Kind::Blob => 2,
+            Kind::Tag => 3,
+        };
+        types[slot].set(pack_pos);
+    }
+    // Commit closures, oldest chosen commit first so later ones reuse earlier closures.
+    let mut chosen = select_commits(repo, tips)?;
+    let time_of = |id: &ObjectId| repo.find_commit(*id).ok().and_then(|c| c.time().ok()).map_or(0, |t| t.seconds);
+    chosen.sort_by_key(time_of);
+    let mut closures: HashMap<ObjectId, Bits> = HashMap::new();
+    for commit in &chosen {
+        let mut bits = Bits::new(n);
+        let mut stack = vec![*commit];
+        while let Some(id) = stack.pop() {
+            let pos = pos_of(&id).ok_or(ServeError::MissingObject(id))?;
+            if bits.get(pos) {
+                continue;
+            }
+            if id != *commit
+                && let Some(done) = closures.get(&id)
+            {
+                bits.or(done);
+                continue;
+            }
+            bits.set(pos);
+            let data = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
+            crate::graph::push_children(id, data.kind, data.data, &mut stack)?;
+        }
+        closures.insert(*commit, bits);
+    }
+    let ewah = |bits: &Bits| -> Result<Vec<u8>, ServeError> {
+        let flags: Vec<bool> = (0..n).map(|i| bits.get(i)).collect();
+        let vec = gix_bitmap::ewah::Vec::from_bits(&flags).ok_or_else(|| ServeError::pack("bitmap too large"))?;
+        let mut out = Vec::new();
+        vec.write_to(&mut out)?;
+        Ok(out)
+    };
+    let mut out = Vec::new();
+    out.extend(b"BITM");
+    out.extend(1u16.to_be_bytes());
+    out.extend(1u16.to_be_bytes()); // BITMAP_OPT_FULL_DAG
+    out.extend((chosen.len() as u32).to_be_bytes());
+    out.extend(index.pack_checksum().as_bytes());
+    for t in &types {
+        out.extend(ewah(t)?);
+    }
+    for commit in &chosen {
+        let idx_pos = index.lookup(commit).ok_or(ServeError::MissingObject(*commit))?;
+        out.extend(idx_pos.to_be_bytes());
+        out.push(0); // no XOR
+        out.push(0); // flags
+        out.extend(ewah(&closures[commit])?);
+    }
+    write_checksummed(path, &out, hash)?;
+    Ok(chosen.len())
+}

@@ -1,0 +1,227 @@
+//! The layer map in `daemon/src/lib.rs` is true of the imports: read from the code, the module
+//! graph of `daemon/src` has no cycle, and every module imports only modules of its own layer or
+//! of the layers below it (the map lists layers top to bottom, one bullet each).
+//!
+//! `cargo nextest run -p gixd-tests --test layers --no-capture` prints the graph.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("daemon/src")
+}
+
+/// Every module of the crate (`a`, `a::b`) and its source, without comments and test modules.
+fn modules() -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![src()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let rel = path.strip_prefix(src()).unwrap().with_extension("");
+            let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+            if parts.last().is_some_and(|p| p == "mod") {
+                parts.pop();
+            }
+            if parts == ["lib"] || parts == ["main"] {
+                continue;
+            }
+            out.insert(parts.join("::"), strip(&std::fs::read_to_string(&path).unwrap()));
+        }
+    }
+    out
+}
+
+/// Source without `//` comments (doc links name modules without importing them) and without
+/// the `#[cfg(test)]` module at the end.
+fn strip(text: &str) -> String {
+    let text = match text.find("#[cfg(test)]\nmod tests") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    text.lines()
+        .map(|l| match l.find("//") {
+            Some(at) if !l[..at].contains('"') => &l[..at],
+            _ => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The modules each module names by path (`crate::x::y`, `super::x`), resolved to the longest
+/// existing module.
+fn graph(mods: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (name, text) in mods {
+        let mut targets = BTreeSet::new();
+        let bytes = text.as_bytes();
+        for prefix in ["crate::", "super::"] {
+            let mut from = 0;
+            while let Some(at) = text[from..].find(prefix) {
+                let start = from + at + prefix.len();
+                from = start;
+                if at > 0 && (bytes[from - prefix.len() - 1].is_ascii_alphanumeric() || bytes[from - prefix.len() - 1] == b'_') {
+                    continue;
+                }
+                let path: String = text[start..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':').collect();
+                let segments: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
+                let base: Vec<String> = if prefix == "super::" {
+                    let mut p: Vec<String> = name.split("::").map(str::to_owned).collect();
+                    p.pop();
+                    p
+                } else {
+                    Vec::new()
+                };
+                // The longest prefix of base + segments that is a module.
+                for n in (1..=segments.len()).rev() {
+                    let mut candidate = base.clone();
+                    candidate.extend(segments[..n].iter().map(|s| s.to_string()));
+                    let candidate = candidate.join("::");
+                    if mods.contains_key(&candidate) {
+                        if candidate != *name {
+                            targets.insert(candidate);
+                        }
+                        break;
+                    }
+                }
+                if segments.is_empty() && !base.is_empty() {
+                    targets.insert(base.join("::"));
+                }
+            }
+        }
+        // A parent names its children with `pub mod`; that is not an import.
+        targets.retain(|t| !t.starts_with(&format!("{name}::")));
+        edges.insert(name.clone(), targets);
+    }
+    edges
+}
+
+/// Strongly connected components with more than one module (Tarjan).
+fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct T<'a> {
+        edges: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on: BTreeSet<&'a str>,
+        next: usize,
+        out: Vec<Vec<String>>,
+    }
+    fn visit<'a>(t: &mut T<'a>, v: &'a str) {
+        t.index.insert(v, t.next);
+        t.low.insert(v, t.next);
+        t.next += 1;
+        t.stack.push(v);
+        t.on.insert(v);
+        for w in &t.edges[v] {
+            let w = w.as_str();
+            if !t.index.contains_key(w) {
+                visit(t, w);
+                let low = t.low[v].min(t.low[w]);
+                t.low.insert(v, low);
+            } else if t.on.contains(w) {
+                let low = t.low[v].min(t.index[w]);
+                t.low.insert(v, low);
+            }
+        }
+        if t.low[v] == t.index[v] {
+            let mut component = Vec::new();
+            while let Some(w) = t.stack.pop() {
+                t.on.remove(w);
+                component.push(w.to_owned());
+                if w == v {
+                    break;
+                }
+            }
+            if component.len() > 1 {
+                component.sort();
+                t.out.push(component);
+            }
+        }
+    }
+    let mut t = T { edges, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), on: BTreeSet::new(), next: 0, out: Vec::new() };
+    for v in edges.keys() {
+        if !t.index.contains_key(v.as_str()) {
+            visit(&mut t, v);
+        }
+    }
+    t.out
+}
+
+/// The layer of every top-level module, from lib.rs's "# Layout" list: bullet n (from 0, top)
+/// holds the modules it links as [`name`].
+fn layers() -> BTreeMap<String, usize> {
+    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+    let layout = &lib[lib.find("//! # Layout").expect("lib.rs has a Layout section")..];
+    let mut out = BTreeMap::new();
+    let mut layer = None::<usize>;
+    for line in layout.lines().take_while(|l| l.starts_with("//!")) {
+        let line = line.trim_start_matches("//!").trim_start();
+        if line.starts_with("- ") {
+            layer = Some(layer.map_or(0, |l| l + 1));
+        }
+        let Some(layer) = layer else { continue };
+        let mut rest = line;
+        while let Some(at) = rest.find("[`") {
+            let name: String = rest[at + 2..].chars().take_while(|c| *c != '`').collect();
+            rest = &rest[at + 2..];
+            let top = name.split("::").next().unwrap().to_owned();
+            out.entry(top).or_insert(layer);
+        }
+    }
+    out
+}
+
+fn top(module: &str) -> &str {
+    module.split("::").next().unwrap()
+}
+
+#[test]
+fn the_module_graph_has_no_cycle_and_follows_the_layer_map() {
+    let mods = modules();
+    let edges = graph(&mods);
+    for (module, targets) in &edges {
+        println!("{module} -> {}", targets.iter().cloned().collect::<Vec<_>>().join(" "));
+    }
+    let found = cycles(&edges);
+    assert!(found.is_empty(), "import cycles among daemon/src modules: {found:?}");
+
+    let layer = layers();
+    let mut missing: Vec<&str> = mods.keys().map(|m| top(m)).filter(|m| !layer.contains_key(*m)).collect();
+    missing.dedup();
+    assert!(missing.is_empty(), "modules lib.rs's layer map does not place: {missing:?}");
+    let mut upward = Vec::new();
+    for (module, targets) in &edges {
+        for target in targets {
+            let (from, to) = (layer[top(module)], layer[top(target)]);
+            if to < from {
+                upward.push(format!("{module} (layer {from}) imports {target} (layer {to})"));
+            }
+        }
+    }
+    assert!(upward.is_empty(), "imports against the layer map (a layer may use only itself and those below):\n{}", upward.join("\n"));
+}
+
+#[test]
+fn the_checker_sees_a_cycle_and_an_upward_import() {
+    // The checker itself must be able to fail.
+    let mods: BTreeMap<String, String> = [
+        ("a".to_owned(), "use crate::b::X;".to_owned()),
+        ("b".to_owned(), "fn f() { crate::a::g() } // crate::c in a comment".to_owned()),
+        ("c".to_owned(), "use super::a;".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, strip(&v)))
+    .collect();
+    let edges = graph(&mods);
+    assert_eq!(edges["b"], BTreeSet::from(["a".to_owned()]), "comments are not imports");
+    assert_eq!(cycles(&edges), vec![vec!["a".to_owned(), "b".to_owned()]]);
+    assert_eq!(strip("x // crate::y\n#[cfg(test)]\nmod tests { crate::z }"), "x ");
+}
