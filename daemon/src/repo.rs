@@ -141,6 +141,13 @@ impl Repos {
         Ok(repo)
     }
 
+    /// The cached value of `kind` for `served` if it was computed from `state`; never computes.
+    pub fn cached_only<T: Any + Send + Sync>(&self, served: &Served, kind: &'static str, state: u64) -> Option<Arc<T>> {
+        let caches = self.caches.lock().expect("not poisoned");
+        let (cached_state, value) = caches.get(&(served.git_dir.clone(), kind))?;
+        (*cached_state == state).then(|| value.clone().downcast::<T>().ok()).flatten()
+    }
+
     /// The value of `kind` for `served` computed from `state`: the cached one if it was computed
     /// from the same state, else `compute`'s (kept for next time; a failure is not kept).
     pub fn cached<T: Any + Send + Sync, E>(&self, served: &Served, kind: &'static str, state: u64, compute: impl FnOnce() -> Result<T, E>) -> Result<Arc<T>, E> {

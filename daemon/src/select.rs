@@ -39,6 +39,9 @@ pub struct Selection {
     pub extra: Vec<ObjectId>,
     /// By bitmap: what the client has, as bits (not turned into a set of ids).
     pub held: Option<(std::sync::Arc<PackBitmap>, crate::bitmap::Reach)>,
+    /// Everything in `client_has` is readable by this client (it came from edge commits of the
+    /// selection only): a thin base from it needs no readability check.
+    pub held_is_readable: bool,
 }
 
 impl Selection {
@@ -261,12 +264,18 @@ impl<'r> Walker<'r> {
         } else {
             walk_with_grafts(self.repo, &commit_tips, &hidden, grafts)?
         };
-        // The client has the common commits, and the boundary commits: parents of what we send
-        // that we do not send. Their trees are held by the client.
+        // The client has the boundary ("edge") commits: parents of what we send that we do not
+        // send; their trees are held by the client, as git's `mark_edges_uninteresting` marks
+        // them. Every edge is a parent of a commit a want reaches, so what it holds is readable
+        // (a thin base needs no further check). Other common commits' trees are not walked: with
+        // a thousand tag haves that would be most trees of the repository. A shallow request
+        // marks every hidden commit's tree (git's aggressive edges), and those need the check.
         let selected: HashSet<ObjectId> = commits.iter().map(|(id, _)| *id).collect();
         let mut held: Vec<ObjectId> = Vec::new();
         let mut held_set = HashSet::new();
-        for id in hidden.iter().chain(commits.iter().flat_map(|(_, parents)| parents.iter())) {
+        let aggressive: &[ObjectId] = if grafts.is_empty() { &[] } else { &hidden };
+        self.out.held_is_readable = grafts.is_empty();
+        for id in aggressive.iter().chain(commits.iter().flat_map(|(_, parents)| parents.iter())) {
             if !selected.contains(id) && held_set.insert(*id) {
                 held.push(*id);
             }
@@ -409,6 +418,7 @@ fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &st
         objects,
         client_has: HashSet::new(),
         held: held_by_client,
+        held_is_readable: false,
         by_bitmap: true,
     }))
 }
@@ -459,11 +469,17 @@ impl Readable {
     }
 }
 
+/// How many readable sets [`readable_objects`] computed (not taken from the cache) in this
+/// process: each is a walk of every object the refs reach (or a bitmap reach), the cost a fetch
+/// must not pay for what it does not need (tests count it).
+pub static READABLE_SETS_COMPUTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// The objects reachable from `refs` (all of which this client may read), cached per ref state:
 /// from the pack bitmap when there is one (bits, and a walk only of what the bitmapped pack
 /// lacks), else from a walk of everything.
 pub fn readable_objects(repos: &crate::repo::Repos, served: &crate::repo::Served, repo: &gix::Repository, refs: &RefSnapshot) -> Result<std::sync::Arc<Readable>, ServeError> {
     repos.cached(served, "readable objects", refs.fingerprint(), || {
+        READABLE_SETS_COMPUTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(match crate::bitmap::of(repos, served, repo) {
             Some(bitmap) => {
                 let reach = bitmap.reachable(repo, &refs.tips())?;
@@ -472,4 +488,63 @@ pub fn readable_objects(repos: &crate::repo::Repos, served: &crate::repo::Served
             None => Readable::Set(reachable_from(repo, &refs.tips())?),
         })
     })
+}
+
+/// The readable set if it costs nothing now: cached for this ref state, or cheap to compute
+/// (from a pack bitmap). `None` when only a walk of every object could tell — a caller asking
+/// only to save work (a delta base it could include instead of re-deflating) then goes without.
+pub fn readable_objects_if_cheap(repos: &crate::repo::Repos, served: &crate::repo::Served, repo: &gix::Repository, refs: &RefSnapshot) -> Option<std::sync::Arc<Readable>> {
+    if let Some(set) = repos.cached_only::<Readable>(served, "readable objects", refs.fingerprint()) {
+        return Some(set);
+    }
+    if crate::bitmap::of(repos, served, repo).is_some() {
+        return readable_objects(repos, served, repo, refs).ok();
+    }
+    None
+}
+
+/// Which of `commits` are reachable from `refs` (a client that may read those refs may read
+/// them, their trees and blobs): decided at commit level — with the pack bitmap, by bits of the
+/// cached readable reach; without one, by a walk of commits only from the visible tips that stops
+/// once every candidate is found (commit-graph where present), never a walk of every object.
+pub fn readable_commits(
+    repos: &crate::repo::Repos,
+    served: &crate::repo::Served,
+    repo: &gix::Repository,
+    refs: &RefSnapshot,
+    commits: &[ObjectId],
+) -> Result<HashSet<ObjectId>, ServeError> {
+    if commits.is_empty() {
+        return Ok(HashSet::new());
+    }
+    if crate::bitmap::of(repos, served, repo).is_some() {
+        let readable = readable_objects(repos, served, repo, refs)?;
+        return Ok(commits.iter().filter(|c| readable.contains(c)).copied().collect());
+    }
+    let mut left: HashSet<ObjectId> = commits.iter().copied().collect();
+    let mut found = HashSet::new();
+    let mut tips = Vec::new();
+    for tip in refs.tips() {
+        if let Some(commit) = crate::graph::peel_to_commit(repo, tip)? {
+            tips.push(commit);
+        }
+    }
+    for commit in &tips {
+        if left.remove(commit) {
+            found.insert(*commit);
+        }
+    }
+    if left.is_empty() || tips.is_empty() {
+        return Ok(found);
+    }
+    for info in repo.rev_walk(tips).all()? {
+        let id = info?.id;
+        if left.remove(&id) {
+            found.insert(id);
+            if left.is_empty() {
+                break;
+            }
+        }
+    }
+    Ok(found)
 }

@@ -76,26 +76,33 @@ pub fn check_wants(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot
         WantRule::Reachable => true,
         WantRule::Advertised => refs.wants.reachable || refs.wants.filter,
     };
-    let mut readable = None;
+    // Tips, and the peeled targets of advertised tags (a client that wants every `^{}` line
+    // asks for these), need no look-up; commits are decided at commit level; only a tree or a
+    // blob wanted by id needs the readable set of objects.
+    let mut commits = Vec::new();
+    let mut others = Vec::new();
     for want in wants {
-        if refs.is_tip(want) {
+        if refs.is_tip(want) || (by_id && refs.is_peeled_tip(want)) {
             continue;
         }
-        if by_id {
-            // The peeled target of an advertised tag is reachable by definition (a client that
-            // wants every `^{}` line asks for these): no set needed.
-            if refs.is_peeled_tip(want) {
-                continue;
-            }
-            let set = match &readable {
-                Some(set) => set,
-                None => readable.insert(crate::select::readable_objects(ctx.repos, ctx.served, repo, refs)?),
-            };
-            if set.contains(want) {
-                continue;
-            }
+        if !by_id {
+            return Err(ProtocolError::WantNotAdvertised(*want).into());
         }
+        match repo.find_header(*want) {
+            Ok(h) if h.kind() == gix_object::Kind::Commit => commits.push(*want),
+            Ok(_) => others.push(*want),
+            Err(_) => return Err(ProtocolError::WantNotAdvertised(*want).into()),
+        }
+    }
+    let readable = crate::select::readable_commits(ctx.repos, ctx.served, repo, refs, &commits)?;
+    if let Some(want) = commits.iter().find(|c| !readable.contains(*c)) {
         return Err(ProtocolError::WantNotAdvertised(*want).into());
+    }
+    if !others.is_empty() {
+        let set = crate::select::readable_objects(ctx.repos, ctx.served, repo, refs)?;
+        if let Some(want) = others.iter().find(|o| !set.contains(*o)) {
+            return Err(ProtocolError::WantNotAdvertised(*want).into());
+        }
     }
     Ok(())
 }
@@ -149,7 +156,8 @@ impl Extras {
 pub fn boundary(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, wants: &[ObjectId], extras: &mut Extras) -> Result<Option<Boundary>, ServeError> {
     extras.deepen.check()?;
     if !extras.shallow_lines.is_empty() {
-        let readable = crate::select::readable_objects(ctx.repos, ctx.served, repo, refs)?;
+        let commits: Vec<ObjectId> = extras.shallow_lines.iter().filter(|id| repo.find_header(**id).is_ok_and(|h| h.kind() == gix_object::Kind::Commit)).copied().collect();
+        let readable = crate::select::readable_commits(ctx.repos, ctx.served, repo, refs, &commits)?;
         for id in std::mem::take(&mut extras.shallow_lines) {
             match repo.find_header(id) {
                 Err(_) => continue,
@@ -245,9 +253,10 @@ fn select_and_write<W: Write>(
     // (or would get objects it did not ask for): both only for plain requests.
     let plain = request.filter.is_none() && request.boundary.is_none_or(|b| b.grafts.is_empty());
     bands.progress(&format!("Enumerating objects: {}, done.\n", selection.objects.len()))?;
-    // The readable set is costly: computed the first time a delta base outside the selection
-    // could be added or referred to thin, and only then.
+    // The readable set is costly: asked for the first time a delta base outside the selection
+    // could be added or referred to thin (and not on the edge), and only then.
     let readable = std::cell::OnceCell::new();
+    let wants_everything = request.common.is_empty() && request.boundary.is_none() && request.filter.is_none() && refs.tips().iter().all(|tip| request.wants.contains(tip));
     let stats = pack::write(
         repo,
         &selection,
@@ -256,15 +265,21 @@ fn select_and_write<W: Write>(
             ofs_delta: request.ofs_delta,
             include_unselected_bases: request.common.is_empty() && plain,
         },
-        |id| match readable.get_or_init(|| crate::select::readable_objects(ctx.repos, ctx.served, repo, refs)) {
-            Ok(set) => set.contains(id),
-            Err(_) => false,
+        |id| {
+            // Wanting every visible tip with nothing in common, the selection is everything the
+            // client may read: an object outside it is not readable, no set needed.
+            if wants_everything {
+                return false;
+            }
+            // Only when that costs no walk of every object: else the delta is re-deflated
+            // (never a leak, at worst CPU).
+            match readable.get_or_init(|| crate::select::readable_objects_if_cheap(ctx.repos, ctx.served, repo, refs)) {
+                Some(set) => set.contains(id),
+                None => false,
+            }
         },
         bands,
     )?;
-    if let Some(Err(err)) = readable.get() {
-        tracing::warn!(%err, "could not tell which delta bases are readable; their deltas were re-deflated");
-    }
     bands.progress(&format!(
         "Total {} (reused {}, re-deflated {}, delta bases added {}, thin deltas {})\n",
         stats.entries, stats.copied, stats.re_deflated, stats.bases_included, stats.thin_deltas

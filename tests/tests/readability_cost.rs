@@ -1,0 +1,58 @@
+//! Deciding what a client may read costs what the request needs, not a walk of every object:
+//! without a bitmap, a fetch with thin deltas, a want of an inner commit, a shallow line and a
+//! clone of every ref are answered without computing the readable set of all objects (counted by
+//! `gixd::select::READABLE_SETS_COMPUTED`; one test per process, so the count is this test's).
+//! Tags on old commits sent as haves (as go-git does) do not change that.
+
+use std::sync::atomic::Ordering;
+
+use gixd_tests::server::{clone, git_ok, serve};
+use gixd_tests::{commit_files, git, git_out};
+
+#[test]
+fn fetches_clones_and_wants_by_id_compute_no_readable_set_of_all_objects() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    let mut text: String = (0..300).map(|n| format!("line {n}\n")).collect();
+    for n in 0..40 {
+        text.push_str(&format!("change {n}\n"));
+        commit_files(&repo, &[("file.txt", text.as_bytes())], &format!("c{n}"));
+        if n % 5 == 0 {
+            git(&repo, &["tag", "-a", "-m", "release", &format!("v{n}"), "HEAD"]);
+        }
+    }
+    git(&repo, &["repack", "-adq"]);
+    let server = serve(tmp.path());
+    let before = gixd::select::READABLE_SETS_COMPUTED.load(Ordering::Relaxed);
+
+    // A clone of every ref, over v2 and v0.
+    for version in [2, 0] {
+        clone(&server.url("repo"), &tmp.path().join(format!("clone{version}")), version, &[]);
+    }
+    // A client 10 commits behind (with every old tag) fetches: thin deltas against its edge.
+    let behind = tmp.path().join("behind");
+    clone(&server.url("repo"), &behind, 2, &[]);
+    git_ok(&behind, &["reset", "-q", "--hard", "HEAD~10"]);
+    git_ok(&behind, &["update-ref", "refs/remotes/origin/main", "HEAD"]);
+    git_ok(&behind, &["repack", "-adq"]);
+    for n in 0..10 {
+        commit_files(&repo, &[("file.txt", format!("{text}more {n}\n").as_bytes())], &format!("more{n}"));
+    }
+    for version in ["2", "0"] {
+        git_ok(&behind, &["-c", &format!("protocol.version={version}"), "fetch", "-q", "origin"]);
+    }
+    assert_eq!(git_out(&behind, &["rev-parse", "origin/main"]), git_out(&repo, &["rev-parse", "main"]));
+    // A want of an inner commit by id (v2), and a shallow clone deepened.
+    let inner = git_out(&repo, &["rev-parse", "main~25"]);
+    let by_id = tmp.path().join("by-id");
+    git_ok(tmp.path(), &["init", "-q", by_id.to_str().unwrap()]);
+    git_ok(&by_id, &["-c", "protocol.version=2", "fetch", "-q", &server.url("repo"), &inner]);
+    let shallow = tmp.path().join("shallow");
+    clone(&server.url("repo"), &shallow, 2, &["--depth", "2"]);
+    git_ok(&shallow, &["fetch", "-q", "--deepen=3"]);
+
+    let computed = gixd::select::READABLE_SETS_COMPUTED.load(Ordering::Relaxed) - before;
+    assert_eq!(computed, 0, "a readable set of all objects was computed {computed} times");
+}
