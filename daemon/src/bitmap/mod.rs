@@ -92,6 +92,13 @@ impl Bits {
     }
 }
 
+/// One commit's bitmap as the file has it.
+struct Entry {
+    ewah: gix_bitmap::ewah::Vec,
+    /// 0: none; else the entry this many places before it is XOR'ed in.
+    xor: usize,
+}
+
 /// A pack with its bitmap, ready to answer reachability.
 pub struct PackBitmap {
     pub pack: PathBuf,
@@ -102,7 +109,12 @@ pub struct PackBitmap {
     position: Vec<u32>,
     /// Commits, trees, blobs, tags.
     pub types: [Bits; 4],
-    commits: HashMap<ObjectId, Bits>,
+    /// The commit bitmaps as stored (EWAH, with the entry they are XOR'ed against), decoded
+    /// only when a walk meets their commit: a request touches a few, and decoding all of them on
+    /// open cost a whole pack's worth of bits per commit.
+    entries: Vec<Entry>,
+    by_commit: HashMap<ObjectId, usize>,
+    decoded: std::sync::Mutex<HashMap<usize, std::sync::Arc<Bits>>>,
 }
 
 fn be32(data: &[u8], at: usize) -> Option<u32> {
@@ -111,7 +123,7 @@ fn be32(data: &[u8], at: usize) -> Option<u32> {
 
 impl std::fmt::Debug for PackBitmap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PackBitmap").field("pack", &self.pack).field("objects", &self.len()).field("commit_bitmaps", &self.commits.len()).finish()
+        f.debug_struct("PackBitmap").field("pack", &self.pack).field("objects", &self.len()).field("commit_bitmaps", &self.entries.len()).finish()
     }
 }
 
@@ -160,20 +172,18 @@ impl PackBitmap {
             types.push(Bits::from_ewah(&ewah, n).ok_or_else(|| corrupt("type bitmap out of range"))?);
             rest = tail;
         }
-        let mut decoded: Vec<(ObjectId, Bits)> = Vec::with_capacity(entries);
+        let mut stored = Vec::with_capacity(entries);
+        let mut by_commit = HashMap::with_capacity(entries);
         for i in 0..entries {
             let position = be32(rest, 0).ok_or_else(|| corrupt("entry"))? as usize;
             let xor = *rest.get(4).ok_or_else(|| corrupt("entry"))? as usize;
-            let (ewah, tail) = gix_bitmap::ewah::decode(&rest[6..]).map_err(|e| corrupt(&format!("entry {i}: {e}")))?;
+            let (ewah, tail) = gix_bitmap::ewah::decode(rest.get(6..).ok_or_else(|| corrupt("entry"))?).map_err(|e| corrupt(&format!("entry {i}: {e}")))?;
             rest = tail;
             if position >= n || xor > i {
                 return Err(corrupt(&format!("entry {i} out of range")));
             }
-            let mut bits = Bits::from_ewah(&ewah, n).ok_or_else(|| corrupt("entry bitmap out of range"))?;
-            if xor > 0 {
-                bits.xor(&decoded[i - xor].1);
-            }
-            decoded.push((index.oid_at_index(position as u32).to_owned(), bits));
+            by_commit.insert(index.oid_at_index(position as u32).to_owned(), i);
+            stored.push(Entry { ewah, xor });
         }
         // What follows (name-hash cache, lookup table) is optional and not needed here.
         let _ = flags;
@@ -191,7 +201,9 @@ impl PackBitmap {
             order,
             position,
             types: types.try_into().expect("four"),
-            commits: decoded.into_iter().collect(),
+            entries: stored,
+            by_commit,
+            decoded: std::sync::Mutex::new(HashMap::new()),
         }))
     }
 
@@ -213,7 +225,29 @@ impl PackBitmap {
     }
 
     pub fn commit_bitmaps(&self) -> usize {
-        self.commits.len()
+        self.entries.len()
+    }
+
+    /// The closure of a commit that has a bitmap, decoded (with its XOR chain) on first use and
+    /// kept; `None` for a commit without one, or one whose stored bitmap does not decode (the
+    /// walk then goes through it).
+    fn closure(&self, id: &gix_hash::oid) -> Option<std::sync::Arc<Bits>> {
+        let i = *self.by_commit.get(id)?;
+        self.decode(i)
+    }
+
+    fn decode(&self, i: usize) -> Option<std::sync::Arc<Bits>> {
+        if let Some(bits) = self.decoded.lock().expect("not poisoned").get(&i) {
+            return Some(bits.clone());
+        }
+        let entry = &self.entries[i];
+        let mut bits = Bits::from_ewah(&entry.ewah, self.len())?;
+        if entry.xor > 0 {
+            bits.xor(&*self.decode(i - entry.xor)?);
+        }
+        let bits = std::sync::Arc::new(bits);
+        self.decoded.lock().expect("not poisoned").insert(i, bits.clone());
+        Some(bits)
     }
 
     /// Every object reachable from `tips`: as bits for what this pack holds (covered commits'
@@ -230,8 +264,8 @@ impl PackBitmap {
                     if reach.bits.get(pos) {
                         continue;
                     }
-                    if let Some(closure) = self.commits.get(&id) {
-                        reach.bits.or(closure);
+                    if let Some(closure) = self.closure(&id) {
+                        reach.bits.or(&closure);
                         continue;
                     }
                     reach.bits.set(pos);
