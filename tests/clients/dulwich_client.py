@@ -8,7 +8,7 @@
 
 dulwich speaks protocol v0 and v2 (protocol_version=0|2); pushes are always v0 (receive-pack).
 """
-import argparse
+import driver_cli
 import io
 import os
 import sys
@@ -45,14 +45,7 @@ def protocol_version(v):
 
 
 def main():
-    p = argparse.ArgumentParser(prog="dulwich_client")
-    p.add_argument("cmd", choices=["clone", "fetch", "push", "delete"])
-    p.add_argument("args", nargs="+")
-    p.add_argument("--depth", type=int, default=0)
-    p.add_argument("--protocol")
-    p.add_argument("--bare", action="store_true")
-    p.add_argument("--force", action="store_true")
-    a = p.parse_args()
+    a = driver_cli.parse("dulwich_client")
     pv = protocol_version(a.protocol)
     err = io.BytesIO()
     if a.cmd == "clone":

@@ -8,7 +8,7 @@
 
 libgit2 speaks protocol v0 only: --protocol v2 exits 3.
 """
-import argparse
+import driver_cli
 import os
 import sys
 
@@ -43,14 +43,7 @@ class Callbacks(pygit2.RemoteCallbacks):
 
 
 def main():
-    p = argparse.ArgumentParser(prog="pygit2_client")
-    p.add_argument("cmd", choices=["clone", "fetch", "push", "delete"])
-    p.add_argument("args", nargs="+")
-    p.add_argument("--depth", type=int, default=0)
-    p.add_argument("--protocol")
-    p.add_argument("--bare", action="store_true")
-    p.add_argument("--force", action="store_true")
-    a = p.parse_args()
+    a = driver_cli.parse("pygit2_client")
     if a.protocol not in (None, "0", "v0", "1", "v1"):
         print(f"pygit2: libgit2 {pygit2.LIBGIT2_VERSION} speaks protocol v0 only (asked for {a.protocol})", file=sys.stderr)
         return 3

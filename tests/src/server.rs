@@ -250,6 +250,19 @@ pub fn objects_in_pack(pack: &[u8], hash: &str) -> BTreeSet<String> {
     pack_ids(dir.path(), &path.with_extension("idx"), hash)
 }
 
+/// The body of a protocol-v2 `fetch` in `hash` (`sha1`, `sha256`): the command, then `lines`
+/// as its arguments (one pkt-line each, a newline added), then a flush.
+pub fn v2_fetch_request(hash: &str, lines: &[&str]) -> Vec<u8> {
+    let mut body = pkt("command=fetch\n");
+    body.extend(pkt(&format!("object-format={hash}\n")));
+    body.extend(b"0001");
+    for l in lines {
+        body.extend(pkt(&format!("{l}\n")));
+    }
+    body.extend(b"0000");
+    body
+}
+
 /// POST one protocol-v2 `fetch` to `repo`'s upload-pack: `want <want>`, then `args` (one line
 /// each), then `done`. The raw response body.
 pub fn v2_fetch_raw(addr: std::net::SocketAddr, repo: &str, want: &str, args: &[&str]) -> Vec<u8> {

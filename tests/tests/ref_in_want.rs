@@ -6,14 +6,7 @@ use gixd_tests::server::{git_client, git_ok, http, pkt, pkt_lines, serve_with};
 use gixd_tests::{commit_files, git};
 
 fn request(hash: &str, args: &[&str]) -> Vec<u8> {
-    let mut body = pkt("command=fetch\n");
-    body.extend(pkt(&format!("object-format={hash}\n")));
-    body.extend(b"0001");
-    for a in args {
-        body.extend(pkt(&format!("{a}\n")));
-    }
-    body.extend(b"0000");
-    body
+    gixd_tests::server::v2_fetch_request(hash, args)
 }
 
 /// The response up to the packfile section, as text lines (flush/delim as "----").

@@ -83,14 +83,8 @@ fn v0_request(wants: &[&str], caps: &str, haves: &[&str], done: bool) -> Vec<u8>
 }
 
 fn v2_request(lines: &[String]) -> Vec<u8> {
-    let mut body = pkt("command=fetch\n");
-    body.extend(pkt("object-format=sha1\n"));
-    body.extend(b"0001");
-    for l in lines {
-        body.extend(pkt(&format!("{l}\n")));
-    }
-    body.extend(b"0000");
-    body
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    gixd_tests::server::v2_fetch_request("sha1", &lines)
 }
 
 /// The text lines of a response before its pack (side-band packets and the pack left out).
