@@ -189,7 +189,7 @@ fn run(cli: Cli) -> Result<()> {
                 let moves = match (krate, to) {
                     (Some(k), Some(v)) => {
                         if let Some(change) = sync::require(&root, &k, &v)? {
-                            println!("Cargo.toml: {change}");
+                            println!("{change}");
                         }
                         for change in sync::bench_requirements(&root, true)? {
                             println!("{change}");
@@ -198,7 +198,7 @@ fn run(cli: Cli) -> Result<()> {
                     }
                     _ if all => {
                         for change in sync::align_gix_family(&root, gix.as_deref())? {
-                            println!("Cargo.toml: {change}");
+                            println!("{change}");
                         }
                         resolved_versions(&root)?
                     }

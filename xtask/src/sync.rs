@@ -109,7 +109,7 @@ pub fn align_gix_family(root: &Path, gix_req: Option<&str>) -> Result<Vec<String
     if let Some(req) = gix_req {
         let item = deps.get_mut("gix").context("[workspace.dependencies] has no gix")?;
         if requirement(item) != Some(req) {
-            changes.push(format!("gix: \"{}\" -> \"{req}\"", requirement(item).unwrap_or("?")));
+            changes.push(format!("Cargo.toml: gix \"{}\" -> \"{req}\"", requirement(item).unwrap_or("?")));
             set_requirement(item, req);
         }
     }
@@ -122,7 +122,7 @@ pub fn align_gix_family(root: &Path, gix_req: Option<&str>) -> Result<Vec<String
             continue;
         }
         let Some(versions) = family.get(&name) else {
-            changes.push(format!("{name}: not in gix {gix_version}'s graph; left at \"{}\"", requirement(item).unwrap_or("?")));
+            changes.push(format!("Cargo.toml: {name} is not in gix {gix_version}'s graph; left at \"{}\"", requirement(item).unwrap_or("?")));
             continue;
         };
         if versions.len() > 1 {
@@ -130,7 +130,7 @@ pub fn align_gix_family(root: &Path, gix_req: Option<&str>) -> Result<Vec<String
         }
         let want = requirement_for(&versions[0]);
         if requirement(item) != Some(want.as_str()) {
-            changes.push(format!("{name}: \"{}\" -> \"{want}\" (what gix {gix_version} uses)", requirement(item).unwrap_or("?")));
+            changes.push(format!("Cargo.toml: {name} \"{}\" -> \"{want}\" (what gix {gix_version} uses)", requirement(item).unwrap_or("?")));
             set_requirement(item, &want);
         }
     }
@@ -151,7 +151,7 @@ pub fn require(root: &Path, krate: &str, version: &str) -> Result<Option<String>
     let want = requirement_for(version);
     set_requirement(item, &want);
     std::fs::write(&path, doc.to_string())?;
-    Ok(Some(format!("{krate}: \"{have}\" -> \"{want}\"")))
+    Ok(Some(format!("Cargo.toml: {krate} \"{have}\" -> \"{want}\"")))
 }
 
 /// bench/patch-costs's gitoxide requirements against the workspace's: with `write`, set them and
