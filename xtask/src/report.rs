@@ -58,7 +58,7 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
         bail!("not rendered from the current results: {stale:?}; run `cargo xtask report`");
     }
     if check && !behind.is_empty() {
-        bail!("{} report(s) are not of the release the queue is on", behind.len());
+        bail!("{} place(s) above are not of the release the queue is on", behind.len());
     }
     Ok(())
 }
