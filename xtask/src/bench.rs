@@ -10,8 +10,9 @@ use crate::queue::Queue;
 
 pub const RESULTS: &str = "bench/results/patch-costs.json";
 
-/// Build one arm of bench/patch-costs; returns the binary.
-fn build_arm(root: &Path, arm: &str, queue: &Queue) -> Result<PathBuf> {
+/// Build one arm of bench/patch-costs; returns the binary and, for each crate the queue patches,
+/// the version the arm built (`gix-pack 0.78.0`, `+ patches/` for vendor/).
+fn build_arm(root: &Path, arm: &str, queue: &Queue) -> Result<(PathBuf, Vec<String>)> {
     let dir = root.join("target/bench").join(arm);
     let src = dir.join("crate");
     crate::tree::replace_dir(&root.join("bench/patch-costs"), &src)?;
@@ -33,7 +34,27 @@ fn build_arm(root: &Path, arm: &str, queue: &Queue) -> Result<PathBuf> {
     if !status.success() {
         bail!("building the {arm} arm failed");
     }
-    Ok(dir.join("target/release/patch-costs"))
+    // What the arm was really built on, from its lock file: the stock arm must be the release the
+    // queue is made against, or the comparison is of two releases.
+    let lock: toml_edit::DocumentMut = std::fs::read_to_string(src.join("Cargo.lock"))?.parse()?;
+    let packages = lock["package"].as_array_of_tables().context("arm lock packages")?;
+    let mut built = Vec::new();
+    for (krate, version) in queue.crates() {
+        let found: Vec<_> = packages.iter().filter(|p| p["name"].as_str() == Some(&krate)).collect();
+        let [p] = found.as_slice() else {
+            bail!("the {arm} arm holds {} versions of {krate}", found.len());
+        };
+        let (v, from_vendor) = (p["version"].as_str().unwrap_or("?"), p.get("source").is_none());
+        if v != version || from_vendor != (arm == "patched") {
+            bail!(
+                "the {arm} arm built {krate} {v}{}, the queue is on {krate} {version}: {} (`cargo xtask patches check` names a stale requirement)",
+                if from_vendor { " from vendor/" } else { "" },
+                crate::sync::BENCH_MANIFEST
+            );
+        }
+        built.push(if from_vendor { format!("{krate} {v} + patches/") } else { format!("{krate} {v}") });
+    }
+    Ok((dir.join("target/release/patch-costs"), built))
 }
 
 pub(crate) fn output(cmd: &mut Command) -> Result<String> {
@@ -94,7 +115,8 @@ fn loadavg() -> String {
 pub fn patches(root: &Path, rounds: usize) -> Result<()> {
     let queue = Queue::load(&root.join("patches"))?;
     let arms = ["stock", "patched"];
-    let bins: Vec<PathBuf> = arms.iter().map(|a| build_arm(root, a, &queue)).collect::<Result<_>>()?;
+    let built: Vec<(PathBuf, Vec<String>)> = arms.iter().map(|a| build_arm(root, a, &queue)).collect::<Result<_>>()?;
+    let bins: Vec<PathBuf> = built.iter().map(|(b, _)| b.clone()).collect();
     let fixture = root.join("target/bench/fixtures/patch-costs.git");
     if !fixture.join("objects/pack").is_dir() || std::fs::read_dir(fixture.join("objects/pack"))?.next().is_none() {
         if fixture.exists() {
@@ -108,6 +130,7 @@ pub fn patches(root: &Path, rounds: usize) -> Result<()> {
     let conditions = conditions(root, serde_json::json!({
         "rustc": output(Command::new("rustc").arg("--version"))?,
         "queue": queue.patches.iter().map(|p| format!("{} ({} {})", p.file, p.krate, p.version)).collect::<Vec<_>>(),
+        "arms": { "stock": built[0].1, "patched": built[1].1 },
         "rev": "main",
         "rounds": rounds,
     }))?;

@@ -122,31 +122,40 @@ impl Queue {
         self.patches.iter().filter(move |p| p.krate == krate)
     }
 
+    /// The series file as `save` writes it: each patch with the crate version it is made against.
+    pub fn series_text(&self) -> String {
+        let mut series = String::from(SERIES_PREAMBLE);
+        let width = self.patches.iter().map(|p| p.file.len()).max().unwrap_or(0);
+        for p in &self.patches {
+            series.push_str(&format!("{:<width$}  # {} {}\n", p.file, p.krate, p.version));
+        }
+        series
+    }
+
     /// Write the series file and every patch file of the queue.
     pub fn save(&self) -> Result<()> {
-        let mut series = String::from(SERIES_PREAMBLE);
         for p in &self.patches {
-            series.push_str(&p.file);
-            series.push('\n');
             let path = self.dir.join(&p.file);
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent)?;
             }
             std::fs::write(&path, p.text())?;
         }
-        std::fs::write(self.dir.join("series"), series)?;
+        std::fs::write(self.dir.join("series"), self.series_text())?;
         Ok(())
     }
 }
 
-pub const SERIES_PREAMBLE: &str = "# The patch queue, in apply order: one file (relative to patches/) per line.\n\
-# Managed by `cargo xtask patches`; see PATCH.md.\n";
+pub const SERIES_PREAMBLE: &str = "# The patch queue, in apply order: one file (relative to patches/) per line, then the\n\
+# crate and version it is made against (its `Crate:` header; written by the tool, checked by\n\
+# `cargo xtask patches check`). Managed by `cargo xtask patches`; see PATCH.md.\n";
 
-/// The file names listed in a series file: blank lines and `#` comments are skipped.
+/// The file names listed in a series file: blank lines and `#` comments (whole lines, or after a
+/// file name) are skipped.
 pub fn parse_series(text: &str) -> Vec<&str> {
     text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
         .collect()
 }
 
@@ -198,6 +207,17 @@ mod tests {
     #[test]
     fn series_skips_comments_and_blank_lines_and_keeps_order() {
         assert_eq!(parse_series("# c\n\nb.patch\n  a.patch \n#x\n"), vec!["b.patch", "a.patch"]);
+        assert_eq!(parse_series("b.patch  # b 1.0.0\na.patch # a 2.0.0\n"), vec!["b.patch", "a.patch"]);
+    }
+
+    #[test]
+    fn the_series_names_each_patch_with_its_crate_version_and_reads_back() {
+        let mk = |f: &str, k: &str, v: &str| Patch::parse(f, &format!("Crate: {k} {v}\n")).unwrap();
+        let q = Queue { dir: PathBuf::new(), patches: vec![mk("b/0001-x.patch", "b", "0.50.2"), mk("a/0001-long-name.patch", "a", "0.78.0")] };
+        let text = q.series_text();
+        assert!(text.contains("b/0001-x.patch          # b 0.50.2\n"), "{text}");
+        assert!(text.contains("a/0001-long-name.patch  # a 0.78.0\n"), "{text}");
+        assert_eq!(parse_series(&text), vec!["b/0001-x.patch", "a/0001-long-name.patch"]);
     }
 
     #[test]

@@ -21,6 +21,14 @@ const TARGETS: &[(&str, &str)] = &[
 ];
 
 pub fn run(root: &Path, check: bool) -> Result<()> {
+    let queue = crate::queue::Queue::load(&root.join("patches"))?;
+    // The patch costs must be of the release the queue is on (a rebase re-measures them), and a
+    // report on a patch must not name another release of its crate than the one it is carried on.
+    let mut behind = measured_behind(root, &queue)?;
+    behind.extend(reports_naming_other_releases(root, &queue)?);
+    for b in &behind {
+        eprintln!("{b}");
+    }
     let mut stale = Vec::new();
     for (doc, block) in TARGETS {
         let rendered = match *block {
@@ -49,7 +57,109 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
     if !stale.is_empty() {
         bail!("not rendered from the current results: {stale:?}; run `cargo xtask report`");
     }
+    if check && !behind.is_empty() {
+        bail!("{} place(s) above are not of the release the queue is on", behind.len());
+    }
     Ok(())
+}
+
+/// `(crate, version)` pairs of a results file's conditions: the arm's own record (`arms.stock`,
+/// "gix-pack 0.78.0"), else the queue it was run with ("file (gix-pack 0.77.0)").
+fn measured_versions(c: &Value) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let words = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+    let items: Vec<Vec<String>> = match c["arms"]["stock"].as_array() {
+        Some(stock) => stock.iter().filter_map(|v| v.as_str()).map(words).collect(),
+        None => c["queue"]
+            .as_array()
+            .map(|q| q.iter().filter_map(|v| v.as_str()?.rsplit_once('(')?.1.strip_suffix(')').map(words)).collect())
+            .unwrap_or_default(),
+    };
+    for w in items {
+        if let [k, v, ..] = w.as_slice()
+            && !out.iter().any(|(ok, _)| ok == k)
+        {
+            out.push((k.clone(), v.clone()));
+        }
+    }
+    out
+}
+
+fn versions_line(c: &Value) -> String {
+    let v = measured_versions(c);
+    if v.is_empty() {
+        return String::new();
+    }
+    let list = v.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ");
+    format!(" Checked against {list}: as published (stock arm) and with patches/ (patched arm).")
+}
+
+fn measured_behind(root: &Path, queue: &crate::queue::Queue) -> Result<Vec<String>> {
+    let Ok(Ok(doc)) = load(root, crate::bench::RESULTS, "") else { return Ok(Vec::new()) };
+    let measured = measured_versions(&doc["conditions"]);
+    let mut out = Vec::new();
+    for (krate, version) in queue.crates() {
+        match measured.iter().find(|(k, _)| *k == krate) {
+            Some((_, v)) if *v == version => {}
+            Some((_, v)) => out.push(format!(
+                "{} was measured on {krate} {v}, the queue is on {krate} {version}: run `cargo xtask bench patches`, then `cargo xtask report`",
+                crate::bench::RESULTS
+            )),
+            None => out.push(format!("{} does not say which {krate} it measured: run `cargo xtask bench patches`", crate::bench::RESULTS)),
+        }
+    }
+    Ok(out)
+}
+
+/// In every upstream/ report on a patch of the series (it names `patches/<file>`), each
+/// "<crate> <version>" of that patch's crate must be the version the queue carries.
+fn reports_naming_other_releases(root: &Path, queue: &crate::queue::Queue) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(root.join("upstream")) else { return Ok(out) };
+    let mut docs: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "md")).collect();
+    docs.sort();
+    for doc in docs {
+        let text = std::fs::read_to_string(&doc)?;
+        let name = format!("upstream/{}", doc.file_name().unwrap_or_default().to_string_lossy());
+        for p in queue.patches.iter().filter(|p| text.contains(&format!("patches/{}", p.file))) {
+            for (n, line) in text.lines().enumerate() {
+                for v in versions_named(line, &p.krate) {
+                    if v != p.version {
+                        out.push(format!(
+                            "{name}:{}: names {} {v}, the queue carries {} on {} {}: re-check that text against the new release",
+                            n + 1,
+                            p.krate,
+                            p.file,
+                            p.krate,
+                            p.version
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out.dedup();
+    Ok(out)
+}
+
+/// The versions written right after `krate ` in `line` ("gix-pack 0.77.0," → "0.77.0").
+fn versions_named(line: &str, krate: &str) -> Vec<String> {
+    let needle = format!("{krate} ");
+    let mut out = Vec::new();
+    let mut rest = line;
+    while let Some(at) = rest.find(&needle) {
+        let before = rest[..at].chars().next_back();
+        rest = &rest[at + needle.len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '-' || c == '_') {
+            continue;
+        }
+        let v: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+        let v = v.trim_end_matches('.');
+        if v.split('.').count() == 3 {
+            out.push(v.to_owned());
+        }
+    }
+    out
 }
 
 pub fn replace_block(text: &str, name: &str, body: &str) -> Result<String> {
@@ -106,6 +216,7 @@ fn patch_costs(root: &Path) -> Result<String> {
     let c = &doc["conditions"];
     let ms = |runs: &[&Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect()) / 1000.0;
     let mut out = conditions_line(c, "cargo xtask bench patches");
+    out.push_str(&versions_line(c));
     out.push_str(&format!(
         " {}. Fixture: the deterministic `patch-costs` repository (bench/patch-costs), pack of `{}`'s objects with `thread_limit: Some(1)`.\n\n",
         c["rustc"].as_str().unwrap_or("?"),
@@ -181,6 +292,7 @@ fn index_costs(root: &Path) -> Result<String> {
     let c = &doc["conditions"];
     let ms = |runs: &[&Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect()) / 1000.0;
     let mut out = conditions_line(c, "cargo xtask bench patches");
+    out.push_str(&versions_line(c));
     out.push_str(" Fixture: the `patch-costs` repository's pack, indexed by `Bundle::write_to_directory` with `thread_limit: Some(1)` (threads seen by a sampler of /proc/self/task during the call).\n\n");
     out.push_str("| measure | stock crates | patched (vendor/) | patched ÷ stock |\n|---|---|---|---|\n");
     for (label, key) in [("objects indexed", "index_objects"), ("threads started during indexing", "index_threads_started")] {
@@ -377,6 +489,20 @@ mod tests {
         assert_eq!(count(&[&a, &a], "k"), "3");
         assert_eq!(count(&[&a, &b], "k"), "3–5");
         assert_eq!(count(&[], "k"), "NOT MEASURED");
+    }
+
+    #[test]
+    fn versions_are_read_after_the_crate_name_only() {
+        assert_eq!(versions_named("on stock gix-pack 0.77.0, and gix-pack 0.78.0.", "gix-pack"), vec!["0.77.0", "0.78.0"]);
+        assert!(versions_named("xgix-pack 0.77.0 and gix-pack 0.78 and gix-pack@0.1.0", "gix-pack").is_empty());
+    }
+
+    #[test]
+    fn measured_versions_come_from_the_arm_record_or_the_queue() {
+        let new = serde_json::json!({"arms": {"stock": ["gix-parallel 0.50.2", "gix-pack 0.78.0"]}, "queue": ["a (gix-pack 0.77.0)"]});
+        assert_eq!(measured_versions(&new), vec![("gix-parallel".into(), "0.50.2".into()), ("gix-pack".into(), "0.78.0".into())]);
+        let old = serde_json::json!({"queue": ["gix-parallel/0001-x.patch (gix-parallel 0.50.1)", "gix-pack/0001-y.patch (gix-pack 0.77.0)", "gix-pack/0002-z.patch (gix-pack 0.77.0)"]});
+        assert_eq!(measured_versions(&old), vec![("gix-parallel".into(), "0.50.1".into()), ("gix-pack".into(), "0.77.0".into())]);
     }
 
     #[test]

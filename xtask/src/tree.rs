@@ -120,11 +120,16 @@ pub fn git_apply(dir: &Path, diff: &str, reverse: bool, check_only: bool) -> Res
     if check_only {
         cmd.arg("--check");
     }
+    // Inside a repository (target/ of this checkout, say) git apply takes the patch's paths from
+    // the repository's top and silently skips those outside the current directory: it "applies"
+    // nothing and succeeds. The ceiling keeps git from finding any repository above `dir`.
+    let ceiling = dir.parent().unwrap_or(dir);
     let out = cmd
         .arg(&patch_file)
         .current_dir(dir)
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE")
+        .env("GIT_CEILING_DIRECTORIES", ceiling)
         .output()
         .context("running git apply")?;
     std::fs::remove_file(&patch_file).ok();
@@ -193,7 +198,20 @@ pub fn failing_hunk(diff: &str, apply_output: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::failing_hunk;
+    use super::{Scratch, failing_hunk, git_apply};
+
+    #[test]
+    fn a_tree_inside_a_repository_is_patched_all_the_same() {
+        let scratch = Scratch::new("apply-in-repo").unwrap();
+        let repo = scratch.0.join("repo");
+        let tree = repo.join("target/tree");
+        std::fs::create_dir_all(tree.join("src")).unwrap();
+        assert!(std::process::Command::new("git").args(["init", "-q"]).arg(&repo).status().unwrap().success());
+        std::fs::write(tree.join("src/a.rs"), "x\n").unwrap();
+        let diff = "diff --git a/src/a.rs b/src/a.rs\n--- a/src/a.rs\n+++ b/src/a.rs\n@@ -1 +1 @@\n-x\n+y\n";
+        assert!(git_apply(&tree, diff, false, false).unwrap().is_ok());
+        assert_eq!(std::fs::read_to_string(tree.join("src/a.rs")).unwrap(), "y\n");
+    }
 
     const DIFF: &str = "diff --git a/src/a.rs b/src/a.rs\n--- a/src/a.rs\n+++ b/src/a.rs\n@@ -3,2 +3,2 @@\n-x\n+y\n@@ -40,2 +40,2 @@ fn f()\n-p\n+q\ndiff --git a/src/b.rs b/src/b.rs\n@@ -40,1 +40,1 @@\n-r\n+s\n";
 

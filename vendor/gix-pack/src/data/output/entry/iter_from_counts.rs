@@ -452,7 +452,8 @@ mod util {
     }
 }
 
-mod reduce {
+/// Reduction of chunks produced by [`iter_from_counts()`][crate::data::output::entry::iter_from_counts()].
+pub mod reduce {
     use std::marker::PhantomData;
 
     use gix_parallel as parallel;
@@ -461,13 +462,24 @@ mod reduce {
     use super::Outcome;
     use crate::data::output;
 
+    /// Accumulate statistics while reducing chunks produced by [`iter_from_counts()`][crate::data::output::entry::iter_from_counts()].
     pub struct Statistics<E> {
         total: Outcome,
         _err: PhantomData<E>,
     }
 
+    impl<E> Default for Statistics<E> {
+        fn default() -> Self {
+            Statistics {
+                total: Default::default(),
+                _err: PhantomData,
+            }
+        }
+    }
+
     impl<E> Statistics<E> {
-        pub fn with_delta_bases_included(delta_bases_included: usize) -> Self {
+        /// Start the totals with `delta_bases_included`, the bases added to the counts before any chunk was produced.
+        pub(crate) fn with_delta_bases_included(delta_bases_included: usize) -> Self {
             Statistics {
                 total: Outcome {
                     delta_bases_included,
