@@ -334,7 +334,7 @@ impl RefSnapshot {
             };
             // packed-refs carries the peeled value of an annotated tag (its `^` line): no object
             // is read for it; a loose ref (or a packed one without that line) is peeled here.
-            let peeled = match reference.inner.peeled {
+            let peeled = match reference.inner().peeled {
                 Some(peeled) if symref_target.is_none() && peeled != id => Some(peeled),
                 _ => crate::graph::peel_tag(repo, id)?,
             };
