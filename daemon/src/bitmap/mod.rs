@@ -253,33 +253,131 @@ impl PackBitmap {
     /// Every object reachable from `tips`: as bits for what this pack holds (covered commits'
     /// bitmaps OR'ed, the rest walked down to covered commits), and by id for what it does not
     /// (objects pushed since the last repack), walked through as well.
+    ///
+    /// As git's `find_objects`: first the commits alone, newest first, so that a covered
+    /// commit's bitmap is OR'ed in before any older commit is looked at — an old tag whose
+    /// commit a newer tip's bitmap already holds costs one bit test, not a walk down to its own
+    /// covered ancestor; then the trees of the commits no bitmap covered, each object's bit
+    /// tested before it is decoded or descended into.
     pub fn reachable(&self, repo: &gix::Repository, tips: &[ObjectId]) -> Result<Reach, crate::error::ServeError> {
         use crate::error::ServeError;
+        use std::collections::BinaryHeap;
         let mut reach = Reach { bits: Bits::new(self.len()), extra: std::collections::HashMap::new() };
         let mut buf = Vec::new();
-        let mut stack: Vec<ObjectId> = tips.to_vec();
+        // Tips: tags are peeled (each tag object is reached), commits go to the commit walk,
+        // trees and blobs to the object walk.
+        let mut objects: Vec<ObjectId> = Vec::new();
+        let mut queue: BinaryHeap<(i64, ObjectId)> = BinaryHeap::new();
+        let mut queued = std::collections::HashSet::new();
+        // Each commit is decoded once, when it is queued: its parents wait here.
+        let mut parents_of: std::collections::HashMap<ObjectId, Vec<ObjectId>> = std::collections::HashMap::new();
+        let commit_time = |id: ObjectId, buf: &mut Vec<u8>| -> Result<(i64, Vec<ObjectId>), ServeError> {
+            let data = repo.objects.try_find(&id, buf)?.ok_or(ServeError::MissingObject(id))?;
+            if data.kind != Kind::Commit {
+                return Err(ServeError::MissingObject(id));
+            }
+            let commit = gix_object::CommitRefIter::from_bytes(data.data, id.kind());
+            let parents: Vec<ObjectId> = commit.clone().parent_ids().collect();
+            let time = commit.committer().map(|c| c.time().map_or(0, |t| t.seconds)).unwrap_or(0);
+            Ok((time, parents))
+        };
+        for tip in tips {
+            let mut id = *tip;
+            loop {
+                let kind = match self.pos(&id) {
+                    Some(pos) => self.kind_at(pos),
+                    None => repo.find_header(id).map_err(|_| ServeError::MissingObject(id))?.kind(),
+                };
+                match kind {
+                    Kind::Tag => {
+                        self.mark(&mut reach, id, Kind::Tag);
+                        let data = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
+                        id = gix_object::TagRefIter::from_bytes(data.data, id.kind()).target_id().map_err(|_| ServeError::MissingObject(id))?;
+                    }
+                    Kind::Commit => {
+                        if queued.insert(id) {
+                            let (time, parents) = commit_time(id, &mut buf)?;
+                            parents_of.insert(id, parents);
+                            queue.push((time, id));
+                        }
+                        break;
+                    }
+                    _ => {
+                        objects.push(id);
+                        break;
+                    }
+                }
+            }
+        }
+        // Commits, newest first.
+        let mut uncovered = Vec::new();
+        while let Some((_, id)) = queue.pop() {
+            if let Some(pos) = self.pos(&id) {
+                if reach.bits.get(pos) {
+                    continue;
+                }
+                if let Some(closure) = self.closure(&id) {
+                    reach.bits.or(&closure);
+                    continue;
+                }
+            } else if reach.extra.contains_key(&id) {
+                continue;
+            }
+            self.mark(&mut reach, id, Kind::Commit);
+            for parent in parents_of.remove(&id).unwrap_or_default() {
+                let done = match self.pos(&parent) {
+                    Some(pos) => reach.bits.get(pos),
+                    None => reach.extra.contains_key(&parent),
+                };
+                if !done && queued.insert(parent) {
+                    let (time, grandparents) = commit_time(parent, &mut buf)?;
+                    parents_of.insert(parent, grandparents);
+                    queue.push((time, parent));
+                }
+            }
+            uncovered.push(id);
+        }
+        // The trees of uncovered commits, and tips that are trees or blobs.
+        for commit in &uncovered {
+            let data = repo.objects.try_find(commit, &mut buf)?.ok_or(ServeError::MissingObject(*commit))?;
+            let tree = gix_object::CommitRefIter::from_bytes(data.data, commit.kind()).tree_id().map_err(|_| ServeError::MissingObject(*commit))?;
+            objects.push(tree);
+        }
+        let mut stack = objects;
         while let Some(id) = stack.pop() {
             match self.pos(&id) {
-                Some(pos) => {
-                    if reach.bits.get(pos) {
-                        continue;
-                    }
-                    if let Some(closure) = self.closure(&id) {
-                        reach.bits.or(&closure);
-                        continue;
-                    }
+                Some(pos) if reach.bits.get(pos) => continue,
+                // A blob of the pack needs no decoding: its bit is all there is to it.
+                Some(pos) if self.kind_at(pos) == Kind::Blob => {
                     reach.bits.set(pos);
+                    continue;
                 }
                 None if reach.extra.contains_key(&id) => continue,
-                None => {}
+                _ => {}
             }
             let data = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
-            if self.pos(&id).is_none() {
-                reach.extra.insert(id, data.kind);
+            self.mark(&mut reach, id, data.kind);
+            if data.kind == Kind::Tree || data.kind == Kind::Tag {
+                crate::graph::push_children(id, data.kind, data.data, &mut stack)?;
             }
-            crate::graph::push_children(id, data.kind, data.data, &mut stack)?;
         }
         Ok(reach)
+    }
+
+    /// The type of the object at pack position `pos`, from the type bitmaps.
+    fn kind_at(&self, pos: usize) -> Kind {
+        const KINDS: [Kind; 4] = [Kind::Commit, Kind::Tree, Kind::Blob, Kind::Tag];
+        KINDS.into_iter().zip(&self.types).find(|(_, bits)| bits.get(pos)).map_or(Kind::Blob, |(kind, _)| kind)
+    }
+
+    /// `id` is reached: its bit, or its entry among the objects outside the pack.
+    fn mark(&self, reach: &mut Reach, id: ObjectId, kind: Kind) {
+        match self.pos(&id) {
+            Some(pos) => reach.bits.set(pos),
+            None => {
+                reach.extra.insert(id, kind);
+            }
+        }
     }
 }
 
