@@ -13,6 +13,7 @@ mod narrow;
 mod relay;
 mod push_bench;
 mod queue;
+mod real_bench;
 mod report;
 mod sync;
 mod tree;
@@ -54,6 +55,10 @@ enum Top {
     Rusage {
         #[arg(long)]
         out: PathBuf,
+        /// Read a git:// request line from stdin first, as git daemon --inetd would, and append
+        /// the repository it names below this base path to the command (`bench real`'s git arm).
+        #[arg(long)]
+        git_request: Option<PathBuf>,
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -102,6 +107,19 @@ enum BenchCmd {
     Bitmaps {
         #[arg(long, default_value_t = 5)]
         rounds: usize,
+    },
+    /// Real repositories, each repacked with and without a bitmap: clone, `--depth 1`,
+    /// `blob:none`, a fetch 200 commits behind and a no-op fetch, gixd (HTTP) vs git upload-pack
+    /// (server CPU, bytes, objects). Run by hand (bench/real-repos.sh); not in CI.
+    Real {
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Bare repositories to serve (copied and repacked under target/real-bench/, never modified).
+        #[arg(long, required = true)]
+        repo: Vec<PathBuf>,
+        /// Measure this gixd binary instead of a release build of the committed tree.
+        #[arg(long)]
+        gixd: Option<PathBuf>,
     },
     /// Server CPU of a one-commit push: gixd over HTTP vs git receive-pack.
     Push {
@@ -174,8 +192,11 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     // `rusage` wraps a server command wherever git starts it: it needs no checkout.
-    if let Top::Rusage { out, command } = &cli.command {
-        return bench::rusage(out, command);
+    if let Top::Rusage { out, git_request, command } = &cli.command {
+        return match git_request {
+            Some(base) => real_bench::rusage_git_request(out, base, command),
+            None => bench::rusage(out, command),
+        };
     }
     let root = repo_root();
     match cli.command {
@@ -215,6 +236,7 @@ fn run(cli: Cli) -> Result<()> {
         Top::Bench { command: BenchCmd::Narrow { rounds, repo } } => narrow::run(&root, rounds, repo),
         Top::Bench { command: BenchCmd::Push { rounds, repo } } => push_bench::run(&root, rounds, repo),
         Top::Bench { command: BenchCmd::Bitmaps { rounds } } => bitmaps_bench::run(&root, rounds),
+        Top::Bench { command: BenchCmd::Real { rounds, repo, gixd } } => real_bench::run(&root, rounds, repo, gixd),
         Top::Report { check } => report::run(&root, check),
         Top::Moved => {
             let moved = moved_snapshots(&root)?;

@@ -117,7 +117,7 @@ fn start_gixd(gixd: &Path, base: &Path) -> Result<(u16, u32, std::process::Child
 }
 
 /// The rusage row the git daemon arm's wrapper writes when git daemon exits.
-fn wait_for_rusage(file: &Path) -> Result<i64> {
+pub(crate) fn wait_for_rusage(file: &Path) -> Result<i64> {
     for _ in 0..200 {
         if let Ok(text) = std::fs::read_to_string(file)
             && let Ok(row) = serde_json::from_str::<serde_json::Value>(&text)

@@ -18,6 +18,7 @@ const TARGETS: &[(&str, &str)] = &[
     ("bench/README.md", "narrow"),
     ("bench/README.md", "push"),
     ("bench/README.md", "bitmaps"),
+    ("bench/README.md", "real-repos"),
 ];
 
 pub fn run(root: &Path, check: bool) -> Result<()> {
@@ -40,6 +41,7 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             "narrow" => narrow(root)?,
             "push" => push(root)?,
             "bitmaps" => bitmaps(root)?,
+            "real-repos" => real_repos(root)?,
             other => bail!("no renderer for block {other}"),
         };
         let path = root.join(doc);
@@ -400,6 +402,116 @@ fn bitmaps(root: &Path) -> Result<String> {
     Ok(out)
 }
 
+/// One row of the real-repository table: medians of both arms for a repository × variant × operation.
+struct RealRow {
+    repo: String,
+    variant: String,
+    op: String,
+    cpu: (f64, f64),
+    bytes: (f64, f64),
+    objects: (String, String),
+}
+
+impl RealRow {
+    fn cpu_ratio(&self) -> f64 {
+        if self.cpu.1 > 0.0 { self.cpu.0 / self.cpu.1 } else { f64::NAN }
+    }
+}
+
+/// Rows with the worst CPU ratio (gixd ÷ git) first; a row without a ratio goes last.
+fn worst_first(rows: &mut [RealRow]) {
+    rows.sort_by(|a, b| {
+        let key = |r: &RealRow| if r.cpu_ratio().is_finite() { r.cpu_ratio() } else { f64::NEG_INFINITY };
+        key(b).total_cmp(&key(a)).then_with(|| (&a.repo, &a.variant, &a.op).cmp(&(&b.repo, &b.variant, &b.op)))
+    });
+}
+
+fn real_repos(root: &Path) -> Result<String> {
+    let doc = match load(root, crate::real_bench::REAL_RESULTS, "`bench/real-repos.sh PATH…` (by hand: it needs the repositories)")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let runs = doc["runs"].as_array().context("runs")?;
+    let c = &doc["conditions"];
+    let mut out = conditions_line(c, "cargo xtask bench real");
+    let repos: Vec<String> = c["repos"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|r| {
+                    let origin = r["origin"].as_str().filter(|o| !o.is_empty()).map(|o| format!(" ({o})")).unwrap_or_default();
+                    format!(
+                        "{}{origin}: {} objects, {} refs ({} branches, {} tags of which {} annotated), {} at {}",
+                        r["name"].as_str().unwrap_or("?"),
+                        r["objects"],
+                        r["refs"],
+                        r["branches"],
+                        r["tags"],
+                        r["annotated_tags"],
+                        r["default_branch"].as_str().unwrap_or("?").trim_start_matches("refs/heads/"),
+                        r["default_tip"].as_str().unwrap_or("?").get(..10).unwrap_or("?"),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.push_str(&format!(
+        " Machine: {}. gixd: {}, {}. git: {}. Variants: {}. Fetches: {}. Bytes: {}. Objects: what the client holds afterwards (both arms leave it the same refs, or the run is aborted). Repositories: {}. The run took {} min. Medians; rows sorted by the CPU ratio, worst first.\n\n",
+        c["machine"].as_str().unwrap_or("?"),
+        c["gixd"].as_str().unwrap_or("?"),
+        c["gixd_binary"]["built"].as_str().unwrap_or("?"),
+        c["git_arm"].as_str().unwrap_or("?"),
+        c["variants"].as_str().unwrap_or("?"),
+        c["fetches"].as_str().unwrap_or("?"),
+        c["bytes"].as_str().unwrap_or("?"),
+        repos.join("; "),
+        c["duration_s"].as_u64().map_or("?".to_owned(), |s| s.div_ceil(60).to_string()),
+    ));
+    out.push_str("| repository | variant | operation | server CPU, gixd (ms) | git (ms) | gixd ÷ git | bytes, gixd | git | gixd ÷ git | client objects, gixd | git |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut keys: Vec<(&str, &str, &str)> = Vec::new();
+    for r in runs {
+        if let (Some(repo), Some(variant), Some(op)) = (r["repo"].as_str(), r["variant"].as_str(), r["op"].as_str())
+            && !keys.contains(&(repo, variant, op))
+        {
+            keys.push((repo, variant, op));
+        }
+    }
+    let mut rows: Vec<RealRow> = keys
+        .into_iter()
+        .map(|(repo, variant, op)| {
+            let arm = |name: &str| runs.iter().filter(|r| r["repo"] == repo && r["variant"] == variant && r["op"] == op && r["arm"] == name).collect::<Vec<_>>();
+            let (g, t) = (arm("gixd"), arm("git"));
+            let med = |runs: &[&Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect());
+            RealRow {
+                repo: repo.to_owned(),
+                variant: variant.to_owned(),
+                op: op.to_owned(),
+                cpu: (med(&g, "cpu_us") / 1000.0, med(&t, "cpu_us") / 1000.0),
+                bytes: (med(&g, "bytes"), med(&t, "bytes")),
+                objects: (count(&g, "client_objects"), count(&t, "client_objects")),
+            }
+        })
+        .collect();
+    worst_first(&mut rows);
+    for r in rows {
+        out.push_str(&format!(
+            "| {} | {} | `{}` | {:.1} | {:.1} | {} | {:.0} | {:.0} | {} | {} | {} |\n",
+            r.repo,
+            r.variant,
+            r.op,
+            r.cpu.0,
+            r.cpu.1,
+            ratio(r.cpu.1, r.cpu.0),
+            r.bytes.0,
+            r.bytes.1,
+            ratio(r.bytes.1, r.bytes.0),
+            r.objects.0,
+            r.objects.1,
+        ));
+    }
+    Ok(out)
+}
+
 fn conditions_line(c: &Value, command: &str) -> String {
     format!(
         "Measured by `{command}` ({} rounds, arms alternated, order swapped each round), commit {}, {}, {} CPUs, load {} → {}, {}.",
@@ -503,6 +615,21 @@ mod tests {
         assert_eq!(measured_versions(&new), vec![("gix-parallel".into(), "0.50.2".into()), ("gix-pack".into(), "0.78.0".into())]);
         let old = serde_json::json!({"queue": ["gix-parallel/0001-x.patch (gix-parallel 0.50.1)", "gix-pack/0001-y.patch (gix-pack 0.77.0)", "gix-pack/0002-z.patch (gix-pack 0.77.0)"]});
         assert_eq!(measured_versions(&old), vec![("gix-parallel".into(), "0.50.1".into()), ("gix-pack".into(), "0.77.0".into())]);
+    }
+
+    #[test]
+    fn real_repository_rows_come_worst_ratio_first() {
+        let row = |op: &str, g: f64, t: f64| RealRow {
+            repo: "r".into(),
+            variant: "bitmap".into(),
+            op: op.into(),
+            cpu: (g, t),
+            bytes: (0.0, 0.0),
+            objects: (String::new(), String::new()),
+        };
+        let mut rows = vec![row("a", 1.0, 2.0), row("b", 9.0, 0.0), row("c", 30.0, 1.0), row("d", 3.0, 2.0)];
+        worst_first(&mut rows);
+        assert_eq!(rows.iter().map(|r| r.op.as_str()).collect::<Vec<_>>(), ["c", "d", "a", "b"]);
     }
 
     #[test]
