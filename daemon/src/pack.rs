@@ -157,12 +157,12 @@ pub fn write<W: Write>(
     let mut db = repo.objects.clone().into_inner();
     db.prevent_pack_unload();
     let decide = move |id: &gix_hash::oid| {
+        if options.thin_pack && selection.client_has_readably(id) {
+            return DeltaBase::Thin;
+        }
         // What this base would be, were the client allowed it; `may_send` (costly the first
         // time) is consulted only when that is more than re-deflating.
         let wanted = if options.thin_pack && selection.client_has(id) {
-            if selection.held_is_readable && selection.client_has.contains(id) {
-                return DeltaBase::Thin;
-            }
             DeltaBase::Thin
         } else if options.include_unselected_bases {
             DeltaBase::Include

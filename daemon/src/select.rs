@@ -45,6 +45,12 @@ pub struct Selection {
 }
 
 impl Selection {
+    /// Does the client have `id` from an edge commit of this selection? Then it may read it too
+    /// (an edge is a parent of a commit a want reaches): a thin base that needs no further check.
+    pub fn client_has_readably(&self, id: &gix_hash::oid) -> bool {
+        self.held_is_readable && self.client_has.contains(id)
+    }
+
     /// Does the client have `id` for sure (a thin-pack base it may be given)?
     pub fn client_has(&self, id: &gix_hash::oid) -> bool {
         self.client_has.contains(id)
@@ -497,10 +503,14 @@ pub fn readable_objects_if_cheap(repos: &crate::repo::Repos, served: &crate::rep
     if let Some(set) = repos.cached_only::<Readable>(served, "readable objects", refs.fingerprint()) {
         return Some(set);
     }
-    if crate::bitmap::of(repos, served, repo).is_some() {
-        return readable_objects(repos, served, repo, refs).ok();
+    crate::bitmap::of(repos, served, repo)?;
+    match readable_objects(repos, served, repo, refs) {
+        Ok(set) => Some(set),
+        Err(err) => {
+            tracing::warn!(repo = %served.name, %err, "could not tell which objects are readable; deltas against bases outside the selection are re-deflated");
+            None
+        }
     }
-    None
 }
 
 /// Which of `commits` are reachable from `refs` (a client that may read those refs may read

@@ -133,18 +133,9 @@ async fn accept_git(listener: TcpListener, state: Arc<State>) {
             // Told why, then closed gently: the request line it already sent is read and dropped
             // first, or the close would reset the connection and lose the message.
             tokio::spawn(async move {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
                 let _guard = guard;
                 let mut stream = stream;
-                let mut w = crate::protocol::pkt::Writer::new();
-                w.err("too many connections, try again later");
-                if stream.write_all(&w.buf).await.is_ok() && stream.shutdown().await.is_ok() {
-                    let mut sink = [0u8; 4096];
-                    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
-                        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
-                    })
-                    .await;
-                }
+                crate::transport::git::refuse(&mut stream, "too many connections, try again later").await;
             });
             continue;
         }
@@ -155,11 +146,11 @@ async fn accept_git(listener: TcpListener, state: Arc<State>) {
             // thread or a transfer slot: idle or trickling connections cost neither.
             let line = match tokio::time::timeout(state.config.init_timeout, crate::transport::git::read_request_line(&mut stream)).await {
                 Ok(Ok(Some(line))) => line,
-                Ok(Ok(None)) => return crate::transport::git::refuse_without_request(&mut stream, "expected a request line: git-upload-pack /path").await,
+                Ok(Ok(None)) => return crate::transport::git::refuse(&mut stream, "expected a request line: git-upload-pack /path").await,
                 Ok(Err(_)) => return, // hung up
                 Err(_) => {
                     tracing::info!(%peer, "git:// request line did not arrive in time");
-                    return crate::transport::git::refuse_without_request(&mut stream, "timed out waiting for a request line: git-upload-pack /path").await;
+                    return crate::transport::git::refuse(&mut stream, "timed out waiting for a request line: git-upload-pack /path").await;
                 }
             };
             let permit = tokio::time::timeout(state.config.transfer_queue_wait, state.transfers.clone().acquire_owned()).await;

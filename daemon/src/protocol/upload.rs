@@ -156,16 +156,21 @@ impl Extras {
 pub fn boundary(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, wants: &[ObjectId], extras: &mut Extras) -> Result<Option<Boundary>, ServeError> {
     extras.deepen.check()?;
     if !extras.shallow_lines.is_empty() {
-        let commits: Vec<ObjectId> = extras.shallow_lines.iter().filter(|id| repo.find_header(**id).is_ok_and(|h| h.kind() == gix_object::Kind::Commit)).copied().collect();
-        let readable = crate::select::readable_commits(ctx.repos, ctx.served, repo, refs, &commits)?;
+        // Each line's object is looked up once: missing ones are ignored, non-commits refused.
+        let mut commits = Vec::new();
         for id in std::mem::take(&mut extras.shallow_lines) {
             match repo.find_header(id) {
                 Err(_) => continue,
                 Ok(h) if h.kind() != gix_object::Kind::Commit => {
                     return Err(ProtocolError::Shallow(format!("invalid shallow object {id}")).into());
                 }
-                Ok(_) if readable.contains(&id) && !extras.deepen.client_shallows.contains(&id) => extras.deepen.client_shallows.push(id),
-                Ok(_) => {}
+                Ok(_) => commits.push(id),
+            }
+        }
+        let readable = crate::select::readable_commits(ctx.repos, ctx.served, repo, refs, &commits)?;
+        for id in commits {
+            if readable.contains(&id) && !extras.deepen.client_shallows.contains(&id) {
+                extras.deepen.client_shallows.push(id);
             }
         }
     }

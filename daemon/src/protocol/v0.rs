@@ -568,7 +568,7 @@ mod tests {
     use super::*;
     use crate::protocol::pkt::Line;
 
-    fn lines(text: &[&'static str]) -> Vec<Line<'static>> {
+    fn lines<'a>(text: &[&'a str]) -> Vec<Line<'a>> {
         text.iter().map(|l| if l.is_empty() { Line::Flush } else { Line::Data(l.as_bytes()) }).collect()
     }
 
@@ -577,10 +577,8 @@ mod tests {
     #[test]
     fn wants_capabilities_haves_and_done_are_read_from_a_stateless_request() {
         let refs = crate::repo::fixture_refs();
-        let want = format!("want {MAIN} multi_ack_detailed side-band-64k thin-pack ofs-delta agent=x");
-        let have = format!("have {}", "3".repeat(40));
-        let want: &'static str = Box::leak(want.into_boxed_str());
-        let have: &'static str = Box::leak(have.into_boxed_str());
+        let want = &format!("want {MAIN} multi_ack_detailed side-band-64k thin-pack ofs-delta agent=x");
+        let have = &format!("have {}", "3".repeat(40));
         let req = parse(&lines(&[want, "", have, "done"]), &refs, 10).unwrap();
         assert_eq!(req.wants.len(), 1);
         assert!(req.caps.multi_ack_detailed && req.caps.side_band_64k && req.caps.thin_pack && req.caps.ofs_delta);
@@ -593,22 +591,22 @@ mod tests {
     #[test]
     fn a_request_without_its_flush_or_with_capabilities_on_a_later_want_is_refused() {
         let refs = crate::repo::fixture_refs();
-        let want: &'static str = Box::leak(format!("want {MAIN}").into_boxed_str());
+        let want = &format!("want {MAIN}");
         assert!(matches!(parse(&lines(&[want]), &refs, 10), Err(ProtocolError::Truncated)));
-        let second: &'static str = Box::leak(format!("want {MAIN} ofs-delta").into_boxed_str());
+        let second = &format!("want {MAIN} ofs-delta");
         assert!(matches!(parse(&lines(&[want, second, ""]), &refs, 10), Err(ProtocolError::Unexpected(_))));
-        let unknown: &'static str = Box::leak(format!("want {MAIN} frobnicate").into_boxed_str());
+        let unknown = &format!("want {MAIN} frobnicate");
         assert!(matches!(parse(&lines(&[unknown, ""]), &refs, 10), Err(ProtocolError::UnknownCapability(c)) if c == "frobnicate"));
         // A have section that neither ends in done nor in a flush was cut off.
-        let have: &'static str = Box::leak(format!("have {MAIN}").into_boxed_str());
+        let have = &format!("have {MAIN}");
         assert!(matches!(parse(&lines(&[want, "", have]), &refs, 10), Err(ProtocolError::Truncated)));
     }
 
     #[test]
     fn haves_past_the_limit_and_filters_without_the_capability_are_refused() {
         let refs = crate::repo::fixture_refs();
-        let want: &'static str = Box::leak(format!("want {MAIN}").into_boxed_str());
-        let have: &'static str = Box::leak(format!("have {MAIN}").into_boxed_str());
+        let want = &format!("want {MAIN}");
+        let have = &format!("have {MAIN}");
         assert!(matches!(parse(&lines(&[want, "", have, have, have, ""]), &refs, 2), Err(ProtocolError::TooMany { what: "have", limit: 2 })));
         assert!(matches!(parse(&lines(&[want, "filter blob:none", ""]), &refs, 10), Err(ProtocolError::FilterNotAllowed)));
         let deepen = parse(&lines(&[want, "deepen 3", ""]), &refs, 10).unwrap();

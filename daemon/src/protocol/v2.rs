@@ -395,15 +395,15 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, input: R, m
 mod tests {
     use super::*;
 
-    fn args(text: &[&'static str]) -> Vec<Line<'static>> {
+    fn args<'a>(text: &[&'a str]) -> Vec<Line<'a>> {
         text.iter().map(|l| Line::Data(l.as_bytes())).collect()
     }
 
     #[test]
     fn fetch_arguments_are_read_by_name() {
         let refs = crate::repo::fixture_refs();
-        let want: &'static str = Box::leak(format!("want {}", "3".repeat(40)).into_boxed_str());
-        let have: &'static str = Box::leak(format!("have {}", "1".repeat(40)).into_boxed_str());
+        let want = &format!("want {}", "3".repeat(40));
+        let have = &format!("have {}", "1".repeat(40));
         let f = parse_fetch(&args(&[want, have, "thin-pack", "ofs-delta", "include-tag", "no-progress", "wait-for-done", "deepen 2", "done"]), &refs, 10).unwrap();
         assert_eq!((f.wants.len(), f.haves.len()), (1, 1));
         assert!(f.thin_pack && f.ofs_delta && f.include_tag && f.no_progress && f.wait_for_done && f.done);

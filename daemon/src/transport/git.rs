@@ -73,8 +73,10 @@ pub async fn read_request_line(stream: &mut tokio::net::TcpStream) -> std::io::R
     Ok(Some(line))
 }
 
-/// Tell a client that sent no request line why, and close (async: no thread was taken for it).
-pub async fn refuse_without_request(stream: &mut tokio::net::TcpStream, message: &str) {
+/// Tell a client refused before its request was served why, and close gently (what it sent
+/// is read and dropped first, or the close would reset the connection and lose the message);
+/// async: no thread was taken for it.
+pub async fn refuse(stream: &mut tokio::net::TcpStream, message: &str) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut w = pkt::Writer::new();
     w.err(message);

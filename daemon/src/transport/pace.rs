@@ -22,10 +22,6 @@ impl<R> Paced<R> {
     pub fn new(inner: R, pace: Pace) -> Self {
         Paced { inner, pace, waited: Duration::ZERO, got: 0 }
     }
-
-    pub fn into_inner(self) -> R {
-        self.inner
-    }
 }
 
 impl<R: io::Read> io::Read for Paced<R> {
@@ -51,17 +47,6 @@ impl<R: io::Read> io::Read for Paced<R> {
             self.got = 0;
         }
         Ok(n)
-    }
-}
-
-impl<R: io::BufRead> io::BufRead for Paced<R> {
-    fn fill_buf(&mut self) -> io::Result<&[u8]> {
-        // Only a refill waits; the judgement happens in `read`, which `BufReader`s call.
-        self.inner.fill_buf()
-    }
-
-    fn consume(&mut self, amt: usize) {
-        self.inner.consume(amt)
     }
 }
 
