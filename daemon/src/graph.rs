@@ -57,3 +57,35 @@ pub fn peel_tag(repo: &gix::Repository, id: ObjectId) -> Result<Option<ObjectId>
     }
     Ok(peeled)
 }
+
+/// Small repositories built in a temporary directory, for the unit tests of the walks.
+#[cfg(test)]
+pub(crate) mod fixture {
+    use gix_hash::ObjectId;
+
+    /// A bare repository with one commit per entry of `parents` (commit `i`'s parents are the
+    /// commits at those indices, all earlier; commit `i` was made at `1000 + 10 i`), every commit
+    /// with the empty tree.
+    pub fn history(parents: &[&[usize]]) -> (tempfile::TempDir, gix::Repository, Vec<ObjectId>) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let repo = gix::init_bare(dir.path()).expect("a new repository");
+        let tree = gix_object::Write::write_buf(&repo.objects, gix_object::Kind::Tree, b"").expect("the empty tree");
+        let mut ids: Vec<ObjectId> = Vec::new();
+        for (i, of) in parents.iter().enumerate() {
+            let mut text = format!("tree {tree}\n");
+            for p in *of {
+                text.push_str(&format!("parent {}\n", ids[*p]));
+            }
+            let time = 1000 + 10 * i;
+            text.push_str(&format!("author A <a@example.com> {time} +0000\ncommitter A <a@example.com> {time} +0000\n\ncommit {i}\n"));
+            ids.push(gix_object::Write::write_buf(&repo.objects, gix_object::Kind::Commit, text.as_bytes()).expect("a commit"));
+        }
+        (dir, repo, ids)
+    }
+
+    /// An annotated tag of `target` (a commit), written to the repository.
+    pub fn tag(repo: &gix::Repository, target: ObjectId, name: &str) -> ObjectId {
+        let text = format!("object {target}\ntype commit\ntag {name}\ntagger A <a@example.com> 2000 +0000\n\n{name}\n");
+        gix_object::Write::write_buf(&repo.objects, gix_object::Kind::Tag, text.as_bytes()).expect("a tag")
+    }
+}

@@ -206,8 +206,9 @@ pub fn write<W: Write>(
     let mut bytes = 0;
     let mut writer = output::bytes::FromEntriesIter::new(entries, &mut *out, num_entries_u32, gix_pack::data::Version::V2, repo.object_hash());
     for step in writer.by_ref() {
-        bytes += step.map_err(|err| {
-            if is_disconnect(&err) { ServeError::Disconnected } else { ServeError::pack(err) }
+        bytes += step.map_err(|err| match err.downcast_any_ref::<io::Error>() {
+            Some(io) if is_disconnect(io) => ServeError::Disconnected,
+            _ => ServeError::pack(err),
         })?;
     }
     drop(writer);
@@ -226,16 +227,52 @@ pub fn write<W: Write>(
     })
 }
 
-/// True when an error from writing the pack comes from the client going away.
-fn is_disconnect(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = current {
-        if let Some(io) = e.downcast_ref::<io::Error>()
-            && io.kind() == io::ErrorKind::BrokenPipe
-        {
-            return true;
+/// True when an error from writing the pack comes from the client going away: the transports
+/// say so with `BrokenPipe` (`transport::stream`, a closed socket), a socket also by a reset.
+fn is_disconnect(err: &io::Error) -> bool {
+    matches!(err.kind(), io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that fails every write with `kind`.
+    struct Failing(io::ErrorKind);
+
+    impl Write for Failing {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::Error::new(self.0, "the write failed"))
         }
-        current = e.source();
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
     }
-    err.to_string().contains("client disconnected")
+
+    fn one_blob_repo() -> (tempfile::TempDir, gix::Repository, ObjectId) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = gix::init_bare(dir.path()).unwrap();
+        let id = repo.write_blob(b"some content").unwrap().detach();
+        (dir, repo, id)
+    }
+
+    fn write_into(out: &mut Failing) -> Result<Stats, ServeError> {
+        let (_dir, repo, id) = one_blob_repo();
+        let selection = Selection { objects: vec![id], blobs: 1, ..Selection::default() };
+        let options = Options { thin_pack: false, ofs_delta: true, include_unselected_bases: false };
+        write(&repo, &selection, options, |_| false, out)
+    }
+
+    #[test]
+    fn a_client_gone_mid_pack_is_a_disconnect_by_its_error_kind_not_its_message() {
+        for kind in [io::ErrorKind::BrokenPipe, io::ErrorKind::ConnectionReset] {
+            assert!(matches!(write_into(&mut Failing(kind)), Err(ServeError::Disconnected)), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn other_write_failures_stay_failures() {
+        let err = write_into(&mut Failing(io::ErrorKind::PermissionDenied)).unwrap_err();
+        assert!(matches!(err, ServeError::Pack(_)), "{err:?}");
+    }
 }

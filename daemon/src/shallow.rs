@@ -251,3 +251,57 @@ pub fn resolve_deepen_not(refs: &crate::repo::RefSnapshot, name: &str) -> Result
         _ => Err(ProtocolError::Shallow(format!("ambiguous deepen-not: {}", name.chars().take(100).collect::<String>()))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::fixture;
+
+    #[test]
+    fn depths_are_positive_and_at_most_infinite_and_since_is_a_number() {
+        assert_eq!(parse_depth("1").unwrap(), 1);
+        assert_eq!(parse_depth("2147483647").unwrap(), INFINITE_DEPTH);
+        for bad in ["0", "-3", "2147483648", "x", ""] {
+            assert!(parse_depth(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_since("1700000000").unwrap(), 1_700_000_000);
+        assert!(parse_since("-1").is_err());
+        assert!(parse_since("yesterday").is_err());
+    }
+
+    #[test]
+    fn deepen_with_since_or_not_is_refused() {
+        let by_depth = Deepen { depth: Some(1), ..Deepen::default() };
+        assert!(by_depth.check().is_ok() && by_depth.deepens());
+        assert!(Deepen { since: Some(5), ..by_depth.clone() }.check().is_err());
+        assert!(Deepen { not: vec![ObjectId::null(gix_hash::Kind::Sha1)], ..by_depth }.check().is_err());
+        let client_only = Deepen { client_shallows: vec![ObjectId::null(gix_hash::Kind::Sha1)], ..Deepen::default() };
+        assert!(!client_only.deepens() && client_only.is_active());
+    }
+
+    #[test]
+    fn deepen_not_names_exactly_one_visible_ref() {
+        let refs = crate::repo::fixture_refs();
+        assert_eq!(resolve_deepen_not(&refs, "main").unwrap(), refs.refs[0].id);
+        assert_eq!(resolve_deepen_not(&refs, "v1").unwrap(), refs.refs[1].id);
+        assert!(resolve_deepen_not(&refs, "nope").is_err());
+    }
+
+    #[test]
+    fn depth_cuts_history_that_many_commits_below_the_wants() {
+        // 0 - 1 - 2 - 3 - 4 (the want)
+        let (_dir, repo, c) = fixture::history(&[&[], &[0], &[1], &[2], &[3]]);
+        let boundary = compute(&repo, &[c[4]], &Deepen { depth: Some(2), ..Deepen::default() }).unwrap();
+        assert_eq!(boundary.shallow, vec![c[3]]);
+        let whole = compute(&repo, &[c[4]], &Deepen { depth: Some(INFINITE_DEPTH), ..Deepen::default() }).unwrap();
+        assert!(whole.shallow.is_empty(), "{:?}", whole.shallow);
+    }
+
+    #[test]
+    fn since_cuts_at_the_commits_whose_parents_are_older() {
+        // Commit i is made at 1000 + 10 i: since 1020 keeps 2, 3, 4; 2 is the border.
+        let (_dir, repo, c) = fixture::history(&[&[], &[0], &[1], &[2], &[3]]);
+        let boundary = compute(&repo, &[c[4]], &Deepen { since: Some(1020), ..Deepen::default() }).unwrap();
+        assert_eq!(boundary.shallow, vec![c[2]]);
+    }
+}

@@ -136,11 +136,9 @@ fn now() -> i64 {
 
 /// Serve upload-archive on a connection: read the arguments, answer, send the archive.
 pub fn serve_stateful<R: Read, W: Write>(ctx: &Context<'_>, input: R, mut out: W) -> Result<(), ServeError> {
-    use gix_packetline::PacketLineRef;
     let repo = ctx.served.repo.to_thread_local();
     let refs = RefSnapshot::load(&repo)?;
-    let mut lines = gix_packetline::blocking_io::StreamingPeekableIter::new(input, &[PacketLineRef::Flush], false);
-    let mut args = Vec::new();
+    let mut lines = pkt::stream(input);
     let nack = |out: &mut W, reason: &str| -> Result<(), ServeError> {
         let mut w = pkt::Writer::new();
         w.text(format!("NACK {reason}"));
@@ -149,22 +147,21 @@ pub fn serve_stateful<R: Read, W: Write>(ctx: &Context<'_>, input: R, mut out: W
         out.flush()?;
         Ok(())
     };
-    while let Some(line) = lines.read_line() {
-        match line {
-            Ok(Ok(PacketLineRef::Data(d))) => {
-                let d = d.strip_suffix(b"\n").unwrap_or(d);
-                let Some(arg) = d.strip_prefix(b"argument ").and_then(|a| std::str::from_utf8(a).ok()) else {
-                    return nack(&mut out, "expected 'argument <arg>'");
-                };
-                if args.len() == MAX_ARGS {
-                    return nack(&mut out, &format!("too many options (>{MAX_ARGS})"));
-                }
-                args.push(arg.to_owned());
-            }
-            Ok(Ok(_)) => break,
-            Ok(Err(err)) => return nack(&mut out, &format!("malformed pkt-line: {err}")),
-            Err(_) => return Ok(()), // the client went away
+    let section = match pkt::read_section(&mut lines, ctx.config.max_request_body, pkt::SectionRules::default()) {
+        Ok((_, pkt::End::HungUp)) => return Ok(()), // the client went away
+        Ok((section, _)) => section,
+        Err(err) => return nack(&mut out, &format!("malformed request: {err}")),
+    };
+    let mut args = Vec::new();
+    for line in &section {
+        let pkt::Owned::Data(d) = line else { unreachable!("no delimiter in this section") };
+        let Some(arg) = d.strip_prefix(b"argument ").and_then(|a| std::str::from_utf8(a).ok()) else {
+            return nack(&mut out, "expected 'argument <arg>'");
+        };
+        if args.len() == MAX_ARGS {
+            return nack(&mut out, &format!("too many options (>{MAX_ARGS})"));
         }
+        args.push(arg.to_owned());
     }
     let req = match parse(&args) {
         Ok(req) => req,

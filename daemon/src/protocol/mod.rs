@@ -15,6 +15,87 @@ pub mod v2;
 
 pub use crate::session::{Context, Version};
 
+use std::io::{BufRead, Read, Write};
+
+use crate::error::ServeError;
+use crate::pack::Stats;
+use crate::repo::RefSnapshot;
+
+/// How a service's request arrives, whatever carries it.
+pub enum Input<'a, R> {
+    /// One whole request body (smart HTTP): the advertisement was a request of its own
+    /// ([`advertise_http`]) and every round of negotiation is a new request.
+    Stateless(&'a [u8]),
+    /// A connection (git://): the advertisement, then the whole conversation.
+    Stateful(R),
+}
+
+/// The services a client can ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    UploadPack,
+    ReceivePack,
+}
+
+impl Service {
+    pub fn name(self) -> &'static str {
+        match self {
+            Service::UploadPack => "git-upload-pack",
+            Service::ReceivePack => "git-receive-pack",
+        }
+    }
+}
+
+/// upload-pack, over any transport: v2 commands or the v0/v1 negotiation, by `version`.
+pub fn upload_pack<R: Read, W: Write>(ctx: &Context<'_>, version: Version, input: Input<'_, R>, out: W) -> Result<Option<Stats>, ServeError> {
+    match (input, version) {
+        (Input::Stateless(body), Version::V2) => v2::serve(ctx, body, out),
+        (Input::Stateless(body), _) => v0::upload_pack(ctx, body, out),
+        (Input::Stateful(input), Version::V2) => v2::serve_stateful(ctx, input, out),
+        (Input::Stateful(input), v0_or_v1) => v0::serve_stateful(ctx, v0_or_v1, input, out),
+    }
+}
+
+/// Whether a push arrives as one request after a separate advertisement (smart HTTP) or on a
+/// connection that gets the advertisement first (git://); either way its body is streamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Stateless,
+    Stateful,
+}
+
+/// receive-pack, over any transport; on a connection the push snapshot's advertisement
+/// ([`RefSnapshot::load_for_push`]) goes first.
+pub fn receive_pack<R: BufRead, W: Write>(ctx: &Context<'_>, version: Version, mode: Mode, input: R, mut out: W) -> Result<Option<crate::push::Outcome>, ServeError> {
+    match mode {
+        Mode::Stateless => receive::receive_pack(ctx, input, out),
+        Mode::Stateful => {
+            let refs = RefSnapshot::load_for_push(&ctx.served.repo.to_thread_local())?;
+            let mut w = pkt::Writer::new();
+            receive::advertise(&refs, version, &mut w);
+            out.write_all(&w.buf)?;
+            out.flush()?;
+            receive::receive_pack(ctx, input, out)
+        }
+    }
+}
+
+/// A service's advertisement as smart HTTP sends it (`GET info/refs?service=…`): v0/v1 behind a
+/// `# service=` line, v2 upload-pack as its capability list.
+pub fn advertise_http(service: Service, refs: &RefSnapshot, version: Version, w: &mut pkt::Writer) {
+    match (service, version) {
+        (Service::UploadPack, Version::V2) => v2::advertise(refs, w),
+        (Service::UploadPack, v0_or_v1) => {
+            w.text(format!("# service={}", service.name())).flush();
+            v0::advertise(refs, v0_or_v1, true, w);
+        }
+        (Service::ReceivePack, version) => {
+            w.text(format!("# service={}", service.name())).flush();
+            receive::advertise(refs, version, w);
+        }
+    }
+}
+
 /// The `object-format=` name of a hash, as every service advertises it.
 pub fn hash_name(kind: gix_hash::Kind) -> &'static str {
     match kind {

@@ -140,3 +140,39 @@ fn reaches_common(repo: &gix::Repository, start: ObjectId, cutoff: i64, reaches:
     }
     Ok(false)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::fixture;
+
+    #[test]
+    fn commits_tags_and_trees_we_hold_are_common_and_unknown_ids_are_not() {
+        let (_dir, repo, c) = fixture::history(&[&[], &[0], &[1]]);
+        let tag = fixture::tag(&repo, c[0], "v0");
+        let tree = repo.empty_tree().id;
+        let mut common = Common::default();
+        let unknown = ObjectId::from_hex(b"1234567890123456789012345678901234567890").unwrap();
+        assert_eq!(common.have(&repo, unknown).unwrap(), Have::Unknown);
+        assert_eq!(common.have(&repo, c[1]).unwrap(), Have::Common);
+        assert_eq!(common.have(&repo, tag).unwrap(), Have::Common);
+        assert_eq!(common.have(&repo, tree).unwrap(), Have::Common);
+        assert_eq!(common.have(&repo, c[1]).unwrap(), Have::Common, "a repeat");
+        assert_eq!(common.acked, vec![c[1], tag, tree], "acknowledged once each, in order");
+        assert_eq!(common.commits, vec![c[1]], "only commit haves count for readiness");
+        assert_eq!(common.into_hidden(), vec![c[1], c[0]], "the tag's commit is hidden too");
+    }
+
+    #[test]
+    fn ready_when_every_want_reaches_a_common_commit() {
+        // 0 - 1 - 2 (want a)   and   0 - 3 (want b), a side branch from the root.
+        let (_dir, repo, c) = fixture::history(&[&[], &[0], &[1], &[0]]);
+        let mut common = Common::default();
+        assert!(!common.ready(&repo, &[c[2]]).unwrap(), "nothing common yet");
+        common.have(&repo, c[1]).unwrap();
+        assert!(common.ready(&repo, &[c[2]]).unwrap());
+        assert!(!common.ready(&repo, &[c[2], c[3]]).unwrap(), "the side branch does not reach 1");
+        common.have(&repo, c[0]).unwrap();
+        assert!(common.ready(&repo, &[c[2], c[3]]).unwrap());
+    }
+}

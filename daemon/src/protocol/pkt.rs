@@ -47,6 +47,84 @@ pub fn read_all(body: &[u8]) -> Result<Vec<Line<'_>>, ProtocolError> {
     Ok(lines)
 }
 
+/// The pkt-line reader of a connection (git://), stopping at each flush.
+pub type Stream<R> = gix_packetline::blocking_io::StreamingPeekableIter<R>;
+
+/// A connection's pkt-line reader, stopping at each flush.
+pub fn stream<R: std::io::Read>(input: R) -> Stream<R> {
+    Stream::new(input, &[PacketLineRef::Flush], false)
+}
+
+/// One packet of a section read off a connection, owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owned {
+    /// A data line with its trailing newline removed.
+    Data(Vec<u8>),
+    Delim,
+}
+
+impl Owned {
+    pub fn as_line(&self) -> Line<'_> {
+        match self {
+            Owned::Data(d) => Line::Data(d),
+            Owned::Delim => Line::Delim,
+        }
+    }
+}
+
+/// How a section read off a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    Flush,
+    /// A `done` line (v0 haves end there, with no flush after it); it is the section's last line.
+    Done,
+    /// The client hung up (or the read failed) before a flush.
+    HungUp,
+}
+
+/// What a section may hold besides data lines, and where it may end.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SectionRules {
+    /// v2 commands separate capabilities from arguments with a delimiter.
+    pub delim: bool,
+    /// v0 ends its last round of haves with `done` instead of a flush.
+    pub done_ends: bool,
+}
+
+/// Read one section off a connection: its packets up to a flush (not included), bounded before
+/// they are held like an HTTP body (`max_bytes`, length headers included). A malformed packet,
+/// a packet the rules do not allow, or too many bytes are errors; a client hanging up is an
+/// [`End::HungUp`] with what arrived before.
+pub fn read_section<R: std::io::Read>(lines: &mut Stream<R>, max_bytes: usize, rules: SectionRules) -> Result<(Vec<Owned>, End), ProtocolError> {
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    lines.reset();
+    while let Some(line) = lines.read_line() {
+        match line {
+            Ok(Ok(PacketLineRef::Data(d))) => {
+                let d = d.strip_suffix(b"\n").unwrap_or(d);
+                bytes += d.len() + 4;
+                if bytes > max_bytes {
+                    return Err(ProtocolError::TooLarge { limit: max_bytes });
+                }
+                let done = rules.done_ends && d == b"done";
+                out.push(Owned::Data(d.to_vec()));
+                if done {
+                    return Ok((out, End::Done));
+                }
+            }
+            Ok(Ok(PacketLineRef::Delimiter)) if rules.delim => out.push(Owned::Delim),
+            Ok(Ok(other)) => return Err(ProtocolError::Unexpected(format!("{other:?}"))),
+            Ok(Err(err)) => return Err(ProtocolError::PktLine(err.to_string())),
+            Err(_) => return Ok((out, End::HungUp)),
+        }
+    }
+    match lines.stopped_at() {
+        Some(_) => Ok((out, End::Flush)),
+        None => Ok((out, End::HungUp)),
+    }
+}
+
 /// The largest payload of one pkt-line (65520 minus the 4 length bytes).
 pub const MAX_DATA: usize = 65516;
 /// The largest side-band payload: a pkt-line minus its band byte.
@@ -135,6 +213,28 @@ mod tests {
         assert!(matches!(read_all(b"0003"), Err(ProtocolError::PktLine(_))), "length 3");
         assert!(matches!(read_all(b"0009do"), Err(ProtocolError::Truncated)));
         assert!(matches!(read_all(b"00"), Err(ProtocolError::Truncated)));
+    }
+
+    #[test]
+    fn a_connection_is_read_section_by_section() {
+        let input: &[u8] = b"0009want\n00000001000bhave 1\n00000009done\n0008more";
+        let mut lines = stream(input);
+        let v0 = SectionRules { delim: false, done_ends: true };
+        let v2 = SectionRules { delim: true, done_ends: false };
+        assert_eq!(read_section(&mut lines, 1000, v0).unwrap(), (vec![Owned::Data(b"want".to_vec())], End::Flush));
+        assert_eq!(read_section(&mut lines, 1000, v2).unwrap(), (vec![Owned::Delim, Owned::Data(b"have 1".to_vec())], End::Flush));
+        assert_eq!(read_section(&mut lines, 1000, v0).unwrap(), (vec![Owned::Data(b"done".to_vec())], End::Done));
+        assert_eq!(read_section(&mut lines, 1000, v0).unwrap(), (vec![Owned::Data(b"more".to_vec())], End::HungUp));
+        let v2_done = read_section(&mut stream(&b"0009done\n0009more\n0000"[..]), 1000, v2).unwrap();
+        assert_eq!(v2_done, (vec![Owned::Data(b"done".to_vec()), Owned::Data(b"more".to_vec())], End::Flush), "done ends only v0's haves");
+    }
+
+    #[test]
+    fn a_section_is_bounded_and_keeps_to_its_rules() {
+        assert!(matches!(read_section(&mut stream(&b"0009want\n0009want\n0000"[..]), 12, SectionRules::default()), Err(ProtocolError::TooLarge { limit: 12 })));
+        assert!(matches!(read_section(&mut stream(&b"0001"[..]), 100, SectionRules::default()), Err(ProtocolError::Unexpected(_))));
+        assert!(matches!(read_section(&mut stream(&b"0002"[..]), 100, SectionRules { delim: true, done_ends: false }), Err(ProtocolError::Unexpected(_))));
+        assert!(matches!(read_section(&mut stream(&b"00zz"[..]), 100, SectionRules::default()), Err(ProtocolError::PktLine(_))));
     }
 
     #[test]

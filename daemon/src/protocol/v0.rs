@@ -170,17 +170,13 @@ impl Request {
     }
 }
 
-/// Parse a stateless v0 request: want (and shallow, deepen, filter) lines and a flush, then have
-/// lines (with flushes between rounds) and, last, `done` or a flush.
-pub fn parse(lines: &[Line<'_>], refs: &RefSnapshot, max_haves: usize) -> Result<Request, ProtocolError> {
+/// The want section of a request, without the flush that ends it: want (and shallow, deepen,
+/// filter) lines; capabilities ride on the first want.
+pub fn parse_wants(section: &[Line<'_>], refs: &RefSnapshot) -> Result<Request, ProtocolError> {
     let hash = refs.object_hash;
     let mut req = Request::default();
-    let mut i = 0;
-    while i < lines.len() {
-        let line = lines[i];
-        i += 1;
+    for line in section {
         match line {
-            Line::Flush => break,
             Line::Data(_) => {
                 let text = line.as_text().ok_or_else(|| ProtocolError::Unexpected("non-UTF-8 line".into()))?;
                 let mut words = text.split(' ');
@@ -208,13 +204,20 @@ pub fn parse(lines: &[Line<'_>], refs: &RefSnapshot, max_haves: usize) -> Result
             other => return Err(ProtocolError::Unexpected(format!("{other:?}"))),
         }
     }
+    req.extras.deepen.relative = req.caps.deepen_relative;
+    Ok(req)
+}
+
+/// Parse a stateless v0 request: want (and shallow, deepen, filter) lines and a flush, then have
+/// lines (with flushes between rounds) and, last, `done` or a flush.
+pub fn parse(lines: &[Line<'_>], refs: &RefSnapshot, max_haves: usize) -> Result<Request, ProtocolError> {
+    let hash = refs.object_hash;
+    let flush = lines.iter().position(|l| *l == Line::Flush);
+    let mut req = parse_wants(&lines[..flush.unwrap_or(lines.len())], refs)?;
     if req.wants.is_empty() {
         return Ok(req); // nothing wanted: the client is done
     }
-    if !matches!(lines.get(i - 1), Some(Line::Flush)) {
-        return Err(ProtocolError::Truncated);
-    }
-    req.extras.deepen.relative = req.caps.deepen_relative;
+    let i = flush.ok_or(ProtocolError::Truncated)? + 1;
     req.has_haves_section = i < lines.len();
     let mut ended = false;
     for line in &lines[i..] {
@@ -455,45 +458,30 @@ impl<'r> Negotiation<'r> {
 /// answered at its flush, `done`, the pack. Everything written to `out` is flushed at the end of
 /// each round; `out` should buffer (a pack leaves in large writes).
 pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Version, input: R, mut out: W) -> Result<Option<Stats>, ServeError> {
-    use gix_packetline::PacketLineRef;
     let repo = ctx.served.repo.to_thread_local();
     let refs = RefSnapshot::load(&repo)?;
     let mut w = pkt::Writer::new();
     advertise(&refs, version, false, &mut w);
     out.write_all(&w.buf)?;
     out.flush()?;
-    let mut lines = gix_packetline::blocking_io::StreamingPeekableIter::new(input, &[PacketLineRef::Flush], false);
-    // Read one section (up to a flush) as owned lines; `None` if the client hung up first. A
-    // section is bounded before it is held, like an HTTP body (`max_request_body`).
+    let mut lines = pkt::stream(input);
+    // One section (up to a flush, or the `done` that ends the haves) as owned lines; `None` if
+    // the client hung up first. Bounded before it is held, like an HTTP body.
     let max_bytes = ctx.config.max_request_body;
-    let section = |lines: &mut gix_packetline::blocking_io::StreamingPeekableIter<R>| -> Result<Option<Vec<Vec<u8>>>, ServeError> {
-        let mut out = Vec::new();
-        let mut bytes = 0usize;
-        lines.reset();
-        while let Some(line) = lines.read_line() {
-            match line {
-                Ok(Ok(PacketLineRef::Data(d))) => {
-                    let d = d.strip_suffix(b"\n").unwrap_or(d);
-                    bytes += d.len() + 4;
-                    if bytes > max_bytes {
-                        return Err(ProtocolError::TooLarge { limit: max_bytes }.into());
-                    }
-                    let done = d == b"done";
-                    out.push(d.to_vec());
-                    if done {
-                        return Ok(Some(out));
-                    }
-                }
-                Ok(Ok(other)) => return Err(ProtocolError::Unexpected(format!("{other:?}")).into()),
-                Ok(Err(err)) => return Err(ProtocolError::PktLine(err.to_string()).into()),
-                Err(_) if out.is_empty() => return Ok(None),
-                Err(_) => return Err(ProtocolError::Truncated.into()),
-            }
-        }
-        match lines.stopped_at() {
-            Some(_) => Ok(Some(out)),
-            None if out.is_empty() => Ok(None),
-            None => Err(ProtocolError::Truncated.into()),
+    let section = |lines: &mut pkt::Stream<R>| -> Result<Option<Vec<Vec<u8>>>, ServeError> {
+        let (section, end) = pkt::read_section(lines, max_bytes, pkt::SectionRules { delim: false, done_ends: true })?;
+        match end {
+            pkt::End::HungUp if section.is_empty() => Ok(None),
+            pkt::End::HungUp => Err(ProtocolError::Truncated.into()),
+            pkt::End::Flush | pkt::End::Done => Ok(Some(
+                section
+                    .into_iter()
+                    .map(|line| match line {
+                        pkt::Owned::Data(d) => d,
+                        pkt::Owned::Delim => unreachable!("v0 sections hold no delimiter"),
+                    })
+                    .collect(),
+            )),
         }
     };
     let outcome = (|| -> Result<Option<Negotiated>, ServeError> {
@@ -503,11 +491,8 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Ve
         if want_lines.is_empty() {
             return Ok(None);
         }
-        let mut body: Vec<Line<'_>> = want_lines.iter().map(|l| Line::Data(l)).collect();
-        body.push(Line::Flush);
-        body.push(Line::Data(b"done")); // parse() wants a complete request; the haves come next
-        let mut req = parse(&body, &refs, ctx.config.max_haves)?;
-        req.done = false;
+        let wants: Vec<Line<'_>> = want_lines.iter().map(|l| Line::Data(l)).collect();
+        let mut req = parse_wants(&wants, &refs)?;
         upload::check_wants(ctx, &repo, &refs, &req.wants, upload::WantRule::Advertised)?;
         let mut w = pkt::Writer::new();
         let boundary = shallow_reply(ctx, &repo, &refs, &mut req, &mut w)?;

@@ -81,15 +81,33 @@ pub fn advertise(refs: &RefSnapshot, out: &mut pkt::Writer) {
     out.flush();
 }
 
-/// Serve one v2 command request (stateless: one command per request body).
+/// Serve one v2 command request (stateless: one command per request body, ended by its flush).
 pub fn serve<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<Option<Stats>, ServeError> {
-    let repo = ctx.served.repo.to_thread_local();
-    let refs = RefSnapshot::load(&repo)?;
-    let run = || -> Result<Option<(Run, Vec<Line<'_>>)>, ServeError> {
-        let lines = pkt::read_all(body)?;
+    let request = || -> Result<Option<Vec<Line<'_>>>, ProtocolError> {
+        let mut lines = pkt::read_all(body)?;
         if lines.is_empty() || lines == [Line::Flush] {
             return Ok(None); // the client ends the session
         }
+        let end = lines.iter().position(|l| *l == Line::Flush).ok_or(ProtocolError::Truncated)?;
+        if end + 1 != lines.len() {
+            return Err(ProtocolError::Unexpected("data after the request's flush".into()));
+        }
+        lines.truncate(end);
+        Ok(Some(lines))
+    };
+    match request() {
+        Ok(None) => Ok(None),
+        Ok(Some(lines)) => serve_request(ctx, &lines, out),
+        Err(err) => upload::reply_err(&mut out, err.into()),
+    }
+}
+
+/// Serve one command request given as its packets up to (not including) the flush that ends it,
+/// however they arrived.
+fn serve_request<W: Write>(ctx: &Context<'_>, lines: &[Line<'_>], mut out: W) -> Result<Option<Stats>, ServeError> {
+    let repo = ctx.served.repo.to_thread_local();
+    let refs = RefSnapshot::load(&repo)?;
+    let run = || -> Result<(Run, &[Line<'_>]), ServeError> {
         let command = lines[0]
             .as_text()
             .and_then(|l| l.strip_prefix("command="))
@@ -98,11 +116,11 @@ pub fn serve<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<Opt
             .iter()
             .find(|c| c.name == command && c.run.is_some())
             .ok_or_else(|| ProtocolError::UnknownCommand(command.chars().take(64).collect()))?;
-        // Capability lines up to the delimiter (or the flush when there are no arguments).
+        // Capability lines up to the delimiter (or the end when there are no arguments).
         let mut i = 1;
         while let Some(line) = lines.get(i) {
             match line {
-                Line::Delim | Line::Flush => break,
+                Line::Delim => break,
                 Line::Data(_) => {
                     let text = line.as_text().unwrap_or_default();
                     let (key, value) = text.split_once('=').unwrap_or((text, ""));
@@ -113,27 +131,15 @@ pub fn serve<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<Opt
                     }
                 }
                 Line::ResponseEnd => return Err(ProtocolError::Unexpected("response-end in a request".into()).into()),
+                Line::Flush => unreachable!("a request ends at its flush"),
             }
             i += 1;
         }
-        let args_start = match lines.get(i) {
-            Some(Line::Delim) => i + 1,
-            Some(Line::Flush) => i,
-            _ => return Err(ProtocolError::Truncated.into()),
-        };
-        let args_end = lines[args_start..]
-            .iter()
-            .position(|l| *l == Line::Flush)
-            .map(|p| args_start + p)
-            .ok_or(ProtocolError::Truncated)?;
-        if args_end + 1 != lines.len() {
-            return Err(ProtocolError::Unexpected("data after the request's flush".into()).into());
-        }
-        Ok(Some((row.run.expect("a command"), lines[args_start..args_end].to_vec())))
+        let args = lines.get(i + 1..).unwrap_or_default();
+        Ok((row.run.expect("a command"), args))
     };
     match run() {
-        Ok(None) => Ok(None),
-        Ok(Some((command, args))) => command(ctx, &repo, &refs, &args, &mut out),
+        Ok((command, args)) => command(ctx, &repo, &refs, args, &mut out),
         Err(err) => upload::reply_err(&mut out, err),
     }
 }
@@ -348,45 +354,25 @@ fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[
 /// after another (each up to its flush) until the client hangs up or sends an empty request.
 /// `out` is flushed after every response.
 pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, input: R, mut out: W) -> Result<Option<Stats>, ServeError> {
-    use gix_packetline::PacketLineRef;
     let repo = ctx.served.repo.to_thread_local();
     let mut w = pkt::Writer::new();
     advertise(&RefSnapshot::load(&repo)?, &mut w);
     out.write_all(&w.buf)?;
     out.flush()?;
     drop(repo);
-    let mut lines = gix_packetline::blocking_io::StreamingPeekableIter::new(input, &[PacketLineRef::Flush], false);
+    let mut lines = pkt::stream(input);
+    let rules = pkt::SectionRules { delim: true, done_ends: false };
     let mut last = None;
     loop {
-        // Re-encode one request as the bytes `serve` reads.
-        let mut request = pkt::Writer::new();
-        lines.reset();
-        let mut hung_up = false;
-        while let Some(line) = lines.read_line() {
-            match line {
-                Ok(Ok(PacketLineRef::Data(d))) => {
-                    // Bounded before it is held, like an HTTP body (`max_request_body`).
-                    if request.buf.len() + d.len() > ctx.config.max_request_body {
-                        return upload::reply_err(&mut out, ProtocolError::TooLarge { limit: ctx.config.max_request_body }.into());
-                    }
-                    request.data(d);
-                }
-                Ok(Ok(PacketLineRef::Delimiter)) => {
-                    request.delim();
-                }
-                Ok(Ok(other)) => return upload::reply_err(&mut out, ProtocolError::Unexpected(format!("{other:?}")).into()),
-                Ok(Err(err)) => return upload::reply_err(&mut out, ProtocolError::PktLine(err.to_string()).into()),
-                Err(_) => {
-                    hung_up = true;
-                    break;
-                }
-            }
-        }
-        if hung_up || lines.stopped_at().is_none() || request.buf.is_empty() {
+        let (request, end) = match pkt::read_section(&mut lines, ctx.config.max_request_body, rules) {
+            Ok(section) => section,
+            Err(err) => return upload::reply_err(&mut out, err.into()),
+        };
+        if end == pkt::End::HungUp || request.is_empty() {
             return Ok(last);
         }
-        request.flush();
-        last = serve(ctx, &request.buf, &mut out)?.or(last);
+        let request: Vec<Line<'_>> = request.iter().map(pkt::Owned::as_line).collect();
+        last = serve_request(ctx, &request, &mut out)?.or(last);
         out.flush()?;
     }
 }

@@ -174,24 +174,15 @@ fn serve(state: &State, stream: TcpStream, line: &[u8]) -> Result<(), crate::err
     if request.service == "git-upload-archive" {
         return protocol::archive::serve_stateful(&ctx, input, out);
     }
+    let version = Version::from_params(&request.extra);
     if request.service == "git-receive-pack" {
         // git daemon's push: no authentication on git://, so only with --enable=receive-pack.
-        let mut out = out;
-        let repo = served.repo.to_thread_local();
-        let mut w = pkt::Writer::new();
-        protocol::receive::advertise(&crate::repo::RefSnapshot::load_for_push(&repo)?, Version::from_params(&request.extra), &mut w);
-        drop(repo);
-        use std::io::Write;
-        out.write_all(&w.buf)?;
-        out.flush()?;
-        protocol::receive::receive_pack(&ctx, std::io::BufReader::with_capacity(64 * 1024, input), out)?;
+        let input = std::io::BufReader::with_capacity(64 * 1024, input);
+        protocol::receive_pack(&ctx, version, protocol::Mode::Stateful, input, out)?;
         return Ok(());
     }
     // Only git-upload-pack is left: any other service was refused as not enabled above.
-    match Version::from_params(&request.extra) {
-        Version::V2 => protocol::v2::serve_stateful(&ctx, input, out)?,
-        v0_or_v1 => protocol::v0::serve_stateful(&ctx, v0_or_v1, input, out)?,
-    };
+    protocol::upload_pack(&ctx, version, protocol::Input::Stateful(input), out)?;
     Ok(())
 }
 

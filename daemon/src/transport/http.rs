@@ -193,13 +193,7 @@ async fn info_refs(state: &Arc<State>, repo_path: &str, req: &Request<Incoming>)
         let repo = served.repo.to_thread_local();
         let refs = RefSnapshot::load(&repo).map_err(|err| text(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()))?;
         let mut w = pkt::Writer::new();
-        match version {
-            Version::V2 => protocol::v2::advertise(&refs, &mut w),
-            v0_or_v1 => {
-                w.text("# service=git-upload-pack").flush();
-                protocol::v0::advertise(&refs, v0_or_v1, true, &mut w);
-            }
-        }
+        protocol::advertise_http(protocol::Service::UploadPack, &refs, version, &mut w);
         Ok((served.name, w.into_bytes()))
     })
     .await;
@@ -321,10 +315,7 @@ async fn upload_pack(state: Arc<State>, repo_path: String, req: Request<Incoming
             sink: &mut sink,
             copy: state.tap.as_ref().map(|_| Vec::new()),
         };
-        let result = match version {
-            Version::V2 => protocol::v2::serve(&ctx, &body, &mut tee),
-            _ => protocol::v0::upload_pack(&ctx, &body, &mut tee),
-        };
+        let result = protocol::upload_pack(&ctx, version, protocol::Input::<&[u8]>::Stateless(&body), &mut tee);
         let copy = tee.copy.take();
         // The tap hears of the exchange before its last frame leaves: once the client has the
         // whole response, the exchange is already recorded.
@@ -358,8 +349,7 @@ async fn receive_pack_advertisement(state: &Arc<State>, repo_path: &str, req: &R
         let repo = served.repo.to_thread_local();
         let refs = RefSnapshot::load_for_push(&repo)?;
         let mut w = pkt::Writer::new();
-        w.text("# service=git-receive-pack").flush();
-        protocol::receive::advertise(&refs, version, &mut w);
+        protocol::advertise_http(protocol::Service::ReceivePack, &refs, version, &mut w);
         Ok(w.into_bytes())
     })
     .await;
@@ -376,6 +366,7 @@ async fn receive_pack(state: Arc<State>, repo_path: String, req: Request<Incomin
     if let Err(response) = expect_content_type(req.headers(), "application/x-git-receive-pack-request") {
         return response;
     }
+    let version = protocol_version(req.headers());
     let gzip = match gzip_encoded(req.headers()) {
         Ok(gzip) => gzip,
         Err(response) => return response,
@@ -403,7 +394,8 @@ async fn receive_pack(state: Arc<State>, repo_path: String, req: Request<Incomin
         // Held to a minimum rate: per-frame timeouts alone let a trickling push live for ever.
         let body = crate::transport::pace::Paced::new(body, state.config.push_pace());
         let input: Box<dyn Read> = if gzip { Box::new(flate2::read::GzDecoder::new(body)) } else { Box::new(body) };
-        let result = protocol::receive::receive_pack(&ctx, std::io::BufReader::with_capacity(64 * 1024, input), &mut out);
+        let input = std::io::BufReader::with_capacity(64 * 1024, input);
+        let result = protocol::receive_pack(&ctx, version, protocol::Mode::Stateless, input, &mut out);
         if let Err(err) = &result {
             tracing::warn!(repo = %served.name, %err, "push failed");
         }
