@@ -106,6 +106,36 @@ fn write_verbatim<W: Write>(repo: &gix::Repository, pack: &std::path::Path, obje
     Ok(stats)
 }
 
+/// The objects to write as gix-pack counts. Those a bitmap selected come with their place in the
+/// bitmapped pack (offset, and size from the next entry's offset), so gix-pack need not look
+/// each one up — which inflates the whole object only to learn how long its entry is. The pack's
+/// id in the object database is learnt from one look-up, and used only if that look-up found the
+/// object at the very offset the bitmap's pack has it (an object in two packs may be found in
+/// the other); everything else is looked up as before.
+fn counts(db: &gix::odb::Handle, selection: &Selection) -> Vec<output::Count> {
+    use gix_pack::Find;
+    let not_looked_up = |id: &ObjectId| output::Count { id: *id, entry_pack_location: output::count::PackLocation::NotLookedUp };
+    let Some((bitmap, positions)) = selection.in_pack.as_ref().filter(|(_, p)| !p.is_empty()) else {
+        return selection.objects.iter().map(not_looked_up).collect();
+    };
+    let pack_id = (|| {
+        let (offset, entry_size) = bitmap.entry_at(positions[0] as usize);
+        let found = db.location_by_oid(&selection.objects[0], &mut Vec::new()).ok()??;
+        (found.pack_offset == offset && found.entry_size == entry_size).then_some(found.pack_id)
+    })();
+    let Some(pack_id) = pack_id else {
+        return selection.objects.iter().map(not_looked_up).collect();
+    };
+    let located = positions.iter().zip(&selection.objects).map(|(pos, id)| {
+        let (pack_offset, entry_size) = bitmap.entry_at(*pos as usize);
+        output::Count {
+            id: *id,
+            entry_pack_location: output::count::PackLocation::LookedUp(Some(gix_pack::data::entry::Location { pack_id, pack_offset, entry_size })),
+        }
+    });
+    located.chain(selection.objects[positions.len()..].iter().map(not_looked_up)).collect()
+}
+
 /// What a pack request asks for beyond the objects.
 pub struct Options {
     pub thin_pack: bool,
@@ -126,6 +156,8 @@ pub struct Stats {
     pub re_deflated: usize,
     pub bases_included: usize,
     pub thin_deltas: usize,
+    /// Entries whose place in the pack came from the bitmap's pack order (no look-up).
+    pub located: usize,
     pub bytes: u64,
     /// The pack file was sent as it is (verbatim reuse).
     pub verbatim: bool,
@@ -146,16 +178,10 @@ pub fn write<W: Write>(
     {
         return write_verbatim(repo, pack, selection.objects.len() - selection.extra.len(), &selection.extra, out);
     }
-    let counts: Vec<output::Count> = selection
-        .objects
-        .iter()
-        .map(|id| output::Count {
-            id: *id,
-            entry_pack_location: output::count::PackLocation::NotLookedUp,
-        })
-        .collect();
     let mut db = repo.objects.clone().into_inner();
     db.prevent_pack_unload();
+    let counts = counts(&db, selection);
+    let located = counts.iter().filter(|c| matches!(c.entry_pack_location, output::count::PackLocation::LookedUp(_))).count();
     let decide = move |id: &gix_hash::oid| {
         if options.thin_pack && selection.client_has_readably(id) {
             return DeltaBase::Thin;
@@ -222,6 +248,7 @@ pub fn write<W: Write>(
         re_deflated: outcome.decoded_and_recompressed_objects,
         bases_included: outcome.delta_bases_included,
         thin_deltas: outcome.ref_delta_objects,
+        located,
         bytes,
         verbatim: false,
     })

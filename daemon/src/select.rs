@@ -39,6 +39,9 @@ pub struct Selection {
     pub extra: Vec<ObjectId>,
     /// By bitmap: what the client has, as bits (not turned into a set of ids).
     pub held: Option<(std::sync::Arc<PackBitmap>, crate::bitmap::Reach)>,
+    /// By bitmap: the pack positions of the first objects (those in the bitmapped pack), so the
+    /// pack writer knows where each entry is and how long it is without looking it up.
+    pub in_pack: Option<(std::sync::Arc<PackBitmap>, Vec<u32>)>,
     /// Everything in `client_has` is readable by this client (it came from edge commits of the
     /// selection only): a thin base from it needs no readability check.
     pub held_is_readable: bool,
@@ -412,7 +415,8 @@ fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &st
     extra.sort_by_key(|(id, _)| *id);
     let extra_of = |k: Kind| extra.iter().filter(|(_, kind)| *kind == k).count();
     let everything = want.bits.ones().count() == bitmap.len();
-    let mut objects: Vec<ObjectId> = want.bits.ones().map(|pos| bitmap.oid_at(pos)).collect();
+    let positions: Vec<u32> = want.bits.ones().map(|pos| pos as u32).collect();
+    let mut objects: Vec<ObjectId> = positions.iter().map(|pos| bitmap.oid_at(*pos as usize)).collect();
     objects.extend(extra.iter().map(|(id, _)| *id));
     Ok(Some(Selection {
         whole_pack: everything.then(|| bitmap.pack.clone()),
@@ -425,6 +429,7 @@ fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &st
         client_has: HashSet::new(),
         held: held_by_client,
         held_is_readable: false,
+        in_pack: Some((bitmap.clone(), positions)),
         by_bitmap: true,
     }))
 }

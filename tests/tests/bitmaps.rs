@@ -189,3 +189,24 @@ fn a_clone_of_a_bitmapped_pack_plus_pushed_objects_is_the_pack_verbatim_plus_tho
         assert!(stats.verbatim && stats.entries > stats.copied && stats.re_deflated == 0, "{args:?}: {stats:?}");
     }
 }
+
+#[test]
+fn a_bitmap_selection_places_every_entry_from_the_pack_order_without_looking_it_up() {
+    use gixd_tests::server::{assert_fsck_clean, serve_tapped};
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    let repo_path = bitmapped(&base, "linear", Hash::Sha1);
+    let recorder = std::sync::Arc::new(gixd::tap::Recorder::default());
+    let tap = recorder.clone();
+    let server = serve_tapped(&base, Some(tap), |_| {});
+    gixd_tests::git(&repo_path, &["config", "uploadpack.allowFilter", "true"]);
+    let url = server.url(repo_path.file_name().unwrap().to_str().unwrap());
+    let dest = tmp.path().join("blobless");
+    git_ok(tmp.path(), &["clone", "-q", "--bare", "--filter=blob:none", &url, dest.to_str().unwrap()]);
+    assert_fsck_clean(&dest);
+    let stats = recorder.take().into_iter().find_map(|e| e.pack).expect("a pack was sent");
+    // Not the whole pack (no blobs), so entry by entry — each placed from the bitmap's order.
+    assert!(!stats.verbatim && stats.entries > 0, "{stats:?}");
+    assert_eq!(stats.located, stats.entries, "{stats:?}");
+}

@@ -102,6 +102,8 @@ struct Entry {
 /// A pack with its bitmap, ready to answer reachability.
 pub struct PackBitmap {
     pub pack: PathBuf,
+    /// Where the pack's entries end (its trailing checksum starts).
+    entries_end: u64,
     index: gix_pack::index::File,
     /// Pack position → index position.
     order: Vec<u32>,
@@ -195,8 +197,14 @@ impl PackBitmap {
         for (pack_pos, idx_pos) in order.iter().enumerate() {
             position[*idx_pos as usize] = pack_pos as u32;
         }
+        let pack = idx.with_extension("pack");
+        let entries_end = std::fs::metadata(&pack)
+            .map_err(|source| BitmapError::Io { path: pack.clone(), source })?
+            .len()
+            .saturating_sub(hash_len as u64);
         Ok(Some(PackBitmap {
-            pack: idx.with_extension("pack"),
+            pack,
+            entries_end,
             index,
             order,
             position,
@@ -222,6 +230,18 @@ impl PackBitmap {
 
     pub fn oid_at(&self, pos: usize) -> ObjectId {
         self.index.oid_at_index(self.order[pos]).to_owned()
+    }
+
+    /// The entry at pack position `pos`: its offset in the pack and its size there (up to the
+    /// next entry in pack order, as git sizes entries from its reverse index) — known without
+    /// reading the entry, where gix-odb's `location_by_oid` inflates the object to learn it.
+    pub fn entry_at(&self, pos: usize) -> (u64, usize) {
+        let offset = self.index.pack_offset_at_index(self.order[pos]);
+        let end = match self.order.get(pos + 1) {
+            Some(next) => self.index.pack_offset_at_index(*next),
+            None => self.entries_end,
+        };
+        (offset, end.saturating_sub(offset) as usize)
     }
 
     pub fn commit_bitmaps(&self) -> usize {
