@@ -45,9 +45,22 @@ pub struct Selection {
     /// Everything in `client_has` is readable by this client (it came from edge commits of the
     /// selection only): a thin base from it needs no readability check.
     pub held_is_readable: bool,
+    /// By bitmap: everything the wants reach, before what the client has was taken out. The
+    /// wants are readable (checked before selection), so all of it is: a delta base found here
+    /// may be sent or referred to thin without computing what every visible ref reaches.
+    pub wants_reach: Option<crate::bitmap::Bits>,
 }
 
 impl Selection {
+    /// Is `id` reachable from the wants (so readable by this client), by the bitmap's reach?
+    /// `false` means "not known from the selection", not "unreadable".
+    pub fn wants_reach_has(&self, id: &gix_hash::oid) -> bool {
+        match (&self.wants_reach, &self.in_pack) {
+            (Some(bits), Some((bitmap, _))) => bitmap.pos(id).is_some_and(|pos| bits.get(pos)),
+            _ => false,
+        }
+    }
+
     /// Does the client have `id` from an edge commit of this selection? Then it may read it too
     /// (an edge is a parent of a commit a want reaches): a thin base that needs no further check.
     pub fn client_has_readably(&self, id: &gix_hash::oid) -> bool {
@@ -387,7 +400,9 @@ pub fn select_by_walking(repo: &gix::Repository, request: &Request<'_>) -> Resul
 fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &std::sync::Arc<PackBitmap>) -> Result<Option<Selection>, ServeError> {
     let mut want = bitmap.reachable(repo, request.wants)?;
     let mut held_by_client = None;
+    let mut wants_reach = None;
     if !request.common.is_empty() {
+        wants_reach = Some(want.bits.clone());
         let held = bitmap.reachable(repo, request.common)?;
         want.bits.and_not(&held.bits);
         want.extra.retain(|id, _| !held.extra.contains_key(id));
@@ -430,6 +445,7 @@ fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &st
         held: held_by_client,
         held_is_readable: false,
         in_pack: Some((bitmap.clone(), positions)),
+        wants_reach,
         by_bitmap: true,
     }))
 }

@@ -56,3 +56,41 @@ fn fetches_clones_and_wants_by_id_compute_no_readable_set_of_all_objects() {
     let computed = gixd::select::READABLE_SETS_COMPUTED.load(Ordering::Relaxed) - before;
     assert_eq!(computed, 0, "a readable set of all objects was computed {computed} times");
 }
+
+#[test]
+fn a_bitmap_fetch_answers_its_thin_bases_from_its_own_reach_not_a_reach_of_every_ref() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    let mut text: String = (0..300).map(|n| format!("line {n}\n")).collect();
+    for n in 0..30 {
+        text.push_str(&format!("change {n}\n"));
+        commit_files(&repo, &[("file.txt", text.as_bytes())], &format!("c{n}"));
+        if n % 5 == 0 {
+            git(&repo, &["tag", "-a", "-m", "release", &format!("v{n}"), "HEAD"]);
+        }
+    }
+    let server_dir = tmp.path().join("served");
+    std::fs::create_dir_all(&server_dir).unwrap();
+    let behind = tmp.path().join("behind");
+    git_ok(tmp.path(), &["clone", "-q", repo.to_str().unwrap(), behind.to_str().unwrap()]);
+    // Newer versions are smaller, so git's repack stores them as deltas against the older (bigger)
+    // ones the client has: the fetch has thin deltas to send.
+    for n in 0..10 {
+        let shorter: String = text.lines().skip(n + 1).map(|l| format!("{l}\n")).collect();
+        commit_files(&repo, &[("file.txt", shorter.as_bytes())], &format!("less{n}"));
+    }
+    let bare = server_dir.join("repo");
+    git_ok(tmp.path(), &["clone", "-q", "--bare", repo.to_str().unwrap(), bare.to_str().unwrap()]);
+    git(&bare, &["repack", "-adbq"]);
+    let recorder = std::sync::Arc::new(gixd::tap::Recorder::default());
+    let tap = recorder.clone();
+    let server = gixd_tests::server::serve_tapped(&server_dir, Some(tap), |_| {});
+    let before = gixd::select::READABLE_SETS_COMPUTED.load(Ordering::Relaxed);
+    git_ok(&behind, &["-c", "protocol.version=2", "fetch", "-q", &server.url("repo"), "+refs/heads/main:refs/remotes/origin/main"]);
+    let stats = recorder.take().into_iter().find_map(|e| e.pack).expect("a pack was sent");
+    assert!(stats.thin_deltas > 0, "the fetch sends thin deltas against what the client has: {stats:?}");
+    let computed = gixd::select::READABLE_SETS_COMPUTED.load(Ordering::Relaxed) - before;
+    assert_eq!(computed, 0, "a readable set of every ref was computed {computed} times");
+}

@@ -276,6 +276,11 @@ fn select_and_write<W: Write>(
             if wants_everything {
                 return false;
             }
+            // What the wants reach is readable: most bases (older versions of what is sent) are
+            // answered by the selection's own reach, with no second one over every visible ref.
+            if selection.wants_reach_has(id) {
+                return true;
+            }
             // Only when that costs no walk of every object: else the delta is re-deflated
             // (never a leak, at worst CPU).
             match readable.get_or_init(|| crate::select::readable_objects_if_cheap(ctx.repos, ctx.served, repo, refs)) {
