@@ -3,7 +3,7 @@
 //! what the layers above compute from it (the readable set, the pack bitmap).
 
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -259,6 +259,35 @@ pub enum HeadState {
     Missing,
 }
 
+/// The ids packed-refs says are no annotated tags: under its `fully-peeled` trait (every git
+/// since 1.8 writes it), a packed ref without a `^` line is known to peel to itself, and git
+/// trusts that instead of reading the object. Without the trait, nothing is known (empty set).
+fn packed_non_tags(repo: &gix::Repository) -> HashSet<ObjectId> {
+    let mut out = HashSet::new();
+    let Ok(Some(buffer)) = repo.refs.cached_packed_buffer() else {
+        return out;
+    };
+    let fully_peeled = (|| -> Option<bool> {
+        use std::io::{BufRead, Read};
+        let mut first = String::new();
+        std::io::BufReader::new(std::fs::File::open(repo.common_dir().join("packed-refs")).ok()?.take(1024)).read_line(&mut first).ok()?;
+        let traits = first.strip_prefix("# pack-refs with:")?;
+        Some(traits.split_whitespace().any(|t| t == "fully-peeled"))
+    })();
+    if fully_peeled != Some(true) {
+        return out;
+    }
+    let Ok(iter) = buffer.iter() else {
+        return out;
+    };
+    for reference in iter.flatten() {
+        if reference.object.is_none() {
+            out.insert(reference.target());
+        }
+    }
+    out
+}
+
 /// The refs one request sees, read once, sorted by name like git's.
 #[derive(Debug, Clone)]
 pub struct RefSnapshot {
@@ -317,8 +346,20 @@ impl RefSnapshot {
         Self::load_hiding(repo, Some("receive.hideRefs"))
     }
 
+    /// What an advertisement of capabilities needs and nothing more: the hash and the
+    /// repository's want settings, no ref read (v2's capability advertisement lists no refs).
+    pub fn settings_only(repo: &gix::Repository) -> RefSnapshot {
+        RefSnapshot {
+            head: HeadState::Missing,
+            refs: Vec::new(),
+            object_hash: repo.object_hash(),
+            wants: WantPolicy::read(repo),
+        }
+    }
+
     fn load_hiding(repo: &gix::Repository, service_key: Option<&str>) -> Result<RefSnapshot, ServeError> {
         let mut refs = Vec::new();
+        let not_tags = packed_non_tags(repo);
         let platform = repo.references()?;
         for reference in platform.all()? {
             let Ok(reference) = reference else {
@@ -336,6 +377,7 @@ impl RefSnapshot {
             // is read for it; a loose ref (or a packed one without that line) is peeled here.
             let peeled = match reference.inner().peeled {
                 Some(peeled) if symref_target.is_none() && peeled != id => Some(peeled),
+                _ if not_tags.contains(&id) => None,
                 _ => crate::graph::peel_tag(repo, id)?,
             };
             refs.push(AdvertisedRef {
@@ -505,6 +547,42 @@ pub fn fixture_refs() -> RefSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn with_packed_refs(header: &str) -> (tempfile::TempDir, gix::Repository, Vec<ObjectId>, ObjectId) {
+        let (dir, _, commits) = crate::graph::fixture::history(&[&[], &[0]]);
+        let repo = gix::open(dir.path()).unwrap();
+        let tag = crate::graph::fixture::tag(&repo, commits[0], "v0");
+        let text = format!(
+            "{header}\n{} refs/heads/main\n{tag} refs/tags/v0\n^{}\n{} refs/tags/light\n",
+            commits[1], commits[0], commits[0]
+        );
+        std::fs::write(dir.path().join("packed-refs"), text).unwrap();
+        let repo = gix::open(dir.path()).unwrap();
+        (dir, repo, commits, tag)
+    }
+
+    #[test]
+    fn fully_peeled_packed_refs_tell_which_ids_are_no_tags_and_other_headers_tell_nothing() {
+        let (_dir, repo, commits, _) = with_packed_refs("# pack-refs with: peeled fully-peeled sorted ");
+        assert_eq!(packed_non_tags(&repo), HashSet::from([commits[0], commits[1]]));
+        let (_dir, repo, _, _) = with_packed_refs("# pack-refs with: peeled sorted ");
+        assert!(packed_non_tags(&repo).is_empty(), "only peeled: a ref without ^ may still be a tag");
+    }
+
+    #[test]
+    fn a_snapshot_of_packed_refs_peels_tags_and_only_tags() {
+        let (_dir, repo, commits, tag) = with_packed_refs("# pack-refs with: peeled fully-peeled sorted ");
+        let refs = RefSnapshot::load(&repo).unwrap();
+        let peeled: Vec<_> = refs.refs.iter().map(|r| (r.name.to_string(), r.id, r.peeled)).collect();
+        assert_eq!(
+            peeled,
+            vec![
+                ("refs/heads/main".to_owned(), commits[1], None),
+                ("refs/tags/light".to_owned(), commits[0], None),
+                ("refs/tags/v0".to_owned(), tag, Some(commits[0])),
+            ]
+        );
+    }
 
     #[test]
     fn dot_dot_and_dot_segments_are_refused_wherever_they_are() {

@@ -356,7 +356,7 @@ fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[
 pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, input: R, mut out: W) -> Result<Option<Stats>, ServeError> {
     let repo = ctx.served.repo.to_thread_local();
     let mut w = pkt::Writer::new();
-    advertise(&RefSnapshot::load(&repo)?, &mut w);
+    advertise(&RefSnapshot::settings_only(&repo), &mut w);
     out.write_all(&w.buf)?;
     out.flush()?;
     drop(repo);

@@ -191,7 +191,11 @@ async fn info_refs(state: &Arc<State>, repo_path: &str, req: &Request<Incoming>)
     let tap_state = state.clone();
     let advertised = tokio::task::spawn_blocking(move || -> Result<(String, Vec<u8>), Response<Body>> {
         let repo = served.repo.to_thread_local();
-        let refs = RefSnapshot::load(&repo).map_err(|err| text(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()))?;
+        // v2 advertises capabilities only: no ref is read for it.
+        let refs = match version {
+            Version::V2 => RefSnapshot::settings_only(&repo),
+            _ => RefSnapshot::load(&repo).map_err(|err| text(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()))?,
+        };
         let mut w = pkt::Writer::new();
         protocol::advertise_http(protocol::Service::UploadPack, &refs, version, &mut w);
         Ok((served.name, w.into_bytes()))
