@@ -106,24 +106,24 @@ fn write_verbatim<W: Write>(repo: &gix::Repository, pack: &std::path::Path, obje
     Ok(stats)
 }
 
+/// The bitmapped pack's id in the object database, if the selection came from its bitmap: learnt
+/// from one look-up, and trusted only if that look-up found the object at the very offset the
+/// bitmap's pack has it (an object in two packs may be found in the other).
+fn bitmapped_pack_id(db: &gix::odb::Handle, selection: &Selection) -> Option<(u32, std::sync::Arc<crate::bitmap::PackBitmap>)> {
+    use gix_pack::Find;
+    let (bitmap, positions) = selection.in_pack.as_ref().filter(|(_, p)| !p.is_empty())?;
+    let (offset, entry_size) = bitmap.entry_at(positions[0] as usize);
+    let found = db.location_by_oid(&selection.objects[0], &mut Vec::new()).ok()??;
+    (found.pack_offset == offset && found.entry_size == entry_size).then(|| (found.pack_id, bitmap.clone()))
+}
+
 /// The objects to write as gix-pack counts. Those a bitmap selected come with their place in the
 /// bitmapped pack (offset, and size from the next entry's offset), so gix-pack need not look
-/// each one up — which inflates the whole object only to learn how long its entry is. The pack's
-/// id in the object database is learnt from one look-up, and used only if that look-up found the
-/// object at the very offset the bitmap's pack has it (an object in two packs may be found in
-/// the other); everything else is looked up as before.
-fn counts(db: &gix::odb::Handle, selection: &Selection) -> Vec<output::Count> {
-    use gix_pack::Find;
+/// each one up — which inflates the whole object only to learn how long its entry is; the rest
+/// are looked up as before.
+fn counts(selection: &Selection, bitmapped: Option<u32>) -> Vec<output::Count> {
     let not_looked_up = |id: &ObjectId| output::Count { id: *id, entry_pack_location: output::count::PackLocation::NotLookedUp };
-    let Some((bitmap, positions)) = selection.in_pack.as_ref().filter(|(_, p)| !p.is_empty()) else {
-        return selection.objects.iter().map(not_looked_up).collect();
-    };
-    let pack_id = (|| {
-        let (offset, entry_size) = bitmap.entry_at(positions[0] as usize);
-        let found = db.location_by_oid(&selection.objects[0], &mut Vec::new()).ok()??;
-        (found.pack_offset == offset && found.entry_size == entry_size).then_some(found.pack_id)
-    })();
-    let Some(pack_id) = pack_id else {
+    let (Some(pack_id), Some((bitmap, positions))) = (bitmapped, selection.in_pack.as_ref()) else {
         return selection.objects.iter().map(not_looked_up).collect();
     };
     let located = positions.iter().zip(&selection.objects).map(|(pos, id)| {
@@ -134,6 +134,46 @@ fn counts(db: &gix::odb::Handle, selection: &Selection) -> Vec<output::Count> {
         }
     });
     located.chain(selection.objects[positions.len()..].iter().map(not_looked_up)).collect()
+}
+
+/// The object database as gix-pack sees it while writing a bitmap selection: as it is, except
+/// that the bitmapped pack's offsets and ids come from its bitmap's pack order (sorted already,
+/// made once per bitmap) instead of from the index, made and sorted anew for every pack written
+/// (a tenth of a fetch's CPU on git.git).
+#[derive(Clone)]
+struct InPackOrder {
+    db: gix::odb::Handle,
+    bitmapped: Option<(u32, std::sync::Arc<crate::bitmap::PackBitmap>)>,
+}
+
+impl gix_pack::Find for InPackOrder {
+    fn contains(&self, id: &gix_hash::oid) -> bool {
+        self.db.contains(id)
+    }
+
+    fn try_find_cached<'a>(
+        &self,
+        id: &gix_hash::oid,
+        buffer: &'a mut Vec<u8>,
+        pack_cache: &mut dyn gix_pack::cache::DecodeEntry,
+    ) -> gix_error::Result<Option<(gix_object::Data<'a>, Option<gix_pack::data::entry::Location>)>> {
+        self.db.try_find_cached(id, buffer, pack_cache)
+    }
+
+    fn location_by_oid(&self, id: &gix_hash::oid, buf: &mut Vec<u8>) -> gix_error::Result<Option<gix_pack::data::entry::Location>> {
+        self.db.location_by_oid(id, buf)
+    }
+
+    fn pack_offsets_and_oid(&self, pack_id: u32) -> gix_error::Result<Option<Vec<(gix_pack::data::Offset, ObjectId)>>> {
+        match &self.bitmapped {
+            Some((id, bitmap)) if *id == pack_id => Ok(Some(bitmap.offsets_and_ids().as_ref().clone())),
+            _ => self.db.pack_offsets_and_oid(pack_id),
+        }
+    }
+
+    fn entry_by_location(&self, location: &gix_pack::data::entry::Location) -> Option<gix_pack::find::Entry> {
+        self.db.entry_by_location(location)
+    }
 }
 
 /// What a pack request asks for beyond the objects.
@@ -180,7 +220,9 @@ pub fn write<W: Write>(
     }
     let mut db = repo.objects.clone().into_inner();
     db.prevent_pack_unload();
-    let counts = counts(&db, selection);
+    let bitmapped = bitmapped_pack_id(&db, selection);
+    let counts = counts(selection, bitmapped.as_ref().map(|(id, _)| *id));
+    let db = InPackOrder { db, bitmapped };
     let located = counts.iter().filter(|c| matches!(c.entry_pack_location, output::count::PackLocation::LookedUp(_))).count();
     let decide = move |id: &gix_hash::oid| {
         if options.thin_pack && selection.client_has_readably(id) {

@@ -210,3 +210,29 @@ fn a_bitmap_selection_places_every_entry_from_the_pack_order_without_looking_it_
     assert!(!stats.verbatim && stats.entries > 0, "{stats:?}");
     assert_eq!(stats.located, stats.entries, "{stats:?}");
 }
+
+#[test]
+fn every_object_of_the_pack_is_found_at_its_position_and_no_other_id_is() {
+    let tmp = tempfile::tempdir().unwrap();
+    for hash in [Hash::Sha1, Hash::Sha256] {
+        let repo = bitmapped(tmp.path(), "linear", hash);
+        let idx = idx_of(&repo);
+        let kind = if hash == Hash::Sha1 { gix_hash::Kind::Sha1 } else { gix_hash::Kind::Sha256 };
+        let bitmap = gixd::bitmap::PackBitmap::open(&idx, kind).unwrap().expect("a bitmap");
+        let index = gix_pack::index::File::at(&idx, kind).unwrap();
+        let mut positions = BTreeSet::new();
+        for entry in index.iter() {
+            let pos = bitmap.pos(&entry.oid).unwrap_or_else(|| panic!("{} not found", entry.oid));
+            assert_eq!(bitmap.oid_at(pos), entry.oid);
+            positions.insert(pos);
+            // The same id with its last byte changed is not in the pack (nor found by prefix).
+            let mut other = entry.oid;
+            let last = other.as_mut_slice().last_mut().unwrap();
+            *last ^= 0xff;
+            if index.lookup(&other).is_none() {
+                assert_eq!(bitmap.pos(&other), None, "{other}");
+            }
+        }
+        assert_eq!(positions.len(), index.num_objects() as usize, "positions are distinct");
+    }
+}

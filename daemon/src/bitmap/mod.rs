@@ -109,6 +109,12 @@ pub struct PackBitmap {
     order: Vec<u32>,
     /// Index position → pack position.
     position: Vec<u32>,
+    /// The first eight bytes of every id, in index order, and where each first byte's ids start:
+    /// a look-up is a short search over integers (the ids are uniform, a first byte's bucket
+    /// holds n/256 of them), not a binary search of the index calling memcmp each step — a
+    /// fetch's reach looks up every entry of every tree it decodes, hundreds of thousands.
+    prefixes: Vec<u64>,
+    fanout: Vec<u32>,
     /// Commits, trees, blobs, tags.
     pub types: [Bits; 4],
     /// The commit bitmaps as stored (EWAH, with the entry they are XOR'ed against), decoded
@@ -117,6 +123,8 @@ pub struct PackBitmap {
     entries: Vec<Entry>,
     by_commit: HashMap<ObjectId, usize>,
     decoded: std::sync::Mutex<HashMap<usize, std::sync::Arc<Bits>>>,
+    /// Every entry's offset and id in pack order, made on first use (see [`Self::offsets_and_ids`]).
+    in_pack_order: std::sync::OnceLock<std::sync::Arc<Vec<(u64, ObjectId)>>>,
 }
 
 fn be32(data: &[u8], at: usize) -> Option<u32> {
@@ -197,6 +205,7 @@ impl PackBitmap {
         for (pack_pos, idx_pos) in order.iter().enumerate() {
             position[*idx_pos as usize] = pack_pos as u32;
         }
+        let (prefixes, fanout) = prefix_table(&index);
         let pack = idx.with_extension("pack");
         let entries_end = std::fs::metadata(&pack)
             .map_err(|source| BitmapError::Io { path: pack.clone(), source })?
@@ -208,10 +217,13 @@ impl PackBitmap {
             index,
             order,
             position,
+            prefixes,
+            fanout,
             types: types.try_into().expect("four"),
             entries: stored,
             by_commit,
             decoded: std::sync::Mutex::new(HashMap::new()),
+            in_pack_order: std::sync::OnceLock::new(),
         }))
     }
 
@@ -225,7 +237,25 @@ impl PackBitmap {
 
     /// The pack position of `id`, if the pack has it.
     pub fn pos(&self, id: &gix_hash::oid) -> Option<usize> {
-        self.index.lookup(id).map(|i| self.position[i as usize] as usize)
+        self.index_position(id).map(|i| self.position[i] as usize)
+    }
+
+    /// The index position of `id`: its first byte's bucket searched by the eight-byte prefix,
+    /// the whole id compared only where the prefix matches.
+    fn index_position(&self, id: &gix_hash::oid) -> Option<usize> {
+        let bytes = id.as_bytes();
+        let prefix = u64::from_be_bytes(bytes[..8].try_into().expect("ids are longer than eight bytes"));
+        let first = bytes[0] as usize;
+        let (start, end) = (self.fanout[first] as usize, self.fanout[first + 1] as usize);
+        let bucket = &self.prefixes[start..end];
+        let mut i = start + bucket.partition_point(|p| *p < prefix);
+        while i < end && self.prefixes[i] == prefix {
+            if self.index.oid_at_index(i as u32) == id {
+                return Some(i);
+            }
+            i += 1;
+        }
+        None
     }
 
     pub fn oid_at(&self, pos: usize) -> ObjectId {
@@ -242,6 +272,18 @@ impl PackBitmap {
             None => self.entries_end,
         };
         (offset, end.saturating_sub(offset) as usize)
+    }
+
+    /// Every entry's offset and id, sorted by offset — what gix-pack asks for to name the base
+    /// of a delta it meets (it builds it from the index and sorts it, per pack written); here
+    /// it comes in pack order from the reverse index, once per bitmap.
+    pub fn offsets_and_ids(&self) -> std::sync::Arc<Vec<(u64, ObjectId)>> {
+        self.in_pack_order
+            .get_or_init(|| {
+                let rows = self.order.iter().map(|i| (self.index.pack_offset_at_index(*i), self.index.oid_at_index(*i).to_owned()));
+                std::sync::Arc::new(rows.collect())
+            })
+            .clone()
     }
 
     pub fn commit_bitmaps(&self) -> usize {
@@ -365,7 +407,8 @@ impl PackBitmap {
         }
         let mut stack = objects;
         while let Some(id) = stack.pop() {
-            match self.pos(&id) {
+            let pos = self.pos(&id);
+            match pos {
                 Some(pos) if reach.bits.get(pos) => continue,
                 // A blob of the pack needs no decoding: its bit is all there is to it.
                 Some(pos) if self.kind_at(pos) == Kind::Blob => {
@@ -376,7 +419,12 @@ impl PackBitmap {
                 _ => {}
             }
             let data = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
-            self.mark(&mut reach, id, data.kind);
+            match pos {
+                Some(pos) => reach.bits.set(pos),
+                None => {
+                    reach.extra.insert(id, data.kind);
+                }
+            }
             if data.kind == Kind::Tree || data.kind == Kind::Tag {
                 crate::graph::push_children(id, data.kind, data.data, &mut stack)?;
             }
@@ -407,6 +455,23 @@ impl PackBitmap {
 pub struct Reach {
     pub bits: Bits,
     pub extra: std::collections::HashMap<ObjectId, Kind>,
+}
+
+/// Every id's first eight bytes in index order, and the index position where each first byte's
+/// ids start (257 entries: the last is the count).
+fn prefix_table(index: &gix_pack::index::File) -> (Vec<u64>, Vec<u32>) {
+    let n = index.num_objects();
+    let mut prefixes = Vec::with_capacity(n as usize);
+    let mut fanout = vec![0u32; 257];
+    for i in 0..n {
+        let bytes = index.oid_at_index(i).as_bytes();
+        prefixes.push(u64::from_be_bytes(bytes[..8].try_into().expect("ids are longer than eight bytes")));
+        fanout[bytes[0] as usize + 1] += 1;
+    }
+    for b in 1..257 {
+        fanout[b] += fanout[b - 1];
+    }
+    (prefixes, fanout)
 }
 
 /// The `.rev` file's pack order, when it is there and sound.
