@@ -406,7 +406,14 @@ impl PackBitmap {
             objects.push(tree);
         }
         let mut stack = objects;
+        // What this walk met already (git's SEEN flag): a hash test, where looking the id up in
+        // the pack again would be a search — a changed tree's unchanged entries come up once
+        // per uncovered commit.
+        let mut seen: gix::hashtable::HashSet<ObjectId> = gix::hashtable::HashSet::default();
         while let Some(id) = stack.pop() {
+            if !seen.insert(id) {
+                continue;
+            }
             let pos = self.pos(&id);
             match pos {
                 Some(pos) if reach.bits.get(pos) => continue,
