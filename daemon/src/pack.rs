@@ -176,6 +176,197 @@ impl gix_pack::Find for InPackOrder {
     }
 }
 
+/// How one entry of the bitmapped pack goes out when reused.
+#[derive(Clone, Copy)]
+enum Reuse {
+    /// Its bytes as they are (a whole object, or a ref-delta whose base is sent or held).
+    AsItIs,
+    /// An ofs-delta whose base is reused before it: the same delta, its distance rewritten.
+    Ofs { base: u32 },
+    /// A delta whose base is sent later or held by the client: the same delta, naming its base by id.
+    ByBase { base: u32 },
+    /// Not reusable (its base is neither sent nor usable): written by gix-pack after the reused
+    /// entries, re-deflated.
+    Later,
+}
+
+/// Partial pack reuse (git's `reuse_partial_packfile_from_bitmap`): the selection's entries of
+/// the bitmapped pack go out as their stored bytes, in pack order — no object is looked up or
+/// inflated; an ofs-delta's distance is rewritten for the entries left out between it and its
+/// base, a delta whose base is not reused names the base by id when the base is sent anyway or
+/// the client has it (thin, where allowed and readable), and only a delta with no usable base
+/// is handed to gix-pack (after the reused entries, with the selection's objects outside the
+/// pack), which re-deflates it. Every byte is hashed anew for the trailer.
+fn write_reused<W: Write>(
+    repo: &gix::Repository,
+    selection: &Selection,
+    bitmap: &crate::bitmap::PackBitmap,
+    positions: &[u32],
+    options: &Options,
+    may_send: &mut dyn FnMut(&gix_hash::oid) -> bool,
+    out: &mut W,
+) -> Result<Stats, ServeError> {
+    let gone = |err: std::io::Error| if is_disconnect(&err) { ServeError::Disconnected } else { ServeError::Io(err) };
+    let hash = repo.object_hash();
+    let pack = gix_pack::data::File::at(&bitmap.pack, hash).map_err(ServeError::pack)?;
+    let mut sent = crate::bitmap::Bits::new(bitmap.len());
+    for pos in positions {
+        sent.set(*pos as usize);
+    }
+    let mut usable_thin = |id: &gix_hash::oid| options.thin_pack && selection.client_has(id) && (selection.client_has_readably(id) || may_send(id));
+    // First the decisions (headers only), so the entry count is known before anything is written.
+    let mut plan: Vec<(u32, Reuse)> = Vec::with_capacity(positions.len());
+    let mut reused = crate::bitmap::Bits::new(bitmap.len());
+    let mut reused_count = 0usize;
+    let mut later: Vec<ObjectId> = Vec::new();
+    for &pos in positions {
+        let (offset, _) = bitmap.entry_at(pos as usize);
+        let entry = pack.entry(offset).map_err(ServeError::pack)?;
+        let decision = match entry.header {
+            gix_pack::data::entry::Header::OfsDelta { base_distance } => {
+                let base = offset.checked_sub(base_distance).and_then(|o| bitmap.pos_at_offset(o)).map(|p| p as u32);
+                match base {
+                    Some(base) if reused.get(base as usize) && options.ofs_delta => Reuse::Ofs { base },
+                    Some(base) if sent.get(base as usize) => Reuse::ByBase { base },
+                    Some(base) if usable_thin(&bitmap.oid_at(base as usize)) => Reuse::ByBase { base },
+                    _ => Reuse::Later,
+                }
+            }
+            gix_pack::data::entry::Header::RefDelta { base_id } => match bitmap.pos(&base_id) {
+                Some(base) if sent.get(base) => Reuse::AsItIs,
+                _ if usable_thin(&base_id) => Reuse::AsItIs,
+                _ => Reuse::Later,
+            },
+            _ => Reuse::AsItIs,
+        };
+        match decision {
+            Reuse::Later => later.push(bitmap.oid_at(pos as usize)),
+            _ => {
+                reused.set(pos as usize);
+                reused_count += 1;
+            }
+        }
+        plan.push((pos, decision));
+    }
+    let extra = &selection.objects[positions.len()..];
+    let total = u32::try_from(reused_count + later.len() + extra.len()).map_err(|_| ServeError::pack("more than 2^32 objects"))?;
+    let mut answer = Hashed { out: &mut *out, hasher: gix_hash::hasher(hash), written: 0 };
+    let mut header = *b"PACK\0\0\0\x02\0\0\0\0";
+    header[8..12].copy_from_slice(&total.to_be_bytes());
+    answer.emit(&header)?;
+    // Where each reused entry went in the answer, by pack position (bases precede their deltas).
+    let mut new_offset: Vec<u64> = vec![0; bitmap.len()];
+    let mut stats = Stats::default();
+    let mut head = Vec::with_capacity(64);
+    for (pos, decision) in plan {
+        let (offset, size) = bitmap.entry_at(pos as usize);
+        let bytes = pack.entry_slice(offset..offset + size as u64).ok_or_else(|| ServeError::pack(format!("{}: entry at {offset} out of bounds", bitmap.pack.display())))?;
+        let here = answer.written;
+        match decision {
+            Reuse::Later => continue,
+            Reuse::AsItIs => answer.emit(bytes)?,
+            Reuse::Ofs { base } | Reuse::ByBase { base } => {
+                let entry = pack.entry(offset).map_err(ServeError::pack)?;
+                let data = &bytes[(entry.data_offset - offset) as usize..];
+                let rewritten = match decision {
+                    Reuse::Ofs { .. } => gix_pack::data::entry::Header::OfsDelta { base_distance: here - new_offset[base as usize] },
+                    _ => {
+                        if !sent.get(base as usize) {
+                            stats.thin_deltas += 1;
+                        }
+                        gix_pack::data::entry::Header::RefDelta { base_id: bitmap.oid_at(base as usize) }
+                    }
+                };
+                head.clear();
+                rewritten.write_to(entry.decompressed_size, &mut head)?;
+                answer.emit(&head)?;
+                answer.emit(data)?;
+            }
+        }
+        new_offset[pos as usize] = here;
+        stats.entries += 1;
+        stats.copied += 1;
+        stats.reused += 1;
+    }
+    // What could not be reused, and what is not in the bitmapped pack, through gix-pack: a delta
+    // against an object this pack sends names it by id; one against an object the client has,
+    // where thin packs are allowed, too; any other is re-deflated.
+    let rest: Vec<output::Count> = later
+        .iter()
+        .chain(extra)
+        .map(|id| output::Count { id: *id, entry_pack_location: output::count::PackLocation::NotLookedUp })
+        .collect();
+    if !rest.is_empty() {
+        let mut db = repo.objects.clone().into_inner();
+        db.prevent_pack_unload();
+        let extra_set: std::collections::HashSet<&ObjectId> = extra.iter().collect();
+        let later_set: std::collections::HashSet<ObjectId> = later.iter().copied().collect();
+        let in_answer = |id: &gix_hash::oid| bitmap.pos(id).is_some_and(|p| sent.get(p)) || extra_set.contains(&id.to_owned());
+        let (_, chunks) = output::entry::iter_from_counts_with_delta_bases(
+            rest,
+            db,
+            Box::new(gix_utils::progress::Discard),
+            output::entry::iter_from_counts::Options { thread_limit: Some(1), allow_thin_pack: true, ..Default::default() },
+            Some(|id: &gix_hash::oid| {
+                if in_answer(id) {
+                    DeltaBase::Thin
+                } else if usable_thin(id) {
+                    DeltaBase::Thin
+                } else {
+                    DeltaBase::Recompress
+                }
+            }),
+        )
+        .map_err(ServeError::pack)?;
+        let mut offsets: Vec<u64> = Vec::new();
+        for chunk in chunks {
+            let (_, entries) = chunk.map_err(ServeError::pack)?;
+            for entry in entries {
+                if entry.is_invalid() {
+                    return Err(ServeError::MissingObject(entry.id));
+                }
+                let here = answer.written;
+                let header = entry.to_entry_header(gix_pack::data::Version::V2, |index| here - offsets[index]);
+                head.clear();
+                header.write_to(entry.decompressed_size as u64, &mut head)?;
+                answer.emit(&head)?;
+                answer.emit(&entry.compressed_data)?;
+                offsets.push(here);
+                stats.entries += 1;
+                match entry.kind {
+                    output::entry::Kind::DeltaOid { .. } => stats.thin_deltas += 1,
+                    output::entry::Kind::Base(_) | output::entry::Kind::DeltaRef { .. } if later_set.contains(&entry.id) => stats.re_deflated += 1,
+                    _ => stats.copied += 1,
+                }
+            }
+        }
+    }
+    let Hashed { out, hasher, written } = answer;
+    let digest = hasher.try_finalize().map_err(ServeError::pack)?;
+    out.write_all(digest.as_bytes()).map_err(gone)?;
+    stats.bytes = written + digest.as_bytes().len() as u64;
+    stats.located = stats.reused;
+    if stats.entries != total as usize {
+        return Err(ServeError::pack(format!("wrote {} entries of the {total} announced", stats.entries)));
+    }
+    Ok(stats)
+}
+
+/// An answer being written: every byte hashed for the trailer, and counted.
+struct Hashed<'w, W> {
+    out: &'w mut W,
+    hasher: gix_hash::Hasher,
+    written: u64,
+}
+
+impl<W: Write> Hashed<'_, W> {
+    fn emit(&mut self, data: &[u8]) -> Result<(), ServeError> {
+        self.hasher.update(data);
+        self.written += data.len() as u64;
+        self.out.write_all(data).map_err(|err| if is_disconnect(&err) { ServeError::Disconnected } else { ServeError::Io(err) })
+    }
+}
+
 /// What a pack request asks for beyond the objects.
 pub struct Options {
     pub thin_pack: bool,
@@ -198,6 +389,8 @@ pub struct Stats {
     pub thin_deltas: usize,
     /// Entries whose place in the pack came from the bitmap's pack order (no look-up).
     pub located: usize,
+    /// Entries sent as the bitmapped pack's bytes (partial reuse: nothing decoded).
+    pub reused: usize,
     pub bytes: u64,
     /// The pack file was sent as it is (verbatim reuse).
     pub verbatim: bool,
@@ -217,6 +410,11 @@ pub fn write<W: Write>(
         && options.ofs_delta
     {
         return write_verbatim(repo, pack, selection.objects.len() - selection.extra.len(), &selection.extra, out);
+    }
+    if let Some((bitmap, positions)) = &selection.in_pack
+        && !positions.is_empty()
+    {
+        return write_reused(repo, selection, bitmap, positions, &options, &mut may_send, out);
     }
     let mut db = repo.objects.clone().into_inner();
     db.prevent_pack_unload();
@@ -291,6 +489,7 @@ pub fn write<W: Write>(
         bases_included: outcome.delta_bases_included,
         thin_deltas: outcome.ref_delta_objects,
         located,
+        reused: 0,
         bytes,
         verbatim: false,
     })

@@ -209,6 +209,7 @@ fn a_bitmap_selection_places_every_entry_from_the_pack_order_without_looking_it_
     // Not the whole pack (no blobs), so entry by entry — each placed from the bitmap's order.
     assert!(!stats.verbatim && stats.entries > 0, "{stats:?}");
     assert_eq!(stats.located, stats.entries, "{stats:?}");
+    assert_eq!(stats.reused, stats.entries, "every entry is the pack's bytes: {stats:?}");
 }
 
 #[test]
@@ -235,4 +236,71 @@ fn every_object_of_the_pack_is_found_at_its_position_and_no_other_id_is() {
         }
         assert_eq!(positions.len(), index.num_objects() as usize, "positions are distinct");
     }
+}
+
+/// A repository whose visible file is stored as a delta against a bigger version that only a
+/// hidden ref reaches (git deltas the smaller against the bigger), repacked with a bitmap.
+fn hidden_base_repo(base: &Path) -> PathBuf {
+    let work = base.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    gixd_tests::git(&work, &["init", "-q", "-b", "main"]);
+    let text: String = (0..400).map(|n| format!("line {n} of a file that deltas well\n")).collect();
+    gixd_tests::commit_files(&work, &[("a.txt", b"first\n")], "root");
+    gixd_tests::git(&work, &["checkout", "-q", "-b", "secret"]);
+    gixd_tests::commit_files(&work, &[("file.txt", format!("{text}secret tail\n").as_bytes())], "secret");
+    gixd_tests::git(&work, &["checkout", "-q", "main"]);
+    let visible: String = text.lines().take(390).map(|l| format!("{l}\n")).collect();
+    gixd_tests::commit_files(&work, &[("file.txt", visible.as_bytes())], "visible");
+    let bare = base.join("served/repo.git");
+    git_ok(base, &["clone", "-q", "--bare", work.to_str().unwrap(), bare.to_str().unwrap()]);
+    git_ok(&bare, &["fetch", "-q", work.to_str().unwrap(), "+refs/heads/secret:refs/hidden/secret"]);
+    git_ok(&bare, &["branch", "-D", "secret"]);
+    git_ok(&bare, &["config", "uploadpack.hideRefs", "refs/hidden"]);
+    git_ok(&bare, &["-c", "pack.writeReverseIndex=true", "repack", "-adq", "--write-bitmap-index", "--window=50"]);
+    bare
+}
+
+#[test]
+fn a_reused_delta_whose_base_only_a_hidden_ref_reaches_is_re_deflated_and_the_base_never_sent() {
+    use gixd_tests::server::{all_objects, assert_fsck_clean, rev_list_objects, serve_tapped};
+    let tmp = tempfile::tempdir().unwrap();
+    let bare = hidden_base_repo(tmp.path());
+    let hidden_only: BTreeSet<String> = rev_list_objects(&bare, &["refs/hidden/secret", "--not", "--branches"]);
+    assert!(!hidden_only.is_empty());
+    let recorder = std::sync::Arc::new(gixd::tap::Recorder::default());
+    let tap = recorder.clone();
+    let server = serve_tapped(&tmp.path().join("served"), Some(tap), |_| {});
+    for version in ["2", "0"] {
+        let dest = tmp.path().join(format!("clone-v{version}"));
+        git_ok(tmp.path(), &["-c", &format!("protocol.version={version}"), "clone", "-q", "--bare", &server.url("repo.git"), dest.to_str().unwrap()]);
+        assert_fsck_clean(&dest);
+        let got = all_objects(&dest);
+        assert_eq!(got, rev_list_objects(&bare, &["--branches", "--tags"]), "v{version}");
+        assert!(got.is_disjoint(&hidden_only), "v{version}: an object only the hidden ref reaches was sent");
+        let stats = recorder.take().into_iter().find_map(|e| e.pack).expect("a pack was sent");
+        assert!(stats.reused > 0 && stats.re_deflated >= 1 && !stats.verbatim, "v{version}: {stats:?}");
+    }
+}
+
+#[test]
+fn a_fetch_from_a_bitmap_goes_out_as_the_packs_bytes_and_the_client_completes_it() {
+    use gixd_tests::server::{assert_fsck_clean, serve_tapped};
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    let repo_path = bitmapped(&base, "linear", Hash::Sha1);
+    let behind = tmp.path().join("behind.git");
+    git_ok(tmp.path(), &["clone", "-q", "--bare", repo_path.to_str().unwrap(), behind.to_str().unwrap()]);
+    let main = gixd_tests::git_out(&repo_path, &["symbolic-ref", "HEAD"]);
+    git_ok(&behind, &["update-ref", main.trim(), &format!("{}~20", main.trim())]);
+    git_ok(&behind, &["repack", "-adq"]);
+    let recorder = std::sync::Arc::new(gixd::tap::Recorder::default());
+    let tap = recorder.clone();
+    let server = serve_tapped(&base, Some(tap), |_| {});
+    let url = server.url(repo_path.file_name().unwrap().to_str().unwrap());
+    git_ok(&behind, &["-c", "protocol.version=2", "fetch", "-q", &url, &format!("+{0}:{0}", main.trim())]);
+    assert_fsck_clean(&behind);
+    assert_eq!(gixd_tests::git_out(&behind, &["rev-parse", main.trim()]), gixd_tests::git_out(&repo_path, &["rev-parse", main.trim()]));
+    let stats = recorder.take().into_iter().filter_map(|e| e.pack).last().expect("a pack was sent");
+    assert!(stats.reused > 0 && !stats.verbatim, "{stats:?}");
 }

@@ -274,6 +274,12 @@ impl PackBitmap {
         (offset, end.saturating_sub(offset) as usize)
     }
 
+    /// The pack position of the entry at `offset`, if an entry starts there.
+    pub fn pos_at_offset(&self, offset: u64) -> Option<usize> {
+        let p = self.order.partition_point(|i| self.index.pack_offset_at_index(*i) < offset);
+        (self.order.get(p).is_some_and(|i| self.index.pack_offset_at_index(*i) == offset)).then_some(p)
+    }
+
     /// Every entry's offset and id, sorted by offset — what gix-pack asks for to name the base
     /// of a delta it meets (it builds it from the index and sorts it, per pack written); here
     /// it comes in pack order from the reverse index, once per bitmap.
