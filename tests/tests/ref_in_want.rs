@@ -2,7 +2,7 @@
 //! allows it; the `wanted-refs` section names what each ref points at, byte for byte as git
 //! upload-pack writes it; a hidden or unknown ref is refused, and stock git fetches through it.
 
-use gixd_tests::server::{git_client, git_ok, http, pkt, pkt_lines, serve_with};
+use gixd_tests::server::{git_client, git_ok, http, pkt_lines, serve_with};
 use gixd_tests::{commit_files, git};
 
 fn request(hash: &str, args: &[&str]) -> Vec<u8> {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use gixd::tap::{Exchange, Recorder};
 use gixd_tests::corpus::{self, Hash};
 use gixd_tests::git_upload_pack;
-use gixd_tests::server::{all_objects, assert_fsck_clean, git_client, git_ok, http, pkt, pkt_lines, refs, rev_list_objects, serve_tapped, serve_with};
+use gixd_tests::server::{all_objects, assert_fsck_clean, git_client, git_ok, http, pkt, pkt_lines, refs, rev_list_objects, serve_tapped};
 
 /// What gixd deliberately does not (yet) say that git upload-pack says, each as (where, token).
 /// A token here is removed from git's output before the byte comparison; the test
