@@ -153,7 +153,7 @@ fn arg_text<'a>(line: &Line<'a>) -> Result<&'a str, ProtocolError> {
 
 /// `ls-refs`: the refs (HEAD first) matching any `ref-prefix`, with `symref-target:` and
 /// `peeled:` attributes when asked, and `unborn HEAD` when asked and HEAD is unborn.
-fn ls_refs(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[Line<'_>], out: &mut dyn Write) -> Result<Option<Stats>, ServeError> {
+fn ls_refs(ctx: &Context<'_>, _repo: &gix::Repository, refs: &RefSnapshot, args: &[Line<'_>], out: &mut dyn Write) -> Result<Option<Stats>, ServeError> {
     let (mut peel, mut symrefs, mut unborn) = (false, false, false);
     let mut prefixes: Vec<&str> = Vec::new();
     for line in args {
@@ -184,7 +184,8 @@ fn ls_refs(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: 
             if symrefs {
                 line.push_str(&format!(" symref-target:{target}"));
             }
-            if peel && let Some(peeled) = crate::graph::peel_tag(repo, *id)? {
+            // HEAD peels as the branch it names does: the snapshot knows that already (no read).
+            if peel && let Some(peeled) = refs.refs.iter().find(|r| r.name == *target).and_then(|r| r.peeled) {
                 line.push_str(&format!(" peeled:{peeled}"));
             }
             w.text(line);
@@ -197,15 +198,23 @@ fn ls_refs(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: 
         }
         _ => {}
     }
+    let mut line = Vec::with_capacity(256);
+    let mut hex = [0u8; gix_hash::Kind::longest().len_in_hex()];
     for r in refs.refs.iter().filter(|r| matches(&r.name)) {
-        let mut line = format!("{} {}", r.id, r.name);
+        line.clear();
+        line.extend_from_slice(r.id.hex_to_buf(&mut hex).as_bytes());
+        line.push(b' ');
+        line.extend_from_slice(&r.name);
         if symrefs && let Some(target) = &r.symref_target {
-            line.push_str(&format!(" symref-target:{target}"));
+            line.extend_from_slice(b" symref-target:");
+            line.extend_from_slice(target);
         }
         if peel && let Some(peeled) = r.peeled {
-            line.push_str(&format!(" peeled:{peeled}"));
+            line.extend_from_slice(b" peeled:");
+            line.extend_from_slice(peeled.hex_to_buf(&mut hex).as_bytes());
         }
-        w.text(line);
+        line.push(b'\n');
+        w.data(&line);
     }
     w.flush();
     out.write_all(&w.buf)?;
