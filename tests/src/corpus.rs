@@ -59,6 +59,11 @@ pub const REPOS: &[Spec] = &[
     Spec { name: "loose-and-packs", about: "three packs and loose objects beside them", build: loose_and_packs },
     Spec { name: "delta-bases", about: "reachable blobs stored as deltas against an unreachable (force-pushed-away) blob and against blobs of another branch", build: delta_bases },
     Spec { name: "bitmap", about: "a fully packed repository with a .bitmap", build: bitmap },
+    Spec {
+        name: "real-shapes",
+        about: "a real repository's shape: 300 commits over 12 files with merged branches, 120 annotated and 100 lightweight tags on old commits, 30 hidden refs/pull/*/head with objects of their own, a bitmap covering only the older tips (commits and a branch pushed after the repack)",
+        build: real_shapes,
+    },
 ];
 
 /// Where the corpus of this generator lives.
@@ -590,4 +595,74 @@ fn bitmap(b: &Builder) {
     }
     b.import(&s);
     b.git(&["-c", "repack.writeBitmaps=true", "repack", "-adfbq"]);
+}
+
+fn real_shapes(b: &Builder) {
+    let mut rng = Lcg(29);
+    let mut files: Vec<TextFile> = (0..12).map(|_| TextFile::new(&mut rng, 60)).collect();
+    let name = |i: usize| format!("src/mod{i:02}.rs");
+    let mut s = Stream::new();
+    let all: Vec<(String, Vec<u8>)> = files.iter().enumerate().map(|(i, f)| (name(i), f.bytes())).collect();
+    let first: Vec<(&str, File<'_>)> = all.iter().map(|(n, d)| (n.as_str(), File::Data(d))).collect();
+    let mut tip = s.commit("main", &[], &first, "start\n");
+    let mut main = vec![tip];
+    for i in 1..300 {
+        let f = rng.below(files.len());
+        files[f].edit(&mut rng);
+        let data = files[f].bytes();
+        let path = name(f);
+        if i % 40 == 0 {
+            // A topic branch of three commits, merged back.
+            let mut topic = tip;
+            for t in 0..3 {
+                let g = rng.below(files.len());
+                files[g].edit(&mut rng);
+                let d = files[g].bytes();
+                topic = s.commit(&format!("topic-{i}"), &[topic], &[(name(g).as_str(), File::Data(&d))], &format!("topic {i}.{t}\n"));
+            }
+            tip = s.commit("main", &[tip, topic], &[(path.as_str(), File::Data(&data))], &format!("merge topic {i}\n"));
+        } else {
+            tip = s.commit("main", &[tip], &[(path.as_str(), File::Data(&data))], &format!("change {i}\n"));
+        }
+        main.push(tip);
+    }
+    for (n, commit) in main.iter().enumerate().take(240).step_by(2) {
+        s.annotated_tag(&format!("v0.{n:03}"), *commit, &format!("release {n}\n"));
+    }
+    for (n, commit) in main.iter().enumerate().skip(1).take(200).step_by(2) {
+        s.reset(&format!("refs/tags/snap-{n:03}"), *commit);
+    }
+    // Pull-request heads: commits off main with content no visible ref reaches, hidden.
+    for pr in 0..30 {
+        let base = main[rng.below(main.len())];
+        let secret: Vec<u8> = format!("pull request {pr}: {}\n", rng.line()).into_bytes();
+        let head = s.commit(&format!("pr-{pr}"), &[base], &[("PR.txt", File::Data(&secret))], &format!("pr {pr}\n"));
+        s.reset(&format!("refs/pull/{pr}/head"), head);
+    }
+    b.import(&s);
+    for pr in 0..30 {
+        b.git(&["update-ref", "-d", &format!("refs/heads/pr-{pr}")]);
+    }
+    for topic in (40..300).step_by(40) {
+        b.git(&["update-ref", "-d", &format!("refs/heads/topic-{topic}")]);
+    }
+    b.git(&["config", "uploadpack.hideRefs", "refs/pull"]);
+    b.git(&["pack-refs", "--all"]);
+    b.git(&["-c", "repack.writeBitmaps=true", "-c", "pack.writeReverseIndex=true", "repack", "-adbq", "--window=10", "--depth=50"]);
+    // After the repack: commits on main and a new branch, in a pack of their own (no bitmap).
+    let mut s = Stream::new();
+    s.time = 1_700_000_000;
+    let main_tip = b.git(&["rev-parse", "refs/heads/main"]);
+    s.out.extend(format!("reset refs/heads/main\nfrom {main_tip}\n\n").as_bytes());
+    let mut last = None;
+    for i in 0..20 {
+        let f = rng.below(files.len());
+        files[f].edit(&mut rng);
+        let data = files[f].bytes();
+        let parents: Vec<usize> = last.into_iter().collect();
+        last = Some(s.commit("main", &parents, &[(name(f).as_str(), File::Data(&data))], &format!("after the repack {i}\n")));
+    }
+    let fresh = s.commit("fresh", &[last.expect("commits")], &[("NEW.txt", File::Data(b"a branch the bitmap never saw\n"))], "fresh\n");
+    s.annotated_tag("v1.0", fresh, "after the repack\n");
+    b.import(&s);
 }

@@ -337,6 +337,36 @@ fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String 
         assert_fsck_clean(&ours);
         let note = compare_with_git(&copy, &ours, &theirs, &case);
         writeln!(snapshot, "{case}: {line} ({note})").unwrap();
+
+        // With the bitmap, a selection that is part of the pack: a blob:none clone and a fetch
+        // by a client behind go out as the pack's stored entries (partial reuse).
+        let bitmapped_url = bitmapped_server.url(&url_path);
+        let copy_url = format!("file://{}", copy.display());
+        let case = format!("[{h}] clone-blob-none-bitmapped-v2");
+        let ours = tmp.path().join("blob-none-bitmapped");
+        let theirs = tmp.path().join("git-blob-none-bitmapped");
+        recorder.take();
+        git_ok(tmp.path(), &["-c", "protocol.version=2", "clone", "-q", "--mirror", "--filter=blob:none", &bitmapped_url, ours.to_str().unwrap()]);
+        let line = describe(&recorder.take(), hash);
+        git_ok(tmp.path(), &["-c", "protocol.version=2", "clone", "-q", "--mirror", "--filter=blob:none", &copy_url, theirs.to_str().unwrap()]);
+        assert_eq!(all_objects(&ours), all_objects(&theirs), "{case}: objects differ from git's");
+        writeln!(snapshot, "{case}: {line} (same objects as git)").unwrap();
+
+        let case = format!("[{h}] fetch-behind-bitmapped-v2");
+        let ours = tmp.path().join("behind-bitmapped");
+        let theirs = tmp.path().join("git-behind-bitmapped");
+        if behind_client(&copy, &ours, hash, &bitmapped_url).is_some() {
+            behind_client(&copy, &theirs, hash, &copy_url).unwrap();
+            recorder.take();
+            git_ok(&ours, &["-c", "protocol.version=2", "fetch", "-q", "origin"]);
+            let line = describe(&recorder.take(), hash);
+            git_ok(&theirs, &["-c", "protocol.version=2", "fetch", "-q", "origin"]);
+            assert_fsck_clean(&ours);
+            let note = compare_with_git(&copy, &ours, &theirs, &case);
+            writeln!(snapshot, "{case}: {line} ({note})").unwrap();
+        } else {
+            writeln!(snapshot, "{case}: n/a (history too short)").unwrap();
+        }
     }
     snapshot
 }
@@ -357,6 +387,8 @@ fn bitmapped_copy(dir: &Path, repo: &Path) -> PathBuf {
     let _ = std::fs::remove_dir_all(&scratch);
     git_ok(dir, &["clone", "-q", "--mirror", "--no-local", repo.to_str().unwrap(), scratch.to_str().unwrap()]);
     git_ok(&scratch, &["-c", "pack.writeReverseIndex=true", "repack", "-adq", "--write-bitmap-index"]);
+    // As the corpus allows them: partial clones are served from the copy too.
+    git_ok(&scratch, &["config", "uploadpack.allowFilter", "true"]);
     if std::fs::rename(&scratch, &dest).is_err() {
         let _ = std::fs::remove_dir_all(&scratch);
     }
@@ -399,6 +431,7 @@ corpus_cases! {
     wire_loose_and_packs => "loose-and-packs",
     wire_delta_bases => "delta-bases",
     wire_bitmap => "bitmap",
+    wire_real_shapes => "real-shapes",
 }
 
 #[test]
