@@ -26,6 +26,37 @@ fn bitmapped(tmp: &Path, name: &str, hash: Hash) -> PathBuf {
     dest
 }
 
+/// The bitmapped `linear` corpus repository served over HTTP (and the options `adjust` sets),
+/// with a recorder of what gixd sent.
+struct Served {
+    tmp: tempfile::TempDir,
+    repo: PathBuf,
+    recorder: std::sync::Arc<gixd::tap::Recorder>,
+    server: gixd::server::Running,
+}
+
+fn served_linear(adjust: impl FnOnce(&mut gixd::config::Config)) -> Served {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    let repo = bitmapped(&base, "linear", Hash::Sha1);
+    let recorder = std::sync::Arc::new(gixd::tap::Recorder::default());
+    let tap = recorder.clone();
+    let server = gixd_tests::server::serve_tapped(&base, Some(tap), adjust);
+    Served { tmp, repo, recorder, server }
+}
+
+impl Served {
+    fn url(&self) -> String {
+        self.server.url(self.repo.file_name().unwrap().to_str().unwrap())
+    }
+
+    /// The statistics of the last pack gixd sent since the last call.
+    fn last_pack(&self) -> gixd::pack::Stats {
+        self.recorder.take().into_iter().filter_map(|e| e.pack).last().expect("a pack was sent")
+    }
+}
+
 /// The index of the repository's bitmapped pack.
 fn idx_of(repo: &Path) -> PathBuf {
     std::fs::read_dir(repo.join("objects/pack")).unwrap().flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|e| e == "bitmap")).map(|p| p.with_extension("idx")).unwrap()
@@ -153,17 +184,12 @@ fn objects_outside_the_bitmapped_pack_are_walked_and_the_result_is_the_walks() {
 
 #[test]
 fn a_clone_of_a_bitmapped_pack_plus_pushed_objects_is_the_pack_verbatim_plus_those_objects() {
-    use gixd_tests::server::{assert_fsck_clean, serve_tapped};
-    let tmp = tempfile::tempdir().unwrap();
-    let base = tmp.path().join("base");
-    std::fs::create_dir_all(&base).unwrap();
-    let repo_path = bitmapped(&base, "linear", Hash::Sha1);
-    let recorder = std::sync::Arc::new(gixd::tap::Recorder::default());
-    let tap = recorder.clone();
-    let server = serve_tapped(&base, Some(tap), |c| {
+    use gixd_tests::server::assert_fsck_clean;
+    let served = served_linear(|c| {
         c.git_listen = Some("127.0.0.1:0".parse().unwrap());
         c.services.receive_pack = true;
     });
+    let (tmp, repo_path, recorder, server) = (&served.tmp, &served.repo, &served.recorder, &served.server);
     let url = format!("git://{}/{}", server.git_addr.unwrap(), repo_path.file_name().unwrap().to_str().unwrap());
     // Pushes after the repack: thin packs completed with copies of bases the big pack has.
     let work = tmp.path().join("work");
@@ -192,20 +218,12 @@ fn a_clone_of_a_bitmapped_pack_plus_pushed_objects_is_the_pack_verbatim_plus_tho
 
 #[test]
 fn a_bitmap_selection_places_every_entry_from_the_pack_order_without_looking_it_up() {
-    use gixd_tests::server::{assert_fsck_clean, serve_tapped};
-    let tmp = tempfile::tempdir().unwrap();
-    let base = tmp.path().join("base");
-    std::fs::create_dir_all(&base).unwrap();
-    let repo_path = bitmapped(&base, "linear", Hash::Sha1);
-    let recorder = std::sync::Arc::new(gixd::tap::Recorder::default());
-    let tap = recorder.clone();
-    let server = serve_tapped(&base, Some(tap), |_| {});
-    gixd_tests::git(&repo_path, &["config", "uploadpack.allowFilter", "true"]);
-    let url = server.url(repo_path.file_name().unwrap().to_str().unwrap());
-    let dest = tmp.path().join("blobless");
-    git_ok(tmp.path(), &["clone", "-q", "--bare", "--filter=blob:none", &url, dest.to_str().unwrap()]);
-    assert_fsck_clean(&dest);
-    let stats = recorder.take().into_iter().find_map(|e| e.pack).expect("a pack was sent");
+    let served = served_linear(|_| {});
+    gixd_tests::git(&served.repo, &["config", "uploadpack.allowFilter", "true"]);
+    let dest = served.tmp.path().join("blobless");
+    git_ok(served.tmp.path(), &["clone", "-q", "--bare", "--filter=blob:none", &served.url(), dest.to_str().unwrap()]);
+    gixd_tests::server::assert_fsck_clean(&dest);
+    let stats = served.last_pack();
     // Not the whole pack (no blobs), so entry by entry — each placed from the bitmap's order.
     assert!(!stats.verbatim && stats.entries > 0, "{stats:?}");
     assert_eq!(stats.located, stats.entries, "{stats:?}");
@@ -284,23 +302,17 @@ fn a_reused_delta_whose_base_only_a_hidden_ref_reaches_is_re_deflated_and_the_ba
 
 #[test]
 fn a_fetch_from_a_bitmap_goes_out_as_the_packs_bytes_and_the_client_completes_it() {
-    use gixd_tests::server::{assert_fsck_clean, serve_tapped};
-    let tmp = tempfile::tempdir().unwrap();
-    let base = tmp.path().join("base");
-    std::fs::create_dir_all(&base).unwrap();
-    let repo_path = bitmapped(&base, "linear", Hash::Sha1);
-    let behind = tmp.path().join("behind.git");
-    git_ok(tmp.path(), &["clone", "-q", "--bare", repo_path.to_str().unwrap(), behind.to_str().unwrap()]);
-    let main = gixd_tests::git_out(&repo_path, &["symbolic-ref", "HEAD"]);
-    git_ok(&behind, &["update-ref", main.trim(), &format!("{}~20", main.trim())]);
+    let served = served_linear(|_| {});
+    let (tmp, repo_path) = (served.tmp.path(), &served.repo);
+    let behind = tmp.join("behind.git");
+    git_ok(tmp, &["clone", "-q", "--bare", repo_path.to_str().unwrap(), behind.to_str().unwrap()]);
+    let main = gixd_tests::git_out(repo_path, &["symbolic-ref", "HEAD"]);
+    let main = main.trim();
+    git_ok(&behind, &["update-ref", main, &format!("{main}~20")]);
     git_ok(&behind, &["repack", "-adq"]);
-    let recorder = std::sync::Arc::new(gixd::tap::Recorder::default());
-    let tap = recorder.clone();
-    let server = serve_tapped(&base, Some(tap), |_| {});
-    let url = server.url(repo_path.file_name().unwrap().to_str().unwrap());
-    git_ok(&behind, &["-c", "protocol.version=2", "fetch", "-q", &url, &format!("+{0}:{0}", main.trim())]);
-    assert_fsck_clean(&behind);
-    assert_eq!(gixd_tests::git_out(&behind, &["rev-parse", main.trim()]), gixd_tests::git_out(&repo_path, &["rev-parse", main.trim()]));
-    let stats = recorder.take().into_iter().filter_map(|e| e.pack).last().expect("a pack was sent");
+    git_ok(&behind, &["-c", "protocol.version=2", "fetch", "-q", &served.url(), &format!("+{main}:{main}")]);
+    gixd_tests::server::assert_fsck_clean(&behind);
+    assert_eq!(gixd_tests::git_out(&behind, &["rev-parse", main]), gixd_tests::git_out(repo_path, &["rev-parse", main]));
+    let stats = served.last_pack();
     assert!(stats.reused > 0 && !stats.verbatim, "{stats:?}");
 }

@@ -9,20 +9,27 @@ use std::sync::atomic::Ordering;
 use gixd_tests::server::{clone, git_ok, serve};
 use gixd_tests::{commit_files, git, git_out};
 
-#[test]
-fn fetches_clones_and_wants_by_id_compute_no_readable_set_of_all_objects() {
+/// A repository of `commits` commits growing one file, an annotated tag every fifth; the
+/// temporary directory, the repository and the file's last text.
+fn tagged_history(commits: usize) -> (tempfile::TempDir, std::path::PathBuf, String) {
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("repo");
     std::fs::create_dir_all(&repo).unwrap();
     git(&repo, &["init", "-q", "-b", "main"]);
     let mut text: String = (0..300).map(|n| format!("line {n}\n")).collect();
-    for n in 0..40 {
+    for n in 0..commits {
         text.push_str(&format!("change {n}\n"));
         commit_files(&repo, &[("file.txt", text.as_bytes())], &format!("c{n}"));
         if n % 5 == 0 {
             git(&repo, &["tag", "-a", "-m", "release", &format!("v{n}"), "HEAD"]);
         }
     }
+    (tmp, repo, text)
+}
+
+#[test]
+fn fetches_clones_and_wants_by_id_compute_no_readable_set_of_all_objects() {
+    let (tmp, repo, text) = tagged_history(40);
     git(&repo, &["repack", "-adq"]);
     let server = serve(tmp.path());
     let before = gixd::select::READABLE_SETS_COMPUTED.load(Ordering::Relaxed);
@@ -59,18 +66,7 @@ fn fetches_clones_and_wants_by_id_compute_no_readable_set_of_all_objects() {
 
 #[test]
 fn a_bitmap_fetch_answers_its_thin_bases_from_its_own_reach_not_a_reach_of_every_ref() {
-    let tmp = tempfile::tempdir().unwrap();
-    let repo = tmp.path().join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    let mut text: String = (0..300).map(|n| format!("line {n}\n")).collect();
-    for n in 0..30 {
-        text.push_str(&format!("change {n}\n"));
-        commit_files(&repo, &[("file.txt", text.as_bytes())], &format!("c{n}"));
-        if n % 5 == 0 {
-            git(&repo, &["tag", "-a", "-m", "release", &format!("v{n}"), "HEAD"]);
-        }
-    }
+    let (tmp, repo, text) = tagged_history(30);
     let server_dir = tmp.path().join("served");
     std::fs::create_dir_all(&server_dir).unwrap();
     let behind = tmp.path().join("behind");

@@ -237,6 +237,24 @@ fn behind_client(server: &Path, dest: &Path, hash: Hash, url: &str) -> Option<()
     Some(())
 }
 
+/// A client behind the server's HEAD branch fetches over v2 from gixd (`urls.0`) and one from
+/// stock git (`urls.1`); the snapshot line of what gixd sent, with how the objects compare.
+fn fetch_behind(recorder: &Recorder, repo: &Path, hash: Hash, urls: (&str, &str), dir: &Path, case: &str) -> String {
+    let ours = dir.join("gixd");
+    let theirs = dir.join("git");
+    if behind_client(repo, &ours, hash, urls.0).is_none() {
+        return format!("{case}: n/a (history too short)");
+    }
+    behind_client(repo, &theirs, hash, urls.1).unwrap();
+    recorder.take();
+    git_ok(&ours, &["-c", "protocol.version=2", "fetch", "-q", "origin"]);
+    let line = describe(&recorder.take(), hash);
+    git_ok(&theirs, &["-c", "protocol.version=2", "fetch", "-q", "origin"]);
+    assert_fsck_clean(&ours);
+    let note = compare_with_git(repo, &ours, &theirs, case);
+    format!("{case}: {line} ({note})")
+}
+
 fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String {
     let recorder = Arc::new(Recorder::default());
     let tap = recorder.clone();
@@ -299,21 +317,8 @@ fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String 
             }
         }
 
-        let case = format!("[{h}] fetch-behind-v2");
-        let ours = tmp.path().join("behind");
-        let theirs = tmp.path().join("git-behind");
-        if behind_client(&repo, &ours, hash, &url).is_some() {
-            behind_client(&repo, &theirs, hash, &file_url).unwrap();
-            recorder.take();
-            git_ok(&ours, &["-c", "protocol.version=2", "fetch", "-q", "origin"]);
-            let line = describe(&recorder.take(), hash);
-            git_ok(&theirs, &["-c", "protocol.version=2", "fetch", "-q", "origin"]);
-            assert_fsck_clean(&ours);
-            let note = compare_with_git(&repo, &ours, &theirs, &case);
-            writeln!(snapshot, "{case}: {line} ({note})").unwrap();
-        } else {
-            writeln!(snapshot, "{case}: n/a (history too short)").unwrap();
-        }
+        let line = fetch_behind(&recorder, &repo, hash, (&url, &file_url), &tmp.path().join("behind"), &format!("[{h}] fetch-behind-v2"));
+        writeln!(snapshot, "{line}").unwrap();
 
         let case = format!("[{h}] fetch-nothing-new-v2");
         let client = tmp.path().join("clone-v2");
@@ -352,21 +357,8 @@ fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String 
         assert_eq!(all_objects(&ours), all_objects(&theirs), "{case}: objects differ from git's");
         writeln!(snapshot, "{case}: {line} (same objects as git)").unwrap();
 
-        let case = format!("[{h}] fetch-behind-bitmapped-v2");
-        let ours = tmp.path().join("behind-bitmapped");
-        let theirs = tmp.path().join("git-behind-bitmapped");
-        if behind_client(&copy, &ours, hash, &bitmapped_url).is_some() {
-            behind_client(&copy, &theirs, hash, &copy_url).unwrap();
-            recorder.take();
-            git_ok(&ours, &["-c", "protocol.version=2", "fetch", "-q", "origin"]);
-            let line = describe(&recorder.take(), hash);
-            git_ok(&theirs, &["-c", "protocol.version=2", "fetch", "-q", "origin"]);
-            assert_fsck_clean(&ours);
-            let note = compare_with_git(&copy, &ours, &theirs, &case);
-            writeln!(snapshot, "{case}: {line} ({note})").unwrap();
-        } else {
-            writeln!(snapshot, "{case}: n/a (history too short)").unwrap();
-        }
+        let line = fetch_behind(&recorder, &copy, hash, (&bitmapped_url, &copy_url), &tmp.path().join("behind-bitmapped"), &format!("[{h}] fetch-behind-bitmapped-v2"));
+        writeln!(snapshot, "{line}").unwrap();
     }
     snapshot
 }
