@@ -58,6 +58,49 @@ pub fn peel_tag(repo: &gix::Repository, id: ObjectId) -> Result<Option<ObjectId>
     Ok(peeled)
 }
 
+/// A commit's committer time and parents, as walks by date need them.
+#[derive(Debug, Clone)]
+pub struct CommitInfo {
+    pub time: i64,
+    pub parents: Vec<ObjectId>,
+}
+
+/// Decoded commits of one repository, kept across requests: a commit's id fixes its content,
+/// so nothing here goes stale. Stateless negotiation asks "ready?" once per round, each round a
+/// request of its own, and every round walked (and inflated) the same commits again. Bounded:
+/// past [`CommitCache::LIMIT`] commits, new ones are decoded and not kept.
+#[derive(Debug, Default)]
+pub struct CommitCache {
+    map: std::sync::Mutex<std::collections::HashMap<ObjectId, std::sync::Arc<CommitInfo>>>,
+}
+
+impl CommitCache {
+    pub const LIMIT: usize = 250_000;
+
+    /// The commit `id` of `repo`: from the cache, or decoded (and kept).
+    pub fn get(&self, repo: &gix::Repository, id: ObjectId) -> Result<std::sync::Arc<CommitInfo>, ServeError> {
+        if let Some(info) = self.map.lock().expect("not poisoned").get(&id) {
+            return Ok(info.clone());
+        }
+        let commit = repo.find_commit(id).map_err(|_| ServeError::MissingObject(id))?;
+        let time = commit.time().map_err(|_| ServeError::MissingObject(id))?.seconds;
+        let info = std::sync::Arc::new(CommitInfo { time, parents: commit.parent_ids().map(|p| p.detach()).collect() });
+        let mut map = self.map.lock().expect("not poisoned");
+        if map.len() < Self::LIMIT {
+            map.insert(id, info.clone());
+        }
+        Ok(info)
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.lock().expect("not poisoned").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Small repositories built in a temporary directory, for the unit tests of the walks.
 #[cfg(test)]
 pub(crate) mod fixture {
@@ -87,5 +130,25 @@ pub(crate) mod fixture {
     pub fn tag(repo: &gix::Repository, target: ObjectId, name: &str) -> ObjectId {
         let text = format!("object {target}\ntype commit\ntag {name}\ntagger A <a@example.com> 2000 +0000\n\n{name}\n");
         gix_object::Write::write_buf(&repo.objects, gix_object::Kind::Tag, text.as_bytes()).expect("a tag")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_is_decoded_once_and_then_answered_from_the_cache() {
+        let (dir, repo, c) = fixture::history(&[&[], &[0]]);
+        let cache = CommitCache::default();
+        let first = cache.get(&repo, c[1]).unwrap();
+        assert_eq!((first.time, first.parents.clone()), (1010, vec![c[0]]));
+        // The object gone from the repository, the cache still knows it; a new cache does not.
+        let hex = c[1].to_string();
+        std::fs::remove_file(dir.path().join("objects").join(&hex[..2]).join(&hex[2..])).unwrap();
+        let repo = gix::open(dir.path()).unwrap();
+        assert_eq!(cache.get(&repo, c[1]).unwrap().parents, vec![c[0]]);
+        assert!(CommitCache::default().get(&repo, c[1]).is_err());
+        assert_eq!(cache.len(), 1);
     }
 }

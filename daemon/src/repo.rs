@@ -148,6 +148,15 @@ impl Repos {
         (*cached_state == state).then(|| value.clone().downcast::<T>().ok()).flatten()
     }
 
+    /// The repository's decoded commits, kept for the life of the process (a commit's id fixes
+    /// its content: the cache never needs a state).
+    pub fn commits(&self, served: &Served) -> Arc<crate::graph::CommitCache> {
+        match self.cached(served, "commits", 0, || Ok::<_, std::convert::Infallible>(crate::graph::CommitCache::default())) {
+            Ok(cache) => cache,
+            Err(never) => match never {},
+        }
+    }
+
     /// The value of `kind` for `served` computed from `state`: the cached one if it was computed
     /// from the same state, else `compute`'s (kept for next time; a failure is not kept).
     pub fn cached<T: Any + Send + Sync, E>(&self, served: &Served, kind: &'static str, state: u64, compute: impl FnOnce() -> Result<T, E>) -> Result<Arc<T>, E> {

@@ -90,13 +90,13 @@ impl Common {
     }
 
     /// git's `ok_to_give_up`: true when every want reaches a common commit.
-    pub fn ready(&self, repo: &gix::Repository, wants: &[ObjectId]) -> Result<bool, ServeError> {
+    pub fn ready(&self, repo: &gix::Repository, commits: &crate::graph::CommitCache, wants: &[ObjectId]) -> Result<bool, ServeError> {
         if self.commits.is_empty() {
             return Ok(false);
         }
         let mut cutoff = i64::MAX;
         for id in &self.commits {
-            cutoff = cutoff.min(commit_time(repo, *id)?);
+            cutoff = cutoff.min(commits.get(repo, *id)?.time);
         }
         // Commits already known to reach a common commit.
         let mut reaches: HashSet<ObjectId> = self.commit_set.clone();
@@ -104,7 +104,7 @@ impl Common {
             let Some(start) = crate::graph::peel_to_commit(repo, *want)? else {
                 continue; // a tree or blob want needs no common commit
             };
-            if !reaches_common(repo, start, cutoff, &mut reaches)? {
+            if !reaches_common(repo, commits, start, cutoff, &mut reaches)? {
                 return Ok(false);
             }
         }
@@ -112,14 +112,9 @@ impl Common {
     }
 }
 
-fn commit_time(repo: &gix::Repository, id: ObjectId) -> Result<i64, ServeError> {
-    let commit = repo.find_commit(id).map_err(|_| ServeError::MissingObject(id))?;
-    Ok(commit.time().map_err(|_| ServeError::MissingObject(id))?.seconds)
-}
-
 /// Breadth-first from `start` through parents no older than `cutoff`; true once a commit in
 /// `reaches` is met. Every commit on a successful walk is added to `reaches`.
-fn reaches_common(repo: &gix::Repository, start: ObjectId, cutoff: i64, reaches: &mut HashSet<ObjectId>) -> Result<bool, ServeError> {
+fn reaches_common(repo: &gix::Repository, commits: &crate::graph::CommitCache, start: ObjectId, cutoff: i64, reaches: &mut HashSet<ObjectId>) -> Result<bool, ServeError> {
     let mut queue = VecDeque::from([start]);
     let mut visited = HashSet::from([start]);
     while let Some(id) = queue.pop_front() {
@@ -127,12 +122,11 @@ fn reaches_common(repo: &gix::Repository, start: ObjectId, cutoff: i64, reaches:
             reaches.extend(visited);
             return Ok(true);
         }
-        let commit = repo.find_commit(id).map_err(|_| ServeError::MissingObject(id))?;
-        if commit.time().map_err(|_| ServeError::MissingObject(id))?.seconds < cutoff {
+        let commit = commits.get(repo, id)?;
+        if commit.time < cutoff {
             continue;
         }
-        for parent in commit.parent_ids() {
-            let parent = parent.detach();
+        for parent in commit.parents.iter().copied() {
             if visited.insert(parent) {
                 queue.push_back(parent);
             }
@@ -167,12 +161,13 @@ mod tests {
     fn ready_when_every_want_reaches_a_common_commit() {
         // 0 - 1 - 2 (want a)   and   0 - 3 (want b), a side branch from the root.
         let (_dir, repo, c) = fixture::history(&[&[], &[0], &[1], &[0]]);
+        let cache = crate::graph::CommitCache::default();
         let mut common = Common::default();
-        assert!(!common.ready(&repo, &[c[2]]).unwrap(), "nothing common yet");
+        assert!(!common.ready(&repo, &cache, &[c[2]]).unwrap(), "nothing common yet");
         common.have(&repo, c[1]).unwrap();
-        assert!(common.ready(&repo, &[c[2]]).unwrap());
-        assert!(!common.ready(&repo, &[c[2], c[3]]).unwrap(), "the side branch does not reach 1");
+        assert!(common.ready(&repo, &cache, &[c[2]]).unwrap());
+        assert!(!common.ready(&repo, &cache, &[c[2], c[3]]).unwrap(), "the side branch does not reach 1");
         common.have(&repo, c[0]).unwrap();
-        assert!(common.ready(&repo, &[c[2], c[3]]).unwrap());
+        assert!(common.ready(&repo, &cache, &[c[2], c[3]]).unwrap());
     }
 }

@@ -309,7 +309,7 @@ fn negotiate(
     if !req.has_haves_section {
         return Ok(None); // a deepen request's first round: the shallow list was the answer
     }
-    let mut nego = Negotiation::new(repo, refs.object_hash, &req.wants, req.caps.clone());
+    let mut nego = Negotiation::new(repo, ctx.repos.commits(ctx.served), refs.object_hash, &req.wants, req.caps.clone());
     // Walk the haves segment by segment, as git reads them between flushes.
     let start = lines.iter().position(|l| *l == Line::Flush).map_or(lines.len(), |p| p + 1);
     for line in &lines[start..] {
@@ -355,13 +355,14 @@ pub struct Negotiation<'r> {
     last_common: Option<ObjectId>,
     /// `ready` is costly (a walk); the answer holds until the common set grows.
     ready_cache: Option<bool>,
+    commits: std::sync::Arc<crate::graph::CommitCache>,
     sent_ready: bool,
     got_common: bool,
     got_other: bool,
 }
 
 impl<'r> Negotiation<'r> {
-    pub fn new(repo: &'r gix::Repository, hash: gix_hash::Kind, wants: &'r [ObjectId], caps: ClientCaps) -> Self {
+    pub fn new(repo: &'r gix::Repository, commits: std::sync::Arc<crate::graph::CommitCache>, hash: gix_hash::Kind, wants: &'r [ObjectId], caps: ClientCaps) -> Self {
         Negotiation {
             repo,
             hash,
@@ -370,6 +371,7 @@ impl<'r> Negotiation<'r> {
             common: Common::default(),
             last_common: None,
             ready_cache: None,
+            commits,
             sent_ready: false,
             got_common: false,
             got_other: false,
@@ -381,7 +383,7 @@ impl<'r> Negotiation<'r> {
     }
 
     fn ready(&mut self) -> Result<bool, ServeError> {
-        is_ready(&mut self.ready_cache, &self.common, self.repo, self.wants)
+        is_ready(&mut self.ready_cache, &self.common, self.repo, &self.commits, self.wants)
     }
 
     /// A `have <id>` line.
@@ -500,7 +502,7 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Ve
             out.write_all(&w.buf)?;
             out.flush()?;
         }
-        let mut nego = Negotiation::new(&repo, refs.object_hash, &req.wants, req.caps.clone());
+        let mut nego = Negotiation::new(&repo, ctx.repos.commits(ctx.served), refs.object_hash, &req.wants, req.caps.clone());
         let mut haves = 0usize;
         loop {
             let Some(round) = section(&mut lines)? else {
@@ -541,9 +543,9 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Ve
     Ok(Some(stats))
 }
 
-fn is_ready(cache: &mut Option<bool>, common: &Common, repo: &gix::Repository, wants: &[ObjectId]) -> Result<bool, ServeError> {
+fn is_ready(cache: &mut Option<bool>, common: &Common, repo: &gix::Repository, commits: &crate::graph::CommitCache, wants: &[ObjectId]) -> Result<bool, ServeError> {
     if cache.is_none() {
-        *cache = Some(common.ready(repo, wants)?);
+        *cache = Some(common.ready(repo, commits, wants)?);
     }
     Ok(cache.expect("just set"))
 }

@@ -303,7 +303,7 @@ fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[
             for id in &common.acked {
                 w.text(format!("ACK {id}"));
             }
-            if !f.wait_for_done && common.ready(repo, &f.wants)? {
+            if !f.wait_for_done && common.ready(repo, &ctx.repos.commits(ctx.served), &f.wants)? {
                 w.text("ready");
                 w.delim();
             } else {
