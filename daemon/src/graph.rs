@@ -83,7 +83,8 @@ impl CommitCache {
             return Ok(info.clone());
         }
         let commit = repo.find_commit(id).map_err(|_| ServeError::MissingObject(id))?;
-        let time = commit.time().map_err(|_| ServeError::MissingObject(id))?.seconds;
+        // An unreadable committer date counts as the oldest (git's parse_commit date 0).
+        let time = commit.time().map_or(0, |t| t.seconds);
         let info = std::sync::Arc::new(CommitInfo { time, parents: commit.parent_ids().map(|p| p.detach()).collect() });
         let mut map = self.map.lock().expect("not poisoned");
         if map.len() < Self::LIMIT {

@@ -125,6 +125,9 @@ pub struct PackBitmap {
     decoded: std::sync::Mutex<HashMap<usize, std::sync::Arc<Bits>>>,
     /// Every entry's offset and id in pack order, made on first use (see [`Self::offsets_and_ids`]).
     in_pack_order: std::sync::OnceLock<std::sync::Arc<Vec<(u64, ObjectId)>>>,
+    /// The commits reaches decoded (time and parents), for the next reach: a fetch's haves are
+    /// hundreds of tags whose commits every round of negotiation, and the pack, reach again.
+    commits: crate::graph::CommitCache,
 }
 
 fn be32(data: &[u8], at: usize) -> Option<u32> {
@@ -224,6 +227,7 @@ impl PackBitmap {
             by_commit,
             decoded: std::sync::Mutex::new(HashMap::new()),
             in_pack_order: std::sync::OnceLock::new(),
+            commits: crate::graph::CommitCache::default(),
         }))
     }
 
@@ -339,15 +343,9 @@ impl PackBitmap {
         let mut queued = std::collections::HashSet::new();
         // Each commit is decoded once, when it is queued: its parents wait here.
         let mut parents_of: std::collections::HashMap<ObjectId, Vec<ObjectId>> = std::collections::HashMap::new();
-        let commit_time = |id: ObjectId, buf: &mut Vec<u8>| -> Result<(i64, Vec<ObjectId>), ServeError> {
-            let data = repo.objects.try_find(&id, buf)?.ok_or(ServeError::MissingObject(id))?;
-            if data.kind != Kind::Commit {
-                return Err(ServeError::MissingObject(id));
-            }
-            let commit = gix_object::CommitRefIter::from_bytes(data.data, id.kind());
-            let parents: Vec<ObjectId> = commit.clone().parent_ids().collect();
-            let time = commit.committer().map(|c| c.time().map_or(0, |t| t.seconds)).unwrap_or(0);
-            Ok((time, parents))
+        let commit_time = |id: ObjectId, _: &mut Vec<u8>| -> Result<(i64, Vec<ObjectId>), ServeError> {
+            let info = self.commits.get(repo, id)?;
+            Ok((info.time, info.parents.clone()))
         };
         for tip in tips {
             let mut id = *tip;
