@@ -73,7 +73,7 @@ pub enum ServeError {
     #[error("object {0} is missing from the repository")]
     MissingObject(ObjectId),
     #[error("pack generation failed: {0}")]
-    Pack(String),
+    Pack(#[from] PackError),
     /// The client went away (or stopped reading); nothing can be reported to it.
     #[error("client disconnected")]
     Disconnected,
@@ -81,9 +81,31 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
+/// Writing a pack (or an archive, or a repack) failed below the protocol: an error of the
+/// gitoxide crate doing it, kept with its chain, or what gixd found wrong with the files.
+#[derive(Debug, thiserror::Error)]
+pub enum PackError {
+    #[error(transparent)]
+    Gix(Box<dyn std::error::Error + Send + Sync>),
+    #[error("{0}")]
+    Corrupt(String),
+    #[error("more than 2^32 objects")]
+    TooManyObjects,
+}
+
 impl ServeError {
-    pub fn pack(err: impl std::fmt::Display) -> Self {
-        ServeError::Pack(err.to_string())
+    /// A gitoxide error while writing a pack, archive or repack.
+    pub fn pack(err: impl std::error::Error + Send + Sync + 'static) -> Self {
+        ServeError::Pack(PackError::Gix(Box::new(err)))
+    }
+
+    /// What gixd found wrong with the pack files (or the pack it wrote).
+    pub fn corrupt_pack(message: impl Into<String>) -> Self {
+        ServeError::Pack(PackError::Corrupt(message.into()))
+    }
+
+    pub fn too_many_objects() -> Self {
+        ServeError::Pack(PackError::TooManyObjects)
     }
 }
 

@@ -24,7 +24,7 @@ pub struct Report {
 
 /// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`.
 pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
-    let repo = gix::open_opts(git_dir, gix::open::Options::isolated().strict_config(false)).map_err(|e| ServeError::Pack(format!("opening {}: {e}", git_dir.display())))?;
+    let repo = gix::open_opts(git_dir, gix::open::Options::isolated().strict_config(false)).map_err(ServeError::pack)?;
     let hash = repo.object_hash();
     let objects_dir = repo.objects.store_ref().path().to_owned();
     let pack_dir = objects_dir.join("pack");
@@ -122,7 +122,7 @@ fn write_pack(repo: &gix::Repository, ids: &[ObjectId], scratch: &Path, pack_dir
     }
     match (outcome.index_path, outcome.data_path) {
         (Some(index), Some(data)) => Ok((index, data)),
-        _ => Err(ServeError::pack("the new pack was not written")),
+        _ => Err(ServeError::corrupt_pack("the new pack was not written")),
     }
 }
 

@@ -28,9 +28,9 @@ fn write_verbatim<W: Write>(repo: &gix::Repository, pack: &std::path::Path, obje
     file.read_exact(&mut header)?;
     let count = u32::from_be_bytes(header[8..12].try_into().expect("four bytes"));
     if &header[..4] != b"PACK" || count as usize != objects || file_len < 12 + hash_len {
-        return Err(ServeError::pack(format!("{}: not the pack the bitmap describes", pack.display())));
+        return Err(ServeError::corrupt_pack(format!("{}: not the pack the bitmap describes", pack.display())));
     }
-    let total = u32::try_from(objects + extra.len()).map_err(|_| ServeError::pack("more than 2^32 objects"))?;
+    let total = u32::try_from(objects + extra.len()).map_err(|_| ServeError::too_many_objects())?;
     header[8..12].copy_from_slice(&total.to_be_bytes());
     // Without extras the file's own trailer is right; with them, everything is hashed anew.
     let mut hasher = (!extra.is_empty()).then(|| gix_hash::hasher(hash));
@@ -49,7 +49,7 @@ fn write_verbatim<W: Write>(repo: &gix::Repository, pack: &std::path::Path, obje
         let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
         let n = file.read(&mut buf[..want])?;
         if n == 0 {
-            return Err(ServeError::pack(format!("{}: shorter than it says", pack.display())));
+            return Err(ServeError::corrupt_pack(format!("{}: shorter than it says", pack.display())));
         }
         emit(out, &buf[..n])?;
         bytes += n as u64;
@@ -249,7 +249,7 @@ fn write_reused<W: Write>(
         plan.push((pos, decision));
     }
     let extra = &selection.objects[positions.len()..];
-    let total = u32::try_from(reused_count + later.len() + extra.len()).map_err(|_| ServeError::pack("more than 2^32 objects"))?;
+    let total = u32::try_from(reused_count + later.len() + extra.len()).map_err(|_| ServeError::too_many_objects())?;
     let mut answer = Hashed { out: &mut *out, hasher: gix_hash::hasher(hash), written: 0 };
     let mut header = *b"PACK\0\0\0\x02\0\0\0\0";
     header[8..12].copy_from_slice(&total.to_be_bytes());
@@ -260,7 +260,7 @@ fn write_reused<W: Write>(
     let mut head = Vec::with_capacity(64);
     for (pos, decision) in plan {
         let (offset, size) = bitmap.entry_at(pos as usize);
-        let bytes = pack.entry_slice(offset..offset + size as u64).ok_or_else(|| ServeError::pack(format!("{}: entry at {offset} out of bounds", bitmap.pack.display())))?;
+        let bytes = pack.entry_slice(offset..offset + size as u64).ok_or_else(|| ServeError::corrupt_pack(format!("{}: entry at {offset} out of bounds", bitmap.pack.display())))?;
         let here = answer.written;
         match decision {
             Reuse::Later => continue,
@@ -347,7 +347,7 @@ fn write_reused<W: Write>(
     stats.bytes = written + digest.as_bytes().len() as u64;
     stats.located = stats.reused;
     if stats.entries != total as usize {
-        return Err(ServeError::pack(format!("wrote {} entries of the {total} announced", stats.entries)));
+        return Err(ServeError::corrupt_pack(format!("wrote {} entries of the {total} announced", stats.entries)));
     }
     Ok(stats)
 }
@@ -449,7 +449,7 @@ pub fn write<W: Write>(
         Some(decide),
     )
     .map_err(ServeError::pack)?;
-    let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::pack("more than 2^32 objects"))?;
+    let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::too_many_objects())?;
 
     // Without ofs-delta, a delta refers to its base by id; keep the ids written so far for that.
     let mut ids: Vec<ObjectId> = Vec::new();
@@ -479,7 +479,7 @@ pub fn write<W: Write>(
     }
     drop(writer);
     if missing.is_some() {
-        return Err(ServeError::pack("an object to send is missing from the repository"));
+        return Err(ServeError::corrupt_pack("an object to send is missing from the repository"));
     }
     let outcome = gix_parallel::Finalize::finalize(chunks).map_err(ServeError::pack)?;
     Ok(Stats {

@@ -135,7 +135,7 @@ pub fn write_bitmap(
     }
     let ewah = |bits: &Bits| -> Result<Vec<u8>, ServeError> {
         let flags: Vec<bool> = (0..n).map(|i| bits.get(i)).collect();
-        let vec = gix_bitmap::ewah::Vec::from_bits(&flags).ok_or_else(|| ServeError::pack("bitmap too large"))?;
+        let vec = gix_bitmap::ewah::Vec::from_bits(&flags).ok_or_else(|| ServeError::corrupt_pack("bitmap too large"))?;
         let mut out = Vec::new();
         vec.write_to(&mut out)?;
         Ok(out)
