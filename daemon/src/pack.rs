@@ -19,7 +19,6 @@ use crate::select::Selection;
 /// checksum are written for the whole; without extras the file is sent as it is.
 fn write_verbatim<W: Write>(repo: &gix::Repository, pack: &std::path::Path, objects: usize, extra: &[ObjectId], out: &mut W) -> Result<Stats, ServeError> {
     use std::io::Read;
-    let gone = |err: std::io::Error| if is_disconnect(&err) { ServeError::Disconnected } else { ServeError::Io(err) };
     let hash = repo.object_hash();
     let hash_len = hash.len_in_bytes() as u64;
     let mut file = std::fs::File::open(pack)?;
@@ -33,15 +32,8 @@ fn write_verbatim<W: Write>(repo: &gix::Repository, pack: &std::path::Path, obje
     let total = u32::try_from(objects + extra.len()).map_err(|_| ServeError::too_many_objects())?;
     header[8..12].copy_from_slice(&total.to_be_bytes());
     // Without extras the file's own trailer is right; with them, everything is hashed anew.
-    let mut hasher = (!extra.is_empty()).then(|| gix_hash::hasher(hash));
-    let mut emit = |out: &mut W, data: &[u8]| -> Result<(), ServeError> {
-        if let Some(h) = hasher.as_mut() {
-            h.update(data);
-        }
-        out.write_all(data).map_err(gone)
-    };
-    emit(out, &header)?;
-    let mut bytes = header.len() as u64;
+    let mut answer = Hashed { out, hasher: (!extra.is_empty()).then(|| gix_hash::hasher(hash)), written: 0 };
+    answer.emit(&header)?;
     let entries_end = if extra.is_empty() { file_len } else { file_len - hash_len };
     let mut left = entries_end - 12;
     let mut buf = vec![0u8; 256 * 1024];
@@ -51,129 +43,61 @@ fn write_verbatim<W: Write>(repo: &gix::Repository, pack: &std::path::Path, obje
         if n == 0 {
             return Err(ServeError::corrupt_pack(format!("{}: shorter than it says", pack.display())));
         }
-        emit(out, &buf[..n])?;
-        bytes += n as u64;
+        answer.emit(&buf[..n])?;
         left -= n as u64;
     }
     let mut stats = Stats { entries: objects, copied: objects, verbatim: true, ..Stats::default() };
-    if let Some(mut hasher) = hasher {
-        use gix_pack::data::output;
-        let counts: Vec<output::Count> = extra.iter().map(|id| output::Count { id: *id, entry_pack_location: output::count::PackLocation::NotLookedUp }).collect();
-        let mut db = repo.objects.clone().into_inner();
-        db.prevent_pack_unload();
+    if !extra.is_empty() {
         // A delta whose base is in the big pack refers to it by id (it is in this answer); any
         // other base is not, and its delta is re-deflated.
         let index = gix_pack::index::File::at(pack.with_extension("idx"), hash).map_err(ServeError::pack)?;
-        let (_, chunks) = output::entry::iter_from_counts_with_delta_bases(
-            counts,
-            db,
-            Box::new(gix_utils::progress::Discard),
-            output::entry::iter_from_counts::Options { thread_limit: Some(1), allow_thin_pack: true, ..Default::default() },
-            Some(move |id: &gix_hash::oid| {
-                if index.lookup(id).is_some() {
-                    output::entry::iter_from_counts::DeltaBase::Thin
-                } else {
-                    output::entry::iter_from_counts::DeltaBase::Recompress
-                }
-            }),
-        )
-        .map_err(ServeError::pack)?;
-        let mut offsets: Vec<u64> = Vec::with_capacity(extra.len());
-        let mut offset = entries_end;
-        for chunk in chunks {
-            let (_, entries) = chunk.map_err(ServeError::pack)?;
-            for entry in entries {
-                if entry.is_invalid() {
-                    return Err(ServeError::MissingObject(entry.id));
-                }
-                let header = entry.to_entry_header(gix_pack::data::Version::V2, |index| offset - offsets[index]);
-                let mut bytes_of_entry = Vec::with_capacity(entry.compressed_data.len() + 32);
-                header.write_to(entry.decompressed_size as u64, &mut bytes_of_entry)?;
-                bytes_of_entry.extend_from_slice(&entry.compressed_data);
-                hasher.update(&bytes_of_entry);
-                out.write_all(&bytes_of_entry).map_err(gone)?;
-                offsets.push(offset);
-                offset += bytes_of_entry.len() as u64;
-                bytes += bytes_of_entry.len() as u64;
-                stats.entries += 1;
-            }
-        }
-        let digest = hasher.try_finalize().map_err(ServeError::pack)?;
-        out.write_all(digest.as_bytes()).map_err(gone)?;
-        bytes += hash_len;
+        let decide = |id: &gix_hash::oid| if index.lookup(id).is_some() { DeltaBase::Thin } else { DeltaBase::Recompress };
+        write_through_gix_pack(repo, extra.iter().copied(), decide, &mut answer, |_| stats.entries += 1)?;
     }
-    stats.bytes = bytes;
+    stats.bytes = answer.finish()?;
     Ok(stats)
 }
 
-/// The bitmapped pack's id in the object database, if the selection came from its bitmap: learnt
-/// from one look-up, and trusted only if that look-up found the object at the very offset the
-/// bitmap's pack has it (an object in two packs may be found in the other).
-fn bitmapped_pack_id(db: &gix::odb::Handle, selection: &Selection) -> Option<(u32, std::sync::Arc<crate::bitmap::PackBitmap>)> {
-    use gix_pack::Find;
-    let (bitmap, positions) = selection.in_pack.as_ref().filter(|(_, p)| !p.is_empty())?;
-    let (offset, entry_size) = bitmap.entry_at(positions[0] as usize);
-    let found = db.location_by_oid(&selection.objects[0], &mut Vec::new()).ok()??;
-    (found.pack_offset == offset && found.entry_size == entry_size).then(|| (found.pack_id, bitmap.clone()))
-}
-
-/// The objects to write as gix-pack counts. Those a bitmap selected come with their place in the
-/// bitmapped pack (offset, and size from the next entry's offset), so gix-pack need not look
-/// each one up — which inflates the whole object only to learn how long its entry is; the rest
-/// are looked up as before.
-fn counts(selection: &Selection, bitmapped: Option<u32>) -> Vec<output::Count> {
-    let not_looked_up = |id: &ObjectId| output::Count { id: *id, entry_pack_location: output::count::PackLocation::NotLookedUp };
-    let (Some(pack_id), Some((bitmap, positions))) = (bitmapped, selection.in_pack.as_ref()) else {
-        return selection.objects.iter().map(not_looked_up).collect();
-    };
-    let located = positions.iter().zip(&selection.objects).map(|(pos, id)| {
-        let (pack_offset, entry_size) = bitmap.entry_at(*pos as usize);
-        output::Count {
-            id: *id,
-            entry_pack_location: output::count::PackLocation::LookedUp(Some(gix_pack::data::entry::Location { pack_id, pack_offset, entry_size })),
-        }
-    });
-    located.chain(selection.objects[positions.len()..].iter().map(not_looked_up)).collect()
-}
-
-/// The object database as gix-pack sees it while writing a bitmap selection: as it is, except
-/// that the bitmapped pack's offsets and ids come from its bitmap's pack order (sorted already,
-/// made once per bitmap) instead of from the index, made and sorted anew for every pack written
-/// (a tenth of a fetch's CPU on git.git).
-#[derive(Clone)]
-struct InPackOrder {
-    db: gix::odb::Handle,
-    bitmapped: Option<(u32, std::sync::Arc<crate::bitmap::PackBitmap>)>,
-}
-
-impl gix_pack::Find for InPackOrder {
-    fn contains(&self, id: &gix_hash::oid) -> bool {
-        self.db.contains(id)
-    }
-
-    fn try_find_cached<'a>(
-        &self,
-        id: &gix_hash::oid,
-        buffer: &'a mut Vec<u8>,
-        pack_cache: &mut dyn gix_pack::cache::DecodeEntry,
-    ) -> gix_error::Result<Option<(gix_object::Data<'a>, Option<gix_pack::data::entry::Location>)>> {
-        self.db.try_find_cached(id, buffer, pack_cache)
-    }
-
-    fn location_by_oid(&self, id: &gix_hash::oid, buf: &mut Vec<u8>) -> gix_error::Result<Option<gix_pack::data::entry::Location>> {
-        self.db.location_by_oid(id, buf)
-    }
-
-    fn pack_offsets_and_oid(&self, pack_id: u32) -> gix_error::Result<Option<Vec<(gix_pack::data::Offset, ObjectId)>>> {
-        match &self.bitmapped {
-            Some((id, bitmap)) if *id == pack_id => Ok(Some(bitmap.offsets_and_ids().as_ref().clone())),
-            _ => self.db.pack_offsets_and_oid(pack_id),
+/// Objects gix-pack writes after the entries already in `answer`, looked up one by one; a delta
+/// base outside them is what `decide` says (`Thin`: named by id, as it is in the answer or the
+/// client has it; else re-deflated). `count` sees every entry written, for the statistics.
+fn write_through_gix_pack<W: Write>(
+    repo: &gix::Repository,
+    ids: impl Iterator<Item = ObjectId>,
+    decide: impl FnMut(&gix_hash::oid) -> DeltaBase,
+    answer: &mut Hashed<'_, W>,
+    mut count: impl FnMut(&output::Entry),
+) -> Result<(), ServeError> {
+    let counts: Vec<output::Count> = ids.map(|id| output::Count { id, entry_pack_location: output::count::PackLocation::NotLookedUp }).collect();
+    let mut db = repo.objects.clone().into_inner();
+    db.prevent_pack_unload();
+    let (_, chunks) = output::entry::iter_from_counts_with_delta_bases(
+        counts,
+        db,
+        Box::new(gix_utils::progress::Discard),
+        output::entry::iter_from_counts::Options { thread_limit: Some(1), allow_thin_pack: true, ..Default::default() },
+        Some(decide),
+    )
+    .map_err(ServeError::pack)?;
+    let mut offsets: Vec<u64> = Vec::new();
+    let mut head = Vec::with_capacity(64);
+    for chunk in chunks {
+        let (_, entries) = chunk.map_err(ServeError::pack)?;
+        for entry in entries {
+            if entry.is_invalid() {
+                return Err(ServeError::MissingObject(entry.id));
+            }
+            let here = answer.written;
+            let header = entry.to_entry_header(gix_pack::data::Version::V2, |index| here - offsets[index]);
+            head.clear();
+            header.write_to(entry.decompressed_size as u64, &mut head)?;
+            answer.emit(&head)?;
+            answer.emit(&entry.compressed_data)?;
+            offsets.push(here);
+            count(&entry);
         }
     }
-
-    fn entry_by_location(&self, location: &gix_pack::data::entry::Location) -> Option<gix_pack::find::Entry> {
-        self.db.entry_by_location(location)
-    }
+    Ok(())
 }
 
 /// How one entry of the bitmapped pack goes out when reused.
@@ -206,7 +130,6 @@ fn write_reused<W: Write>(
     may_send: &mut dyn FnMut(&gix_hash::oid) -> bool,
     out: &mut W,
 ) -> Result<Stats, ServeError> {
-    let gone = |err: std::io::Error| if is_disconnect(&err) { ServeError::Disconnected } else { ServeError::Io(err) };
     let hash = repo.object_hash();
     let pack = gix_pack::data::File::at(&bitmap.pack, hash).map_err(ServeError::pack)?;
     let mut sent = crate::bitmap::Bits::new(bitmap.len());
@@ -215,7 +138,8 @@ fn write_reused<W: Write>(
     }
     let mut usable_thin = |id: &gix_hash::oid| options.thin_pack && selection.client_has(id) && (selection.client_has_readably(id) || may_send(id));
     // First the decisions (headers only), so the entry count is known before anything is written.
-    let mut plan: Vec<(u32, Reuse)> = Vec::with_capacity(positions.len());
+    // With each entry: where its data starts after the header, and its decompressed size.
+    let mut plan: Vec<(u32, Reuse, usize, u64)> = Vec::with_capacity(positions.len());
     let mut reused = crate::bitmap::Bits::new(bitmap.len());
     let mut reused_count = 0usize;
     let mut later: Vec<ObjectId> = Vec::new();
@@ -246,11 +170,11 @@ fn write_reused<W: Write>(
                 reused_count += 1;
             }
         }
-        plan.push((pos, decision));
+        plan.push((pos, decision, (entry.data_offset - offset) as usize, entry.decompressed_size));
     }
     let extra = &selection.objects[positions.len()..];
     let total = u32::try_from(reused_count + later.len() + extra.len()).map_err(|_| ServeError::too_many_objects())?;
-    let mut answer = Hashed { out: &mut *out, hasher: gix_hash::hasher(hash), written: 0 };
+    let mut answer = Hashed { out, hasher: Some(gix_hash::hasher(hash)), written: 0 };
     let mut header = *b"PACK\0\0\0\x02\0\0\0\0";
     header[8..12].copy_from_slice(&total.to_be_bytes());
     answer.emit(&header)?;
@@ -258,7 +182,7 @@ fn write_reused<W: Write>(
     let mut new_offset: Vec<u64> = vec![0; bitmap.len()];
     let mut stats = Stats::default();
     let mut head = Vec::with_capacity(64);
-    for (pos, decision) in plan {
+    for (pos, decision, data_start, decompressed_size) in plan {
         let (offset, size) = bitmap.entry_at(pos as usize);
         let bytes = pack.entry_slice(offset..offset + size as u64).ok_or_else(|| ServeError::corrupt_pack(format!("{}: entry at {offset} out of bounds", bitmap.pack.display())))?;
         let here = answer.written;
@@ -266,8 +190,7 @@ fn write_reused<W: Write>(
             Reuse::Later => continue,
             Reuse::AsItIs => answer.emit(bytes)?,
             Reuse::Ofs { base } | Reuse::ByBase { base } => {
-                let entry = pack.entry(offset).map_err(ServeError::pack)?;
-                let data = &bytes[(entry.data_offset - offset) as usize..];
+                let data = &bytes[data_start..];
                 let rewritten = match decision {
                     Reuse::Ofs { .. } => gix_pack::data::entry::Header::OfsDelta { base_distance: here - new_offset[base as usize] },
                     _ => {
@@ -278,7 +201,7 @@ fn write_reused<W: Write>(
                     }
                 };
                 head.clear();
-                rewritten.write_to(entry.decompressed_size, &mut head)?;
+                rewritten.write_to(decompressed_size, &mut head)?;
                 answer.emit(&head)?;
                 answer.emit(data)?;
             }
@@ -291,80 +214,58 @@ fn write_reused<W: Write>(
     // What could not be reused, and what is not in the bitmapped pack, through gix-pack: a delta
     // against an object this pack sends names it by id; one against an object the client has,
     // where thin packs are allowed, too; any other is re-deflated.
-    let rest: Vec<output::Count> = later
-        .iter()
-        .chain(extra)
-        .map(|id| output::Count { id: *id, entry_pack_location: output::count::PackLocation::NotLookedUp })
-        .collect();
-    if !rest.is_empty() {
-        let mut db = repo.objects.clone().into_inner();
-        db.prevent_pack_unload();
+    if !later.is_empty() || !extra.is_empty() {
         let extra_set: std::collections::HashSet<&ObjectId> = extra.iter().collect();
         let later_set: std::collections::HashSet<ObjectId> = later.iter().copied().collect();
         let in_answer = |id: &gix_hash::oid| bitmap.pos(id).is_some_and(|p| sent.get(p)) || extra_set.contains(&id.to_owned());
-        let (_, chunks) = output::entry::iter_from_counts_with_delta_bases(
-            rest,
-            db,
-            Box::new(gix_utils::progress::Discard),
-            output::entry::iter_from_counts::Options { thread_limit: Some(1), allow_thin_pack: true, ..Default::default() },
-            Some(|id: &gix_hash::oid| {
-                if in_answer(id) {
-                    DeltaBase::Thin
-                } else if usable_thin(id) {
-                    DeltaBase::Thin
-                } else {
-                    DeltaBase::Recompress
-                }
-            }),
-        )
-        .map_err(ServeError::pack)?;
-        let mut offsets: Vec<u64> = Vec::new();
-        for chunk in chunks {
-            let (_, entries) = chunk.map_err(ServeError::pack)?;
-            for entry in entries {
-                if entry.is_invalid() {
-                    return Err(ServeError::MissingObject(entry.id));
-                }
-                let here = answer.written;
-                let header = entry.to_entry_header(gix_pack::data::Version::V2, |index| here - offsets[index]);
-                head.clear();
-                header.write_to(entry.decompressed_size as u64, &mut head)?;
-                answer.emit(&head)?;
-                answer.emit(&entry.compressed_data)?;
-                offsets.push(here);
-                stats.entries += 1;
-                match entry.kind {
-                    output::entry::Kind::DeltaOid { .. } => stats.thin_deltas += 1,
-                    output::entry::Kind::Base(_) | output::entry::Kind::DeltaRef { .. } if later_set.contains(&entry.id) => stats.re_deflated += 1,
-                    _ => stats.copied += 1,
-                }
+        let decide = |id: &gix_hash::oid| if in_answer(id) || usable_thin(id) { DeltaBase::Thin } else { DeltaBase::Recompress };
+        write_through_gix_pack(repo, later.iter().chain(extra).copied(), decide, &mut answer, |entry| {
+            stats.entries += 1;
+            match entry.kind {
+                output::entry::Kind::DeltaOid { .. } => stats.thin_deltas += 1,
+                output::entry::Kind::Base(_) | output::entry::Kind::DeltaRef { .. } if later_set.contains(&entry.id) => stats.re_deflated += 1,
+                _ => stats.copied += 1,
             }
-        }
+        })?;
     }
-    let Hashed { out, hasher, written } = answer;
-    let digest = hasher.try_finalize().map_err(ServeError::pack)?;
-    out.write_all(digest.as_bytes()).map_err(gone)?;
-    stats.bytes = written + digest.as_bytes().len() as u64;
-    stats.located = stats.reused;
+    stats.bytes = answer.finish()?;
     if stats.entries != total as usize {
         return Err(ServeError::corrupt_pack(format!("wrote {} entries of the {total} announced", stats.entries)));
     }
     Ok(stats)
 }
 
-/// An answer being written: every byte hashed for the trailer, and counted.
+/// An answer being written and counted; every byte hashed for a new trailer, unless the answer
+/// is a pack file as it is (with its own trailer).
 struct Hashed<'w, W> {
     out: &'w mut W,
-    hasher: gix_hash::Hasher,
+    hasher: Option<gix_hash::Hasher>,
     written: u64,
 }
 
 impl<W: Write> Hashed<'_, W> {
     fn emit(&mut self, data: &[u8]) -> Result<(), ServeError> {
-        self.hasher.update(data);
+        if let Some(hasher) = self.hasher.as_mut() {
+            hasher.update(data);
+        }
         self.written += data.len() as u64;
-        self.out.write_all(data).map_err(|err| if is_disconnect(&err) { ServeError::Disconnected } else { ServeError::Io(err) })
+        self.out.write_all(data).map_err(gone)
     }
+
+    /// The trailer, when hashing: every byte written, it included.
+    fn finish(self) -> Result<u64, ServeError> {
+        let Some(hasher) = self.hasher else {
+            return Ok(self.written);
+        };
+        let digest = hasher.try_finalize().map_err(ServeError::pack)?;
+        self.out.write_all(digest.as_bytes()).map_err(gone)?;
+        Ok(self.written + digest.as_bytes().len() as u64)
+    }
+}
+
+/// A failed write to the client: a disconnect, or an I/O error.
+fn gone(err: std::io::Error) -> ServeError {
+    if is_disconnect(&err) { ServeError::Disconnected } else { ServeError::Io(err) }
 }
 
 /// What a pack request asks for beyond the objects.
@@ -387,8 +288,6 @@ pub struct Stats {
     pub re_deflated: usize,
     pub bases_included: usize,
     pub thin_deltas: usize,
-    /// Entries whose place in the pack came from the bitmap's pack order (no look-up).
-    pub located: usize,
     /// Entries sent as the bitmapped pack's bytes (partial reuse: nothing decoded).
     pub reused: usize,
     pub bytes: u64,
@@ -416,12 +315,13 @@ pub fn write<W: Write>(
     {
         return write_reused(repo, selection, bitmap, positions, &options, &mut may_send, out);
     }
+    let counts: Vec<output::Count> = selection
+        .objects
+        .iter()
+        .map(|id| output::Count { id: *id, entry_pack_location: output::count::PackLocation::NotLookedUp })
+        .collect();
     let mut db = repo.objects.clone().into_inner();
     db.prevent_pack_unload();
-    let bitmapped = bitmapped_pack_id(&db, selection);
-    let counts = counts(selection, bitmapped.as_ref().map(|(id, _)| *id));
-    let db = InPackOrder { db, bitmapped };
-    let located = counts.iter().filter(|c| matches!(c.entry_pack_location, output::count::PackLocation::LookedUp(_))).count();
     let decide = move |id: &gix_hash::oid| {
         if options.thin_pack && selection.client_has_readably(id) {
             return DeltaBase::Thin;
@@ -488,7 +388,6 @@ pub fn write<W: Write>(
         re_deflated: outcome.decoded_and_recompressed_objects,
         bases_included: outcome.delta_bases_included,
         thin_deltas: outcome.ref_delta_objects,
-        located,
         reused: 0,
         bytes,
         verbatim: false,

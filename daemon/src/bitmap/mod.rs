@@ -123,11 +123,10 @@ pub struct PackBitmap {
     entries: Vec<Entry>,
     by_commit: HashMap<ObjectId, usize>,
     decoded: std::sync::Mutex<HashMap<usize, std::sync::Arc<Bits>>>,
-    /// Every entry's offset and id in pack order, made on first use (see [`Self::offsets_and_ids`]).
-    in_pack_order: std::sync::OnceLock<std::sync::Arc<Vec<(u64, ObjectId)>>>,
-    /// The commits reaches decoded (time and parents), for the next reach: a fetch's haves are
-    /// hundreds of tags whose commits every round of negotiation, and the pack, reach again.
-    commits: crate::graph::CommitCache,
+    /// The repository's decoded commits (time and parents, [`crate::repo::Repos::commits`], shared
+    /// with negotiation): a fetch's haves are hundreds of tags whose commits every round of
+    /// negotiation, and the pack, reach again.
+    commits: std::sync::Arc<crate::graph::CommitCache>,
 }
 
 fn be32(data: &[u8], at: usize) -> Option<u32> {
@@ -226,8 +225,7 @@ impl PackBitmap {
             entries: stored,
             by_commit,
             decoded: std::sync::Mutex::new(HashMap::new()),
-            in_pack_order: std::sync::OnceLock::new(),
-            commits: crate::graph::CommitCache::default(),
+            commits: Default::default(),
         }))
     }
 
@@ -282,18 +280,6 @@ impl PackBitmap {
     pub fn pos_at_offset(&self, offset: u64) -> Option<usize> {
         let p = self.order.partition_point(|i| self.index.pack_offset_at_index(*i) < offset);
         (self.order.get(p).is_some_and(|i| self.index.pack_offset_at_index(*i) == offset)).then_some(p)
-    }
-
-    /// Every entry's offset and id, sorted by offset — what gix-pack asks for to name the base
-    /// of a delta it meets (it builds it from the index and sorts it, per pack written); here
-    /// it comes in pack order from the reverse index, once per bitmap.
-    pub fn offsets_and_ids(&self) -> std::sync::Arc<Vec<(u64, ObjectId)>> {
-        self.in_pack_order
-            .get_or_init(|| {
-                let rows = self.order.iter().map(|i| (self.index.pack_offset_at_index(*i), self.index.oid_at_index(*i).to_owned()));
-                std::sync::Arc::new(rows.collect())
-            })
-            .clone()
     }
 
     pub fn commit_bitmaps(&self) -> usize {
@@ -551,7 +537,8 @@ pub fn of(repos: &crate::repo::Repos, served: &crate::repo::Served, repo: &gix::
     let (state, files) = bitmap_files_state(served);
     let cached = repos.cached(served, "pack bitmap", state, || -> Result<Option<std::sync::Arc<PackBitmap>>, std::convert::Infallible> {
         Ok(files.first().and_then(|path| match PackBitmap::open(&path.with_extension("idx"), repo.object_hash()) {
-            Ok(Some(bitmap)) => Some(std::sync::Arc::new(bitmap)),
+            // Its reaches decode commits into the repository's cache, which negotiation fills too.
+            Ok(Some(bitmap)) => Some(std::sync::Arc::new(PackBitmap { commits: repos.commits(served), ..bitmap })),
             Ok(None) => None,
             Err(err) => {
                 tracing::warn!(repo = %served.name, %err, "pack bitmap not used; selecting by walking");
