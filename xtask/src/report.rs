@@ -207,6 +207,26 @@ fn ratio(stock: f64, patched: f64) -> String {
     if stock > 0.0 && patched.is_finite() { format!("{:.3}", patched / stock) } else { "—".into() }
 }
 
+/// The stock-vs-patched table of one measurement: counts (the same in every run of an arm) and
+/// times in milliseconds (medians of microsecond fields).
+fn stock_vs_patched(stock: &[&Value], patched: &[&Value], counts: &[(&str, &str)], times: &[(&str, &str)]) -> String {
+    let mut out = String::from("| measure | stock crates | patched (vendor/) | patched ÷ stock |\n|---|---|---|---|\n");
+    for (label, key) in counts {
+        let (s, p) = (count(stock, key), count(patched, key));
+        let r = match (s.parse::<f64>(), p.parse::<f64>()) {
+            (Ok(s), Ok(p)) => ratio(s, p),
+            _ => "—".into(),
+        };
+        out.push_str(&format!("| {label} | {s} | {p} | {r} |\n"));
+    }
+    let ms = |runs: &[&Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect()) / 1000.0;
+    for (label, key) in times {
+        let (s, p) = (ms(stock, key), ms(patched, key));
+        out.push_str(&format!("| {label} | {s:.2} | {p:.2} | {} |\n", ratio(s, p)));
+    }
+    out
+}
+
 fn patch_costs(root: &Path) -> Result<String> {
     let doc = match load(root, crate::bench::RESULTS, "`cargo xtask bench patches`")? {
         Ok(doc) => doc,
@@ -216,7 +236,6 @@ fn patch_costs(root: &Path) -> Result<String> {
     let arm = |name: &str| runs.iter().filter(|r| r["arm"] == name).collect::<Vec<_>>();
     let (stock, patched) = (arm("stock"), arm("patched"));
     let c = &doc["conditions"];
-    let ms = |runs: &[&Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect()) / 1000.0;
     let mut out = conditions_line(c, "cargo xtask bench patches");
     out.push_str(&versions_line(c));
     out.push_str(&format!(
@@ -224,26 +243,19 @@ fn patch_costs(root: &Path) -> Result<String> {
         c["rustc"].as_str().unwrap_or("?"),
         c["rev"].as_str().unwrap_or("?"),
     ));
-    out.push_str("| measure | stock crates | patched (vendor/) | patched ÷ stock |\n|---|---|---|---|\n");
-    for (label, key) in [
-        ("threads started during generation", "threads_started"),
-        ("objects selected", "selected_objects"),
-        ("pack entries written", "pack_entries"),
-        ("entries copied from the pack", "copied_from_pack"),
-        ("entries decoded and re-deflated", "re_deflated"),
-        ("pack bytes", "pack_bytes"),
-    ] {
-        let (s, p) = (count(&stock, key), count(&patched, key));
-        let r = match (s.parse::<f64>(), p.parse::<f64>()) {
-            (Ok(s), Ok(p)) => ratio(s, p),
-            _ => "—".into(),
-        };
-        out.push_str(&format!("| {label} | {s} | {p} | {r} |\n"));
-    }
-    for (label, key) in [("process CPU per generation, median (ms)", "cpu_us"), ("wall per generation, median (ms)", "wall_us")] {
-        let (s, p) = (ms(&stock, key), ms(&patched, key));
-        out.push_str(&format!("| {label} | {s:.2} | {p:.2} | {} |\n", ratio(s, p)));
-    }
+    out.push_str(&stock_vs_patched(
+        &stock,
+        &patched,
+        &[
+            ("threads started during generation", "threads_started"),
+            ("objects selected", "selected_objects"),
+            ("pack entries written", "pack_entries"),
+            ("entries copied from the pack", "copied_from_pack"),
+            ("entries decoded and re-deflated", "re_deflated"),
+            ("pack bytes", "pack_bytes"),
+        ],
+        &[("process CPU per generation, median (ms)", "cpu_us"), ("wall per generation, median (ms)", "wall_us")],
+    ));
     Ok(out)
 }
 
@@ -292,23 +304,15 @@ fn index_costs(root: &Path) -> Result<String> {
     let arm = |name: &str| runs.iter().filter(|r| r["arm"] == name).collect::<Vec<_>>();
     let (stock, patched) = (arm("stock"), arm("patched"));
     let c = &doc["conditions"];
-    let ms = |runs: &[&Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect()) / 1000.0;
     let mut out = conditions_line(c, "cargo xtask bench patches");
     out.push_str(&versions_line(c));
     out.push_str(" Fixture: the `patch-costs` repository's pack, indexed by `Bundle::write_to_directory` with `thread_limit: Some(1)` (threads seen by a sampler of /proc/self/task during the call).\n\n");
-    out.push_str("| measure | stock crates | patched (vendor/) | patched ÷ stock |\n|---|---|---|---|\n");
-    for (label, key) in [("objects indexed", "index_objects"), ("threads started during indexing", "index_threads_started")] {
-        let (s, p) = (count(&stock, key), count(&patched, key));
-        let r = match (s.parse::<f64>(), p.parse::<f64>()) {
-            (Ok(s), Ok(p)) => ratio(s, p),
-            _ => "—".into(),
-        };
-        out.push_str(&format!("| {label} | {s} | {p} | {r} |\n"));
-    }
-    for (label, key) in [("process CPU per indexing, median (ms)", "index_cpu_us"), ("wall per indexing, median (ms)", "index_wall_us")] {
-        let (s, p) = (ms(&stock, key), ms(&patched, key));
-        out.push_str(&format!("| {label} | {s:.2} | {p:.2} | {} |\n", ratio(s, p)));
-    }
+    out.push_str(&stock_vs_patched(
+        &stock,
+        &patched,
+        &[("objects indexed", "index_objects"), ("threads started during indexing", "index_threads_started")],
+        &[("process CPU per indexing, median (ms)", "index_cpu_us"), ("wall per indexing, median (ms)", "index_wall_us")],
+    ));
     Ok(out)
 }
 
