@@ -69,19 +69,7 @@ fn http_backend(base: &Path, scratch: &Path) -> Option<(Killed, u16)> {
     Command::new("lighttpd").arg("-v").output().ok()?;
     let port = free_port();
     let conf = scratch.join("lighttpd.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "server.modules = (\"mod_alias\", \"mod_cgi\", \"mod_setenv\")\nserver.document-root = \"{s}\"\nserver.port = {port}\n\
-             server.bind = \"127.0.0.1\"\nserver.errorlog = \"{s}/lighttpd-error.log\"\n\
-             alias.url = ( \"/git\" => \"{backend}\" )\n\
-             $HTTP[\"url\"] =~ \"^/git\" {{\n  cgi.assign = (\"\" => \"\")\n  setenv.add-environment = ( \"GIT_PROJECT_ROOT\" => \"{b}\", \"GIT_HTTP_EXPORT_ALL\" => \"\" )\n}}\n",
-            s = scratch.display(),
-            b = base.display(),
-            backend = git_exec_path().join("git-http-backend").display(),
-        ),
-    )
-    .unwrap();
+    std::fs::write(&conf, bench_support::http_backend_conf(scratch, base, &git_exec_path().join("git-http-backend"), port, false)).unwrap();
     let child = Command::new("lighttpd").arg("-D").arg("-f").arg(&conf).spawn().ok()?;
     wait_for_port(port);
     Some((Killed(child), port))

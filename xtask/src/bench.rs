@@ -375,17 +375,7 @@ fn start_arms(root: &Path, base: &Path, repo: &str, scratch: &Path) -> Result<Ve
 
     let port = free_port()?;
     let conf = scratch.join("lighttpd.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "server.modules = (\"mod_alias\", \"mod_cgi\", \"mod_setenv\")\nserver.document-root = \"{s}\"\nserver.port = {port}\n\
-             server.bind = \"127.0.0.1\"\nserver.errorlog = \"{s}/lighttpd-error.log\"\n\
-             alias.url = ( \"/git\" => \"/usr/lib/git-core/git-http-backend\" )\n\
-             $HTTP[\"url\"] =~ \"^/git\" {{\n  cgi.assign = (\"\" => \"\")\n  setenv.add-environment = ( \"GIT_PROJECT_ROOT\" => \"{b}\", \"GIT_HTTP_EXPORT_ALL\" => \"\" )\n}}\n",
-            s = scratch.display(),
-            b = base.display()
-        ),
-    )?;
+    std::fs::write(&conf, bench_support::http_backend_conf(scratch, base, Path::new("/usr/lib/git-core/git-http-backend"), port, false))?;
     let lighttpd = Command::new("lighttpd").arg("-D").arg("-f").arg(&conf).spawn().context("lighttpd (apt-get install lighttpd)")?;
     wait_for_port(port)?;
     arms.push(Arm { name: "git http-backend (lighttpd)", server: lighttpd, url: format!("http://127.0.0.1:{port}/git/{repo}") });

@@ -10,7 +10,6 @@ mod bench;
 mod bitmaps_bench;
 mod guards;
 mod narrow;
-mod relay;
 mod push_bench;
 mod queue;
 mod real_bench;

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::relay::{Relay, Upstream};
+use bench_support::relay::{Relay, Upstream};
 
 pub const NARROW_RESULTS: &str = "bench/results/narrow.json";
 

@@ -27,7 +27,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use crate::bench::{output, proc_cpu_us, round_order};
-use crate::relay::{Relay, Upstream};
+use bench_support::relay::{Relay, Upstream};
 
 pub const REAL_RESULTS: &str = "bench/results/real-repos.json";
 

@@ -4,15 +4,12 @@
 //! the pin the ramp runs under, read back from the kernel). Operations run one arm after the
 //! other, the order swapped every round; every client's exit status and resulting tip are
 //! checked, and a failure aborts the run rather than scoring it. Results append as JSON lines
-//! (a `conditions` line, then one line per measurement) to `bench/results/bakeoff.jsonl`;
+//! (a `conditions` line, then one line per measurement) to `bench/results/bakeoff/<run>.jsonl`;
 //! `render` writes `bench/bakeoff.md` and `bench/bakeoff.svg` from that file only.
 //!
 //! `cargo run -p bench --release -- bakeoff [--quick] [--rounds N] [--repo PATH]… [--label NAME]`
 //! `cargo run -p bench --release -- render`
 
-#[path = "../../../xtask/src/relay.rs"]
-#[allow(dead_code)]
-mod relay;
 mod render;
 
 use anyhow::{Context, Result, bail};
@@ -20,18 +17,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use relay::{Relay, Upstream};
+use bench_support::relay::{Relay, Upstream};
 
-pub const RESULTS: &str = "bench/results/bakeoff.jsonl";
+/// One file per run, `<run id>.jsonl`; a run that did not finish stays `.jsonl.partial` and is
+/// removed by the next run, so only finished runs are ever rendered or committed.
+pub const RESULTS: &str = "bench/results/bakeoff";
 const CGROUP: &str = "gixd-bakeoff";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("bakeoff") => bakeoff(&args[1..]),
-        Some("render") => render::run(&root()),
+        Some("render") => render::run(&root(), args.get(1).map(String::as_str) == Some("--check")),
         _ => {
-            eprintln!("usage: bench bakeoff [--quick] [--rounds N] [--repo PATH]… | bench render");
+            eprintln!("usage: bench bakeoff [--quick] [--rounds N] [--repo PATH]… | bench render [--check]");
             std::process::exit(2);
         }
     };
@@ -303,18 +302,7 @@ fn start_http_backend(base: &Path, scratch: &Path, group: Group) -> Result<Arm> 
     let port = free_port()?;
     let conf = scratch.join("lighttpd.conf");
     let backend = Path::new(&output(Command::new("git").arg("--exec-path"))?).join("git-http-backend");
-    std::fs::write(
-        &conf,
-        format!(
-            "server.modules = (\"mod_alias\", \"mod_cgi\", \"mod_setenv\")\nserver.document-root = \"{s}\"\nserver.port = {port}\n\
-             server.bind = \"127.0.0.1\"\nserver.errorlog = \"{s}/lighttpd-error.log\"\nserver.max-worker = 0\n\
-             alias.url = ( \"/git\" => \"{backend}\" )\n\
-             $HTTP[\"url\"] =~ \"^/git\" {{\n  cgi.assign = (\"\" => \"\")\n  setenv.add-environment = ( \"GIT_PROJECT_ROOT\" => \"{b}\", \"GIT_HTTP_EXPORT_ALL\" => \"\" )\n}}\n",
-            s = scratch.display(),
-            b = base.display(),
-            backend = backend.display(),
-        ),
-    )?;
+    std::fs::write(&conf, bench_support::http_backend_conf(scratch, base, &backend, port, true))?;
     let child = Command::new("lighttpd").arg("-D").arg("-f").arg(&conf).spawn().context("lighttpd (apt-get install lighttpd)")?;
     group.enter(child.id())?;
     wait_for_port(port)?;
@@ -529,9 +517,18 @@ fn bakeoff(args: &[String]) -> Result<()> {
         bail!("gixd itself did not start");
     }
 
-    let results = root.join(RESULTS);
-    std::fs::create_dir_all(results.parent().unwrap())?;
-    let mut out = std::fs::OpenOptions::new().create(true).append(true).open(&results)?;
+    let dir = root.join(RESULTS);
+    std::fs::create_dir_all(&dir)?;
+    for entry in std::fs::read_dir(&dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "partial") {
+            eprintln!("removing an unfinished run: {}", path.display());
+            std::fs::remove_file(&path)?;
+        }
+    }
+    let results = dir.join(format!("{run_id}.jsonl"));
+    let partial = dir.join(format!("{run_id}.jsonl.partial"));
+    let mut out = std::fs::File::create(&partial)?;
     use std::io::Write;
     let conditions = row(
         "conditions",
@@ -647,10 +644,12 @@ fn bakeoff(args: &[String]) -> Result<()> {
         arm.group.limit(None, None)?;
     }
     writeln!(out, "{}", row("end", serde_json::json!({ "run": run_id, "loadavg_end": loadavg() })))?;
+    drop(out);
+    std::fs::rename(&partial, &results)?;
     drop(arms);
     let _ = std::fs::remove_dir_all(&scratch);
-    eprintln!("appended run {run_id} to {RESULTS}; render with `cargo run -p bench --release -- render`");
-    render::run(&root)
+    eprintln!("wrote run {run_id} to {}; render with `cargo run -p bench --release -- render`", results.display());
+    render::run(&root, false)
 }
 
 /// Wait until the server's process tree is back to the server alone (children reaped), at most

@@ -1,6 +1,6 @@
 //! A loopback TCP relay that counts the bytes going from the server to the client: the one
 //! instrument put in front of every server a benchmark compares, so every arm is counted alike.
-//! Shared source: `xtask` (bench narrow) and the `bench` crate (the bake-off) both include it.
+//! Used by `xtask` (bench narrow, bench real) and the bake-off (`bench/harness`).
 
 use anyhow::{Context, Result};
 use std::io::{Read, Write};
