@@ -303,65 +303,152 @@ impl File {
         out
     }
 
-    /// Apply the file to `config` (paths relative to `dir`, the file's directory).
-    pub fn apply(&self, config: &mut Config, dir: &std::path::Path) -> Result<(), String> {
-        if let Some(v) = self.listen {
-            config.listen = v;
+    /// What the file sets (paths made relative to `dir`, the file's directory): the layer
+    /// below the command line's flags in [`Overrides::resolve`].
+    pub fn overrides(&self, dir: &std::path::Path) -> Overrides {
+        let secs = std::time::Duration::from_secs;
+        let limits = self.limits.as_ref();
+        let mut services = Vec::new();
+        services.extend(self.enable.iter().flatten().map(|name| (name.clone(), true)));
+        services.extend(self.disable.iter().flatten().map(|name| (name.clone(), false)));
+        Overrides {
+            listen: self.listen,
+            git_listen: self.git_listen,
+            base_path: self.base_path.as_ref().map(|b| dir.join(b)),
+            exports: self.export_all.map(|all| if all { Exports::All } else { Exports::DaemonExportOk }),
+            token_file: Some(dir.join(self.token_file.clone().unwrap_or_else(|| "gixd-tokens.toml".into()))),
+            anonymous_read: self.anonymous_read,
+            stream_window: self.stream_window,
+            services,
+            informative_errors: self.informative_errors,
+            strict_paths: self.strict_paths,
+            user_path: self.user_path.clone(),
+            max_connections: self.max_connections,
+            maintenance_interval: self.maintenance_interval_secs.map(secs),
+            max_request_body: limits.and_then(|l| l.max_request_body),
+            max_inflated_body: limits.and_then(|l| l.max_inflated_body),
+            max_push_bytes: limits.and_then(|l| l.max_push_bytes),
+            max_object_bytes: limits.and_then(|l| l.max_object_bytes),
+            max_wants: limits.and_then(|l| l.max_wants),
+            max_haves: limits.and_then(|l| l.max_haves),
+            min_receive_rate: limits.and_then(|l| l.min_receive_rate),
+            worker_threads: limits.and_then(|l| l.worker_threads),
+            blocking_threads: limits.and_then(|l| l.blocking_threads),
+            max_transfers: limits.and_then(|l| l.max_transfers),
+            transfer_queue_wait: limits.and_then(|l| l.queue_wait_secs).map(secs),
+            io_timeout: limits.and_then(|l| l.io_timeout_secs).map(secs),
+            init_timeout: limits.and_then(|l| l.init_timeout_secs).map(secs),
+            ..Overrides::default()
         }
+    }
+}
+
+/// Settings given by one layer of configuration — the configuration file, then the command
+/// line's flags and environment — each `None` (or empty) where that layer says nothing.
+/// Precedence lives here and nowhere else: [`Overrides::over`] stacks a layer on another,
+/// [`Overrides::resolve`] applies the stack to the embedded defaults and sizes what is left for
+/// the CPU budget, last.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub listen: Option<SocketAddr>,
+    pub git_listen: Option<SocketAddr>,
+    pub base_path: Option<PathBuf>,
+    pub exports: Option<Exports>,
+    pub token_file: Option<PathBuf>,
+    pub anonymous_read: Option<bool>,
+    pub stream_window: Option<usize>,
+    /// Services switched on (`true`) or off, in the order given; a later switch wins.
+    pub services: Vec<(String, bool)>,
+    pub informative_errors: Option<bool>,
+    pub strict_paths: Option<bool>,
+    pub user_path: Option<String>,
+    pub whitelist: Option<Vec<PathBuf>>,
+    pub max_connections: Option<usize>,
+    pub maintenance_interval: Option<std::time::Duration>,
+    pub max_request_body: Option<usize>,
+    pub max_inflated_body: Option<usize>,
+    pub max_push_bytes: Option<u64>,
+    pub max_object_bytes: Option<usize>,
+    pub max_wants: Option<usize>,
+    pub max_haves: Option<usize>,
+    pub min_receive_rate: Option<u64>,
+    pub worker_threads: Option<usize>,
+    pub blocking_threads: Option<usize>,
+    pub max_transfers: Option<usize>,
+    pub transfer_queue_wait: Option<std::time::Duration>,
+    pub io_timeout: Option<std::time::Duration>,
+    pub init_timeout: Option<std::time::Duration>,
+}
+
+impl Overrides {
+    /// `self` stacked on `below`: what `self` sets wins, what it leaves out keeps `below`'s.
+    pub fn over(self, below: Overrides) -> Overrides {
+        macro_rules! pick {
+            ($($field:ident),* $(,)?) => { Overrides { $( $field: self.$field.or(below.$field), )* services: below.services.into_iter().chain(self.services).collect() } };
+        }
+        pick!(
+            listen, git_listen, base_path, exports, token_file, anonymous_read, stream_window, informative_errors, strict_paths, user_path,
+            whitelist, max_connections, maintenance_interval, max_request_body, max_inflated_body, max_push_bytes, max_object_bytes, max_wants,
+            max_haves, min_receive_rate, worker_threads, blocking_threads, max_transfers, transfer_queue_wait, io_timeout, init_timeout,
+        )
+    }
+
+    /// `defaults` with every setting given here applied, then the sizes no layer fixed derived
+    /// for `effective_cpus` (a worker per CPU, two transfers per CPU, blocking threads for the
+    /// transfers plus two) and floored where a value would stop the server working.
+    pub fn resolve(&self, mut config: Config, effective_cpus: usize) -> Result<Config, String> {
+        macro_rules! set {
+            ($($field:ident),* $(,)?) => { $( if let Some(v) = self.$field.clone() { config.$field = v; } )* };
+        }
+        set!(listen, base_path, exports, anonymous_read, stream_window, informative_errors, max_connections, max_request_body, max_inflated_body);
+        set!(max_push_bytes, max_object_bytes, min_receive_rate, transfer_queue_wait);
         if self.git_listen.is_some() {
             config.git_listen = self.git_listen;
         }
-        if let Some(base) = &self.base_path {
-            config.base_path = dir.join(base);
+        if self.token_file.is_some() {
+            config.token_file = self.token_file.clone();
         }
-        if let Some(all) = self.export_all {
-            config.exports = if all { Exports::All } else { Exports::DaemonExportOk };
+        if self.maintenance_interval.is_some() {
+            config.maintenance_interval = self.maintenance_interval.map(|d| d.max(std::time::Duration::from_secs(60)));
         }
-        config.token_file = Some(dir.join(self.token_file.clone().unwrap_or_else(|| "gixd-tokens.toml".into())));
-        if let Some(v) = self.anonymous_read {
-            config.anonymous_read = v;
+        for (name, on) in &self.services {
+            config.services.set(name, *on)?;
         }
-        if let Some(v) = self.stream_window {
-            config.stream_window = v;
-        }
-        for name in self.enable.iter().flatten() {
-            config.services.set(name, true)?;
-        }
-        for name in self.disable.iter().flatten() {
-            config.services.set(name, false)?;
-        }
-        if let Some(v) = self.informative_errors {
-            config.informative_errors = v;
-        }
-        if let Some(v) = self.strict_paths {
-            config.paths.strict = v;
+        if let Some(strict) = self.strict_paths {
+            config.paths.strict = strict;
         }
         if self.user_path.is_some() {
             config.paths.user_path = self.user_path.clone();
         }
-        if let Some(v) = self.max_connections {
-            config.max_connections = v;
+        if let Some(dirs) = &self.whitelist {
+            config.paths.whitelist = dirs.clone();
         }
-        if let Some(v) = self.maintenance_interval_secs {
-            config.maintenance_interval = Some(std::time::Duration::from_secs(v.max(60)));
+        let at_least_a_second = |d: std::time::Duration| d.max(std::time::Duration::from_secs(1));
+        if let Some(d) = self.io_timeout {
+            config.io_timeout = at_least_a_second(d);
         }
-        if let Some(l) = &self.limits {
-            let secs = std::time::Duration::from_secs;
-            macro_rules! set {
-                ($($field:ident),*) => { $( if let Some(v) = l.$field { config.$field = v; } )* };
-            }
-            set!(max_request_body, max_inflated_body, max_push_bytes, max_object_bytes, max_wants, max_haves, max_transfers, worker_threads, blocking_threads, min_receive_rate);
-            if let Some(v) = l.io_timeout_secs {
-                config.io_timeout = secs(v.max(1));
-            }
-            if let Some(v) = l.init_timeout_secs {
-                config.init_timeout = secs(v.max(1));
-            }
-            if let Some(v) = l.queue_wait_secs {
-                config.transfer_queue_wait = secs(v);
-            }
+        if let Some(d) = self.init_timeout {
+            config.init_timeout = at_least_a_second(d);
         }
-        Ok(())
+        if let Some(n) = self.max_wants {
+            config.max_wants = n.max(1);
+        }
+        if let Some(n) = self.max_haves {
+            config.max_haves = n.max(1);
+        }
+        // Sizes last: each one no layer gave follows from the budget and from the others.
+        config.size_for(effective_cpus);
+        if let Some(n) = self.worker_threads {
+            config.worker_threads = n.max(1);
+        }
+        if let Some(n) = self.max_transfers {
+            config.max_transfers = n.max(1);
+            config.blocking_threads = config.max_transfers + 2;
+        }
+        if let Some(n) = self.blocking_threads {
+            config.blocking_threads = n.max(config.max_transfers + 1);
+        }
+        Ok(config)
     }
 }
 
@@ -376,4 +463,45 @@ pub fn default_token_file() -> PathBuf {
     }
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
     home.join(".local/state/gixd/tokens.toml")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> Overrides {
+        toml::from_str::<File>(text).expect("valid").overrides(std::path::Path::new("/etc/gixd"))
+    }
+
+    #[test]
+    fn a_flag_wins_over_the_file_and_an_absent_flag_keeps_the_files_value() {
+        let file = file("strict_paths = true\nuser_path = \"pub\"\nmax_connections = 7\n[limits]\nmax_wants = 10\n");
+        let flags = Overrides { max_connections: Some(3), ..Overrides::default() };
+        let config = flags.over(file).resolve(Config::new("/srv".into()), 2).unwrap();
+        assert_eq!(config.max_connections, 3);
+        assert!(config.paths.strict);
+        assert_eq!(config.paths.user_path.as_deref(), Some("pub"));
+        assert_eq!(config.max_wants, 10);
+        assert_eq!(config.token_file.as_deref(), Some(std::path::Path::new("/etc/gixd/gixd-tokens.toml")));
+    }
+
+    #[test]
+    fn sizes_no_layer_gives_follow_the_cpu_budget_and_each_other() {
+        let none = Overrides::default().resolve(Config::new("/srv".into()), 3).unwrap();
+        assert_eq!((none.worker_threads, none.max_transfers, none.blocking_threads), (3, 6, 8));
+        let transfers = file("[limits]\nmax_transfers = 4\n").resolve(Config::new("/srv".into()), 3).unwrap();
+        assert_eq!((transfers.worker_threads, transfers.max_transfers, transfers.blocking_threads), (3, 4, 6));
+        let too_few = Overrides { blocking_threads: Some(1), ..Overrides::default() }.over(file("[limits]\nmax_transfers = 4\n"));
+        assert_eq!(too_few.resolve(Config::new("/srv".into()), 1).unwrap().blocking_threads, 5, "a thread beside the transfers");
+    }
+
+    #[test]
+    fn service_switches_apply_in_order_across_layers() {
+        let file = file("enable = [\"receive-pack\", \"upload-archive\"]\n");
+        let flags = Overrides { services: vec![("receive-pack".into(), false)], ..Overrides::default() };
+        let config = flags.over(file).resolve(Config::new("/srv".into()), 1).unwrap();
+        assert_eq!(config.services, Services { upload_pack: true, receive_pack: false, upload_archive: true });
+        let unknown = Overrides { services: vec![("frobnicate".into(), true)], ..Overrides::default() };
+        assert!(unknown.resolve(Config::new("/srv".into()), 1).err().is_some_and(|e| e.contains("frobnicate")));
+    }
 }

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use gixd::config::{Config, Exports};
+use gixd::config::{Config, Exports, Overrides};
 
 /// `gixd --version`: ours, gitoxide's, and the patches built in.
 const VERSION: &str = concat!(
@@ -68,9 +68,8 @@ impl TokenStoreArg {
             return Ok(path.clone());
         }
         if let Some(file) = &self.config {
-            let mut config = Config::new(".".into());
-            gixd::config::File::load(file)?.apply(&mut config, file.parent().unwrap_or(std::path::Path::new(".")))?;
-            return Ok(config.token_file.expect("a config file always names a token file"));
+            let overrides = gixd::config::File::load(file)?.overrides(file.parent().unwrap_or(std::path::Path::new(".")));
+            return Ok(overrides.token_file.expect("a config file always names a token file"));
         }
         Ok(gixd::config::default_token_file())
     }
@@ -123,37 +122,14 @@ struct Sizes {
 }
 
 impl Sizes {
-    /// Size `config` for the budget, then apply the configuration file's sizes and the flags;
-    /// returns the startup line and warning.
-    fn apply(&self, config: &mut Config, file: Option<&gixd::config::Limits>) -> (String, Option<String>) {
-        let budget = gixd::budget::read();
-        config.size_for(budget.effective());
-        if let Some(limits) = file {
-            if let Some(n) = limits.max_transfers {
-                config.max_transfers = n.max(1);
-                config.blocking_threads = config.max_transfers + 2;
-            }
-            if let Some(n) = limits.worker_threads {
-                config.worker_threads = n.max(1);
-            }
-            if let Some(n) = limits.blocking_threads {
-                config.blocking_threads = n.max(config.max_transfers + 1);
-            }
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            worker_threads: self.worker_threads,
+            blocking_threads: self.blocking_threads,
+            max_transfers: self.max_transfers,
+            transfer_queue_wait: self.queue_wait.map(std::time::Duration::from_secs),
+            ..Overrides::default()
         }
-        if let Some(n) = self.max_transfers {
-            config.max_transfers = n.max(1);
-            config.blocking_threads = config.max_transfers + 2;
-        }
-        if let Some(n) = self.worker_threads {
-            config.worker_threads = n.max(1);
-        }
-        if let Some(n) = self.blocking_threads {
-            config.blocking_threads = n.max(config.max_transfers + 1);
-        }
-        if let Some(secs) = self.queue_wait {
-            config.transfer_queue_wait = std::time::Duration::from_secs(secs);
-        }
-        budget.describe(&config.sizes())
     }
 }
 
@@ -222,27 +198,16 @@ struct LimitFlags {
 }
 
 impl LimitFlags {
-    fn apply(&self, config: &mut Config) {
-        if let Some(v) = self.max_request_body {
-            config.max_request_body = v;
-        }
-        if let Some(v) = self.max_inflated_body {
-            config.max_inflated_body = v;
-        }
-        if let Some(v) = self.max_push_bytes {
-            config.max_push_bytes = v;
-        }
-        if let Some(v) = self.max_object_bytes {
-            config.max_object_bytes = v;
-        }
-        if let Some(v) = self.min_receive_rate {
-            config.min_receive_rate = v;
-        }
-        if let Some(v) = self.max_wants {
-            config.max_wants = v.max(1);
-        }
-        if let Some(v) = self.max_haves {
-            config.max_haves = v.max(1);
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            max_request_body: self.max_request_body,
+            max_inflated_body: self.max_inflated_body,
+            max_push_bytes: self.max_push_bytes,
+            max_object_bytes: self.max_object_bytes,
+            min_receive_rate: self.min_receive_rate,
+            max_wants: self.max_wants,
+            max_haves: self.max_haves,
+            ..Overrides::default()
         }
     }
 }
@@ -282,25 +247,20 @@ struct DaemonFlags {
 }
 
 impl DaemonFlags {
-    fn apply(&self, config: &mut Config) -> Result<(), String> {
-        for service in &self.enable {
-            config.services.set(service, true)?;
+    /// What the flags given say; a boolean flag that is absent says nothing.
+    fn overrides(&self) -> Overrides {
+        let secs = std::time::Duration::from_secs;
+        let services = self.enable.iter().map(|n| (n.clone(), true)).chain(self.disable.iter().map(|n| (n.clone(), false))).collect();
+        Overrides {
+            services,
+            io_timeout: self.timeout.map(secs),
+            init_timeout: self.init_timeout.map(secs),
+            max_connections: self.max_connections,
+            informative_errors: self.informative_errors.then_some(true),
+            strict_paths: self.strict_paths.then_some(true),
+            user_path: self.user_path.clone(),
+            ..Overrides::default()
         }
-        for service in &self.disable {
-            config.services.set(service, false)?;
-        }
-        if let Some(secs) = self.timeout {
-            config.io_timeout = std::time::Duration::from_secs(secs.max(1));
-        }
-        if let Some(secs) = self.init_timeout {
-            config.init_timeout = std::time::Duration::from_secs(secs.max(1));
-        }
-        if let Some(n) = self.max_connections {
-            config.max_connections = n;
-        }
-        config.paths.strict = self.strict_paths;
-        config.paths.user_path = self.user_path.clone();
-        Ok(())
     }
 }
 
@@ -365,14 +325,7 @@ fn main() -> std::process::ExitCode {
             })
             .map_err(Into::into)
         }
-        Command::Budget(sizes) => {
-            let (line, warning) = sizes.apply(&mut Config::new(".".into()), None);
-            println!("{line}");
-            if let Some(warning) = warning {
-                println!("warning: {warning}");
-            }
-            Ok(())
-        }
+        Command::Budget(sizes) => budget(&sizes),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -383,73 +336,80 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// `gixd budget`: the sizes `serve` would take here, and why.
+fn budget(sizes: &Sizes) -> Result<(), Box<dyn std::error::Error>> {
+    let budget = gixd::budget::read();
+    let config = sizes.overrides().resolve(Config::new(".".into()), budget.effective())?;
+    let (line, warning) = budget.describe(&config.sizes());
+    println!("{line}");
+    if let Some(warning) = warning {
+        println!("warning: {warning}");
+    }
+    Ok(())
+}
+
 fn daemon(args: Daemon) -> Result<(), Box<dyn std::error::Error>> {
-    let mut config = Config::new(args.base_path);
-    config.exports = if args.export_all { Exports::All } else { Exports::DaemonExportOk };
-    config.git_listen = Some(SocketAddr::new(args.listen, args.port));
-    config.max_connections = 32;
-    config.informative_errors = args.daemon.informative_errors;
-    config.paths.whitelist = args.directories;
-    args.daemon.apply(&mut config)?;
     let _ = args.reuseaddr;
     let http = args.http_listen;
-    // Without --http-listen the HTTP listener takes a free loopback port nobody is told about.
-    config.listen = http.unwrap_or_else(|| "127.0.0.1:0".parse().expect("valid"));
-    run(config, args.sizes, None, None, http.is_some())
+    // git daemon's own defaults, below its flags: 32 connections, terse errors.
+    let defaults = Overrides {
+        exports: Some(if args.export_all { Exports::All } else { Exports::DaemonExportOk }),
+        git_listen: Some(SocketAddr::new(args.listen, args.port)),
+        max_connections: Some(32),
+        informative_errors: Some(false),
+        whitelist: Some(args.directories.clone()),
+        // Without --http-listen the HTTP listener takes a free loopback port nobody is told about.
+        listen: Some(http.unwrap_or_else(|| "127.0.0.1:0".parse().expect("valid"))),
+        ..Overrides::default()
+    };
+    let flags = args.sizes.overrides().over(args.daemon.overrides());
+    run(Config::new(args.base_path), flags.over(defaults), None, http.is_some())
 }
 
 fn serve(args: Serve) -> Result<(), Box<dyn std::error::Error>> {
-    let mut config = Config::new(".".into());
-    let mut base_path = None;
-    let mut file_limits = None;
-    if let Some(path) = &args.config {
-        let file = gixd::config::File::load(path)?;
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-        let problems = file.problems(dir);
-        if !problems.is_empty() {
-            return Err(format!("{}:\n  {}", path.display(), problems.join("\n  ")).into());
-        }
-        file.apply(&mut config, dir)?;
-        base_path = file.base_path.as_ref().map(|_| config.base_path.clone());
-        file_limits = file.limits;
-    }
-    if let Some(listen) = args.listen {
-        config.listen = listen;
-    }
-    if args.git_listen.is_some() {
-        config.git_listen = args.git_listen;
-    }
-    if let Some(window) = args.stream_window {
-        config.stream_window = window;
-    }
-    if args.export_all {
-        config.exports = Exports::All;
-    }
-    config.token_file = args.token_file.or(config.token_file).or_else(|| Some(gixd::config::default_token_file()));
-    if args.no_anonymous_read {
-        config.anonymous_read = false;
-    }
-    if let Some(secs) = args.maintenance_every {
-        config.maintenance_interval = Some(std::time::Duration::from_secs(secs.max(60)));
-    }
-    args.limits.apply(&mut config);
-    args.daemon.apply(&mut config)?;
-    let url_path = match args.base_path.or(base_path) {
-        Some(base) => {
-            config.base_path = base;
-            None
-        }
-        None => {
-            let cwd = std::env::current_dir()?;
-            let data_dir = std::env::temp_dir().join("gixd");
-            std::fs::create_dir_all(&data_dir)?;
-            let default = gixd::demo::default_repository(&cwd, &data_dir)?;
-            config.base_path = default.base_path;
-            config.exports = default.exports;
-            Some(default.url_path)
-        }
+    let file = match &args.config {
+        Some(path) => load_config(path)?,
+        None => Overrides::default(),
     };
-    run(config, args.sizes, file_limits.as_ref(), url_path, true)
+    let flags = Overrides {
+        listen: args.listen,
+        git_listen: args.git_listen,
+        base_path: args.base_path,
+        exports: args.export_all.then_some(Exports::All),
+        stream_window: args.stream_window,
+        token_file: args.token_file,
+        anonymous_read: args.no_anonymous_read.then_some(false),
+        maintenance_interval: args.maintenance_every.map(std::time::Duration::from_secs),
+        ..Overrides::default()
+    };
+    let mut layers = flags.over(args.limits.overrides()).over(args.daemon.overrides()).over(args.sizes.overrides()).over(file);
+    if layers.token_file.is_none() {
+        layers.token_file = Some(gixd::config::default_token_file());
+    }
+    let url_path = if layers.base_path.is_none() {
+        // No base path anywhere: serve the checkout gixd runs in, or a demo repository.
+        let cwd = std::env::current_dir()?;
+        let data_dir = std::env::temp_dir().join("gixd");
+        std::fs::create_dir_all(&data_dir)?;
+        let default = gixd::demo::default_repository(&cwd, &data_dir)?;
+        layers.base_path = Some(default.base_path);
+        layers.exports = Some(default.exports);
+        Some(default.url_path)
+    } else {
+        None
+    };
+    run(Config::new(".".into()), layers, url_path, true)
+}
+
+/// The configuration file's settings, refused with every problem named when it has any.
+fn load_config(path: &std::path::Path) -> Result<Overrides, Box<dyn std::error::Error>> {
+    let file = gixd::config::File::load(path)?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let problems = file.problems(dir);
+    if !problems.is_empty() {
+        return Err(format!("{}:\n  {}", path.display(), problems.join("\n  ")).into());
+    }
+    Ok(file.overrides(dir))
 }
 
 fn token(command: TokenCmd) -> Result<(), Box<dyn std::error::Error>> {
@@ -498,14 +458,7 @@ fn token(command: TokenCmd) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn check_config(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
-    let file = gixd::config::File::load(path)?;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    let problems = file.problems(dir);
-    if !problems.is_empty() {
-        return Err(format!("{}:\n  {}", path.display(), problems.join("\n  ")).into());
-    }
-    let mut config = Config::new(".".into());
-    file.apply(&mut config, dir)?;
+    let config = load_config(path)?.resolve(Config::new(".".into()), 1)?;
     println!(
         "{}: ok (listen {}, git:// {}, base path {}, tokens in {})",
         path.display(),
@@ -517,14 +470,11 @@ fn check_config(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>
     Ok(())
 }
 
-fn run(
-    mut config: Config,
-    sizes: Sizes,
-    file_limits: Option<&gixd::config::Limits>,
-    url_path: Option<String>,
-    announce_http: bool,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let (line, warning) = sizes.apply(&mut config, file_limits);
+/// Resolve the layers on `defaults` for the CPU budget gixd really has, and serve.
+fn run(defaults: Config, layers: Overrides, url_path: Option<String>, announce_http: bool) -> Result<(), Box<dyn std::error::Error>> {
+    let budget = gixd::budget::read();
+    let config = layers.resolve(defaults, budget.effective())?;
+    let (line, warning) = budget.describe(&config.sizes());
     tracing::info!("{line}");
     if let Some(warning) = warning {
         tracing::warn!("{warning}");

@@ -185,3 +185,19 @@ fn a_push_cut_by_kill_9_leaves_the_old_ref_and_the_next_start_cleans_up() {
     git_ok(&work, &["push", "-q", &url, "main"]);
     assert_eq!(git_ok(&repo, &["rev-parse", "main"]), new);
 }
+
+/// What the configuration file says stands unless a flag says otherwise: a boolean flag that is
+/// not given (`--strict-paths`) or an optional one (`--user-path`) must not reset the file's
+/// value to the flag's default.
+#[test]
+fn a_config_file_setting_holds_when_its_flag_is_not_given() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_repo, config, _work, _secret) = setup(tmp.path());
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{text}strict_paths = true\n")).unwrap();
+    let server = serve(&config);
+    let ls = |path: &str| git(tmp.path(), &["ls-remote", &format!("http://{}/{path}", server.addr)]);
+    assert!(ls("r.git").status.success(), "the exact git directory is served");
+    let out = ls("r");
+    assert!(!out.status.success(), "strict_paths = true: 'r' must not find r.git ({})", String::from_utf8_lossy(&out.stdout));
+}
