@@ -62,16 +62,8 @@ def main():
             result = client.fetch(rpath, r, protocol_version=pv)
             _import_remote_refs(r.refs, "origin", result.refs, message=b"fetch: from origin")
             return 0
-    spec = a.args[1]
-    if a.cmd == "delete":
-        spec = ":" + spec
-    result = porcelain.push(path, "origin", [spec], force=a.force, errstream=err, **creds())
-    failed = {ref: e for ref, e in (result.ref_status or {}).items() if e is not None}
-    if failed:
-        for ref, e in failed.items():
-            print(f"dulwich: push of {ref.decode()} rejected: {e}", file=sys.stderr)
-        return 1
-    return 0
+    result = porcelain.push(path, "origin", [driver_cli.refspec(a)], force=a.force, errstream=err, **creds())
+    return driver_cli.rejected("dulwich", [f"{ref.decode()}: {e}" for ref, e in (result.ref_status or {}).items() if e is not None])
 
 
 if __name__ == "__main__":

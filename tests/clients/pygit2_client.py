@@ -57,17 +57,8 @@ def main():
     if a.cmd == "fetch":
         origin.fetch(["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"], callbacks=cb)
         return 0
-    spec = a.args[1]
-    if a.cmd == "delete":
-        spec = ":" + spec
-    elif a.force and not spec.startswith("+"):
-        spec = "+" + spec
-    origin.push([spec], callbacks=cb)
-    if cb.rejected:
-        for r in cb.rejected:
-            print(f"pygit2: rejected {r}", file=sys.stderr)
-        return 1
-    return 0
+    origin.push([driver_cli.refspec(a, plus_for_force=True)], callbacks=cb)
+    return driver_cli.rejected("pygit2", cb.rejected)
 
 
 if __name__ == "__main__":

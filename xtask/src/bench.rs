@@ -328,7 +328,8 @@ fn stop_strace(mut child: std::process::Child, out: &Path) -> Result<u64> {
         .sum())
 }
 
-fn pack_bytes(clone: &Path) -> Result<u64> {
+/// Bytes of every pack file of a git directory.
+pub(crate) fn pack_bytes(clone: &Path) -> Result<u64> {
     let mut total = 0;
     for e in std::fs::read_dir(clone.join("objects/pack"))? {
         let p = e?.path();

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use crate::bench::{output, proc_cpu_us, round_order};
+use crate::bench::{output, pack_bytes, proc_cpu_us, round_order};
 use bench_support::relay::{Relay, Upstream};
 
 pub const REAL_RESULTS: &str = "bench/results/real-repos.json";
@@ -175,17 +175,6 @@ fn pack_files(repo: &Path, ext: &str) -> Result<usize> {
         .filter_map(|e| e.ok())
         .filter(|e| e.path().extension().is_some_and(|x| x == ext))
         .count())
-}
-
-fn pack_bytes(repo: &Path) -> Result<u64> {
-    let mut total = 0;
-    for e in std::fs::read_dir(repo.join("objects/pack"))? {
-        let p = e?.path();
-        if p.extension().is_some_and(|x| x == "pack") {
-            total += std::fs::metadata(&p)?.len();
-        }
-    }
-    Ok(total)
 }
 
 /// Objects the client holds (each once, whatever pack it is in).
