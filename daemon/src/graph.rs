@@ -63,6 +63,8 @@ pub fn peel_tag(repo: &gix::Repository, id: ObjectId) -> Result<Option<ObjectId>
 pub struct CommitInfo {
     pub time: i64,
     pub parents: Vec<ObjectId>,
+    /// The root tree: a walk that goes on into the commit's trees need not decode it again.
+    pub tree: ObjectId,
 }
 
 /// Decoded commits of one repository, kept across requests: a commit's id fixes its content,
@@ -85,7 +87,8 @@ impl CommitCache {
         let commit = repo.find_commit(id).map_err(|_| ServeError::MissingObject(id))?;
         // An unreadable committer date counts as the oldest (git's parse_commit date 0).
         let time = commit.time().map_or(0, |t| t.seconds);
-        let info = std::sync::Arc::new(CommitInfo { time, parents: commit.parent_ids().map(|p| p.detach()).collect() });
+        let tree = commit.tree_id().map_err(|_| ServeError::MissingObject(id))?.detach();
+        let info = std::sync::Arc::new(CommitInfo { time, parents: commit.parent_ids().map(|p| p.detach()).collect(), tree });
         let mut map = self.map.lock().expect("not poisoned");
         if map.len() < Self::LIMIT {
             map.insert(id, info.clone());

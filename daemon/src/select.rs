@@ -42,8 +42,9 @@ pub struct Selection {
     /// By bitmap: the pack positions of the first objects (those in the bitmapped pack), so the
     /// pack writer knows where each entry is and how long it is without looking it up.
     pub in_pack: Option<(std::sync::Arc<PackBitmap>, Vec<u32>)>,
-    /// Everything in `client_has` is readable by this client (it came from edge commits of the
-    /// selection only): a thin base from it needs no readability check.
+    /// Everything the client is known to have ([`Self::client_has`]) is readable by this client:
+    /// walking, it came from edge commits of the selection only; by bitmap, every common commit
+    /// was found reachable from a visible ref. A thin base from it needs no further check.
     pub held_is_readable: bool,
     /// By bitmap: everything the wants reach, before what the client has was taken out. The
     /// wants are readable (checked before selection), so all of it is: a delta base found here
@@ -64,7 +65,7 @@ impl Selection {
     /// Does the client have `id` from an edge commit of this selection? Then it may read it too
     /// (an edge is a parent of a commit a want reaches): a thin base that needs no further check.
     pub fn client_has_readably(&self, id: &gix_hash::oid) -> bool {
-        self.held_is_readable && self.client_has.contains(id)
+        self.held_is_readable && self.client_has(id)
     }
 
     /// Does the client have `id` for sure (a thin-pack base it may be given)?
@@ -400,12 +401,16 @@ pub fn select_by_walking(repo: &gix::Repository, request: &Request<'_>) -> Resul
 /// pack order, then those outside the bitmapped pack (pushed since the last repack, walked
 /// through) in id order.
 fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &std::sync::Arc<PackBitmap>) -> Result<Option<Selection>, ServeError> {
-    let mut want = bitmap.reachable(repo, request.wants)?;
+    // What the client has first, then the wants' walk stops at it (git's order): the wants'
+    // side then decodes only what is new to the client, not every tree down to covered commits.
+    let held = if request.common.is_empty() { None } else { Some(bitmap.reachable(repo, request.common, None)?) };
+    let mut want = bitmap.reachable(repo, request.wants, held.as_ref())?;
     let mut held_by_client = None;
     let mut wants_reach = None;
-    if !request.common.is_empty() {
+    let mut held_is_readable = false;
+    if let Some(held) = held {
         wants_reach = Some(want.bits.clone());
-        let held = bitmap.reachable(repo, request.common)?;
+        held_is_readable = common_is_readable(repo, request, bitmap, &want)?;
         want.bits.and_not(&held.bits);
         want.extra.retain(|id, _| !held.extra.contains_key(id));
         held_by_client = Some((bitmap.clone(), held));
@@ -445,10 +450,31 @@ fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &st
         objects,
         client_has: HashSet::new(),
         held: held_by_client,
-        held_is_readable: false,
+        held_is_readable,
         in_pack: Some((bitmap.clone(), positions)),
         wants_reach,
         by_bitmap: true,
+    }))
+}
+
+/// Is every common commit reachable from a ref this client may read? Then so is all the client
+/// is known to have (their reach), and any of it may be a thin base. Decided at commit level:
+/// a common commit is readable when it is a visible tip (or what one peels to), when the
+/// wants' walk met it (a parent of a commit the wants reach) or reached it through a covered
+/// commit's bitmap; the rest must be reached, commits only, from those.
+fn common_is_readable(repo: &gix::Repository, request: &Request<'_>, bitmap: &PackBitmap, want: &crate::bitmap::Reach) -> Result<bool, ServeError> {
+    let met: HashSet<ObjectId> = want.met.iter().copied().collect();
+    let readable_by_itself = |id: &ObjectId| {
+        request.refs.is_tip(id) || request.refs.is_peeled_tip(id) || met.contains(id) || bitmap.pos(id).is_some_and(|pos| want.bits.get(pos))
+    };
+    let (known, rest): (Vec<ObjectId>, Vec<ObjectId>) = request.common.iter().copied().partition(readable_by_itself);
+    if rest.is_empty() {
+        return Ok(true);
+    }
+    let reach = bitmap.reachable_commits(repo, &known)?;
+    Ok(rest.iter().all(|id| match bitmap.pos(id) {
+        Some(pos) => reach.bits.get(pos),
+        None => reach.extra.contains_key(id),
     }))
 }
 
@@ -511,7 +537,7 @@ pub fn readable_objects(repos: &crate::repo::Repos, served: &crate::repo::Served
         READABLE_SETS_COMPUTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(match crate::bitmap::of(repos, served, repo) {
             Some(bitmap) => {
-                let reach = bitmap.reachable(repo, &refs.tips())?;
+                let reach = bitmap.reachable(repo, &refs.tips(), None)?;
                 Readable::Bitmap { bitmap, reach }
             }
             None => Readable::Set(reachable_from(repo, &refs.tips())?),

@@ -317,10 +317,31 @@ impl PackBitmap {
     /// commit a newer tip's bitmap already holds costs one bit test, not a walk down to its own
     /// covered ancestor; then the trees of the commits no bitmap covered, each object's bit
     /// tested before it is decoded or descended into.
-    pub fn reachable(&self, repo: &gix::Repository, tips: &[ObjectId]) -> Result<Reach, crate::error::ServeError> {
+    ///
+    /// With `seen` (what the client has, reached first, as git's `find_objects` is given the
+    /// haves' bitmap), the walk stops at anything in it: those objects are left out of the
+    /// answer but for the bits OR'ed closures carry, and the commits of `seen` the walk met
+    /// below its own are listed in [`Reach::met`].
+    pub fn reachable(&self, repo: &gix::Repository, tips: &[ObjectId], seen: Option<&Reach>) -> Result<Reach, crate::error::ServeError> {
+        self.walk(repo, tips, seen, true)
+    }
+
+    /// The commits reachable from `tips` (and what covered commits' bitmaps carry): the first
+    /// half of [`Self::reachable`], no tree decoded.
+    pub fn reachable_commits(&self, repo: &gix::Repository, tips: &[ObjectId]) -> Result<Reach, crate::error::ServeError> {
+        self.walk(repo, tips, None, false)
+    }
+
+    fn walk(&self, repo: &gix::Repository, tips: &[ObjectId], seen: Option<&Reach>, trees: bool) -> Result<Reach, crate::error::ServeError> {
         use crate::error::ServeError;
         use std::collections::BinaryHeap;
-        let mut reach = Reach { bits: Bits::new(self.len()), extra: std::collections::HashMap::new() };
+        let mut reach = Reach { bits: Bits::new(self.len()), extra: std::collections::HashMap::new(), met: Vec::new() };
+        let in_seen = |pos: Option<usize>, id: &ObjectId| {
+            seen.is_some_and(|seen| match pos {
+                Some(pos) => seen.bits.get(pos),
+                None => seen.extra.contains_key(id),
+            })
+        };
         let mut buf = Vec::new();
         // Tips: tags are peeled (each tag object is reached), commits go to the commit walk,
         // trees and blobs to the object walk.
@@ -364,7 +385,12 @@ impl PackBitmap {
         // Commits, newest first.
         let mut uncovered = Vec::new();
         while let Some((_, id)) = queue.pop() {
-            if let Some(pos) = self.pos(&id) {
+            let pos = self.pos(&id);
+            if in_seen(pos, &id) {
+                reach.met.push(id);
+                continue;
+            }
+            if let Some(pos) = pos {
                 if reach.bits.get(pos) {
                     continue;
                 }
@@ -377,10 +403,17 @@ impl PackBitmap {
             }
             self.mark(&mut reach, id, Kind::Commit);
             for parent in parents_of.remove(&id).unwrap_or_default() {
-                let done = match self.pos(&parent) {
+                let pos = self.pos(&parent);
+                let done = match pos {
                     Some(pos) => reach.bits.get(pos),
                     None => reach.extra.contains_key(&parent),
                 };
+                if !done && in_seen(pos, &parent) {
+                    if queued.insert(parent) {
+                        reach.met.push(parent);
+                    }
+                    continue;
+                }
                 if !done && queued.insert(parent) {
                     let (time, grandparents) = commit_time(parent, &mut buf)?;
                     parents_of.insert(parent, grandparents);
@@ -389,13 +422,16 @@ impl PackBitmap {
             }
             uncovered.push(id);
         }
+        if !trees {
+            tracing::debug!(tips = tips.len(), commits = queued.len(), uncovered = uncovered.len(), met = reach.met.len(), "bitmap reach of commits");
+            return Ok(reach);
+        }
         // The trees of uncovered commits, and tips that are trees or blobs.
         for commit in &uncovered {
-            let data = repo.objects.try_find(commit, &mut buf)?.ok_or(ServeError::MissingObject(*commit))?;
-            let tree = gix_object::CommitRefIter::from_bytes(data.data, commit.kind()).tree_id().map_err(|_| ServeError::MissingObject(*commit))?;
-            objects.push(tree);
+            objects.push(self.commits.get(repo, *commit)?.tree);
         }
         let mut stack = objects;
+        let mut decoded = 0usize;
         // What this walk met already (git's SEEN flag): a hash test, where looking the id up in
         // the pack again would be a search — a changed tree's unchanged entries come up once
         // per uncovered commit.
@@ -405,6 +441,9 @@ impl PackBitmap {
                 continue;
             }
             let pos = self.pos(&id);
+            if in_seen(pos, &id) {
+                continue;
+            }
             match pos {
                 Some(pos) if reach.bits.get(pos) => continue,
                 // A blob of the pack needs no decoding: its bit is all there is to it.
@@ -415,6 +454,7 @@ impl PackBitmap {
                 None if reach.extra.contains_key(&id) => continue,
                 _ => {}
             }
+            decoded += 1;
             let data = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
             match pos {
                 Some(pos) => reach.bits.set(pos),
@@ -426,6 +466,7 @@ impl PackBitmap {
                 crate::graph::push_children(id, data.kind, data.data, &mut stack)?;
             }
         }
+        tracing::debug!(tips = tips.len(), commits = queued.len(), uncovered = uncovered.len(), met = reach.met.len(), decoded, "bitmap reach");
         Ok(reach)
     }
 
@@ -452,6 +493,9 @@ impl PackBitmap {
 pub struct Reach {
     pub bits: Bits,
     pub extra: std::collections::HashMap<ObjectId, Kind>,
+    /// With a `seen` reach: its commits where this walk stopped (parents of commits it reached,
+    /// or tips), each once.
+    pub met: Vec<ObjectId>,
 }
 
 /// Every id's first eight bytes in index order, and the index position where each first byte's
