@@ -58,8 +58,16 @@ fn nextest(dir: &Path, tests: &[String], target: Option<&Path>) -> Result<(bool,
 }
 
 /// A copy of the workspace (no target/) whose `[patch.crates-io]` takes `krate` from `tree`.
+/// Every workspace member is copied (as the root manifest lists them), and vendor/.
 fn workspace_without(root: &Path, ws: &Path, krate: &str, tree_dir: &Path) -> Result<()> {
-    for entry in ["daemon", "tests", "bench/harness", "vendor"] {
+    let mut doc: toml_edit::DocumentMut = std::fs::read_to_string(root.join("Cargo.toml"))?.parse()?;
+    let members: Vec<String> = doc["workspace"]["members"]
+        .as_array()
+        .context("[workspace] members in Cargo.toml")?
+        .iter()
+        .filter_map(|m| m.as_str().map(str::to_owned))
+        .collect();
+    for entry in members.iter().map(String::as_str).chain(["vendor"]) {
         let dest = ws.join(entry);
         if dest.exists() {
             std::fs::remove_dir_all(&dest)?;
@@ -67,7 +75,6 @@ fn workspace_without(root: &Path, ws: &Path, krate: &str, tree_dir: &Path) -> Re
         tree::copy_dir(&root.join(entry), &dest)?;
     }
     std::fs::copy(root.join("Cargo.lock"), ws.join("Cargo.lock"))?;
-    let mut doc: toml_edit::DocumentMut = std::fs::read_to_string(root.join("Cargo.toml"))?.parse()?;
     let mut inline = toml_edit::InlineTable::new();
     inline.insert("path", tree_dir.display().to_string().into());
     doc["patch"]["crates-io"][krate] = toml_edit::value(inline);

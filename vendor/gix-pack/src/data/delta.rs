@@ -102,6 +102,241 @@ pub(crate) fn apply(base: &[u8], mut target: &mut [u8], data: &[u8]) -> Result {
     Ok(())
 }
 
+/// Computing deltas: the inverse of [`apply`], in git's delta format (a varint base size and
+/// result size, then copy instructions naming a range of the base and insert instructions
+/// carrying up to 127 literal bytes), so every git and gitoxide reader applies them.
+///
+/// The base is indexed once ([`Index::new`]) in blocks of [`Index::BLOCK`] bytes by a rolling
+/// fingerprint of each block; a target is scanned with the same fingerprint rolled one byte at a
+/// time, each hit is verified byte for byte and extended as far as base and target agree, and
+/// the longest is copied. An index serves any number of targets, as a delta search tries one
+/// base against a window of objects.
+pub mod encode {
+    /// A base, indexed for [`Index::encode`].
+    pub struct Index<'a> {
+        base: &'a [u8],
+        /// Bucket → first entry of its chain (`u32::MAX`: none).
+        heads: Vec<u32>,
+        /// Entry → next entry of the same bucket.
+        next: Vec<u32>,
+        /// Entry → offset of its block in the base.
+        offsets: Vec<u32>,
+        mask: u32,
+    }
+
+    /// The fingerprint of a window: a polynomial over its bytes, rolled in and out one byte at
+    /// a time.
+    const MULTIPLIER: u32 = 0x0100_0193;
+
+    fn fingerprint(window: &[u8]) -> u32 {
+        window.iter().fold(0u32, |h, b| h.wrapping_mul(MULTIPLIER).wrapping_add(u32::from(*b) + 1))
+    }
+
+    /// What the first byte of a window counts in its fingerprint (`MULTIPLIER` to the power of
+    /// the window length less one): what is taken out when it leaves.
+    fn leaving_weight() -> u32 {
+        (1..Index::BLOCK).fold(1u32, |w, _| w.wrapping_mul(MULTIPLIER))
+    }
+
+    /// Candidates verified per target position at most: a base of repetitive content (one byte
+    /// repeated) would otherwise make every position a walk of the whole chain.
+    const MAX_CANDIDATES: usize = 64;
+    /// The longest run one copy instruction names (the format's size 0 means 0x10000; every
+    /// reader supports copies up to this size).
+    const MAX_COPY: usize = 0x10000;
+    /// Base offsets a copy instruction can name (32 bits).
+    const MAX_OFFSET: usize = u32::MAX as usize;
+
+    impl<'a> Index<'a> {
+        /// Bytes per indexed block of the base, and the shortest match looked for.
+        pub const BLOCK: usize = 16;
+
+        /// Index `base`: one entry per whole block (a block that repeats the one before it is
+        /// left out, so a run of one byte does not fill a bucket).
+        pub fn new(base: &'a [u8]) -> Self {
+            let indexable = base.len().min(MAX_OFFSET);
+            let blocks = indexable / Self::BLOCK;
+            let buckets = (blocks / 4).max(1).next_power_of_two();
+            let mut index = Index {
+                base,
+                heads: vec![u32::MAX; buckets],
+                next: Vec::with_capacity(blocks),
+                offsets: Vec::with_capacity(blocks),
+                mask: (buckets - 1) as u32,
+            };
+            let mut previous: Option<&[u8]> = None;
+            for block in 0..blocks {
+                let at = block * Self::BLOCK;
+                let window = &base[at..at + Self::BLOCK];
+                if previous == Some(window) {
+                    continue;
+                }
+                previous = Some(window);
+                let bucket = (fingerprint(window) & index.mask) as usize;
+                index.next.push(index.heads[bucket]);
+                index.offsets.push(at as u32);
+                index.heads[bucket] = (index.offsets.len() - 1) as u32;
+            }
+            index
+        }
+
+        /// The base this index is of.
+        pub fn base(&self) -> &'a [u8] {
+            self.base
+        }
+
+        /// The delta that turns the base into `target`, or `None` if it would be longer than
+        /// `max_size` bytes (0: no limit) — a delta search gives each candidate base the size
+        /// to beat and stops encoding as soon as it is lost.
+        pub fn encode(&self, target: &[u8], max_size: usize) -> Option<Vec<u8>> {
+            let limit = if max_size == 0 { usize::MAX } else { max_size };
+            let mut out = Vec::with_capacity(target.len().min(limit).min(1 << 20) / 2 + 16);
+            write_size(&mut out, self.base.len() as u64);
+            write_size(&mut out, target.len() as u64);
+            let weight = leaving_weight();
+            let mut pending = 0usize; // literal bytes before `at`, not yet written
+            let mut at = 0usize;
+            let mut hash = None::<u32>;
+            while at < target.len() {
+                if out.len() + pending > limit {
+                    return None;
+                }
+                let mut best = (0usize, 0usize); // (length, base offset)
+                if at + Self::BLOCK <= target.len() && !self.offsets.is_empty() {
+                    let h = match hash {
+                        Some(h) => h,
+                        None => fingerprint(&target[at..at + Self::BLOCK]),
+                    };
+                    hash = Some(h);
+                    let mut entry = self.heads[(h & self.mask) as usize];
+                    let mut tried = 0;
+                    while entry != u32::MAX && tried < MAX_CANDIDATES {
+                        tried += 1;
+                        let offset = self.offsets[entry as usize] as usize;
+                        let len = common_prefix(&self.base[offset..], &target[at..]);
+                        if len > best.0 {
+                            best = (len, offset);
+                            if at + len == target.len() {
+                                break;
+                            }
+                        }
+                        entry = self.next[entry as usize];
+                    }
+                }
+                if best.0 < Self::BLOCK {
+                    // No match here: this byte is a literal; roll the window one byte on.
+                    if let Some(h) = hash {
+                        hash = (at + Self::BLOCK < target.len()).then(|| {
+                            h.wrapping_sub((u32::from(target[at]) + 1).wrapping_mul(weight))
+                                .wrapping_mul(MULTIPLIER)
+                                .wrapping_add(u32::from(target[at + Self::BLOCK]) + 1)
+                        });
+                    }
+                    at += 1;
+                    pending += 1;
+                    continue;
+                }
+                // Grow the match backwards over the literals before it, where they agree.
+                let (found, mut offset) = best;
+                let back = common_suffix(&self.base[..offset], &target[at - pending..at]);
+                offset -= back;
+                let start = at - back;
+                pending -= back;
+                // A copy names a 32-bit offset: of a base beyond 4 GiB, only what lies below.
+                let mut len = (found + back).min(MAX_OFFSET - offset);
+                write_literals(&mut out, &target[start - pending..start]);
+                pending = 0;
+                at = start + len;
+                while len > 0 {
+                    let n = len.min(MAX_COPY);
+                    write_copy(&mut out, offset, n);
+                    offset += n;
+                    len -= n;
+                }
+                hash = None;
+            }
+            write_literals(&mut out, &target[target.len() - pending..]);
+            (out.len() <= limit).then_some(out)
+        }
+    }
+
+    fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+        let n = a.len().min(b.len()).min(MAX_OFFSET);
+        let mut i = 0;
+        while i + 8 <= n && a[i..i + 8] == b[i..i + 8] {
+            i += 8;
+        }
+        while i < n && a[i] == b[i] {
+            i += 1;
+        }
+        i
+    }
+
+    fn common_suffix(a: &[u8], b: &[u8]) -> usize {
+        a.iter().rev().zip(b.iter().rev()).take_while(|(x, y)| x == y).count()
+    }
+
+    /// A size of the delta header: seven bits a byte, least significant first.
+    fn write_size(out: &mut Vec<u8>, mut size: u64) {
+        loop {
+            let byte = (size & 0x7f) as u8;
+            size >>= 7;
+            if size == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+
+    fn write_literals(out: &mut Vec<u8>, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let n = bytes.len().min(0x7f);
+            out.push(n as u8);
+            out.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+        }
+    }
+
+    /// A copy of `size` (1..=0x10000) bytes at `offset`: the bytes of both that are not zero,
+    /// flagged in the instruction byte.
+    fn write_copy(out: &mut Vec<u8>, offset: usize, size: usize) {
+        let at = out.len();
+        out.push(0x80);
+        let mut cmd = 0x80u8;
+        for i in 0..4 {
+            let byte = (offset >> (8 * i)) as u8;
+            if byte != 0 {
+                cmd |= 1 << i;
+                out.push(byte);
+            }
+        }
+        let size = if size == MAX_COPY { 0 } else { size };
+        for i in 0..3 {
+            let byte = (size >> (8 * i)) as u8;
+            if byte != 0 {
+                cmd |= 0x10 << i;
+                out.push(byte);
+            }
+        }
+        out[at] = cmd;
+    }
+}
+
+/// Apply `delta` to `base`: the object it describes, after checking the base size it names.
+/// The oracle of [`encode`], and what a caller that made a delta uses to check it.
+pub fn apply_to_vec(base: &[u8], delta: &[u8]) -> Result<Vec<u8>> {
+    let (base_size, consumed) = decode_header_size(delta)?;
+    if base_size != base.len() as u64 {
+        bail!(corrupt("delta names a base of another size"));
+    }
+    let (size, more) = decode_header_size(&delta[consumed..])?;
+    let size = usize::try_from(size).map_err(|_| corrupt("delta result does not fit in memory").raise())?;
+    let mut out = vec![0; size];
+    apply(base, &mut out, &delta[consumed + more..])?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
