@@ -3,7 +3,7 @@
 //! layer frames it). Unselected delta bases are added, and thin-pack bases used, only where the
 //! caller's `may_send` allows (the client may read them); thin ones only when the client has them.
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 
 use gix_hash::ObjectId;
 use gix_pack::data::output;
@@ -293,6 +293,9 @@ pub struct Stats {
     pub bytes: u64,
     /// The pack file was sent as it is (verbatim reuse).
     pub verbatim: bool,
+    /// Objects that would have gone out whole, sent instead as a delta computed against the
+    /// client's version at the same path (thin).
+    pub deltas_computed: usize,
 }
 
 /// Write the pack of `selection` to `out`. `may_send` answers whether the client may be sent an
@@ -354,12 +357,14 @@ pub fn write<W: Write>(
     // Without ofs-delta, a delta refers to its base by id; keep the ids written so far for that.
     let mut ids: Vec<ObjectId> = Vec::new();
     let mut missing = None;
+    let mut search = DeltaSearch::new(repo, selection, &options);
     let entries = chunks.by_ref().map(|chunk| {
         let (_seq, mut entries) = chunk?;
         for entry in &mut entries {
             if entry.is_invalid() {
                 missing.get_or_insert(entry.id);
             }
+            search.try_thin_delta(entry);
             if !options.ofs_delta {
                 if let output::entry::Kind::DeltaRef { object_index } = entry.kind {
                     entry.kind = output::entry::Kind::DeltaOid { id: ids[object_index] };
@@ -391,7 +396,71 @@ pub fn write<W: Write>(
         reused: 0,
         bytes,
         verbatim: false,
+        deltas_computed: search.found,
     })
+}
+
+/// Deltas computed while the pack is written (with gix-pack's delta encoder, patch 0003): an
+/// object about to go out whole whose path the client holds another version of becomes a thin
+/// delta against that version — the client has it (an edge commit's tree) and may read it.
+/// Bounded: objects of at most [`DeltaSearch::MAX_OBJECT`] bytes, and [`DeltaSearch::BUDGET`]
+/// bytes of objects and bases looked at per pack; past that, objects go out as before.
+struct DeltaSearch<'a> {
+    repo: &'a gix::Repository,
+    selection: &'a Selection,
+    enabled: bool,
+    budget: usize,
+    found: usize,
+    base: Vec<u8>,
+}
+
+impl<'a> DeltaSearch<'a> {
+    const MAX_OBJECT: usize = 16 << 20;
+    const BUDGET: usize = 1 << 30;
+    /// Smaller objects gain nothing worth a delta's header and instructions.
+    const MIN_OBJECT: usize = 64;
+
+    fn new(repo: &'a gix::Repository, selection: &'a Selection, options: &Options) -> Self {
+        let enabled = options.thin_pack && !selection.same_path_held.is_empty();
+        DeltaSearch { repo, selection, enabled, budget: Self::BUDGET, found: 0, base: Vec::new() }
+    }
+
+    fn try_thin_delta(&mut self, entry: &mut output::Entry) {
+        if !self.enabled || !matches!(entry.kind, output::entry::Kind::Base(gix_object::Kind::Blob | gix_object::Kind::Tree)) {
+            return;
+        }
+        let size = entry.decompressed_size;
+        if !(Self::MIN_OBJECT..=Self::MAX_OBJECT).contains(&size) || size > self.budget {
+            return;
+        }
+        let Some(base_id) = self.selection.same_path_held.get(&entry.id) else { return };
+        if !self.selection.client_has_readably(base_id) {
+            return;
+        }
+        let Ok(Some(base)) = gix_object::Find::try_find(&self.repo.objects, base_id, &mut self.base) else { return };
+        if base.data.len() > Self::MAX_OBJECT {
+            return;
+        }
+        self.budget = self.budget.saturating_sub(size + base.data.len());
+        let mut target = Vec::with_capacity(size);
+        if flate2::read::ZlibDecoder::new(&entry.compressed_data[..]).read_to_end(&mut target).is_err() || target.len() != size {
+            return;
+        }
+        // Worth it only well below the whole object (git asks a first delta for under half).
+        let Some(delta) = gix_pack::data::delta::encode::Index::new(base.data).encode(&target, size / 2) else { return };
+        let mut z = flate2::write::ZlibEncoder::new(Vec::with_capacity(delta.len() / 2 + 16), flate2::Compression::default());
+        if z.write_all(&delta).is_err() {
+            return;
+        }
+        let Ok(compressed) = z.finish() else { return };
+        if compressed.len() >= entry.compressed_data.len() {
+            return;
+        }
+        entry.kind = output::entry::Kind::DeltaOid { id: *base_id };
+        entry.decompressed_size = delta.len();
+        entry.compressed_data = compressed;
+        self.found += 1;
+    }
 }
 
 /// True when an error from writing the pack comes from the client going away: the transports

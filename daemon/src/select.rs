@@ -46,6 +46,10 @@ pub struct Selection {
     /// walking, it came from edge commits of the selection only; by bitmap, every common commit
     /// was found reachable from a visible ref. A thin base from it needs no further check.
     pub held_is_readable: bool,
+    /// Walking: for a tree or blob being sent, the object the client holds at the same path (in
+    /// an edge commit's tree), if it is another one — the base a delta of it would most likely
+    /// be small against (git's preferred bases, matched by path rather than by name hash).
+    pub same_path_held: HashMap<ObjectId, ObjectId>,
     /// By bitmap: everything the wants reach, before what the client has was taken out. The
     /// wants are readable (checked before selection), so all of it is: a delta base found here
     /// may be sent or referred to thin without computing what every visible ref reaches.
@@ -102,7 +106,22 @@ struct Walker<'r> {
     /// With `tree:<depth>`: the shallowest depth each tree was entered at (a tree met again
     /// higher up must be walked again, its children may now be in range).
     tree_depths: HashMap<ObjectId, u64>,
+    /// What the client holds, by the hash of its path in an edge commit's tree (the first edge's
+    /// object where edges differ).
+    held_by_path: HashMap<u64, ObjectId>,
 }
+
+/// The hash of `parent`'s path extended by `name` (`/`-joined, as git names paths): FNV-1a.
+fn path_hash(parent: u64, name: &[u8]) -> u64 {
+    let mut h = parent ^ 0x2f;
+    for b in name {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h.wrapping_mul(0x0000_0100_0000_01b3)
+}
+
+/// The path hash of a root tree.
+const ROOT_PATH: u64 = 0xcbf2_9ce4_8422_2325;
 
 impl<'r> Walker<'r> {
     fn new(repo: &'r gix::Repository) -> Self {
@@ -113,6 +132,7 @@ impl<'r> Walker<'r> {
             out: Selection::default(),
             filter: Filter::default(),
             tree_depths: HashMap::new(),
+            held_by_path: HashMap::new(),
         }
     }
 
@@ -123,18 +143,28 @@ impl<'r> Walker<'r> {
         }
     }
 
-    /// The entries of a tree, gitlinks left out (a submodule's commit lives in another repository).
-    fn tree_entries(&mut self, tree: &ObjectId) -> Result<Vec<(ObjectId, bool)>, ServeError> {
+    /// The entries of a tree, gitlinks left out (a submodule's commit lives in another
+    /// repository), each with the hash of its path below `path` (the tree's own path hash).
+    fn tree_entries(&mut self, tree: &ObjectId, path: u64) -> Result<Vec<(ObjectId, bool, u64)>, ServeError> {
         let hash_kind = tree.kind();
         let (_, data) = self.find(tree)?;
         let mut out = Vec::new();
         for entry in gix_object::TreeRefIter::from_bytes(data, hash_kind) {
             let entry = entry.map_err(|_| ServeError::MissingObject(*tree))?;
             if !entry.mode.is_commit() {
-                out.push((entry.oid.to_owned(), entry.mode.is_tree()));
+                out.push((entry.oid.to_owned(), entry.mode.is_tree(), path_hash(path, entry.filename)));
             }
         }
         Ok(out)
+    }
+
+    /// `id` is being sent at the path hashed `path`: remember what the client holds there.
+    fn note_same_path(&mut self, id: ObjectId, path: u64) {
+        if let Some(held) = self.held_by_path.get(&path)
+            && *held != id
+        {
+            self.out.same_path_held.insert(id, *held);
+        }
     }
 
     fn kind_of(&self, id: &ObjectId) -> Result<Kind, ServeError> {
@@ -165,24 +195,26 @@ impl<'r> Walker<'r> {
         if !self.enter_tree(root, 0) {
             return Ok(());
         }
-        let mut stack = vec![(root, 0u64)];
-        while let Some((tree, depth)) = stack.pop() {
+        self.note_same_path(root, ROOT_PATH);
+        let mut stack = vec![(root, 0u64, ROOT_PATH)];
+        while let Some((tree, depth, path)) = stack.pop() {
             let below = depth + 1;
             if self.filter.tree_depth.is_some_and(|limit| below >= limit) {
                 continue; // everything below is left out: no need to read the tree
             }
             let mut subtrees = Vec::new();
-            for (id, is_tree) in self.tree_entries(&tree)? {
+            for (id, is_tree, entry_path) in self.tree_entries(&tree, path)? {
                 if is_tree {
-                    subtrees.push(id);
-                } else if self.blob_passes(&id)? {
-                    self.add(id, Kind::Blob);
+                    subtrees.push((id, entry_path));
+                } else if self.blob_passes(&id)? && self.add(id, Kind::Blob) {
+                    self.note_same_path(id, entry_path);
                 }
             }
             // Depth-first in entry order: push in reverse so the first entry is walked first.
-            for sub in subtrees.into_iter().rev() {
+            for (sub, sub_path) in subtrees.into_iter().rev() {
                 if self.enter_tree(sub, below) {
-                    stack.push((sub, below));
+                    self.note_same_path(sub, sub_path);
+                    stack.push((sub, below, sub_path));
                 }
             }
         }
@@ -216,15 +248,18 @@ impl<'r> Walker<'r> {
     }
 
     /// Record `root` and everything below it as held by the client.
+    /// Also where each object is (by path hash), for [`Selection::same_path_held`].
     fn mark_tree_held(&mut self, root: ObjectId) -> Result<(), ServeError> {
+        self.held_by_path.entry(ROOT_PATH).or_insert(root);
         if !self.out.client_has.insert(root) {
             return Ok(());
         }
-        let mut stack = vec![root];
-        while let Some(tree) = stack.pop() {
-            for (id, is_tree) in self.tree_entries(&tree)? {
+        let mut stack = vec![(root, ROOT_PATH)];
+        while let Some((tree, path)) = stack.pop() {
+            for (id, is_tree, entry_path) in self.tree_entries(&tree, path)? {
+                self.held_by_path.entry(entry_path).or_insert(id);
                 if self.out.client_has.insert(id) && is_tree {
-                    stack.push(id);
+                    stack.push((id, entry_path));
                 }
             }
         }
@@ -453,6 +488,7 @@ fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &st
         held_is_readable,
         in_pack: Some((bitmap.clone(), positions)),
         wants_reach,
+        same_path_held: HashMap::new(),
         by_bitmap: true,
     }))
 }

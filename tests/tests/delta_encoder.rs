@@ -144,3 +144,61 @@ fn a_delta_for_another_base_size_is_refused() {
     assert!(gix_pack::data::delta::apply_to_vec(b"0123456789abcdef012", &delta).is_err());
 }
 
+
+/// The deltas of a pack that name their base by id, with each base.
+fn ref_delta_bases(pack: &[u8]) -> Vec<String> {
+    gix_pack::data::input::BytesToEntriesIter::new_from_header(
+        std::io::BufReader::new(pack),
+        gix_pack::data::input::Mode::Verify,
+        gix_pack::data::input::EntryDataMode::Ignore,
+        gix_hash::Kind::Sha1,
+    )
+    .unwrap()
+    .map(|e| e.unwrap())
+    .filter_map(|e| match e.header {
+        gix_pack::data::entry::Header::RefDelta { base_id } => Some(base_id.to_string()),
+        _ => None,
+    })
+    .collect()
+}
+
+/// A fetch of an edited file, walking (no bitmap): with `thin-pack` the new version goes out as
+/// a delta computed against the version the client has at that path, which stock git completes;
+/// without `thin-pack` it goes out whole, as a client that cannot complete thin packs needs.
+#[test]
+fn a_fetch_sends_an_edited_file_as_a_delta_against_the_clients_version_only_when_thin() {
+    use gixd_tests::server::{serve, sideband_pack, v2_fetch_raw};
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    gixd_tests::git(&work, &["init", "-q", "-b", "main"]);
+    let text: String = (0..3000).map(|n| format!("line {n} of a file that is edited once\n")).collect();
+    gixd_tests::commit_files(&work, &[("file.txt", text.as_bytes())], "first");
+    let old_blob = gixd_tests::git_out(&work, &["rev-parse", "HEAD:file.txt"]);
+    let old = gixd_tests::git_out(&work, &["rev-parse", "HEAD"]);
+    gixd_tests::commit_files(&work, &[("file.txt", text.replace("line 1500 ", "line fifteen hundred ").as_bytes())], "edit");
+    let new = gixd_tests::git_out(&work, &["rev-parse", "HEAD"]);
+    let bare = tmp.path().join("served/repo.git");
+    git_ok(tmp.path(), &["clone", "-q", "--bare", work.to_str().unwrap(), bare.to_str().unwrap()]);
+    git_ok(&bare, &["repack", "-adq", "--no-write-bitmap-index"]);
+    let server = serve(&tmp.path().join("served"));
+    let have = format!("have {old}");
+    let thin = sideband_pack(&v2_fetch_raw(server.addr, "repo.git", &new, &[&have, "thin-pack", "ofs-delta", "no-progress"]));
+    assert!(thin.len() < 1000, "the edit goes out as a small delta: {} bytes", thin.len());
+    assert_eq!(ref_delta_bases(&thin), [old_blob.clone()], "one thin delta, against the client's version of the file");
+    // Stock git completes it from the client's objects.
+    let client = tmp.path().join("client.git");
+    git_ok(tmp.path(), &["clone", "-q", "--bare", "--no-local", bare.to_str().unwrap(), client.to_str().unwrap()]);
+    std::fs::write(tmp.path().join("thin.pack"), &thin).unwrap();
+    let pack = tmp.path().join("thin.pack");
+    let out = std::process::Command::new("git")
+        .current_dir(&client)
+        .args(["index-pack", "--stdin", "--fix-thin", "--strict"])
+        .stdin(std::fs::File::open(&pack).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git index-pack --fix-thin: {}", String::from_utf8_lossy(&out.stderr));
+    let whole = sideband_pack(&v2_fetch_raw(server.addr, "repo.git", &new, &[&have, "ofs-delta", "no-progress"]));
+    assert!(ref_delta_bases(&whole).is_empty(), "no thin delta without thin-pack");
+    assert!(whole.len() > thin.len() * 4, "without thin-pack the file goes out whole ({} bytes)", whole.len());
+}

@@ -304,6 +304,7 @@ fn select_and_write<W: Write>(
         re_deflated = stats.re_deflated,
         bases_included = stats.bases_included,
         thin_deltas = stats.thin_deltas,
+        deltas_computed = stats.deltas_computed,
         reused = stats.reused,
         bytes = stats.bytes,
         "pack sent"
