@@ -36,15 +36,22 @@ impl Default for Services {
 
 impl Services {
     /// Switch a service by its name (`upload-pack`, `receive-pack`, `upload-archive`).
-    pub fn set(&mut self, name: &str, on: bool) -> Result<(), String> {
+    pub fn set(&mut self, name: &str, on: bool) -> Result<(), ConfigError> {
         match name {
             "upload-pack" => self.upload_pack = on,
             "receive-pack" => self.receive_pack = on,
             "upload-archive" => self.upload_archive = on,
-            other => return Err(format!("unknown service '{other}' (known: upload-pack, receive-pack, upload-archive)")),
+            other => return Err(ConfigError::UnknownService(other.to_owned())),
         }
         Ok(())
     }
+}
+
+/// A setting no configuration layer may give.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("unknown service '{0}' (known: upload-pack, receive-pack, upload-archive)")]
+    UnknownService(String),
 }
 
 /// How a request path finds its repository, beyond the base path (git daemon's flags).
@@ -396,7 +403,7 @@ impl Overrides {
     /// `defaults` with every setting given here applied, then the sizes no layer fixed derived
     /// for `effective_cpus` (a worker per CPU, two transfers per CPU, blocking threads for the
     /// transfers plus two) and floored where a value would stop the server working.
-    pub fn resolve(&self, mut config: Config, effective_cpus: usize) -> Result<Config, String> {
+    pub fn resolve(&self, mut config: Config, effective_cpus: usize) -> Result<Config, ConfigError> {
         macro_rules! set {
             ($($field:ident),* $(,)?) => { $( if let Some(v) = self.$field.clone() { config.$field = v; } )* };
         }
@@ -502,6 +509,6 @@ mod tests {
         let config = flags.over(file).resolve(Config::new("/srv".into()), 1).unwrap();
         assert_eq!(config.services, Services { upload_pack: true, receive_pack: false, upload_archive: true });
         let unknown = Overrides { services: vec![("frobnicate".into(), true)], ..Overrides::default() };
-        assert!(unknown.resolve(Config::new("/srv".into()), 1).err().is_some_and(|e| e.contains("frobnicate")));
+        assert!(unknown.resolve(Config::new("/srv".into()), 1).err().is_some_and(|e| e.to_string().contains("frobnicate")));
     }
 }

@@ -21,6 +21,42 @@ const MAX_ARGS: usize = 64;
 /// The formats offered, as `git archive --list` names them.
 const FORMATS: &[&str] = &["tar", "tgz", "tar.gz", "zip"];
 
+/// Why a request is refused before the ACK: the text is the NACK the client shows. What came
+/// from the client is clipped ([`clip`]), so a refusal never echoes a long line back.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    #[error("prefix '{0}' may not be absolute or contain '..'")]
+    Prefix(String),
+    #[error("unsupported option '{0}'")]
+    Option(String),
+    #[error("unknown archive format '{0}'")]
+    Format(String),
+    #[error("no tree-ish given")]
+    NoTreeIsh,
+    #[error("no such ref: {0}")]
+    NoSuchRef(String),
+    #[error("not a tree object: {0}")]
+    NotATree(String),
+    #[error("pathspec '{0}' did not match any files")]
+    NoMatch(String),
+    #[error("gixd archives whole directories only: '{0}' is a file")]
+    AFile(String),
+    #[error("gixd archives one directory at most: give one path, or <tree-ish>:<path>")]
+    ManyPaths,
+    /// The repository could not be read where the tree-ish pointed.
+    #[error("{0}")]
+    Repository(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// At most `n` characters of client input, for a refusal.
+fn clip(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+fn repository(err: impl std::error::Error + Send + Sync + 'static) -> Refusal {
+    Refusal::Repository(Box::new(err))
+}
+
 /// What a client asked for.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Request {
@@ -33,7 +69,7 @@ pub struct Request {
 }
 
 /// Parse the arguments as `git archive` does for a remote client; the message is the NACK.
-pub fn parse(args: &[String]) -> Result<Request, String> {
+pub fn parse(args: &[String]) -> Result<Request, Refusal> {
     let mut req = Request::default();
     let mut options_done = false;
     for arg in args {
@@ -48,12 +84,12 @@ pub fn parse(args: &[String]) -> Result<Request, String> {
                     // Refused before the ACK: an entry named `../x` escapes whoever unpacks it,
                     // and the archive writer would fail mid-stream on it.
                     if prefix.starts_with('/') || prefix.split('/').any(|part| part == "..") {
-                        return Err(format!("prefix '{}' may not be absolute or contain '..'", prefix.chars().take(64).collect::<String>()));
+                        return Err(Refusal::Prefix(clip(prefix, 64)));
                     }
                     req.prefix = Some(prefix.to_owned());
                 }
                 a if a.len() == 2 && a.as_bytes()[1].is_ascii_digit() => req.level = Some(a.as_bytes()[1] - b'0'),
-                other => return Err(format!("unsupported option '{}'", other.chars().take(64).collect::<String>())),
+                other => return Err(Refusal::Option(clip(other, 64))),
             }
         } else if req.tree_ish.is_none() {
             options_done = true;
@@ -65,12 +101,12 @@ pub fn parse(args: &[String]) -> Result<Request, String> {
     Ok(req)
 }
 
-fn format_of(req: &Request) -> Result<gix_archive::Format, String> {
+fn format_of(req: &Request) -> Result<gix_archive::Format, Refusal> {
     match req.format.as_deref().unwrap_or("tar") {
         "tar" => Ok(gix_archive::Format::Tar),
         "tgz" | "tar.gz" => Ok(gix_archive::Format::TarGz { compression_level: req.level }),
         "zip" => Ok(gix_archive::Format::Zip { compression_level: req.level }),
-        other => Err(format!("unknown archive format '{}'", other.chars().take(32).collect::<String>())),
+        other => Err(Refusal::Format(clip(other, 32))),
     }
 }
 
@@ -86,46 +122,45 @@ struct Source {
 /// directory of that tree: the archive is then that directory, under its own name (as git's
 /// archive of `<tree-ish> <dir>`). More paths, or a file, are refused: gix's worktree stream
 /// has no pathspec filter yet.
-fn resolve(repo: &gix::Repository, refs: &RefSnapshot, req: &Request) -> Result<Source, String> {
-    let tree_ish = req.tree_ish.as_deref().ok_or("no tree-ish given")?;
+fn resolve(repo: &gix::Repository, refs: &RefSnapshot, req: &Request) -> Result<Source, Refusal> {
+    let tree_ish = req.tree_ish.as_deref().ok_or(Refusal::NoTreeIsh)?;
     let (name, path) = match tree_ish.split_once(':') {
         Some((name, path)) => (name, Some(path)),
         None => (tree_ish, None),
     };
     let Some((_, id)) = refs.dwim(name).into_iter().next() else {
-        return Err(format!("no such ref: {}", name.chars().take(100).collect::<String>()));
+        return Err(Refusal::NoSuchRef(clip(name, 100)));
     };
-    let object = repo.find_object(id).map_err(|e| e.to_string())?;
+    let object = repo.find_object(id).map_err(repository)?;
     let mtime = match object.clone().peel_to_commit() {
         Ok(commit) => commit.time().map(|t| t.seconds).unwrap_or(0),
         Err(_) => now(),
     };
-    let mut tree = object.peel_to_tree().map_err(|_| format!("not a tree object: {name}"))?;
+    let mut tree = object.peel_to_tree().map_err(|_| Refusal::NotATree(clip(name, 100)))?;
     if let Some(path) = path.filter(|p| !p.is_empty()) {
         let entry = tree
             .peel_to_entry_by_path(path.trim_end_matches('/'))
-            .map_err(|e| e.to_string())?
+            .map_err(repository)?
             .filter(|e| e.mode().is_tree())
-            .ok_or_else(|| format!("not a tree object: {}", tree_ish.chars().take(100).collect::<String>()))?;
-        tree = repo.find_tree(entry.object_id()).map_err(|e| e.to_string())?;
+            .ok_or_else(|| Refusal::NotATree(clip(tree_ish, 100)))?;
+        tree = repo.find_tree(entry.object_id()).map_err(repository)?;
     }
     let mut dir = None;
     match req.paths.as_slice() {
         [] => {}
         [path] => {
             let trimmed = path.trim_end_matches('/');
-            let shown = || path.chars().take(100).collect::<String>();
             let entry = tree
                 .peel_to_entry_by_path(trimmed)
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("pathspec '{}' did not match any files", shown()))?;
+                .map_err(repository)?
+                .ok_or_else(|| Refusal::NoMatch(clip(path, 100)))?;
             if !entry.mode().is_tree() {
-                return Err(format!("gixd archives whole directories only: '{}' is a file", shown()));
+                return Err(Refusal::AFile(clip(path, 100)));
             }
-            tree = repo.find_tree(entry.object_id()).map_err(|e| e.to_string())?;
+            tree = repo.find_tree(entry.object_id()).map_err(repository)?;
             dir = Some(trimmed.to_owned());
         }
-        _ => return Err("gixd archives one directory at most: give one path, or <tree-ish>:<path>".into()),
+        _ => return Err(Refusal::ManyPaths),
     }
     Ok(Source { tree: tree.id, mtime, dir })
 }
@@ -165,7 +200,7 @@ pub fn serve_stateful<R: Read, W: Write>(ctx: &Context<'_>, input: R, mut out: W
     }
     let req = match parse(&args) {
         Ok(req) => req,
-        Err(reason) => return nack(&mut out, &reason),
+        Err(reason) => return nack(&mut out, &reason.to_string()),
     };
     if req.list {
         let mut w = pkt::Writer::new();
@@ -179,11 +214,11 @@ pub fn serve_stateful<R: Read, W: Write>(ctx: &Context<'_>, input: R, mut out: W
     }
     let format = match format_of(&req) {
         Ok(f) => f,
-        Err(reason) => return nack(&mut out, &reason),
+        Err(reason) => return nack(&mut out, &reason.to_string()),
     };
     let source = match resolve(&repo, &refs, &req) {
         Ok(source) => source,
-        Err(reason) => return nack(&mut out, &reason),
+        Err(reason) => return nack(&mut out, &reason.to_string()),
     };
     let mut w = pkt::Writer::new();
     w.text("ACK").flush();
@@ -250,7 +285,7 @@ mod tests {
                 paths: vec!["a".into(), "b/".into()],
             }
         );
-        assert!(parse(&["--output=/etc/passwd".to_string()]).unwrap_err().contains("unsupported option '--output=/etc/passwd'"));
+        assert!(parse(&["--output=/etc/passwd".to_string()]).unwrap_err().to_string().contains("unsupported option '--output=/etc/passwd'"));
         assert!(parse(&["--exec=sh".to_string()]).is_err());
         assert!(parse(&["--add-file=x".to_string()]).is_err());
     }

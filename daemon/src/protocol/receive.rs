@@ -213,7 +213,7 @@ pub fn receive_pack<R: BufRead, W: Write>(ctx: &Context<'_>, input: R, mut out: 
         let mut w = pkt::Writer::new();
         match &outcome.unpack_error {
             None => w.text("unpack ok"),
-            Some(err) => w.text(format!("unpack {}", one_line(err))),
+            Some(err) => w.text(format!("unpack {}", one_line(&err.to_string()))),
         };
         for (command, result) in req.push.updates.iter().zip(&outcome.results) {
             match result {

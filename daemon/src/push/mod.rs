@@ -92,10 +92,31 @@ pub enum Refusal {
     Check(String),
 }
 
+/// Why the pack of a push was not taken: report-status's `unpack` line says it.
+#[derive(Debug, thiserror::Error)]
+pub enum UnpackError {
+    #[error("push larger than {0} bytes")]
+    PushTooLarge(u64),
+    #[error("index-pack failed: {source} (an object may be at most {max} bytes: max_object_bytes)")]
+    ObjectTooLarge { source: Box<dyn std::error::Error + Send + Sync>, max: usize },
+    #[error("index-pack failed: {0}")]
+    Index(Box<dyn std::error::Error + Send + Sync>),
+    #[error("reading the received objects: {0}")]
+    Read(Box<dyn std::error::Error + Send + Sync>),
+    #[error("object {0} vanished")]
+    Vanished(ObjectId),
+    #[error("invalid {kind} {id}: {reason}")]
+    Invalid { kind: Kind, id: ObjectId, reason: String },
+}
+
+fn read_error(err: impl std::error::Error + Send + Sync + 'static) -> UnpackError {
+    UnpackError::Read(Box::new(err))
+}
+
 /// What a push did: the `unpack` status and one result per update.
 #[derive(Debug)]
 pub struct Outcome {
-    pub unpack_error: Option<String>,
+    pub unpack_error: Option<UnpackError>,
     pub results: Vec<Result<(), Refusal>>,
     /// Objects in the received pack.
     pub objects: u32,
@@ -147,13 +168,15 @@ pub fn apply(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead, bands: &
     if req.updates.iter().any(|c| !c.is_delete()) {
         let mut limited = LimitedRead { inner: input, left: ctx.config.max_push_bytes };
         let max_object = ctx.config.max_object_bytes.min(usize::try_from(ctx.config.max_push_bytes).unwrap_or(usize::MAX));
-        if let Err(err) = quarantine.receive(&mut limited, &repo.objects, hash, max_object) {
+        if let Err(source) = quarantine.receive(&mut limited, &repo.objects, hash, max_object) {
+            // gix-pack says an object was over the allocation limit only in its words.
+            let text = source.to_string();
             let err = if limited.left == 0 {
-                format!("push larger than {} bytes", ctx.config.max_push_bytes)
-            } else if err.contains("too large") || err.contains("llocation") {
-                format!("{err} (an object may be at most {max_object} bytes: max_object_bytes)")
+                UnpackError::PushTooLarge(ctx.config.max_push_bytes)
+            } else if text.contains("too large") || text.contains("llocation") {
+                UnpackError::ObjectTooLarge { source, max: max_object }
             } else {
-                err
+                UnpackError::Index(source)
             };
             fail_all(&mut results, Refusal::Unpacker);
             return Ok(Outcome { unpack_error: Some(err), results, objects: 0 });
@@ -371,12 +394,13 @@ impl BufRead for LimitedRead<'_> {
 
 /// Every received object parses as its kind; trees are well-formed (no empty, `.`, `..`,
 /// `.git` or slashed names, sorted, no duplicates).
-fn check_objects(odb: &gix_odb::Handle, hash: gix_hash::Kind) -> Result<(), String> {
+fn check_objects(odb: &gix_odb::Handle, hash: gix_hash::Kind) -> Result<(), UnpackError> {
     let mut buf = Vec::new();
-    let ids: Vec<ObjectId> = odb.iter().map_err(|e| e.to_string())?.collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let ids: Vec<ObjectId> = odb.iter().map_err(read_error)?.collect::<Result<_, _>>().map_err(read_error)?;
     for id in ids {
-        let data = odb.try_find(&id, &mut buf).map_err(|e| e.to_string())?.ok_or_else(|| format!("object {id} vanished"))?;
-        let bad = |what: &str| format!("invalid {} {id}: {what}", data.kind);
+        let data = odb.try_find(&id, &mut buf).map_err(read_error)?.ok_or(UnpackError::Vanished(id))?;
+        let kind = data.kind;
+        let bad = |what: &str| UnpackError::Invalid { kind, id, reason: what.to_owned() };
         match data.kind {
             Kind::Commit => {
                 gix_object::CommitRef::from_bytes(data.data, hash).map_err(|e| bad(&e.to_string()))?;

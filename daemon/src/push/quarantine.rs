@@ -31,7 +31,13 @@ impl Quarantine {
 
     /// Index `pack` as it streams in (one thread, verifying its checksum), completing a thin
     /// pack with bases from `main`. The error is for the client's `unpack` line.
-    pub fn receive(&mut self, pack: &mut dyn BufRead, main: &gix::OdbHandle, hash: gix_hash::Kind, alloc_limit: usize) -> Result<(), String> {
+    pub fn receive(
+        &mut self,
+        pack: &mut dyn BufRead,
+        main: &gix::OdbHandle,
+        hash: gix_hash::Kind,
+        alloc_limit: usize,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let outcome = gix_pack::Bundle::write_to_directory(
             pack,
             Some(&self.dir.join("pack")),
@@ -45,7 +51,7 @@ impl Quarantine {
                 ..Default::default()
             },
         )
-        .map_err(|err| format!("index-pack failed: {err}"))?;
+        .map_err(|err| -> Box<dyn std::error::Error + Send + Sync> { Box::new(err) })?;
         self.objects = outcome.index.num_objects;
         if let Some(keep) = &outcome.keep_path {
             let _ = std::fs::remove_file(keep);
