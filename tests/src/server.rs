@@ -288,3 +288,21 @@ pub fn v2_fetch_raw(addr: std::net::SocketAddr, repo: &str, want: &str, args: &[
 pub fn v2_fetch_text(addr: std::net::SocketAddr, repo: &str, want: &str, args: &[&str]) -> String {
     pkt_lines(&v2_fetch_raw(addr, repo, want, args)).into_iter().flatten().map(|l| String::from_utf8_lossy(&l).into_owned()).collect()
 }
+
+/// The base of every delta in a SHA-1 `pack` that names its base by id (a thin base when the
+/// base is not in the pack), in pack order, read with gix-pack's pack reader.
+pub fn ref_delta_bases(pack: &[u8]) -> Vec<String> {
+    gix_pack::data::input::BytesToEntriesIter::new_from_header(
+        std::io::BufReader::new(pack),
+        gix_pack::data::input::Mode::Verify,
+        gix_pack::data::input::EntryDataMode::Ignore,
+        gix_hash::Kind::Sha1,
+    )
+    .expect("a pack header")
+    .map(|e| e.expect("a valid pack entry"))
+    .filter_map(|e| match e.header {
+        gix_pack::data::entry::Header::RefDelta { base_id } => Some(base_id.to_string()),
+        _ => None,
+    })
+    .collect()
+}

@@ -145,22 +145,6 @@ fn a_delta_for_another_base_size_is_refused() {
 }
 
 
-/// The deltas of a pack that name their base by id, with each base.
-fn ref_delta_bases(pack: &[u8]) -> Vec<String> {
-    gix_pack::data::input::BytesToEntriesIter::new_from_header(
-        std::io::BufReader::new(pack),
-        gix_pack::data::input::Mode::Verify,
-        gix_pack::data::input::EntryDataMode::Ignore,
-        gix_hash::Kind::Sha1,
-    )
-    .unwrap()
-    .map(|e| e.unwrap())
-    .filter_map(|e| match e.header {
-        gix_pack::data::entry::Header::RefDelta { base_id } => Some(base_id.to_string()),
-        _ => None,
-    })
-    .collect()
-}
 
 /// A fetch of an edited file, walking (no bitmap): with `thin-pack` the new version goes out as
 /// a delta computed against the version the client has at that path, which stock git completes;
@@ -185,7 +169,7 @@ fn a_fetch_sends_an_edited_file_as_a_delta_against_the_clients_version_only_when
     let have = format!("have {old}");
     let thin = sideband_pack(&v2_fetch_raw(server.addr, "repo.git", &new, &[&have, "thin-pack", "ofs-delta", "no-progress"]));
     assert!(thin.len() < 1000, "the edit goes out as a small delta: {} bytes", thin.len());
-    assert_eq!(ref_delta_bases(&thin), [old_blob.clone()], "one thin delta, against the client's version of the file");
+    assert_eq!(gixd_tests::server::ref_delta_bases(&thin), [old_blob.clone()], "one thin delta, against the client's version of the file");
     // Stock git completes it from the client's objects.
     let client = tmp.path().join("client.git");
     git_ok(tmp.path(), &["clone", "-q", "--bare", "--no-local", bare.to_str().unwrap(), client.to_str().unwrap()]);
@@ -199,6 +183,6 @@ fn a_fetch_sends_an_edited_file_as_a_delta_against_the_clients_version_only_when
         .unwrap();
     assert!(out.status.success(), "git index-pack --fix-thin: {}", String::from_utf8_lossy(&out.stderr));
     let whole = sideband_pack(&v2_fetch_raw(server.addr, "repo.git", &new, &[&have, "ofs-delta", "no-progress"]));
-    assert!(ref_delta_bases(&whole).is_empty(), "no thin delta without thin-pack");
+    assert!(gixd_tests::server::ref_delta_bases(&whole).is_empty(), "no thin delta without thin-pack");
     assert!(whole.len() > thin.len() * 4, "without thin-pack the file goes out whole ({} bytes)", whole.len());
 }
