@@ -1,8 +1,8 @@
 //! Push over smart HTTP (and git://), stock git as the client: new branch, fast-forward, forced
 //! update (allowed, and denied by `receive.denyNonFastForwards`), delete, atomic pushes, a 20 MB
 //! binary, hooks (push options, pre-receive and update rejections with their messages), corrupt
-//! packs and missing bases (refused, repository untouched), racing pushes on one ref (exactly
-//! one wins), and no child process when there is no hook.
+//! packs and missing bases (refused, repository untouched), eight racing pushes on one ref (exactly
+//! one wins, every other told "stale info"), and no child process when there is no hook.
 
 use std::path::{Path, PathBuf};
 
@@ -321,23 +321,23 @@ fn corrupt_packs_and_missing_bases_are_refused_and_leave_the_repository_untouche
 }
 
 #[test]
-fn two_pushes_racing_on_one_ref_one_wins_the_other_is_told() {
+fn eight_pushes_racing_on_one_ref_one_wins_each_other_is_told_stale_info() {
     let f = Fixture::new();
     let secret = f.token("*", true);
     let work = f.work("work", 1);
     assert!(push(&work, &[&f.url(Some(&secret)), "main"]).0);
     let old = git_out(&work, &["rev-parse", "main"]);
     let mut bodies = Vec::new();
-    for side in ["a", "b"] {
+    for side in ["a", "b", "c", "d", "e", "f", "g", "h"] {
         git(&work, &["checkout", "-q", "-B", side, &old]);
         commit_files(&work, &[("side.txt", side.as_bytes())], side);
         let new = git_out(&work, &["rev-parse", "HEAD"]);
         bodies.push((new.clone(), push_body(&[(old.clone(), new.clone(), "refs/heads/main")], &pack_of(&work, &format!("{new}\n^{old}\n"), false))));
     }
-    for _round in 0..3 {
+    for _round in 0..5 {
         // Reset the ref, then race.
         git(&f.repo(), &["update-ref", "refs/heads/main", &old]);
-        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(bodies.len()));
         let reports: Vec<Vec<String>> = std::thread::scope(|s| {
             let handles: Vec<_> = bodies
                 .iter()
@@ -352,11 +352,12 @@ fn two_pushes_racing_on_one_ref_one_wins_the_other_is_told() {
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        let won: Vec<usize> = (0..2).filter(|i| reports[*i][1] == "ok refs/heads/main").collect();
+        let won: Vec<usize> = (0..bodies.len()).filter(|i| reports[*i][1] == "ok refs/heads/main").collect();
         assert_eq!(won.len(), 1, "exactly one wins: {reports:?}");
-        let lost = 1 - won[0];
-        // The loser is told which rule: its expected old value is stale.
-        assert!(reports[lost][1].starts_with("ng refs/heads/main stale info: the ref is at"), "{reports:?}");
+        // Every loser is told which rule: its expected old value is stale. None is lost silently.
+        for lost in (0..bodies.len()).filter(|i| *i != won[0]) {
+            assert!(reports[lost][1].starts_with("ng refs/heads/main stale info: the ref is at"), "{reports:?}");
+        }
         assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(bodies[won[0]].0.clone()), "the winner's commit is the ref");
     }
     assert_server_clean(&f.repo());
