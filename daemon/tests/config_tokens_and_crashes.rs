@@ -1,7 +1,8 @@
 //! The binary's configuration and token commands, and a push cut short by kill -9: `gixd
 //! check-config` says exactly what is wrong; `gixd token add|list|revoke` shows a secret once and
 //! stores only its hash; `gixd serve --config` serves with it; a gixd killed mid-push leaves the
-//! repository fsck-clean with the ref at its old value, and the next start removes the quarantine.
+//! repository fsck-clean with the ref at its old value (or, killed after the update, its new one;
+//! fifty kills at points spread over a push), and the next start removes the quarantine.
 
 mod common;
 use common::{git, git_ok};
@@ -200,4 +201,88 @@ fn a_config_file_setting_holds_when_its_flag_is_not_given() {
     assert!(ls("r.git").status.success(), "the exact git directory is served");
     let out = ls("r");
     assert!(!out.status.success(), "strict_paths = true: 'r' must not find r.git ({})", String::from_utf8_lossy(&out.stdout));
+}
+
+/// Fifty pushes, each with gixd killed (SIGKILL) at another point of it, spread from its start
+/// to past its end (as long as an uninterrupted push takes, measured first): before the pack is
+/// in, while it is indexed, while its objects move, around the ref update. After every one the
+/// repository is fsck-clean and its ref is either the old or the new commit, never anything
+/// else; the next start removes what the killed push left in quarantine.
+#[test]
+fn fifty_pushes_killed_at_different_points_leave_every_ref_old_or_new_and_the_repository_clean() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, config, work, secret) = setup(tmp.path());
+    let quarantines = || -> usize {
+        std::fs::read_dir(repo.join("objects")).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("gixd-quarantine-")).count()
+    };
+    let main_now = || String::from_utf8_lossy(&git(&repo, &["rev-parse", "--verify", "-q", "main"]).stdout).trim().to_owned();
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    // On the server's main, a new commit with a file that takes a while to index.
+    let mut next_commit = |round: u64, base: &str| -> String {
+        if !base.is_empty() {
+            git_ok(&work, &["reset", "-q", "--hard", base]);
+        }
+        let data: Vec<u8> = (0..(256 << 10) / 8)
+            .flat_map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x.to_le_bytes()
+            })
+            .collect();
+        std::fs::write(work.join("data.bin"), &data).unwrap();
+        git_ok(&work, &["add", "data.bin"]);
+        git_ok(&work, &["commit", "-q", "-m", &format!("round {round}")]);
+        git_ok(&work, &["rev-parse", "main"])
+    };
+    let push = |addr: &str| {
+        Command::new("git")
+            .current_dir(&work)
+            .args(["push", "-q", &format!("http://ci:{secret}@{addr}/r.git"), "main"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    // How long one push takes when nothing interrupts it.
+    let server = serve(&config);
+    next_commit(0, "");
+    let started = std::time::Instant::now();
+    assert!(push(&server.addr).wait().unwrap().success());
+    let whole = started.elapsed();
+    drop(server);
+
+    let (mut stayed_old, mut became_new) = (0, 0);
+    for round in 1..=50u64 {
+        let mut server = serve(&config);
+        assert_eq!(quarantines(), 0, "round {round}: the start removed the last killed push's quarantine");
+        let old = main_now();
+        let new = next_commit(round, &old);
+        let mut client = push(&server.addr);
+        std::thread::sleep(whole.mul_f64(1.3 * round as f64 / 50.0));
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(server.child.id() as i32, libc::SIGKILL) };
+        server.child.wait().unwrap();
+        let _ = client.wait();
+        drop(server);
+        let now = main_now();
+        if now == new {
+            became_new += 1;
+        } else {
+            assert_eq!(now, old, "round {round}: the ref is the old or the new commit, nothing else");
+            stayed_old += 1;
+        }
+        let fsck = git(&repo, &["fsck", "--full", "--strict", "--no-dangling"]);
+        assert!(
+            fsck.status.success() && fsck.stdout.is_empty(),
+            "round {round}: fsck: {}{}",
+            String::from_utf8_lossy(&fsck.stdout),
+            String::from_utf8_lossy(&fsck.stderr)
+        );
+    }
+    let server = serve(&config);
+    assert_eq!(quarantines(), 0);
+    drop(server);
+    println!("50 pushes killed over {whole:?} each: {stayed_old} left the ref old, {became_new} made it new; every one fsck-clean");
+    assert!(stayed_old > 0 && became_new > 0, "the kill points span the push: {stayed_old} old, {became_new} new");
 }
