@@ -66,8 +66,8 @@ impl Selection {
         }
     }
 
-    /// Does the client have `id` from an edge commit of this selection? Then it may read it too
-    /// (an edge is a parent of a commit a want reaches): a thin base that needs no further check.
+    /// Does the client have `id`, and may it read it ([`Self::held_is_readable`])? Then it is a
+    /// thin base that needs no further check.
     pub fn client_has_readably(&self, id: &gix_hash::oid) -> bool {
         self.held_is_readable && self.client_has(id)
     }
@@ -75,10 +75,7 @@ impl Selection {
     /// Does the client have `id` for sure (a thin-pack base it may be given)?
     pub fn client_has(&self, id: &gix_hash::oid) -> bool {
         self.client_has.contains(id)
-            || self.held.as_ref().is_some_and(|(bitmap, reach)| match bitmap.pos(id) {
-                Some(pos) => reach.bits.get(pos),
-                None => reach.extra.contains_key(id),
-            })
+            || self.held.as_ref().is_some_and(|(bitmap, reach)| reach.has(bitmap, id))
     }
 }
 
@@ -508,10 +505,7 @@ fn common_is_readable(repo: &gix::Repository, request: &Request<'_>, bitmap: &Pa
         return Ok(true);
     }
     let reach = bitmap.reachable_commits(repo, &known)?;
-    Ok(rest.iter().all(|id| match bitmap.pos(id) {
-        Some(pos) => reach.bits.get(pos),
-        None => reach.extra.contains_key(id),
-    }))
+    Ok(rest.iter().all(|id| reach.has(bitmap, id)))
 }
 
 /// `include-tag`: an annotated tag whose (peeled) object is being sent is sent too, with the tags
@@ -552,10 +546,7 @@ impl Readable {
     pub fn contains(&self, id: &gix_hash::oid) -> bool {
         match self {
             Readable::Set(set) => set.contains(id),
-            Readable::Bitmap { bitmap, reach } => match bitmap.pos(id) {
-                Some(pos) => reach.bits.get(pos),
-                None => reach.extra.contains_key(id),
-            },
+            Readable::Bitmap { bitmap, reach } => reach.has(bitmap, id),
         }
     }
 }

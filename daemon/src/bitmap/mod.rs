@@ -336,12 +336,7 @@ impl PackBitmap {
         use crate::error::ServeError;
         use std::collections::BinaryHeap;
         let mut reach = Reach { bits: Bits::new(self.len()), extra: std::collections::HashMap::new(), met: Vec::new() };
-        let in_seen = |pos: Option<usize>, id: &ObjectId| {
-            seen.is_some_and(|seen| match pos {
-                Some(pos) => seen.bits.get(pos),
-                None => seen.extra.contains_key(id),
-            })
-        };
+        let in_seen = |pos: Option<usize>, id: &ObjectId| seen.is_some_and(|seen| seen.has_at(pos, id));
         let mut buf = Vec::new();
         // Tips: tags are peeled (each tag object is reached), commits go to the commit walk,
         // trees and blobs to the object walk.
@@ -404,10 +399,7 @@ impl PackBitmap {
             self.mark(&mut reach, id, Kind::Commit);
             for parent in parents_of.remove(&id).unwrap_or_default() {
                 let pos = self.pos(&parent);
-                let done = match pos {
-                    Some(pos) => reach.bits.get(pos),
-                    None => reach.extra.contains_key(&parent),
-                };
+                let done = reach.has_at(pos, &parent);
                 if !done && in_seen(pos, &parent) {
                     if queued.insert(parent) {
                         reach.met.push(parent);
@@ -444,15 +436,15 @@ impl PackBitmap {
             if in_seen(pos, &id) {
                 continue;
             }
-            match pos {
-                Some(pos) if reach.bits.get(pos) => continue,
-                // A blob of the pack needs no decoding: its bit is all there is to it.
-                Some(pos) if self.kind_at(pos) == Kind::Blob => {
-                    reach.bits.set(pos);
-                    continue;
-                }
-                None if reach.extra.contains_key(&id) => continue,
-                _ => {}
+            if reach.has_at(pos, &id) {
+                continue;
+            }
+            // A blob of the pack needs no decoding: its bit is all there is to it.
+            if let Some(pos) = pos
+                && self.kind_at(pos) == Kind::Blob
+            {
+                reach.bits.set(pos);
+                continue;
             }
             decoded += 1;
             let data = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
@@ -496,6 +488,21 @@ pub struct Reach {
     /// With a `seen` reach: its commits where this walk stopped (parents of commits it reached,
     /// or tips), each once.
     pub met: Vec<ObjectId>,
+}
+
+impl Reach {
+    /// Is the object `id`, at pack position `pos` (`None`: not in the bitmapped pack), reached?
+    pub fn has_at(&self, pos: Option<usize>, id: &gix_hash::oid) -> bool {
+        match pos {
+            Some(pos) => self.bits.get(pos),
+            None => self.extra.contains_key(id),
+        }
+    }
+
+    /// Is `id` reached, by this reach over `bitmap`'s pack?
+    pub fn has(&self, bitmap: &PackBitmap, id: &gix_hash::oid) -> bool {
+        self.has_at(bitmap.pos(id), id)
+    }
 }
 
 /// Every id's first eight bytes in index order, and the index position where each first byte's
