@@ -86,18 +86,8 @@ pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
 
 fn write_pack(repo: &gix::Repository, ids: &[ObjectId], scratch: &Path, pack_dir: &Path, hash: gix_hash::Kind) -> Result<(PathBuf, PathBuf), ServeError> {
     use gix_pack::data::output;
-    let counts: Vec<output::Count> = ids.iter().map(|id| output::Count { id: *id, entry_pack_location: output::count::PackLocation::NotLookedUp }).collect();
-    let mut db = repo.objects.clone().into_inner();
-    db.prevent_pack_unload();
-    let (num_entries, chunks) = output::entry::iter_from_counts_with_delta_bases(
-        counts,
-        db,
-        Box::new(gix_utils::progress::Discard),
-        output::entry::iter_from_counts::Options { thread_limit: Some(1), ..Default::default() },
-        // Every object is in: a base outside the selection is never met.
-        Some(|_: &gix_hash::oid| output::entry::iter_from_counts::DeltaBase::Recompress),
-    )
-    .map_err(ServeError::pack)?;
+    // Every object is in: a base outside the selection is never met.
+    let (num_entries, chunks) = crate::pack::gix_entries(repo, ids.iter().copied(), false, |_: &gix_hash::oid| output::entry::iter_from_counts::DeltaBase::Recompress)?;
     let tmp_pack = scratch.join("all.pack");
     let mut file = std::io::BufWriter::new(std::fs::File::create(&tmp_pack)?);
     let entries = chunks.map(|chunk| chunk.map(|(_, entries)| entries));

@@ -58,6 +58,36 @@ fn write_verbatim<W: Write>(repo: &gix::Repository, pack: &std::path::Path, obje
     Ok(stats)
 }
 
+/// gix-pack's pack entries for `ids`: looked up one by one in `repo`'s object database (its packs
+/// kept mapped), on the calling thread; a delta whose base is outside `ids` is what `decide`
+/// says. Every pack gixd writes through gix-pack starts here.
+pub(crate) fn gix_entries<I: Iterator<Item = ObjectId>, D: FnMut(&gix_hash::oid) -> DeltaBase>(
+    repo: &gix::Repository,
+    ids: I,
+    allow_thin_pack: bool,
+    decide: D,
+) -> Result<
+    (
+        usize,
+        impl Iterator<Item = gix_error::Result<(gix_parallel::SequenceId, Vec<output::Entry>)>>
+        + gix_parallel::Finalize<Reduce = output::entry::iter_from_counts::reduce::Statistics<gix_error::Error>>
+        + use<I, D>,
+    ),
+    ServeError,
+> {
+    let counts: Vec<output::Count> = ids.map(|id| output::Count { id, entry_pack_location: output::count::PackLocation::NotLookedUp }).collect();
+    let mut db = repo.objects.clone().into_inner();
+    db.prevent_pack_unload();
+    output::entry::iter_from_counts_with_delta_bases(
+        counts,
+        db,
+        Box::new(gix_utils::progress::Discard),
+        output::entry::iter_from_counts::Options { thread_limit: Some(1), allow_thin_pack, ..Default::default() },
+        Some(decide),
+    )
+    .map_err(ServeError::pack)
+}
+
 /// Objects gix-pack writes after the entries already in `answer`, looked up one by one; a delta
 /// base outside them is what `decide` says (`Thin`: named by id, as it is in the answer or the
 /// client has it; else re-deflated). `count` sees every entry written, for the statistics.
@@ -68,17 +98,7 @@ fn write_through_gix_pack<W: Write>(
     answer: &mut Hashed<'_, W>,
     mut count: impl FnMut(&output::Entry),
 ) -> Result<(), ServeError> {
-    let counts: Vec<output::Count> = ids.map(|id| output::Count { id, entry_pack_location: output::count::PackLocation::NotLookedUp }).collect();
-    let mut db = repo.objects.clone().into_inner();
-    db.prevent_pack_unload();
-    let (_, chunks) = output::entry::iter_from_counts_with_delta_bases(
-        counts,
-        db,
-        Box::new(gix_utils::progress::Discard),
-        output::entry::iter_from_counts::Options { thread_limit: Some(1), allow_thin_pack: true, ..Default::default() },
-        Some(decide),
-    )
-    .map_err(ServeError::pack)?;
+    let (_, chunks) = gix_entries(repo, ids, true, decide)?;
     let mut offsets: Vec<u64> = Vec::new();
     let mut head = Vec::with_capacity(64);
     for chunk in chunks {
@@ -318,13 +338,6 @@ pub fn write<W: Write>(
     {
         return write_reused(repo, selection, bitmap, positions, &options, &mut may_send, out);
     }
-    let counts: Vec<output::Count> = selection
-        .objects
-        .iter()
-        .map(|id| output::Count { id: *id, entry_pack_location: output::count::PackLocation::NotLookedUp })
-        .collect();
-    let mut db = repo.objects.clone().into_inner();
-    db.prevent_pack_unload();
     let decide = move |id: &gix_hash::oid| {
         if options.thin_pack && selection.client_has_readably(id) {
             return DeltaBase::Thin;
@@ -340,18 +353,7 @@ pub fn write<W: Write>(
         };
         if may_send(id) { wanted } else { DeltaBase::Recompress }
     };
-    let (num_entries, mut chunks) = output::entry::iter_from_counts_with_delta_bases(
-        counts,
-        db,
-        Box::new(gix_utils::progress::Discard),
-        output::entry::iter_from_counts::Options {
-            thread_limit: Some(1),
-            allow_thin_pack: options.thin_pack,
-            ..Default::default()
-        },
-        Some(decide),
-    )
-    .map_err(ServeError::pack)?;
+    let (num_entries, mut chunks) = gix_entries(repo, selection.objects.iter().copied(), options.thin_pack, decide)?;
     let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::too_many_objects())?;
 
     // Without ofs-delta, a delta refers to its base by id; keep the ids written so far for that.
