@@ -338,9 +338,7 @@ fn main() -> std::process::ExitCode {
 
 /// `gixd budget`: the sizes `serve` would take here, and why.
 fn budget(sizes: &Sizes) -> Result<(), Box<dyn std::error::Error>> {
-    let budget = gixd::budget::read();
-    let config = sizes.overrides().resolve(Config::new(".".into()), budget.effective())?;
-    let (line, warning) = budget.describe(&config.sizes());
+    let (_, line, warning) = resolve_for_budget(Config::new(".".into()), sizes.overrides())?;
     println!("{line}");
     if let Some(warning) = warning {
         println!("warning: {warning}");
@@ -470,11 +468,18 @@ fn check_config(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>
     Ok(())
 }
 
-/// Resolve the layers on `defaults` for the CPU budget gixd really has, and serve.
-fn run(defaults: Config, layers: Overrides, url_path: Option<String>, announce_http: bool) -> Result<(), Box<dyn std::error::Error>> {
+/// `layers` resolved on `defaults` for the CPU budget gixd really has, with the line that says
+/// which sizes it chose and why (and a warning, if the budget calls for one).
+fn resolve_for_budget(defaults: Config, layers: Overrides) -> Result<(Config, String, Option<String>), gixd::config::ConfigError> {
     let budget = gixd::budget::read();
     let config = layers.resolve(defaults, budget.effective())?;
     let (line, warning) = budget.describe(&config.sizes());
+    Ok((config, line, warning))
+}
+
+/// Resolve the layers for the budget, and serve.
+fn run(defaults: Config, layers: Overrides, url_path: Option<String>, announce_http: bool) -> Result<(), Box<dyn std::error::Error>> {
+    let (config, line, warning) = resolve_for_budget(defaults, layers)?;
     tracing::info!("{line}");
     if let Some(warning) = warning {
         tracing::warn!("{warning}");
