@@ -133,7 +133,9 @@ pub fn ensure_self() -> Option<PathBuf> {
     b.git(&["init", "-q", "--bare"]);
     b.git(&["fetch", "-q", "--no-tags", checkout.to_str()?, &format!("{full}:refs/heads/main")]);
     b.git(&["symbolic-ref", "HEAD", "refs/heads/main"]);
-    b.git(&["repack", "-adfq"]);
+    // -F, not -f: recompress every object, so the pack does not depend on how the checkout stores
+    // its objects (a local clone hardlinks them; loose and packed objects deflate differently).
+    b.git(&["repack", "-adFq"]);
     allow_partial_clones(&b);
     if std::fs::rename(&scratch, &dest).is_err() {
         let _ = std::fs::remove_dir_all(&scratch);
