@@ -2,7 +2,7 @@
 //! (git's `ok_to_give_up`: every want reaches a common commit, walking no older than the oldest
 //! common commit).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 
 use gix_hash::ObjectId;
 use gix_object::Kind;
@@ -89,7 +89,11 @@ impl Common {
         self.acked.is_empty()
     }
 
-    /// git's `ok_to_give_up`: true when every want reaches a common commit.
+    /// git's `ok_to_give_up`: true when every want reaches a common commit, walking no older
+    /// than the oldest common commit. As git's `can_all_from_reach_with_flag`: one depth-first
+    /// walk per want, first parents first, over marks shared by all wants — a commit is
+    /// looked at once per call however many wants lead to it, and is counted as reaching only
+    /// when a walk through it met a common commit.
     pub fn ready(&self, repo: &gix::Repository, commits: &crate::graph::CommitCache, wants: &[ObjectId]) -> Result<bool, ServeError> {
         if self.commits.is_empty() {
             return Ok(false);
@@ -98,41 +102,63 @@ impl Common {
         for id in &self.commits {
             cutoff = cutoff.min(commits.get(repo, *id)?.time);
         }
-        // Commits already known to reach a common commit.
-        let mut reaches: HashSet<ObjectId> = self.commit_set.clone();
+        // git's RESULT (and the common commits, its THEY_HAVE): known to reach a common commit.
+        let mut reaches: gix::hashtable::HashSet<ObjectId> = self.commit_set.iter().copied().collect();
+        // git's assign flag: met by some walk of this call.
+        let mut visited: gix::hashtable::HashSet<ObjectId> = gix::hashtable::HashSet::default();
+        let mut stack: Vec<ObjectId> = Vec::new();
         for want in wants {
             let Some(start) = crate::graph::peel_to_commit(repo, *want)? else {
                 continue; // a tree or blob want needs no common commit
             };
-            if !reaches_common(repo, commits, start, cutoff, &mut reaches)? {
+            if reaches.contains(&start) {
+                continue;
+            }
+            if !visited.insert(start) {
+                return Ok(false); // an earlier walk went through it and met no common commit
+            }
+            stack.push(start);
+            while let Some(&top) = stack.last() {
+                if reaches.contains(&top) {
+                    stack.pop();
+                    if let Some(&child) = stack.last() {
+                        reaches.insert(child);
+                    }
+                    continue;
+                }
+                let info = commits.get(repo, top)?;
+                let mut descended = false;
+                for &parent in &info.parents {
+                    if reaches.contains(&parent) {
+                        reaches.insert(top);
+                        break;
+                    }
+                    if visited.insert(parent) {
+                        if commits.get(repo, parent)?.time < cutoff {
+                            continue;
+                        }
+                        stack.push(parent);
+                        descended = true;
+                        break;
+                    }
+                }
+                if !descended {
+                    stack.pop();
+                    if reaches.contains(&top)
+                        && let Some(&child) = stack.last()
+                    {
+                        reaches.insert(child);
+                    }
+                }
+            }
+            if !reaches.contains(&start) {
+                tracing::debug!(wants = wants.len(), visited = visited.len(), ready = false, "ready walk");
                 return Ok(false);
             }
         }
+        tracing::debug!(wants = wants.len(), visited = visited.len(), ready = true, "ready walk");
         Ok(true)
     }
-}
-
-/// Breadth-first from `start` through parents no older than `cutoff`; true once a commit in
-/// `reaches` is met. Every commit on a successful walk is added to `reaches`.
-fn reaches_common(repo: &gix::Repository, commits: &crate::graph::CommitCache, start: ObjectId, cutoff: i64, reaches: &mut HashSet<ObjectId>) -> Result<bool, ServeError> {
-    let mut queue = VecDeque::from([start]);
-    let mut visited = HashSet::from([start]);
-    while let Some(id) = queue.pop_front() {
-        if reaches.contains(&id) {
-            reaches.extend(visited);
-            return Ok(true);
-        }
-        let commit = commits.get(repo, id)?;
-        if commit.time < cutoff {
-            continue;
-        }
-        for parent in commit.parents.iter().copied() {
-            if visited.insert(parent) {
-                queue.push_back(parent);
-            }
-        }
-    }
-    Ok(false)
 }
 
 #[cfg(test)]
@@ -169,5 +195,18 @@ mod tests {
         assert!(!common.ready(&repo, &cache, &[c[2], c[3]]).unwrap(), "the side branch does not reach 1");
         common.have(&repo, c[0]).unwrap();
         assert!(common.ready(&repo, &cache, &[c[2], c[3]]).unwrap());
+    }
+
+    #[test]
+    fn a_commit_that_a_ready_walk_only_passed_by_does_not_count_as_reaching_a_common_commit() {
+        // 0 (common) and 1 (a second root) merged in 2 (want a); 3 (want b) on top of 1 alone.
+        // The walk from 2 meets 1 on its way; 1 reaches no common commit, so neither does 3.
+        let (_dir, repo, c) = fixture::history(&[&[], &[], &[0, 1], &[1]]);
+        let cache = crate::graph::CommitCache::default();
+        let mut common = Common::default();
+        common.have(&repo, c[0]).unwrap();
+        assert!(common.ready(&repo, &cache, &[c[2]]).unwrap());
+        assert!(!common.ready(&repo, &cache, &[c[2], c[3]]).unwrap(), "3 reaches only the second root");
+        assert!(!common.ready(&repo, &cache, &[c[3], c[2]]).unwrap(), "in either order");
     }
 }
