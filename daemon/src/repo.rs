@@ -157,6 +157,14 @@ impl Repos {
         }
     }
 
+    /// The refs upload-pack serves of `served` ([`RefSnapshot::load`]), read again only when
+    /// their state changed ([`upload_ref_state`]): a stateless fetch is a request per round of
+    /// negotiation, each of which read and parsed every packed ref (a thousand tags) again.
+    pub fn upload_refs(&self, served: &Served, repo: &gix::Repository) -> Result<Arc<RefSnapshot>, ServeError> {
+        let state = upload_ref_state(repo)?;
+        self.cached(served, "upload-refs", state, || RefSnapshot::load(repo))
+    }
+
     /// The value of `kind` for `served` computed from `state`: the cached one if it was computed
     /// from the same state, else `compute`'s (kept for next time; a failure is not kept).
     pub fn cached<T: Any + Send + Sync, E>(&self, served: &Served, kind: &'static str, state: u64, compute: impl FnOnce() -> Result<T, E>) -> Result<Arc<T>, E> {
@@ -330,6 +338,34 @@ fn stored_refs(repo: &gix::Repository) -> Result<Vec<(BString, StoredRef)>, Serv
         }
     }
     Ok(out)
+}
+
+/// A fingerprint of everything [`RefSnapshot::load`] reads but the objects (an id fixes what a
+/// tag peels to): packed-refs by its stat, as git and gix trust it (a rewrite is a new file:
+/// new inode, size or times); every loose ref's name and target, read as the load reads them;
+/// HEAD; and the settings that hide refs or widen wants.
+fn upload_ref_state(repo: &gix::Repository) -> Result<u64, ServeError> {
+    use std::os::unix::fs::MetadataExt;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    match std::fs::metadata(repo.common_dir().join("packed-refs")) {
+        Ok(m) => (m.dev(), m.ino(), m.len(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()).hash(&mut h),
+        Err(_) => "no packed-refs".hash(&mut h),
+    }
+    for reference in repo.refs.loose_iter().map_err(ServeError::Io)?.flatten() {
+        reference.name.as_bstr().hash(&mut h);
+        match &reference.target {
+            gix::refs::Target::Object(id) => id.hash(&mut h),
+            gix::refs::Target::Symbolic(name) => name.as_bstr().hash(&mut h),
+        }
+    }
+    match repo.head_name() {
+        Ok(Some(name)) => name.as_bstr().hash(&mut h),
+        Ok(None) => repo.head_id().ok().map(|id| id.detach()).hash(&mut h),
+        Err(_) => "no HEAD".hash(&mut h),
+    }
+    hide_refs_patterns(repo, "uploadpack.hideRefs").hash(&mut h);
+    WantPolicy::read(repo).hash(&mut h);
+    Ok(h.finish())
 }
 
 /// A ref as the ref store holds it.
@@ -665,6 +701,35 @@ mod tests {
                 ("refs/tags/v0".to_owned(), tag, Some(commits[0])),
             ]
         );
+    }
+
+    #[test]
+    fn served_refs_are_read_again_exactly_when_a_ref_head_or_a_hiding_setting_changes() {
+        let (dir, repo, commits, _) = with_packed_refs("# pack-refs with: peeled fully-peeled sorted ");
+        let repos = Repos::new(dir.path(), Exports::All).unwrap();
+        let served = Served { name: "r".into(), git_dir: dir.path().to_owned(), repo: repo.clone().into_sync() };
+        let load = |repo: &gix::Repository| repos.upload_refs(&served, repo).unwrap();
+        let names = |refs: &RefSnapshot| refs.refs.iter().map(|r| r.name.to_string()).collect::<Vec<_>>();
+        let first = load(&repo);
+        assert!(Arc::ptr_eq(&first, &load(&repo)), "nothing changed: the same snapshot, not read again");
+
+        std::fs::create_dir_all(dir.path().join("refs/heads")).unwrap();
+        std::fs::write(dir.path().join("refs/heads/new"), format!("{}\n", commits[0])).unwrap();
+        let loose = load(&repo);
+        assert_eq!(names(&loose), ["refs/heads/main", "refs/heads/new", "refs/tags/light", "refs/tags/v0"], "a new loose ref");
+        std::fs::write(dir.path().join("refs/heads/new"), format!("{}\n", commits[1])).unwrap();
+        assert_eq!(load(&repo).refs[1].id, commits[1], "a loose ref moved");
+
+        std::fs::write(dir.path().join("packed-refs"), format!("# pack-refs with: peeled fully-peeled sorted \n{} refs/heads/main\n", commits[1])).unwrap();
+        assert_eq!(names(&load(&repo)), ["refs/heads/main", "refs/heads/new"], "packed-refs rewritten");
+
+        std::fs::write(dir.path().join("HEAD"), "ref: refs/heads/new\n").unwrap();
+        assert!(matches!(&load(&repo).head, HeadState::Symbolic { target, .. } if target == "refs/heads/new"), "HEAD moved");
+
+        let config = std::fs::read_to_string(dir.path().join("config")).unwrap();
+        std::fs::write(dir.path().join("config"), format!("{config}[uploadpack]\n\thideRefs = refs/heads/new\n")).unwrap();
+        let reopened = gix::open(dir.path()).unwrap();
+        assert_eq!(names(&load(&reopened)), ["refs/heads/main"], "a hideRefs setting");
     }
 
     #[test]

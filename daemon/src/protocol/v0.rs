@@ -250,7 +250,7 @@ pub fn parse(lines: &[Line<'_>], refs: &RefSnapshot, max_haves: usize) -> Result
 /// over (its statistics are returned).
 pub fn upload_pack<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<Option<Stats>, ServeError> {
     let repo = ctx.served.repo.to_thread_local();
-    let refs = RefSnapshot::load(&repo)?;
+    let refs = ctx.repos.upload_refs(ctx.served, &repo)?;
     let mut w = pkt::Writer::new();
     let result = negotiate(ctx, &repo, &refs, body, &mut w);
     match result {
@@ -461,7 +461,7 @@ impl<'r> Negotiation<'r> {
 /// each round; `out` should buffer (a pack leaves in large writes).
 pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Version, input: R, mut out: W) -> Result<Option<Stats>, ServeError> {
     let repo = ctx.served.repo.to_thread_local();
-    let refs = RefSnapshot::load(&repo)?;
+    let refs = ctx.repos.upload_refs(ctx.served, &repo)?;
     let mut w = pkt::Writer::new();
     advertise(&refs, version, false, &mut w);
     out.write_all(&w.buf)?;

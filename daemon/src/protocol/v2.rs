@@ -106,7 +106,7 @@ pub fn serve<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<Opt
 /// however they arrived.
 fn serve_request<W: Write>(ctx: &Context<'_>, lines: &[Line<'_>], mut out: W) -> Result<Option<Stats>, ServeError> {
     let repo = ctx.served.repo.to_thread_local();
-    let refs = RefSnapshot::load(&repo)?;
+    let refs = ctx.repos.upload_refs(ctx.served, &repo)?;
     let run = || -> Result<(Run, &[Line<'_>]), ServeError> {
         let command = lines[0]
             .as_text()
