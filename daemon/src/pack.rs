@@ -32,7 +32,7 @@ fn write_verbatim<W: Write>(repo: &gix::Repository, pack: &std::path::Path, obje
     let total = u32::try_from(objects + extra.len()).map_err(|_| ServeError::too_many_objects())?;
     header[8..12].copy_from_slice(&total.to_be_bytes());
     // Without extras the file's own trailer is right; with them, everything is hashed anew.
-    let mut answer = Hashed { out, hasher: (!extra.is_empty()).then(|| gix_hash::hasher(hash)), written: 0 };
+    let mut answer = if extra.is_empty() { Hashed::unhashed(out) } else { Hashed::new(out, hash) };
     answer.emit(&header)?;
     let entries_end = if extra.is_empty() { file_len } else { file_len - hash_len };
     let mut left = entries_end - 12;
@@ -99,25 +99,46 @@ fn write_through_gix_pack<W: Write>(
     mut count: impl FnMut(&output::Entry),
 ) -> Result<(), ServeError> {
     let (_, chunks) = gix_entries(repo, ids, true, decide)?;
-    let mut offsets: Vec<u64> = Vec::new();
-    let mut head = Vec::with_capacity(64);
+    let mut written = EntryOffsets::default();
     for chunk in chunks {
         let (_, entries) = chunk.map_err(ServeError::pack)?;
         for entry in entries {
             if entry.is_invalid() {
                 return Err(ServeError::MissingObject(entry.id));
             }
-            let here = answer.written;
-            let header = entry.to_entry_header(gix_pack::data::Version::V2, |index| here - offsets[index]);
-            head.clear();
-            header.write_to(entry.decompressed_size as u64, &mut head)?;
-            answer.emit(&head)?;
-            answer.emit(&entry.compressed_data)?;
-            offsets.push(here);
+            written.emit(&entry, answer)?;
             count(&entry);
         }
     }
     Ok(())
+}
+
+/// Where each entry gix-pack generated went in the answer, so that an ofs-delta against an
+/// earlier one (gix-pack names its base by index) gets its distance.
+#[derive(Default)]
+struct EntryOffsets {
+    offsets: Vec<u64>,
+    head: Vec<u8>,
+}
+
+impl EntryOffsets {
+    /// Write `entry` (header and compressed data) to `answer`; an invalid entry (a missing
+    /// object) is skipped, as gix-pack's own writer skips it.
+    fn emit<W: Write>(&mut self, entry: &output::Entry, answer: &mut Hashed<'_, W>) -> Result<(), ServeError> {
+        if entry.is_invalid() {
+            self.offsets.push(u64::MAX);
+            return Ok(());
+        }
+        let here = answer.written;
+        let offsets = &self.offsets;
+        let header = entry.to_entry_header(gix_pack::data::Version::V2, |index| here - offsets[index]);
+        self.head.clear();
+        header.write_to(entry.decompressed_size as u64, &mut self.head)?;
+        answer.emit(&self.head)?;
+        answer.emit(&entry.compressed_data)?;
+        self.offsets.push(here);
+        Ok(())
+    }
 }
 
 /// How one entry of the bitmapped pack goes out when reused.
@@ -194,7 +215,7 @@ fn write_reused<W: Write>(
     }
     let extra = &selection.objects[positions.len()..];
     let total = u32::try_from(reused_count + later.len() + extra.len()).map_err(|_| ServeError::too_many_objects())?;
-    let mut answer = Hashed { out, hasher: Some(gix_hash::hasher(hash)), written: 0 };
+    let mut answer = Hashed::new(out, hash);
     let mut header = *b"PACK\0\0\0\x02\0\0\0\0";
     header[8..12].copy_from_slice(&total.to_be_bytes());
     answer.emit(&header)?;
@@ -259,11 +280,19 @@ fn write_reused<W: Write>(
 /// is a pack file as it is (with its own trailer).
 struct Hashed<'w, W> {
     out: &'w mut W,
-    hasher: Option<gix_hash::Hasher>,
+    hasher: Option<TrailerHasher>,
     written: u64,
 }
 
-impl<W: Write> Hashed<'_, W> {
+impl<'w, W: Write> Hashed<'w, W> {
+    fn new(out: &'w mut W, hash: gix_hash::Kind) -> Self {
+        Hashed { out, hasher: Some(TrailerHasher::new(hash)), written: 0 }
+    }
+
+    fn unhashed(out: &'w mut W) -> Self {
+        Hashed { out, hasher: None, written: 0 }
+    }
+
     fn emit(&mut self, data: &[u8]) -> Result<(), ServeError> {
         if let Some(hasher) = self.hasher.as_mut() {
             hasher.update(data);
@@ -277,9 +306,42 @@ impl<W: Write> Hashed<'_, W> {
         let Some(hasher) = self.hasher else {
             return Ok(self.written);
         };
-        let digest = hasher.try_finalize().map_err(ServeError::pack)?;
-        self.out.write_all(digest.as_bytes()).map_err(gone)?;
-        Ok(self.written + digest.as_bytes().len() as u64)
+        let digest = hasher.finalize()?;
+        self.out.write_all(&digest).map_err(gone)?;
+        Ok(self.written + digest.len() as u64)
+    }
+}
+
+/// The hash of a pack's trailer. For SHA-1, plain SHA-1 (with the CPU's SHA instructions where
+/// it has them): the trailer is a checksum of bytes gixd writes itself, which the client verifies
+/// with its own SHA-1, so detecting manufactured collisions — which gix-hash's SHA-1 always does,
+/// and which makes it slower — guards nothing here. The digest is the same either way; SHA-256
+/// repositories use gix-hash's.
+enum TrailerHasher {
+    Sha1(sha1::Sha1),
+    Other(gix_hash::Hasher),
+}
+
+impl TrailerHasher {
+    fn new(hash: gix_hash::Kind) -> Self {
+        match hash {
+            gix_hash::Kind::Sha1 => TrailerHasher::Sha1(sha1::Digest::new()),
+            other => TrailerHasher::Other(gix_hash::hasher(other)),
+        }
+    }
+
+    fn update(&mut self, data: &[u8]) {
+        match self {
+            TrailerHasher::Sha1(h) => sha1::Digest::update(h, data),
+            TrailerHasher::Other(h) => h.update(data),
+        }
+    }
+
+    fn finalize(self) -> Result<Vec<u8>, ServeError> {
+        Ok(match self {
+            TrailerHasher::Sha1(h) => sha1::Digest::finalize(h).to_vec(),
+            TrailerHasher::Other(h) => h.try_finalize().map_err(ServeError::pack)?.as_bytes().to_vec(),
+        })
     }
 }
 
@@ -360,8 +422,11 @@ pub fn write<W: Write>(
     let mut ids: Vec<ObjectId> = Vec::new();
     let mut missing = None;
     let mut search = DeltaSearch::new(repo, selection, &options);
-    let entries = chunks.by_ref().map(|chunk| {
-        let (_seq, mut entries) = chunk?;
+    let mut answer = Hashed::new(out, repo.object_hash());
+    answer.emit(&gix_pack::data::header::encode(gix_pack::data::Version::V2, num_entries_u32))?;
+    let mut written = EntryOffsets::default();
+    for chunk in chunks.by_ref() {
+        let (_seq, mut entries) = chunk.map_err(ServeError::pack)?;
         for entry in &mut entries {
             if entry.is_invalid() {
                 missing.get_or_insert(entry.id);
@@ -373,21 +438,16 @@ pub fn write<W: Write>(
                 }
                 ids.push(entry.id);
             }
+            written.emit(entry, &mut answer)?;
         }
-        Ok(entries)
-    });
-    let mut bytes = 0;
-    let mut writer = output::bytes::FromEntriesIter::new(entries, &mut *out, num_entries_u32, gix_pack::data::Version::V2, repo.object_hash());
-    for step in writer.by_ref() {
-        bytes += step.map_err(|err| match err.downcast_any_ref::<io::Error>() {
-            Some(io) if is_disconnect(io) => ServeError::Disconnected,
-            _ => ServeError::pack(err),
-        })?;
     }
-    drop(writer);
     if missing.is_some() {
         return Err(ServeError::corrupt_pack("an object to send is missing from the repository"));
     }
+    if written.offsets.len() != num_entries {
+        return Err(ServeError::corrupt_pack(format!("wrote {} entries of the {num_entries} announced", written.offsets.len())));
+    }
+    let bytes = answer.finish()?;
     let outcome = gix_parallel::Finalize::finalize(chunks).map_err(ServeError::pack)?;
     Ok(Stats {
         entries: num_entries,
@@ -475,6 +535,23 @@ fn is_disconnect(err: &io::Error) -> bool {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_trailer_hash_is_the_object_database_hash_of_the_same_bytes() {
+        // Lengths around SHA-1's 64-byte block and its padding, and a large one fed in pieces.
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        for len in [0, 1, 55, 56, 63, 64, 65, 119, 120, 128, 4095, 300_000] {
+            for kind in [gix_hash::Kind::Sha1, gix_hash::Kind::Sha256] {
+                let mut ours = TrailerHasher::new(kind);
+                for piece in data[..len].chunks(7_777) {
+                    ours.update(piece);
+                }
+                let mut reference = gix_hash::hasher(kind);
+                reference.update(&data[..len]);
+                assert_eq!(ours.finalize().unwrap(), reference.try_finalize().unwrap().as_bytes(), "{kind:?}, {len} bytes");
+            }
+        }
+    }
+
     /// A writer that fails every write with `kind`.
     struct Failing(io::ErrorKind);
 
@@ -511,6 +588,6 @@ mod tests {
     #[test]
     fn other_write_failures_stay_failures() {
         let err = write_into(&mut Failing(io::ErrorKind::PermissionDenied)).unwrap_err();
-        assert!(matches!(err, ServeError::Pack(_)), "{err:?}");
+        assert!(matches!(&err, ServeError::Io(io) if io.kind() == io::ErrorKind::PermissionDenied), "{err:?}");
     }
 }
