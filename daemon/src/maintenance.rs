@@ -20,6 +20,8 @@ pub struct Report {
     pub bitmaps: usize,
     pub packs_removed: usize,
     pub loose_removed: usize,
+    /// What earlier runs, killed before they finished, left behind and this one removed.
+    pub leftovers_removed: usize,
 }
 
 /// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`.
@@ -29,6 +31,8 @@ pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
     let objects_dir = repo.objects.store_ref().path().to_owned();
     let pack_dir = objects_dir.join("pack");
     std::fs::create_dir_all(&pack_dir)?;
+    let _lock = Lock::take(&objects_dir)?;
+    let leftovers_removed = remove_leftovers(&objects_dir, &pack_dir);
 
     // 1. Everything reachable from every ref and HEAD (hidden refs too: this is the repository,
     //    not a client's view of it).
@@ -52,7 +56,7 @@ pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
     let bitmaps = write_bitmap(&repo, &index, &order, &tips, &index_path.with_extension("bitmap"), hash)?;
 
     // 4. Old packs and loose objects whose every object is in the new pack.
-    let mut report = Report { objects: ids.len(), pack: data_path.clone(), bitmaps, ..Report::default() };
+    let mut report = Report { objects: ids.len(), pack: data_path.clone(), bitmaps, leftovers_removed, ..Report::default() };
     for entry in std::fs::read_dir(&pack_dir)?.flatten() {
         let path = entry.path();
         if path.extension().is_none_or(|e| e != "idx") || path == index_path {
@@ -82,6 +86,48 @@ pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
         let _ = std::fs::remove_dir(fanout.path()); // only if empty
     }
     Ok(report)
+}
+
+/// One maintenance of a repository at a time: an advisory lock (`flock`) on
+/// `objects/gixd-maintenance.lock`. The kernel releases it when its holder exits, however it
+/// exits, so a run killed at any point leaves no lock behind.
+struct Lock(#[allow(dead_code)] std::fs::File);
+
+impl Lock {
+    fn take(objects_dir: &Path) -> Result<Lock, ServeError> {
+        use std::os::fd::AsRawFd;
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(objects_dir.join("gixd-maintenance.lock"))?;
+        // SAFETY: flock on a descriptor this function owns; the lock goes with the descriptor.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::WouldBlock, "another maintenance of this repository is running").into());
+        }
+        Ok(Lock(file))
+    }
+}
+
+/// Remove what runs killed before they finished left: their scratch directories
+/// (`objects/gixd-maintenance-<pid>`), the temporary files of their pack and index (gix-tempfile's
+/// `.tmp*` in the pack directory) and of their `.rev` and `.bitmap` (`pack-*.tmp`). Only
+/// maintenance writes these names there (a push indexes inside its quarantine), and holding the
+/// lock means no other run is alive. Returns how many were removed.
+fn remove_leftovers(objects_dir: &Path, pack_dir: &Path) -> usize {
+    let mut removed = 0;
+    for entry in std::fs::read_dir(objects_dir).into_iter().flatten().flatten() {
+        if entry.file_name().to_string_lossy().starts_with("gixd-maintenance-") && entry.path().is_dir() && std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    for entry in std::fs::read_dir(pack_dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let temporary = name.starts_with(".tmp") || (name.starts_with("pack-") && name.ends_with(".tmp"));
+        if temporary && std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        tracing::info!(removed, dir = %objects_dir.display(), "maintenance removed what a killed run left");
+    }
+    removed
 }
 
 fn write_pack(repo: &gix::Repository, ids: &[ObjectId], scratch: &Path, pack_dir: &Path, hash: gix_hash::Kind) -> Result<(PathBuf, PathBuf), ServeError> {
@@ -116,3 +162,18 @@ fn write_pack(repo: &gix::Repository, ids: &[ObjectId], scratch: &Path, pack_dir
     }
 }
 
+
+#[cfg(test)]
+mod lock_tests {
+    use super::*;
+
+    #[test]
+    fn one_maintenance_of_a_repository_at_a_time_and_the_lock_goes_with_its_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Lock::take(dir.path()).unwrap();
+        let refused = Lock::take(dir.path()).err().expect("a second run is refused while the first holds the lock");
+        assert!(matches!(&refused, ServeError::Io(e) if e.kind() == std::io::ErrorKind::WouldBlock), "{refused:?}");
+        drop(first);
+        assert!(Lock::take(dir.path()).is_ok(), "the lock is free once its holder is gone");
+    }
+}

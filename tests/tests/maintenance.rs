@@ -114,3 +114,69 @@ fn the_opt_in_schedule_repacks_with_a_bitmap_while_serving() {
     std::thread::sleep(std::time::Duration::from_millis(100));
     test_bitmap(&repo);
 }
+
+/// Maintenance in a process of its own, so that it can be killed: this test binary again,
+/// running only [`inner_maintenance_of_the_named_repository`].
+fn maintain_in_child(repo: &Path) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "inner_maintenance_of_the_named_repository", "--ignored", "--test-threads=1", "-q"])
+        .env("GIXD_MAINTAIN", repo)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+#[ignore = "run in a child process by maintenance_killed_at_any_point_loses_nothing_and_the_next_run_clears_what_it_left"]
+fn inner_maintenance_of_the_named_repository() {
+    let repo = std::env::var_os("GIXD_MAINTAIN").expect("GIXD_MAINTAIN names the repository");
+    gixd::maintenance::run(Path::new(&repo)).unwrap();
+}
+
+/// Maintenance of the real-shapes repository (tags, hidden refs, partial bitmap) killed (SIGKILL) at sixteen points spread from its start to past its end (as long
+/// as an uninterrupted run takes, measured first): after each, the refs and every reachable
+/// object are as before and fsck is clean; the next run removes what the killed ones left
+/// (scratch directory, temporary pack, index, `.rev` and `.bitmap` files) and ends with one pack
+/// git's bitmap test accepts and no garbage.
+#[test]
+fn maintenance_killed_at_any_point_loses_nothing_and_the_next_run_clears_what_it_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = corpus::ensure("real-shapes", Hash::Sha1);
+    let repo = tmp.path().join("r.git");
+    git_ok(tmp.path(), &["clone", "-q", "--mirror", "--no-local", src.to_str().unwrap(), repo.to_str().unwrap()]);
+    let (refs_before, reachable_before) = (refs(&repo, "refs"), rev_list_objects(&repo, &["--all"]));
+    let probe = tmp.path().join("probe.git");
+    git_ok(tmp.path(), &["clone", "-q", "--mirror", "--no-local", src.to_str().unwrap(), probe.to_str().unwrap()]);
+    let started = std::time::Instant::now();
+    assert!(maintain_in_child(&probe).wait().unwrap().success(), "an uninterrupted run succeeds");
+    let whole = started.elapsed();
+
+    let garbage = |repo: &Path| -> usize {
+        let objects = std::fs::read_dir(repo.join("objects")).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("gixd-maintenance-")).count();
+        let temporary = std::fs::read_dir(repo.join("objects/pack")).unwrap().flatten().filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with(".tmp") || name.ends_with(".tmp")
+        });
+        objects + temporary.count()
+    };
+    let mut left_something = 0;
+    for round in 1..=16u32 {
+        let mut child = maintain_in_child(&repo);
+        std::thread::sleep(whole.mul_f64(1.2 * f64::from(round) / 16.0));
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+        left_something += usize::from(garbage(&repo) > 0);
+        assert_eq!(refs(&repo, "refs"), refs_before, "round {round}: refs");
+        assert_eq!(rev_list_objects(&repo, &["--all"]), reachable_before, "round {round}: reachable objects");
+        assert_fsck_clean(&repo);
+    }
+    assert!(maintain_in_child(&repo).wait().unwrap().success(), "a run after the killed ones succeeds");
+    assert_eq!(garbage(&repo), 0, "the run removed what the killed ones left");
+    let count = git_ok(&repo, &["count-objects", "-v"]);
+    assert!(count.lines().any(|l| l == "garbage: 0"), "{count}");
+    assert_eq!(packs(&repo).iter().filter(|n| n.ends_with(".pack")).count(), 1, "{:?}", packs(&repo));
+    test_bitmap(&repo);
+    assert_eq!(rev_list_objects(&repo, &["--all"]), reachable_before);
+    println!("16 maintenance runs killed over {whole:?} each; {left_something} left files behind, all removed by the next run");
+}
