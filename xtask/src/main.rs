@@ -45,6 +45,17 @@ enum Top {
     },
     /// Build the deterministic corpus (target/corpus/) and list it with object counts.
     Corpus,
+    /// Fuzz every input a client controls (fuzz/: seeded mutation, no coverage guidance) in a
+    /// release build, for `--seconds` per target; failing inputs go to target/fuzz/failures/.
+    Fuzz {
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Repeat a run: the seed it printed.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Targets (default: all).
+        targets: Vec<String>,
+    },
     /// Build gixd twice from the committed tree, check both binaries are identical, and pack the
     /// reproducible appliance tarball (target/appliance/).
     Appliance,
@@ -237,6 +248,18 @@ fn run(cli: Cli) -> Result<()> {
         Top::Bench { command: BenchCmd::Bitmaps { rounds } } => bitmaps_bench::run(&root, rounds),
         Top::Bench { command: BenchCmd::Real { rounds, repo, gixd } } => real_bench::run(&root, rounds, repo, gixd),
         Top::Report { check } => report::run(&root, check),
+        Top::Fuzz { seconds, seed, targets } => {
+            let mut cmd = Command::new("cargo");
+            cmd.args(["run", "--release", "--quiet", "-p", "gixd-fuzz", "--", "--seconds", &seconds.to_string()]).current_dir(&root);
+            if let Some(seed) = seed {
+                cmd.args(["--seed", &seed.to_string()]);
+            }
+            let status = cmd.args(&targets).status().context("cargo run -p gixd-fuzz")?;
+            if !status.success() {
+                bail!("fuzzing found failing inputs (or did not run): {status}");
+            }
+            Ok(())
+        }
         Top::Moved => {
             let moved = moved_snapshots(&root)?;
             if moved.is_empty() {

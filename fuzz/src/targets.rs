@@ -1,0 +1,481 @@
+//! The inputs a client controls, each with its seeds and what must hold for every value of it,
+//! against one small fixture: a repository with a hidden ref whose commit and blob no visible
+//! ref reaches, and a second one to push into.
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use gix_hash::ObjectId;
+use gixd::config::{Config, Exports};
+use gixd::protocol::pkt::{self, SectionRules};
+use gixd::protocol::{self, Context, Input, Mode, Version};
+use gixd::repo::{Repos, Served};
+use gixd_tests::{commit_files, git, git_out};
+
+use crate::Target;
+
+/// Every target, in the order a pass runs them.
+pub const ALL: &[Target] = &[
+    Target { name: "pkt-section", seeds: upload_seeds, run: pkt_section, max_len: 4096 },
+    Target { name: "upload-pack-v2", seeds: v2_seeds, run: upload_v2, max_len: 4096 },
+    Target { name: "upload-pack-v2-connection", seeds: v2_seeds, run: upload_v2_connection, max_len: 4096 },
+    Target { name: "upload-pack-v0", seeds: v0_seeds, run: upload_v0, max_len: 4096 },
+    Target { name: "receive-pack", seeds: push_seeds, run: receive_pack, max_len: 1 << 16 },
+    Target { name: "filter-spec", seeds: filter_seeds, run: filter_spec, max_len: 256 },
+    Target { name: "repo-path", seeds: path_seeds, run: repo_path, max_len: 256 },
+    Target { name: "config-file", seeds: config_seeds, run: config_file, max_len: 2048 },
+    Target { name: "http-request", seeds: http_seeds, run: http_request, max_len: 8192 },
+];
+
+/// The target named `name`.
+pub fn by_name(name: &str) -> Option<&'static Target> {
+    ALL.iter().find(|t| t.name == name)
+}
+
+/// What every target runs against; built once per process.
+pub struct Fixture {
+    _dir: tempfile::TempDir,
+    pub base: PathBuf,
+    pub repos: Repos,
+    pub config: Config,
+    /// `r.git`: main (three commits), an annotated tag, and refs/hidden/secret (hidden by
+    /// `uploadpack.hideRefs`) at a commit with a blob of its own.
+    pub served: Served,
+    /// `p.git`: a copy of r.git's visible history, to push into.
+    pub push: Served,
+    pub main: ObjectId,
+    pub first: ObjectId,
+    pub hidden: ObjectId,
+    /// Every object a visible ref of r.git reaches: all a client may ever be sent.
+    pub visible: HashSet<ObjectId>,
+    /// r.git's visible history alone (no hidden ref, no hidden object): thin packs are completed
+    /// here, so a thin base the client could not have had fails to resolve.
+    visible_repo: PathBuf,
+    /// A pack of one commit on top of main, and that commit.
+    pub push_pack: Vec<u8>,
+    pub pushed: ObjectId,
+    server: OnceLock<gixd::server::Running>,
+}
+
+impl Fixture {
+    pub fn new() -> Fixture {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let base = dir.path().canonicalize().expect("canonical");
+        let work = base.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        git(&work, &["init", "-q"]);
+        let first = commit_files(&work, &[("f.txt", b"v0\n"), ("dir/a.txt", b"a\n")], "c0");
+        git(&work, &["tag", "-a", "-m", "v0", "v0"]);
+        commit_files(&work, &[("f.txt", b"v1\n")], "c1");
+        let main = commit_files(&work, &[("f.txt", b"v2\n"), ("dir/b.txt", b"b\n")], "c2");
+        git(&work, &["checkout", "-q", "-b", "secret"]);
+        let hidden = commit_files(&work, &[("secret.txt", b"the secret\n")], "secret");
+        git(&work, &["update-ref", "refs/hidden/secret", "secret"]);
+        git(&work, &["checkout", "-q", "main"]);
+        git(&work, &["branch", "-q", "-D", "secret"]);
+        let pushed = commit_files(&work, &[("f.txt", b"v3\n"), ("new.txt", b"new\n")], "c3");
+        let push_pack = pack_objects(&work, &format!("{pushed}\n^{main}\n"));
+        git(&work, &["reset", "-q", "--hard", &main]);
+
+        let r = base.join("r.git");
+        git(&base, &["clone", "-q", "--mirror", work.to_str().unwrap(), r.to_str().unwrap()]);
+        git(&r, &["config", "uploadpack.hideRefs", "refs/hidden"]);
+        git(&r, &["config", "uploadpack.allowFilter", "true"]);
+        let p = base.join("p.git");
+        git(&base, &["clone", "-q", "--bare", "--no-local", r.to_str().unwrap(), p.to_str().unwrap()]);
+        let visible_repo = base.join("visible.git");
+        git(&base, &["clone", "-q", "--bare", "--no-local", r.to_str().unwrap(), visible_repo.to_str().unwrap()]);
+        let visible = git_out(&r, &["rev-list", "--objects", "--exclude=refs/hidden/*", "--all"])
+            .lines()
+            .map(|l| ObjectId::from_hex(l.split(' ').next().unwrap().as_bytes()).unwrap())
+            .collect();
+
+        let mut config = Config::new(base.clone());
+        config.exports = Exports::All;
+        config.listen = "127.0.0.1:0".parse().unwrap();
+        config.services.receive_pack = true;
+        let repos = Repos::new(&base, Exports::All).expect("the base exists");
+        let (served, _) = repos.locate("/r.git").expect("r.git is served");
+        let (push, _) = repos.locate("/p.git").expect("p.git is served");
+        let id = |hex: String| ObjectId::from_hex(hex.as_bytes()).unwrap();
+        Fixture {
+            _dir: dir,
+            base,
+            repos,
+            config,
+            served,
+            push,
+            main: id(main),
+            first: id(first),
+            hidden: id(hidden),
+            visible,
+            visible_repo,
+            push_pack,
+            pushed: id(pushed),
+            server: OnceLock::new(),
+        }
+    }
+
+    fn ctx<'a>(&'a self, served: &'a Served) -> Context<'a> {
+        Context { repos: &self.repos, served, config: &self.config, pusher: None }
+    }
+
+    /// A server for this fixture (HTTP), started on first use.
+    fn server(&self) -> &gixd::server::Running {
+        self.server.get_or_init(|| gixd::server::spawn(self.config.clone()).expect("gixd starts"))
+    }
+}
+
+impl Default for Fixture {
+    fn default() -> Self {
+        Fixture::new()
+    }
+}
+
+fn pack_objects(repo: &Path, revs: &str) -> Vec<u8> {
+    let mut child = gixd_tests::git_command(repo)
+        .args(["pack-objects", "--revs", "--stdout", "-q"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("git runs");
+    child.stdin.take().unwrap().write_all(revs.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    out.stdout
+}
+
+fn v2_request(command: &str, args: &[String]) -> Vec<u8> {
+    let mut w = pkt::Writer::new();
+    w.text(format!("command={command}"));
+    w.text("agent=git/2.47.3");
+    w.text("object-format=sha1");
+    w.delim();
+    for a in args {
+        w.text(a);
+    }
+    w.flush();
+    w.into_bytes()
+}
+
+fn v2_seeds(f: &Fixture) -> Vec<Vec<u8>> {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    vec![
+        v2_request("ls-refs", &s(&["peel", "symrefs", "ref-prefix HEAD", "ref-prefix refs/heads/", "ref-prefix refs/tags/"])),
+        v2_request("fetch", &s(&["thin-pack", "ofs-delta", &format!("want {}", f.main), "done"])),
+        v2_request("fetch", &s(&["thin-pack", "ofs-delta", &format!("want {}", f.main), &format!("have {}", f.first), "done"])),
+        v2_request("fetch", &s(&["thin-pack", "ofs-delta", &format!("want {}", f.main), &format!("have {}", f.first)])),
+        v2_request("fetch", &s(&["ofs-delta", &format!("want {}", f.main), "filter blob:none", "done"])),
+        v2_request("fetch", &s(&["ofs-delta", &format!("want {}", f.main), "deepen 1", "done"])),
+        v2_request("fetch", &s(&["ofs-delta", "want-ref refs/heads/main", "done"])),
+        v2_request("fetch", &s(&["thin-pack", &format!("want {}", f.hidden), "done"])),
+        v2_request("fetch", &s(&["thin-pack", &format!("want {}", f.main), &format!("have {}", f.hidden), "done"])),
+        v2_request("object-info", &s(&["size", &format!("oid {}", f.main)])),
+    ]
+}
+
+fn v0_seeds(f: &Fixture) -> Vec<Vec<u8>> {
+    let caps = "multi_ack_detailed side-band-64k thin-pack ofs-delta no-progress agent=git/2.47.3";
+    let mut out = Vec::new();
+    for (haves, done) in [(vec![], true), (vec![f.first], true), (vec![f.first], false), (vec![f.hidden], true)] {
+        let mut w = pkt::Writer::new();
+        w.text(format!("want {} {caps}", f.main));
+        w.text(format!("want {}", f.main));
+        w.flush();
+        for h in haves {
+            w.text(format!("have {h}"));
+        }
+        if done {
+            w.text("done");
+        } else {
+            w.flush();
+        }
+        out.push(w.into_bytes());
+    }
+    let mut w = pkt::Writer::new();
+    w.text(format!("want {} {caps}", f.main));
+    w.text("deepen 1");
+    w.flush();
+    w.text("done");
+    out.push(w.into_bytes());
+    out
+}
+
+fn upload_seeds(f: &Fixture) -> Vec<Vec<u8>> {
+    v2_seeds(f).into_iter().chain(v0_seeds(f)).collect()
+}
+
+fn push_seeds(f: &Fixture) -> Vec<Vec<u8>> {
+    let zero = "0".repeat(40);
+    let caps = "\0report-status side-band-64k quiet object-format=sha1 agent=git/2.47.3";
+    let with_pack = |lines: &[String]| {
+        let mut w = pkt::Writer::new();
+        for (i, l) in lines.iter().enumerate() {
+            w.text(if i == 0 { format!("{l}{caps}") } else { l.clone() });
+        }
+        w.flush();
+        let mut body = w.into_bytes();
+        body.extend_from_slice(&f.push_pack);
+        body
+    };
+    vec![
+        with_pack(&[format!("{} {} refs/heads/main", f.main, f.pushed)]),
+        with_pack(&[format!("{zero} {} refs/heads/topic", f.pushed)]),
+        with_pack(&[format!("{} {} refs/heads/main", f.first, f.pushed), format!("{zero} {} refs/tags/t", f.pushed)]),
+        {
+            let mut w = pkt::Writer::new();
+            w.text(format!("{} {zero} refs/heads/gone{caps}", f.main));
+            w.flush();
+            w.into_bytes()
+        },
+        with_pack(&[format!("shallow {}", f.first), format!("{} {} refs/heads/main", f.main, f.pushed)]),
+    ]
+}
+
+fn filter_seeds(_: &Fixture) -> Vec<Vec<u8>> {
+    ["blob:none", "blob:limit=1k", "blob:limit=0", "tree:0", "tree:3", "combine:blob:none+tree:2", "combine:blob%3Anone+tree:1", "object:type=blob", "sparse:oid=main:x"]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect()
+}
+
+fn path_seeds(_: &Fixture) -> Vec<Vec<u8>> {
+    ["/r.git", "/r", "r.git/", "/p.git", "/../r.git", "/%2e%2e/r.git", "/work/.git", "/r.git/../p.git", "/~root/x", "/r.git%00"]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect()
+}
+
+fn config_seeds(_: &Fixture) -> Vec<Vec<u8>> {
+    vec![
+        b"listen = \"127.0.0.1:8080\"\nexport_all = true\nenable = [\"receive-pack\"]\n\n[limits]\nmax_request_body = 1048576\nmax_haves = 100\nworker_threads = 2\nio_timeout_secs = 30\n".to_vec(),
+        b"base_path = \"/srv/git\"\nstrict_paths = true\nuser_path = \"public_git\"\nmax_connections = 10\n[limits]\nmax_transfers = 0\nblocking_threads = 1\nmin_receive_rate = 1\n".to_vec(),
+        b"git_listen = \"[::1]:9418\"\ndisable = [\"upload-pack\"]\nmaintenance_interval_secs = 0\ninformative_errors = false\n".to_vec(),
+    ]
+}
+
+fn http_seeds(f: &Fixture) -> Vec<Vec<u8>> {
+    let post = |path: &str, kind: &str, extra: &str, body: &[u8]| {
+        let mut r = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-{kind}-request\r\nAccept: application/x-{kind}-result\r\n{extra}Content-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        r.extend_from_slice(body);
+        r
+    };
+    let v2 = v2_seeds(f);
+    let chunked = {
+        let body = &v2[1];
+        let mut r = b"POST /r.git/git-upload-pack HTTP/1.1\r\nHost: x\r\nGit-Protocol: version=2\r\nContent-Type: application/x-git-upload-pack-request\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        r.extend_from_slice(format!("{:x}\r\n", body.len()).as_bytes());
+        r.extend_from_slice(body);
+        r.extend_from_slice(b"\r\n0\r\n\r\n");
+        r
+    };
+    vec![
+        b"GET /r.git/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: x\r\nGit-Protocol: version=2\r\n\r\n".to_vec(),
+        b"GET /r.git/info/refs?service=git-receive-pack HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+        b"GET /r.git/HEAD HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+        post("/r.git/git-upload-pack", "git-upload-pack", "Git-Protocol: version=2\r\n", &v2[0]),
+        post("/r.git/git-upload-pack", "git-upload-pack", "Git-Protocol: version=2\r\n", &v2[2]),
+        post("/r.git/git-upload-pack", "git-upload-pack", "", &v0_seeds(f)[1]),
+        post("/r.git/git-upload-pack", "git-upload-pack", "Content-Encoding: gzip\r\n", b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03"),
+        post("/p.git/git-receive-pack", "git-receive-pack", "", &push_seeds(f)[3]),
+        chunked,
+    ]
+}
+
+// ---- the targets ----
+
+fn pkt_section(_: &Fixture, input: &[u8]) -> Result<(), String> {
+    let _ = pkt::read_all(input);
+    for rules in [SectionRules { delim: true, done_ends: false }, SectionRules { delim: false, done_ends: true }] {
+        let mut lines = pkt::stream(input);
+        let mut held = 0;
+        for _ in 0..64 {
+            match pkt::read_section(&mut lines, 1 << 12, rules) {
+                Ok((section, end)) => {
+                    held += section.iter().map(|l| match l { pkt::Owned::Data(d) => d.len(), pkt::Owned::Delim => 0 }).sum::<usize>();
+                    if held > input.len() {
+                        return Err(format!("sections hold {held} bytes of a {}-byte input", input.len()));
+                    }
+                    if matches!(end, pkt::End::HungUp) {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    Ok(())
+}
+
+fn upload_v2(f: &Fixture, input: &[u8]) -> Result<(), String> {
+    let mut out = Vec::new();
+    let _ = protocol::upload_pack(&f.ctx(&f.served), Version::V2, Input::<&[u8]>::Stateless(input), &mut out);
+    check_answer(f, &out)
+}
+
+fn upload_v2_connection(f: &Fixture, input: &[u8]) -> Result<(), String> {
+    let mut out = Vec::new();
+    let _ = protocol::upload_pack(&f.ctx(&f.served), Version::V2, Input::Stateful(input), &mut out);
+    check_answer(f, &out)
+}
+
+fn upload_v0(f: &Fixture, input: &[u8]) -> Result<(), String> {
+    let mut out = Vec::new();
+    let _ = protocol::upload_pack(&f.ctx(&f.served), Version::V0, Input::<&[u8]>::Stateless(input), &mut out);
+    check_answer(f, &out)
+}
+
+fn receive_pack(f: &Fixture, input: &[u8]) -> Result<(), String> {
+    let mut out = Vec::new();
+    let _ = protocol::receive_pack(&f.ctx(&f.push), Version::V0, Mode::Stateless, input, &mut out);
+    check_framing(&out)?;
+    // Never a ref before its objects: every ref of p.git names an object p.git holds, and a
+    // commit's tree too.
+    let repo = f.push.repo.to_thread_local();
+    let refs = repo.references().map_err(|e| e.to_string())?;
+    for r in refs.all().map_err(|e| e.to_string())?.flatten() {
+        let Some(id) = r.target().try_id().map(|id| id.to_owned()) else { continue };
+        let object = repo.find_object(id).map_err(|_| format!("{} names {id}, which p.git does not hold", r.name().as_bstr()))?;
+        if let Ok(commit) = object.try_into_commit() {
+            let tree = commit.tree_id().map_err(|e| e.to_string())?;
+            repo.find_object(tree).map_err(|_| format!("{} is at {id}, whose tree {tree} p.git does not hold", r.name().as_bstr()))?;
+        }
+    }
+    Ok(())
+}
+
+fn filter_spec(_: &Fixture, input: &[u8]) -> Result<(), String> {
+    let _ = gixd::filter::Filter::parse(&String::from_utf8_lossy(input));
+    Ok(())
+}
+
+fn repo_path(f: &Fixture, input: &[u8]) -> Result<(), String> {
+    if let Ok((served, _)) = f.repos.locate(&String::from_utf8_lossy(input)) {
+        let dir = served.git_dir.canonicalize().map_err(|e| e.to_string())?;
+        if !dir.starts_with(&f.base) {
+            return Err(format!("{:?} resolved outside the base directory, to {}", String::from_utf8_lossy(input), dir.display()));
+        }
+    }
+    Ok(())
+}
+
+fn config_file(f: &Fixture, input: &[u8]) -> Result<(), String> {
+    if let Ok(file) = toml::from_str::<gixd::config::File>(&String::from_utf8_lossy(input)) {
+        let _ = file.overrides(&f.base).resolve(Config::new(f.base.clone()), 2);
+    }
+    Ok(())
+}
+
+fn http_request(f: &Fixture, input: &[u8]) -> Result<(), String> {
+    let server = f.server();
+    let mut stream = TcpStream::connect(server.addr).map_err(|e| format!("connect: {e}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let _ = stream.write_all(input);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let mut answer = Vec::new();
+    let started = std::time::Instant::now();
+    if let Err(err) = stream.read_to_end(&mut answer)
+        && matches!(err.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+    {
+        return Err(format!("no answer and no close after {:?}", started.elapsed()));
+    }
+    if !answer.is_empty() && !answer.starts_with(b"HTTP/1.") {
+        return Err(format!("an answer that is not HTTP: {:?}", String::from_utf8_lossy(&answer[..answer.len().min(80)])));
+    }
+    // The server goes on serving everyone else.
+    let probe = gixd_tests::server::http(server.addr, "GET", "/r.git/info/refs?service=git-upload-pack", &[], b"");
+    if probe.status != 200 {
+        return Err(format!("after this input the server answers a ref advertisement with {}", probe.status));
+    }
+    Ok(())
+}
+
+// ---- invariants on an upload-pack answer ----
+
+/// The answer is pkt-lines, and a v0 answer without side-band may end in a raw pack.
+fn check_framing(out: &[u8]) -> Result<(), String> {
+    let mut at = 0;
+    while at < out.len() {
+        if out[at..].starts_with(b"PACK") {
+            return Ok(());
+        }
+        let len = std::str::from_utf8(out.get(at..at + 4).unwrap_or(&[]))
+            .ok()
+            .and_then(|h| usize::from_str_radix(h, 16).ok())
+            .ok_or_else(|| format!("the answer is not pkt-lines at byte {at}: {:?}", String::from_utf8_lossy(&out[at..out.len().min(at + 16)])))?;
+        at += if len < 4 { 4 } else { len };
+        if at > out.len() {
+            return Err(format!("a pkt-line runs past the end of the answer ({} bytes)", out.len()));
+        }
+    }
+    Ok(())
+}
+
+/// The pack in an answer: side-band 1 payloads, or the bytes after the pkt-lines.
+fn pack_of(out: &[u8]) -> Option<Vec<u8>> {
+    let mut at = 0;
+    let mut banded = Vec::new();
+    while at + 4 <= out.len() {
+        if out[at..].starts_with(b"PACK") {
+            return Some(out[at..].to_vec());
+        }
+        let len = usize::from_str_radix(std::str::from_utf8(&out[at..at + 4]).ok()?, 16).ok()?;
+        if len < 4 {
+            at += 4;
+            continue;
+        }
+        let payload = out.get(at + 4..at + len)?;
+        if payload.first() == Some(&1) {
+            banded.extend_from_slice(&payload[1..]);
+        }
+        at += len;
+    }
+    banded.starts_with(b"PACK").then_some(banded)
+}
+
+/// How many packs [`check_answer`] indexed and checked, over the process: a pass that never
+/// produced a pack would check the confidentiality rule on nothing.
+pub static PACKS_CHECKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Framing, and the confidentiality rule: every object of a pack sent (and every thin base it
+/// needs) is one a visible ref reaches — git index-pack --fix-thin completes it in a repository
+/// holding only the visible history, and each object it indexed is in the visible set.
+fn check_answer(f: &Fixture, out: &[u8]) -> Result<(), String> {
+    check_framing(out)?;
+    let Some(pack) = pack_of(out) else { return Ok(()) };
+    let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let pack_path = scratch.path().join("in.pack");
+    let mut child = Command::new("git")
+        .current_dir(&f.visible_repo)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .args(["index-pack", "--stdin", "--fix-thin", "--strict"])
+        .arg(&pack_path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let _ = child.stdin.take().unwrap().write_all(&pack);
+    let done = child.wait_with_output().map_err(|e| e.to_string())?;
+    if !done.status.success() {
+        return Err(format!("git index-pack --fix-thin refuses the pack sent: {}", String::from_utf8_lossy(&done.stderr).trim()));
+    }
+    let index = gix_pack::index::File::at(pack_path.with_extension("idx"), gix_hash::Kind::Sha1).map_err(|e| e.to_string())?;
+    for entry in index.iter() {
+        if !f.visible.contains(&entry.oid) {
+            return Err(format!("sent {}, which no visible ref reaches", entry.oid));
+        }
+    }
+    PACKS_CHECKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}
