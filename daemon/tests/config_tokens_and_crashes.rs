@@ -286,3 +286,89 @@ fn fifty_pushes_killed_at_different_points_leave_every_ref_old_or_new_and_the_re
     println!("50 pushes killed over {whole:?} each: {stayed_old} left the ref old, {became_new} made it new; every one fsck-clean");
     assert!(stayed_old > 0 && became_new > 0, "the kill points span the push: {stayed_old} old, {became_new} new");
 }
+
+/// A tmpfs mounted for one test, unmounted when dropped.
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Fill the filesystem holding `dir` until a write fails for want of space; the filler file.
+fn fill_disk(dir: &Path) -> PathBuf {
+    let filler = dir.join("filler");
+    let mut file = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![0x5au8; 16 << 10];
+    loop {
+        match file.write_all(&chunk) {
+            Ok(()) => {}
+            Err(err) => {
+                assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "the disk is full, not something else: {err}");
+                return filler;
+            }
+        }
+    }
+}
+
+/// The disk under the repositories runs full (a 4 MiB tmpfs, filled): a push that needs space
+/// fails with a reason git shows, its ref stays where it was, fsck is clean, nothing of the
+/// push is left, and the server goes on serving clones; once space is freed the same push
+/// goes through without a restart. Needs root (to mount a tmpfs); skipped with a note otherwise.
+#[test]
+fn a_push_onto_a_full_disk_fails_cleanly_and_the_server_recovers_when_space_is_freed() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: mounting a tmpfs needs root");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let repos = tmp.path().join("repos");
+    std::fs::create_dir_all(&repos).unwrap();
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"]).arg(&repos).status().unwrap();
+    assert!(mounted.success(), "root can mount a tmpfs here");
+    let _mount = Mounted(repos.clone());
+    let (repo, config, work, secret) = setup(tmp.path());
+    let server = serve(&config);
+    let url = format!("http://ci:{secret}@{}/r.git", server.addr);
+    git_ok(&work, &["push", "-q", &url, "main"]);
+    let old = git_ok(&repo, &["rev-parse", "main"]);
+
+    // A commit with 1 MiB that does not compress, pushed onto a full disk.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let data: Vec<u8> = (0..(1 << 20) / 8)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect();
+    std::fs::write(work.join("big.bin"), &data).unwrap();
+    git_ok(&work, &["add", "big.bin"]);
+    git_ok(&work, &["commit", "-q", "-m", "big"]);
+    let new = git_ok(&work, &["rev-parse", "main"]);
+    let filler = fill_disk(&repos);
+    let refused = git(&work, &["push", &url, "main"]);
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(!refused.status.success(), "the push cannot succeed on a full disk: {said}");
+    assert!(said.contains("no storage space") || said.contains("No space left on device"), "git shows why: {said}");
+    assert!(!said.contains(repos.to_str().unwrap()), "and no server path: {said}");
+    println!("git said: {}", said.trim());
+    assert_eq!(git_ok(&repo, &["rev-parse", "main"]), old, "the ref did not move");
+    let fsck = git(&repo, &["fsck", "--full", "--strict"]);
+    assert!(fsck.status.success() && fsck.stdout.is_empty(), "fsck: {}{}", String::from_utf8_lossy(&fsck.stdout), String::from_utf8_lossy(&fsck.stderr));
+    let quarantines = std::fs::read_dir(repo.join("objects")).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("gixd-quarantine-")).count();
+    assert_eq!(quarantines, 0, "nothing of the refused push is left");
+    let clone = tmp.path().join("clone.git");
+    git_ok(tmp.path(), &["clone", "-q", "--bare", &format!("http://{}/r.git", server.addr), clone.to_str().unwrap()]);
+    assert_eq!(git_ok(&clone, &["rev-parse", "main"]), old, "clones are served from the full disk");
+
+    std::fs::remove_file(filler).unwrap();
+    git_ok(&work, &["push", "-q", &url, "main"]);
+    assert_eq!(git_ok(&repo, &["rev-parse", "main"]), new, "with space again the push goes through, no restart");
+    let fsck = git(&repo, &["fsck", "--full", "--strict"]);
+    assert!(fsck.status.success(), "{}", String::from_utf8_lossy(&fsck.stderr));
+    drop(server);
+}

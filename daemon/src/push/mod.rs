@@ -97,16 +97,49 @@ pub enum Refusal {
 pub enum UnpackError {
     #[error("push larger than {0} bytes")]
     PushTooLarge(u64),
-    #[error("index-pack failed: {source} (an object may be at most {max} bytes: max_object_bytes)")]
+    #[error("index-pack failed: {} (an object may be at most {max} bytes: max_object_bytes)", with_causes(source.as_ref()))]
     ObjectTooLarge { source: Box<dyn std::error::Error + Send + Sync>, max: usize },
-    #[error("index-pack failed: {0}")]
+    #[error("index-pack failed: {}", with_causes(.0.as_ref()))]
     Index(Box<dyn std::error::Error + Send + Sync>),
-    #[error("reading the received objects: {0}")]
+    #[error("reading the received objects: {}", with_causes(.0.as_ref()))]
     Read(Box<dyn std::error::Error + Send + Sync>),
     #[error("object {0} vanished")]
     Vanished(ObjectId),
     #[error("invalid {kind} {id}: {reason}")]
     Invalid { kind: Kind, id: ObjectId, reason: String },
+}
+
+/// `err` and what caused it, as one line: the pusher learns the reason ("No space left on
+/// device"), not only the step that failed ("An IO operation failed while streaming an entry").
+/// An operating-system error is named by itself alone: the causes that wrap it name server
+/// paths, which are not the client's business.
+fn with_causes(err: &(dyn std::error::Error + 'static)) -> String {
+    // An io::Error is said by its OS error, or its kind when a crate wrapped it (tempfile's
+    // carries the path, and keeps only the kind of the error it wraps).
+    fn said_of_io(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+        let io = e.downcast_ref::<std::io::Error>()?;
+        Some(match io.raw_os_error() {
+            Some(code) => std::io::Error::from_raw_os_error(code).to_string(),
+            None => io.kind().to_string(),
+        })
+    }
+    let mut causes = Vec::new();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        if let Some(said) = said_of_io(cause) {
+            return format!("{err}: {said}");
+        }
+        causes.push(cause.to_string());
+        source = cause.source();
+    }
+    let mut text = err.to_string();
+    for said in causes {
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+    }
+    text
 }
 
 fn read_error(err: impl std::error::Error + Send + Sync + 'static) -> UnpackError {
