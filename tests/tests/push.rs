@@ -728,3 +728,111 @@ fn an_object_declared_larger_than_the_limit_is_refused_before_it_is_allocated() 
     assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(old));
     assert_server_clean(&f.repo());
 }
+
+/// The refs a server advertises for repo.git (`git ls-remote`, HEAD and peeled lines left out).
+fn advertised(server: &Running) -> std::collections::BTreeMap<String, String> {
+    git_ok(Path::new("."), &["ls-remote", &format!("http://{}/repo.git", server.addr)])
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .filter(|(_, name)| name.starts_with("refs/") && !name.ends_with("^{}"))
+        .map(|(id, name)| (name.to_owned(), id.to_owned()))
+        .collect()
+}
+
+/// Two gixd servers on one filesystem, as replicas behind a load balancer are: pushes racing
+/// across both have one winner a round and every loser told "stale info"; after each round,
+/// and after the ref is moved behind both servers' backs, each replica advertises exactly the
+/// repository's refs (neither serves a stale ref snapshot from its cache); a maintenance run
+/// while both serve clones fails no clone, loses nothing, and leaves both serving the same refs.
+#[test]
+fn two_replicas_on_one_filesystem_agree_on_every_ref_through_racing_pushes_and_maintenance() {
+    let f = Fixture::new();
+    let base = f.repo().parent().unwrap().to_owned();
+    let tf = f.token_file.clone();
+    let replica = serve_with(&base, move |c| {
+        c.exports = Exports::DaemonExportOk;
+        c.token_file = Some(tf);
+        c.services.receive_pack = true;
+    });
+    let servers = [&f.server, &replica];
+    let secret = f.token("*", true);
+    let work = f.work("work", 3);
+    assert!(push(&work, &[&f.url(Some(&secret)), "main"]).0);
+    let old = git_out(&work, &["rev-parse", "main"]);
+    let mut bodies = Vec::new();
+    for side in ["a", "b", "c", "d", "e", "f", "g", "h"] {
+        git(&work, &["checkout", "-q", "-B", side, &old]);
+        commit_files(&work, &[("side.txt", side.as_bytes())], side);
+        let new = git_out(&work, &["rev-parse", "HEAD"]);
+        let topic = format!("refs/heads/topic-{side}");
+        let commands = [(old.clone(), new.clone(), "refs/heads/main"), ("0".repeat(40), new.clone(), topic.as_str())];
+        bodies.push((new.clone(), push_body(&commands, &pack_of(&work, &format!("{new}\n^{old}\n"), false))));
+    }
+    for round in 0..4 {
+        // The ref moved back behind both servers' backs (an operator, another tool).
+        git(&f.repo(), &["update-ref", "refs/heads/main", &old]);
+        for server in servers {
+            assert_eq!(advertised(server), refs(&f.repo(), "refs"), "round {round}: each replica sees the ref moved");
+        }
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(bodies.len()));
+        let reports: Vec<Vec<String>> = std::thread::scope(|s| {
+            let handles: Vec<_> = bodies
+                .iter()
+                .enumerate()
+                .map(|(i, (_, body))| {
+                    let barrier = barrier.clone();
+                    let (server, secret) = (servers[i % 2], &secret);
+                    s.spawn(move || {
+                        barrier.wait();
+                        post_push(server, secret, body)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let won: Vec<usize> = (0..bodies.len()).filter(|i| reports[*i][1] == "ok refs/heads/main").collect();
+        assert_eq!(won.len(), 1, "round {round}: exactly one wins across the replicas: {reports:?}");
+        for lost in (0..bodies.len()).filter(|i| *i != won[0]) {
+            assert!(reports[lost][1].starts_with("ng refs/heads/main stale info"), "round {round}: {reports:?}");
+        }
+        assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(bodies[won[0]].0.clone()));
+        for server in servers {
+            assert_eq!(advertised(server), refs(&f.repo(), "refs"), "round {round}: each replica advertises the repository's refs");
+        }
+    }
+
+    // Maintenance while both replicas serve clones.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (cloned, report) = std::thread::scope(|s| {
+        let cloners: Vec<_> = servers
+            .iter()
+            .enumerate()
+            .map(|(i, server)| {
+                let (stop, tmp) = (&stop, f.tmp.path());
+                s.spawn(move || {
+                    let mut done = 0;
+                    loop {
+                        let dest = tmp.join(format!("clone-{i}-{done}.git"));
+                        let out = git_client(tmp, &["clone", "-q", "--bare", &format!("http://{}/repo.git", server.addr), dest.to_str().unwrap()]);
+                        assert!(out.status.success(), "a clone from replica {i} during maintenance: {}", String::from_utf8_lossy(&out.stderr));
+                        let _ = std::fs::remove_dir_all(&dest);
+                        done += 1;
+                        if stop.load(std::sync::atomic::Ordering::Relaxed) && done >= 3 {
+                            return done;
+                        }
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let report = gixd::maintenance::run(&f.repo()).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (cloners.into_iter().map(|c| c.join().unwrap()).collect::<Vec<usize>>(), report)
+    });
+    assert!(report.packs_removed > 0, "maintenance replaced the pushed packs: {report:?}");
+    for server in servers {
+        assert_eq!(advertised(server), refs(&f.repo(), "refs"), "after maintenance");
+    }
+    assert_server_clean(&f.repo());
+    println!("clones during maintenance, per replica: {cloned:?}");
+}
