@@ -315,9 +315,10 @@ fn fill_disk(dir: &Path) -> PathBuf {
 /// The disk under the repositories runs full (a 4 MiB tmpfs, filled): a push that needs space
 /// fails with a reason git shows, its ref stays where it was, fsck is clean, nothing of the
 /// push is left, and the server goes on serving clones; once space is freed the same push
-/// goes through without a restart. Needs root (to mount a tmpfs); skipped with a note otherwise.
+/// goes through without a restart; maintenance on the full disk fails with the reason and loses
+/// nothing, and runs once there is room. Needs root (to mount a tmpfs); skipped with a note otherwise.
 #[test]
-fn a_push_onto_a_full_disk_fails_cleanly_and_the_server_recovers_when_space_is_freed() {
+fn a_push_and_maintenance_on_a_full_disk_fail_with_the_reason_and_recover_when_space_is_freed() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("SKIP: mounting a tmpfs needs root");
@@ -365,10 +366,27 @@ fn a_push_onto_a_full_disk_fails_cleanly_and_the_server_recovers_when_space_is_f
     git_ok(tmp.path(), &["clone", "-q", "--bare", &format!("http://{}/r.git", server.addr), clone.to_str().unwrap()]);
     assert_eq!(git_ok(&clone, &["rev-parse", "main"]), old, "clones are served from the full disk");
 
+    // Maintenance on the full disk: refused with the reason, nothing lost, nothing left.
+    let refs_before = git_ok(&repo, &["for-each-ref"]);
+    let err = gixd::maintenance::run(&repo).expect_err("no room for the new pack");
+    assert!(err.to_string().contains("space"), "maintenance says why: {err}");
+    assert_eq!(git_ok(&repo, &["for-each-ref"]), refs_before);
+    let fsck = git(&repo, &["fsck", "--full", "--strict"]);
+    assert!(fsck.status.success() && fsck.stdout.is_empty(), "fsck after maintenance on a full disk: {}", String::from_utf8_lossy(&fsck.stderr));
+    let pack_dir_files = |repo: &Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(repo.join("objects/pack")).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    };
+    assert!(!pack_dir_files(&repo).iter().any(|n| n.starts_with(".tmp") || n.ends_with(".tmp")), "{:?}", pack_dir_files(&repo));
+    println!("maintenance said: {err}");
+
     std::fs::remove_file(filler).unwrap();
     git_ok(&work, &["push", "-q", &url, "main"]);
     assert_eq!(git_ok(&repo, &["rev-parse", "main"]), new, "with space again the push goes through, no restart");
     let fsck = git(&repo, &["fsck", "--full", "--strict"]);
     assert!(fsck.status.success(), "{}", String::from_utf8_lossy(&fsck.stderr));
+    let report = gixd::maintenance::run(&repo).expect("with space again, maintenance runs");
+    assert_eq!(pack_dir_files(&repo).iter().filter(|n| n.ends_with(".pack")).count(), 1, "{report:?}");
     drop(server);
 }
