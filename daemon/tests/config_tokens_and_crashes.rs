@@ -222,15 +222,7 @@ fn fifty_pushes_killed_at_different_points_leave_every_ref_old_or_new_and_the_re
         if !base.is_empty() {
             git_ok(&work, &["reset", "-q", "--hard", base]);
         }
-        let data: Vec<u8> = (0..(256 << 10) / 8)
-            .flat_map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x.to_le_bytes()
-            })
-            .collect();
-        std::fs::write(work.join("data.bin"), &data).unwrap();
+        std::fs::write(work.join("data.bin"), incompressible(&mut x, 256 << 10)).unwrap();
         git_ok(&work, &["add", "data.bin"]);
         git_ok(&work, &["commit", "-q", "-m", &format!("round {round}")]);
         git_ok(&work, &["rev-parse", "main"])
@@ -287,6 +279,18 @@ fn fifty_pushes_killed_at_different_points_leave_every_ref_old_or_new_and_the_re
     assert!(stayed_old > 0 && became_new > 0, "the kill points span the push: {stayed_old} old, {became_new} new");
 }
 
+/// `len` bytes that do not compress (xorshift from `x`, which moves on).
+fn incompressible(x: &mut u64, len: usize) -> Vec<u8> {
+    (0..len / 8)
+        .flat_map(|_| {
+            *x ^= *x << 13;
+            *x ^= *x >> 7;
+            *x ^= *x << 17;
+            x.to_le_bytes()
+        })
+        .collect()
+}
+
 /// A tmpfs mounted for one test, unmounted when dropped.
 struct Mounted(PathBuf);
 
@@ -337,16 +341,7 @@ fn a_push_and_maintenance_on_a_full_disk_fail_with_the_reason_and_recover_when_s
     let old = git_ok(&repo, &["rev-parse", "main"]);
 
     // A commit with 1 MiB that does not compress, pushed onto a full disk.
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let data: Vec<u8> = (0..(1 << 20) / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect();
-    std::fs::write(work.join("big.bin"), &data).unwrap();
+    std::fs::write(work.join("big.bin"), incompressible(&mut 0x9e37_79b9_7f4a_7c15, 1 << 20)).unwrap();
     git_ok(&work, &["add", "big.bin"]);
     git_ok(&work, &["commit", "-q", "-m", "big"]);
     let new = git_ok(&work, &["rev-parse", "main"]);

@@ -258,6 +258,27 @@ fn post_push(server: &Running, secret: &str, body: &[u8]) -> Vec<String> {
 }
 
 /// `git pack-objects --revs --stdout [--thin]` of `revs` in `repo`.
+/// Post every push body at once (released together by a barrier), body `i` to server
+/// `i % servers.len()`; each push's report-status lines.
+fn race(bodies: &[(String, Vec<u8>)], servers: &[&Running], secret: &str) -> Vec<Vec<String>> {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(bodies.len()));
+    std::thread::scope(|s| {
+        let handles: Vec<_> = bodies
+            .iter()
+            .enumerate()
+            .map(|(i, (_, body))| {
+                let barrier = barrier.clone();
+                let server = servers[i % servers.len()];
+                s.spawn(move || {
+                    barrier.wait();
+                    post_push(server, secret, body)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 fn pack_of(repo: &Path, revs: &str, thin: bool) -> Vec<u8> {
     let mut cmd = gixd_tests::git_command(repo);
     cmd.args(["pack-objects", "--revs", "--stdout", "-q"]);
@@ -337,21 +358,7 @@ fn eight_pushes_racing_on_one_ref_one_wins_each_other_is_told_stale_info() {
     for _round in 0..5 {
         // Reset the ref, then race.
         git(&f.repo(), &["update-ref", "refs/heads/main", &old]);
-        let barrier = std::sync::Arc::new(std::sync::Barrier::new(bodies.len()));
-        let reports: Vec<Vec<String>> = std::thread::scope(|s| {
-            let handles: Vec<_> = bodies
-                .iter()
-                .map(|(_, body)| {
-                    let barrier = barrier.clone();
-                    let (server, secret) = (&f.server, &secret);
-                    s.spawn(move || {
-                        barrier.wait();
-                        post_push(server, secret, body)
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
+        let reports = race(&bodies, &[&f.server], &secret);
         let won: Vec<usize> = (0..bodies.len()).filter(|i| reports[*i][1] == "ok refs/heads/main").collect();
         assert_eq!(won.len(), 1, "exactly one wins: {reports:?}");
         // Every loser is told which rule: its expected old value is stale. None is lost silently.
@@ -774,22 +781,7 @@ fn two_replicas_on_one_filesystem_agree_on_every_ref_through_racing_pushes_and_m
         for server in servers {
             assert_eq!(advertised(server), refs(&f.repo(), "refs"), "round {round}: each replica sees the ref moved");
         }
-        let barrier = std::sync::Arc::new(std::sync::Barrier::new(bodies.len()));
-        let reports: Vec<Vec<String>> = std::thread::scope(|s| {
-            let handles: Vec<_> = bodies
-                .iter()
-                .enumerate()
-                .map(|(i, (_, body))| {
-                    let barrier = barrier.clone();
-                    let (server, secret) = (servers[i % 2], &secret);
-                    s.spawn(move || {
-                        barrier.wait();
-                        post_push(server, secret, body)
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
+        let reports = race(&bodies, &servers, &secret);
         let won: Vec<usize> = (0..bodies.len()).filter(|i| reports[*i][1] == "ok refs/heads/main").collect();
         assert_eq!(won.len(), 1, "round {round}: exactly one wins across the replicas: {reports:?}");
         for lost in (0..bodies.len()).filter(|i| *i != won[0]) {
