@@ -320,7 +320,8 @@ fn fill_disk(dir: &Path) -> PathBuf {
 /// fails with a reason git shows, its ref stays where it was, fsck is clean, nothing of the
 /// push is left, and the server goes on serving clones; once space is freed the same push
 /// goes through without a restart; maintenance on the full disk fails with the reason and loses
-/// nothing, and runs once there is room. Needs root (to mount a tmpfs); skipped with a note otherwise.
+/// nothing, and runs once there is room. Needs to mount a tmpfs (root with the capability);
+/// skipped with a note otherwise.
 #[test]
 fn a_push_and_maintenance_on_a_full_disk_fail_with_the_reason_and_recover_when_space_is_freed() {
     // SAFETY: geteuid has no preconditions.
@@ -331,8 +332,12 @@ fn a_push_and_maintenance_on_a_full_disk_fail_with_the_reason_and_recover_when_s
     let tmp = tempfile::tempdir().unwrap();
     let repos = tmp.path().join("repos");
     std::fs::create_dir_all(&repos).unwrap();
-    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"]).arg(&repos).status().unwrap();
-    assert!(mounted.success(), "root can mount a tmpfs here");
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"]).arg(&repos).output().unwrap();
+    if !mounted.status.success() {
+        // Root without the capability to mount (some containers).
+        eprintln!("SKIP: cannot mount a tmpfs here: {}", String::from_utf8_lossy(&mounted.stderr).trim());
+        return;
+    }
     let _mount = Mounted(repos.clone());
     let (repo, config, work, secret) = setup(tmp.path());
     let server = serve(&config);
