@@ -30,6 +30,9 @@ pub const ALL: &[Target] = &[
     Target { name: "repo-path", seeds: path_seeds, run: repo_path, max_len: 256 },
     Target { name: "config-file", seeds: config_seeds, run: config_file, max_len: 2048 },
     Target { name: "http-request", seeds: http_seeds, run: http_request, max_len: 8192 },
+    Target { name: "git-request-line", seeds: request_line_seeds, run: git_request_line, max_len: 1024 },
+    Target { name: "authorization", seeds: authorization_seeds, run: authorization, max_len: 512 },
+    Target { name: "grant-glob", seeds: glob_seeds, run: grant_glob, max_len: 256 },
 ];
 
 /// The target named `name`.
@@ -291,6 +294,27 @@ fn http_seeds(f: &Fixture) -> Vec<Vec<u8>> {
     ]
 }
 
+fn request_line_seeds(_: &Fixture) -> Vec<Vec<u8>> {
+    vec![
+        b"git-upload-pack /r.git\0host=localhost\0\0version=2\0".to_vec(),
+        b"git-upload-pack /r.git\0host=localhost:9418\0".to_vec(),
+        b"git-receive-pack /p.git\0host=x\0\0version=1\0".to_vec(),
+        b"git-upload-archive /r.git\0".to_vec(),
+        b"git-upload-pack ~user/r.git\0host=h\0\0object-format=sha1\0version=2\0".to_vec(),
+    ]
+}
+
+fn authorization_seeds(_: &Fixture) -> Vec<Vec<u8>> {
+    ["Basic YWxpY2U6c2VjcmV0", "basic YTpi", "Bearer 0123456789abcdef", "bearer  x ", "Basic Og==", "Basic ====", "Basic YWxpY2U"]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect()
+}
+
+fn glob_seeds(_: &Fixture) -> Vec<Vec<u8>> {
+    ["r*\0r.git", "*\0anything/at/all", "a*b*c\0aXbYc", "team/*\0team/x/y", "exact\0exact", "**a**\0bab"].iter().map(|s| s.as_bytes().to_vec()).collect()
+}
+
 // ---- the targets ----
 
 fn pkt_section(_: &Fixture, input: &[u8]) -> Result<(), String> {
@@ -395,6 +419,34 @@ fn http_request(f: &Fixture, input: &[u8]) -> Result<(), String> {
     let probe = gixd_tests::server::http(server.addr, "GET", "/r.git/info/refs?service=git-upload-pack", &[], b"");
     if probe.status != 200 {
         return Err(format!("after this input the server answers a ref advertisement with {}", probe.status));
+    }
+    Ok(())
+}
+
+fn git_request_line(_: &Fixture, input: &[u8]) -> Result<(), String> {
+    if let Some(line) = gixd::transport::git::parse_request_line(input)
+        && line.path.contains('\0')
+    {
+        return Err(format!("a path with a NUL: {:?}", line.path));
+    }
+    Ok(())
+}
+
+fn authorization(_: &Fixture, input: &[u8]) -> Result<(), String> {
+    let _ = gixd::auth::credentials(Some(&String::from_utf8_lossy(input)));
+    Ok(())
+}
+
+/// A pattern without `*` matches exactly itself; `*` alone matches everything.
+fn grant_glob(_: &Fixture, input: &[u8]) -> Result<(), String> {
+    let text = String::from_utf8_lossy(input);
+    let (pattern, subject) = text.split_once('\0').unwrap_or((&text, ""));
+    let matched = gixd::auth::glob_match(pattern, subject);
+    if !pattern.contains('*') && matched != (pattern == subject) {
+        return Err(format!("{pattern:?} against {subject:?}: {matched}"));
+    }
+    if !gixd::auth::glob_match("*", subject) || !gixd::auth::glob_match(subject, subject) && !subject.contains('*') {
+        return Err(format!("* or the text itself does not match {subject:?}"));
     }
     Ok(())
 }
