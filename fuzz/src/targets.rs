@@ -340,22 +340,23 @@ fn pkt_section(_: &Fixture, input: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-fn upload_v2(f: &Fixture, input: &[u8]) -> Result<(), String> {
+/// upload-pack of r.git answering `input`, the answer checked by [`check_answer`].
+fn upload(f: &Fixture, version: Version, input: Input<'_, &[u8]>) -> Result<(), String> {
     let mut out = Vec::new();
-    let _ = protocol::upload_pack(&f.ctx(&f.served), Version::V2, Input::<&[u8]>::Stateless(input), &mut out);
+    let _ = protocol::upload_pack(&f.ctx(&f.served), version, input, &mut out);
     check_answer(f, &out)
+}
+
+fn upload_v2(f: &Fixture, input: &[u8]) -> Result<(), String> {
+    upload(f, Version::V2, Input::Stateless(input))
 }
 
 fn upload_v2_connection(f: &Fixture, input: &[u8]) -> Result<(), String> {
-    let mut out = Vec::new();
-    let _ = protocol::upload_pack(&f.ctx(&f.served), Version::V2, Input::Stateful(input), &mut out);
-    check_answer(f, &out)
+    upload(f, Version::V2, Input::Stateful(input))
 }
 
 fn upload_v0(f: &Fixture, input: &[u8]) -> Result<(), String> {
-    let mut out = Vec::new();
-    let _ = protocol::upload_pack(&f.ctx(&f.served), Version::V0, Input::<&[u8]>::Stateless(input), &mut out);
-    check_answer(f, &out)
+    upload(f, Version::V0, Input::Stateless(input))
 }
 
 fn receive_pack(f: &Fixture, input: &[u8]) -> Result<(), String> {

@@ -42,6 +42,16 @@ impl Fixture {
         Fixture { tmp, server, token_file }
     }
 
+    /// A second server on the same base path and token file (a replica), HTTP only.
+    fn replica(&self) -> Running {
+        let tf = self.token_file.clone();
+        serve_with(&self.tmp.path().join("base"), move |c| {
+            c.exports = Exports::DaemonExportOk;
+            c.token_file = Some(tf);
+            c.services.receive_pack = true;
+        })
+    }
+
     fn repo(&self) -> PathBuf {
         self.tmp.path().join("base/repo.git")
     }
@@ -258,6 +268,24 @@ fn post_push(server: &Running, secret: &str, body: &[u8]) -> Vec<String> {
 }
 
 /// `git pack-objects --revs --stdout [--thin]` of `revs` in `repo`.
+/// Eight pushes of main from `old`, each a commit of its own on top of it (with `topics`, each
+/// also creates `refs/heads/topic-<side>` at its commit): (the new commit, the request body).
+fn racing_pushes(work: &Path, old: &str, topics: bool) -> Vec<(String, Vec<u8>)> {
+    let mut bodies = Vec::new();
+    for side in ["a", "b", "c", "d", "e", "f", "g", "h"] {
+        git(work, &["checkout", "-q", "-B", side, old]);
+        commit_files(work, &[("side.txt", side.as_bytes())], side);
+        let new = git_out(work, &["rev-parse", "HEAD"]);
+        let topic = format!("refs/heads/topic-{side}");
+        let mut commands = vec![(old.to_owned(), new.clone(), "refs/heads/main")];
+        if topics {
+            commands.push(("0".repeat(40), new.clone(), topic.as_str()));
+        }
+        bodies.push((new.clone(), push_body(&commands, &pack_of(work, &format!("{new}\n^{old}\n"), false))));
+    }
+    bodies
+}
+
 /// Post every push body at once (released together by a barrier), body `i` to server
 /// `i % servers.len()`; each push's report-status lines.
 fn race(bodies: &[(String, Vec<u8>)], servers: &[&Running], secret: &str) -> Vec<Vec<String>> {
@@ -348,13 +376,7 @@ fn eight_pushes_racing_on_one_ref_one_wins_each_other_is_told_stale_info() {
     let work = f.work("work", 1);
     assert!(push(&work, &[&f.url(Some(&secret)), "main"]).0);
     let old = git_out(&work, &["rev-parse", "main"]);
-    let mut bodies = Vec::new();
-    for side in ["a", "b", "c", "d", "e", "f", "g", "h"] {
-        git(&work, &["checkout", "-q", "-B", side, &old]);
-        commit_files(&work, &[("side.txt", side.as_bytes())], side);
-        let new = git_out(&work, &["rev-parse", "HEAD"]);
-        bodies.push((new.clone(), push_body(&[(old.clone(), new.clone(), "refs/heads/main")], &pack_of(&work, &format!("{new}\n^{old}\n"), false))));
-    }
+    let bodies = racing_pushes(&work, &old, false);
     for _round in 0..5 {
         // Reset the ref, then race.
         git(&f.repo(), &["update-ref", "refs/heads/main", &old]);
@@ -754,27 +776,13 @@ fn advertised(server: &Running) -> std::collections::BTreeMap<String, String> {
 #[test]
 fn two_replicas_on_one_filesystem_agree_on_every_ref_through_racing_pushes_and_maintenance() {
     let f = Fixture::new();
-    let base = f.repo().parent().unwrap().to_owned();
-    let tf = f.token_file.clone();
-    let replica = serve_with(&base, move |c| {
-        c.exports = Exports::DaemonExportOk;
-        c.token_file = Some(tf);
-        c.services.receive_pack = true;
-    });
+    let replica = f.replica();
     let servers = [&f.server, &replica];
     let secret = f.token("*", true);
     let work = f.work("work", 3);
     assert!(push(&work, &[&f.url(Some(&secret)), "main"]).0);
     let old = git_out(&work, &["rev-parse", "main"]);
-    let mut bodies = Vec::new();
-    for side in ["a", "b", "c", "d", "e", "f", "g", "h"] {
-        git(&work, &["checkout", "-q", "-B", side, &old]);
-        commit_files(&work, &[("side.txt", side.as_bytes())], side);
-        let new = git_out(&work, &["rev-parse", "HEAD"]);
-        let topic = format!("refs/heads/topic-{side}");
-        let commands = [(old.clone(), new.clone(), "refs/heads/main"), ("0".repeat(40), new.clone(), topic.as_str())];
-        bodies.push((new.clone(), push_body(&commands, &pack_of(&work, &format!("{new}\n^{old}\n"), false))));
-    }
+    let bodies = racing_pushes(&work, &old, true);
     for round in 0..4 {
         // The ref moved back behind both servers' backs (an operator, another tool).
         git(&f.repo(), &["update-ref", "refs/heads/main", &old]);
@@ -841,13 +849,7 @@ fn a_soak_of_two_replicas_and_stock_git_loses_no_update_and_fails_no_operation()
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let seconds: u64 = std::env::var("GIXD_SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
     let f = Fixture::new();
-    let base = f.repo().parent().unwrap().to_owned();
-    let tf = f.token_file.clone();
-    let replica = serve_with(&base, move |c| {
-        c.exports = Exports::DaemonExportOk;
-        c.token_file = Some(tf);
-        c.services.receive_pack = true;
-    });
+    let replica = f.replica();
     let secret = f.token("*", true);
     let seed = f.work("seed", 3);
     assert!(push(&seed, &[&f.url(Some(&secret)), "main"]).0);
