@@ -288,12 +288,15 @@ fn stored_refs(repo: &gix::Repository) -> Result<Vec<(BString, StoredRef)>, Serv
         // Under the `fully-peeled` trait (every git since 1.8 writes it), a packed ref without a
         // `^` line is known to peel to itself, and git trusts that instead of reading the object.
         let fully_peeled = (|| -> Option<bool> {
-            use std::io::{BufRead, Read};
-            let mut first = String::new();
-            std::io::BufReader::new(std::fs::File::open(repo.common_dir().join("packed-refs")).ok()?.take(1024)).read_line(&mut first).ok()?;
-            let traits = first.strip_prefix("# pack-refs with:")?;
-            Some(traits.split_whitespace().any(|t| t == "fully-peeled"))
+            use std::io::Read;
+            let mut head = [0u8; 1024];
+            let n = std::fs::File::open(repo.common_dir().join("packed-refs")).ok()?.read(&mut head).ok()?;
+            let first = head[..n].split(|b| *b == b'\n').next()?;
+            let traits = first.strip_prefix(b"# pack-refs with:")?;
+            Some(traits.split(|b| b.is_ascii_whitespace()).any(|t| t == b"fully-peeled"))
         })() == Some(true);
+        // One line per ref at most (peeled values take a second): sized once, not grown.
+        packed.reserve(AsRef::<[u8]>::as_ref(&**buffer).iter().filter(|b| **b == b'\n').count());
         if let Ok(iter) = buffer.iter() {
             for reference in iter.flatten() {
                 let peeled = match reference.object {
@@ -454,8 +457,9 @@ impl RefSnapshot {
     }
 
     fn load_hiding(repo: &gix::Repository, service_key: Option<&str>) -> Result<RefSnapshot, ServeError> {
-        let mut refs = Vec::new();
-        for (name, stored) in stored_refs(repo)? {
+        let stored = stored_refs(repo)?;
+        let mut refs = Vec::with_capacity(stored.len());
+        for (name, stored) in stored {
             let (id, symref_target) = match stored.target {
                 gix::refs::Target::Object(id) => (id, None),
                 gix::refs::Target::Symbolic(target) => match follow_symbolic(repo, target.as_bstr()) {

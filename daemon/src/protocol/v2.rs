@@ -177,7 +177,10 @@ fn ls_refs(ctx: &Context<'_>, _repo: &gix::Repository, refs: &RefSnapshot, args:
         }
     }
     let matches = |name: &[u8]| prefixes.is_empty() || prefixes.iter().any(|p| name.starts_with(p.as_bytes()));
-    let mut w = pkt::Writer::new();
+    // Lines leave in chunks of one reused buffer: a thousand refs are not built up in a growing
+    // buffer and then copied again.
+    const CHUNK: usize = 16 * 1024;
+    let mut w = pkt::Writer { buf: Vec::with_capacity(CHUNK + 1024) };
     match &refs.head {
         HeadState::Symbolic { target, id } if matches(b"HEAD") => {
             let mut line = format!("{id} HEAD");
@@ -215,6 +218,10 @@ fn ls_refs(ctx: &Context<'_>, _repo: &gix::Repository, refs: &RefSnapshot, args:
         }
         line.push(b'\n');
         w.data(&line);
+        if w.buf.len() >= CHUNK {
+            out.write_all(&w.buf)?;
+            w.buf.clear();
+        }
     }
     w.flush();
     out.write_all(&w.buf)?;

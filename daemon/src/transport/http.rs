@@ -189,7 +189,7 @@ async fn info_refs(state: &Arc<State>, repo_path: &str, req: &Request<Incoming>)
         Err(response) => return response,
     };
     let tap_state = state.clone();
-    let advertised = tokio::task::spawn_blocking(move || -> Result<(String, Vec<u8>), Response<Body>> {
+    let advertise = move || -> Result<(String, Vec<u8>), Response<Body>> {
         let repo = served.repo.to_thread_local();
         // v2 advertises capabilities only: no ref is read for it.
         let refs = match version {
@@ -199,8 +199,13 @@ async fn info_refs(state: &Arc<State>, repo_path: &str, req: &Request<Incoming>)
         let mut w = pkt::Writer::new();
         protocol::advertise_http(protocol::Service::UploadPack, &refs, version, &mut w);
         Ok((served.name, w.into_bytes()))
-    })
-    .await;
+    };
+    // v2's advertisement reads settings already in memory: no file is touched, so it is made
+    // here rather than handed to (and back from) a blocking thread.
+    let advertised = match version {
+        Version::V2 => Ok(advertise()),
+        _ => tokio::task::spawn_blocking(advertise).await,
+    };
     match advertised {
         Ok(Ok((repo, bytes))) => {
             if let Some(tap) = &tap_state.tap {
