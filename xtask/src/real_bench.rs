@@ -55,7 +55,11 @@ const OPS: &[(&str, Op)] = &[
 /// Served variants: name in the results, directory, and whether git writes a bitmap.
 const VARIANTS: &[(&str, &str, bool)] = &[("bitmap", "bitmap", true), ("no bitmap", "no-bitmap", false)];
 
-const ARMS: [&str; 2] = ["gixd", "git"];
+/// `gixd`: a fresh process that has answered one `git ls-remote` of the repository before the
+/// operation (a serving daemon: its threads, heap and per-ref-state caches are in use, which a
+/// per-connection `git upload-pack` never has). `gixd fresh`: the operation is the first request
+/// the process ever sees. `git`: `git upload-pack` per connection.
+const ARMS: [&str; 3] = ["gixd", "gixd fresh", "git"];
 
 /// The refspecs both fetches use: every branch and tag, as a bare clone holds them.
 const REFSPECS: &[&str] = &["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"];
@@ -249,6 +253,20 @@ fn client(op: Op, url: &str, repo: &Prepared, dest: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The request a serving gixd has answered before the measured operation: the refs of the
+/// repository, as `git ls-remote` asks for them.
+fn warm_up(url: &str) -> Result<()> {
+    let status = Command::new("git")
+        .args(["-c", "protocol.version=2", "ls-remote", url])
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdout(Stdio::null())
+        .status()?;
+    if !status.success() {
+        bail!("git ls-remote {url} failed ({status})");
+    }
+    Ok(())
+}
+
 /// A fresh gixd serving `base` over HTTP, its log in `log`; returns it and its address.
 fn start_gixd(gixd: &Path, base: &Path, log: &Path) -> Result<(std::process::Child, SocketAddr)> {
     let mut child = Command::new(gixd)
@@ -367,7 +385,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
     let conditions = crate::bench::conditions(root, json!({
         "rounds": rounds,
         "machine": machine(),
-        "gixd": "release build, HTTP, protocol v2, fresh process per operation",
+        "gixd": "release build, HTTP, protocol v2, a fresh process per operation: arm gixd after one unmeasured git ls-remote of the repository, arm gixd fresh with the operation as its first request",
         "gixd_binary": gixd_facts,
         "git_arm": "git upload-pack --strict --timeout=0 (protocol v2) with the pack-objects it runs, a process per git:// connection, the request line read as git daemon --inetd reads it (git daemon's own process not counted)",
         "bytes": "server → client through one counting TCP relay in front of each arm (gixd: HTTP, headers and chunking included; git: git://)",
@@ -409,10 +427,15 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
                         let log = logs.join(name).join(format!("{dir}-{}-{round}.log", op_name.replace([' ', ',', '='], "_")));
                         let wall = Instant::now();
                         let (cpu_us, bytes, log_lines) = match arm {
-                            "gixd" => {
+                            "gixd" | "gixd fresh" => {
                                 let (mut child, addr) = start_gixd(&gixd, &repo.bases[v], &log)?;
                                 let relay = Relay::start(Upstream::Tcp(addr))?;
                                 let pid = child.id();
+                                if arm == "gixd" {
+                                    warm_up(&format!("http://127.0.0.1:{}/{name}.git", relay.port))?;
+                                    std::thread::sleep(std::time::Duration::from_millis(20));
+                                    relay.take();
+                                }
                                 let before = proc_cpu_us(pid)?;
                                 let done = client(*op, &format!("http://127.0.0.1:{}/{name}.git", relay.port), repo, &dest);
                                 let cpu = proc_cpu_us(pid)? - before;

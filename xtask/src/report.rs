@@ -412,6 +412,8 @@ struct RealRow {
     variant: String,
     op: String,
     cpu: (f64, f64),
+    /// gixd's CPU when the operation is the first request of its process (NaN if not measured).
+    fresh_cpu: f64,
     bytes: (f64, f64),
     objects: (String, String),
 }
@@ -471,7 +473,8 @@ fn real_repos(root: &Path) -> Result<String> {
         repos.join("; "),
         c["duration_s"].as_u64().map_or("?".to_owned(), |s| s.div_ceil(60).to_string()),
     ));
-    out.push_str("| repository | variant | operation | server CPU, gixd (ms) | git (ms) | gixd ÷ git | bytes, gixd | git | gixd ÷ git | client objects, gixd | git |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("Arm `gixd` is a serving process: it answered one `git ls-remote` of the repository before the operation (not counted), as a daemon has; `gixd fresh` is a process whose first request the operation is (its thread stacks, heap and ref snapshot are cold). `git upload-pack` starts per connection either way.\n\n");
+    out.push_str("| repository | variant | operation | server CPU, gixd (ms) | git (ms) | gixd ÷ git | gixd fresh (ms) | fresh ÷ git | bytes, gixd | git | gixd ÷ git | client objects, gixd | git |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut keys: Vec<(&str, &str, &str)> = Vec::new();
     for r in runs {
         if let (Some(repo), Some(variant), Some(op)) = (r["repo"].as_str(), r["variant"].as_str(), r["op"].as_str())
@@ -484,13 +487,14 @@ fn real_repos(root: &Path) -> Result<String> {
         .into_iter()
         .map(|(repo, variant, op)| {
             let arm = |name: &str| runs.iter().filter(|r| r["repo"] == repo && r["variant"] == variant && r["op"] == op && r["arm"] == name).collect::<Vec<_>>();
-            let (g, t) = (arm("gixd"), arm("git"));
+            let (g, f, t) = (arm("gixd"), arm("gixd fresh"), arm("git"));
             let med = |runs: &[&Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect());
             RealRow {
                 repo: repo.to_owned(),
                 variant: variant.to_owned(),
                 op: op.to_owned(),
                 cpu: (med(&g, "cpu_us") / 1000.0, med(&t, "cpu_us") / 1000.0),
+                fresh_cpu: if f.is_empty() { f64::NAN } else { med(&f, "cpu_us") / 1000.0 },
                 bytes: (med(&g, "bytes"), med(&t, "bytes")),
                 objects: (count(&g, "client_objects"), count(&t, "client_objects")),
             }
@@ -499,13 +503,15 @@ fn real_repos(root: &Path) -> Result<String> {
     worst_first(&mut rows);
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | `{}` | {:.1} | {:.1} | {} | {:.0} | {:.0} | {} | {} | {} |\n",
+            "| {} | {} | `{}` | {:.1} | {:.1} | {} | {} | {} | {:.0} | {:.0} | {} | {} | {} |\n",
             r.repo,
             r.variant,
             r.op,
             r.cpu.0,
             r.cpu.1,
             ratio(r.cpu.1, r.cpu.0),
+            if r.fresh_cpu.is_finite() { format!("{:.1}", r.fresh_cpu) } else { "–".to_owned() },
+            if r.fresh_cpu.is_finite() { ratio(r.cpu.1, r.fresh_cpu) } else { "–".to_owned() },
             r.bytes.0,
             r.bytes.1,
             ratio(r.bytes.1, r.bytes.0),
@@ -628,6 +634,7 @@ mod tests {
             variant: "bitmap".into(),
             op: op.into(),
             cpu: (g, t),
+            fresh_cpu: f64::NAN,
             bytes: (0.0, 0.0),
             objects: (String::new(), String::new()),
         };
