@@ -3,6 +3,7 @@
 //! layer frames it). Unselected delta bases are added, and thin-pack bases used, only where the
 //! caller's `may_send` allows (the client may read them); thin ones only when the client has them.
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 
 use gix_hash::ObjectId;
@@ -122,6 +123,48 @@ struct EntryOffsets {
 }
 
 impl EntryOffsets {
+    /// Write every entry of `entries`, each base before its deltas (the search may have made an
+    /// entry the base of an earlier one): in the given order, an entry whose base is not out yet
+    /// waits for it. A delta against another entry is an ofs-delta where the client takes them,
+    /// else it names its base by id; a thin one names the object the client has.
+    fn emit_in_base_order<W: Write>(&mut self, entries: &[output::Entry], ofs_delta: bool, answer: &mut Hashed<'_, W>) -> Result<(), ServeError> {
+        let by_id: HashMap<ObjectId, usize> = entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
+        let mut waiting: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut at: Vec<u64> = vec![u64::MAX; entries.len()];
+        let Some(mut entry) = entries.first().cloned() else { return Ok(()) };
+        for first in 0..entries.len() {
+            if let BaseOf::Entry(base) = base_of(&entries[first], &by_id)
+                && at[base] == u64::MAX
+            {
+                waiting.entry(base).or_default().push(first);
+                continue;
+            }
+            let mut ready = vec![first];
+            while let Some(i) = ready.pop() {
+                entry.clone_from(&entries[i]);
+                if let BaseOf::Entry(base) = base_of(&entries[i], &by_id) {
+                    entry.kind = if ofs_delta { output::entry::Kind::DeltaRef { object_index: base } } else { output::entry::Kind::DeltaOid { id: entries[base].id } };
+                }
+                let here = answer.written;
+                let header = entry.to_entry_header(gix_pack::data::Version::V2, |index| here - at[index]);
+                self.head.clear();
+                header.write_to(entry.decompressed_size as u64, &mut self.head)?;
+                answer.emit(&self.head)?;
+                answer.emit(&entry.compressed_data)?;
+                at[i] = here;
+                self.offsets.push(here);
+                if let Some(mut next) = waiting.remove(&i) {
+                    next.reverse();
+                    ready.extend(next);
+                }
+            }
+        }
+        if !waiting.is_empty() {
+            return Err(ServeError::corrupt_pack("a delta's base was never written"));
+        }
+        Ok(())
+    }
+
     /// Write `entry` (header and compressed data) to `answer`; an invalid entry (a missing
     /// object) is skipped, as gix-pack's own writer skips it.
     fn emit<W: Write>(&mut self, entry: &output::Entry, answer: &mut Hashed<'_, W>) -> Result<(), ServeError> {
@@ -425,6 +468,22 @@ pub fn write<W: Write>(
     let mut answer = Hashed::new(out, repo.object_hash());
     answer.emit(&gix_pack::data::header::encode(gix_pack::data::Version::V2, num_entries_u32))?;
     let mut written = EntryOffsets::default();
+    if search.enabled {
+        let mut entries = Vec::with_capacity(num_entries);
+        for chunk in chunks.by_ref() {
+            entries.extend(chunk.map_err(ServeError::pack)?.1);
+        }
+        if entries.iter().any(|e| e.is_invalid()) {
+            return Err(ServeError::corrupt_pack("an object to send is missing from the repository"));
+        }
+        search.window(&mut entries);
+        // What the window left whole may still pay as a thin delta against the client's version
+        // at its path, by a looser limit (half the object, compressed sizes compared).
+        for entry in &mut entries {
+            search.try_thin_delta(entry);
+        }
+        written.emit_in_base_order(&entries, options.ofs_delta, &mut answer)?;
+    }
     for chunk in chunks.by_ref() {
         let (_seq, mut entries) = chunk.map_err(ServeError::pack)?;
         for entry in &mut entries {
@@ -462,6 +521,23 @@ pub fn write<W: Write>(
     })
 }
 
+/// Where a delta's base is, once the search may have made deltas of any entry.
+enum BaseOf {
+    None,
+    /// Another entry of this pack (by index).
+    Entry(usize),
+    /// An object the client has (a thin delta).
+    Held,
+}
+
+fn base_of(entry: &output::Entry, by_id: &HashMap<ObjectId, usize>) -> BaseOf {
+    match entry.kind {
+        output::entry::Kind::DeltaRef { object_index } => BaseOf::Entry(object_index),
+        output::entry::Kind::DeltaOid { id } => by_id.get(&id).map_or(BaseOf::Held, |i| BaseOf::Entry(*i)),
+        _ => BaseOf::None,
+    }
+}
+
 /// Deltas computed while the pack is written (with gix-pack's delta encoder, patch 0003): an
 /// object about to go out whole whose path the client holds another version of becomes a thin
 /// delta against that version — the client has it (an edge commit's tree) and may read it.
@@ -471,6 +547,8 @@ struct DeltaSearch<'a> {
     repo: &'a gix::Repository,
     selection: &'a Selection,
     enabled: bool,
+    /// Thin deltas (against what the client has) are allowed.
+    thin_allowed: bool,
     budget: usize,
     found: usize,
     base: Vec<u8>,
@@ -482,9 +560,82 @@ impl<'a> DeltaSearch<'a> {
     /// Smaller objects gain nothing worth a delta's header and instructions.
     const MIN_OBJECT: usize = 64;
 
+    /// At most this many entries are kept back for a windowed search; a larger pack streams.
+    const MAX_SEARCHED_ENTRIES: usize = 500_000;
+    /// Objects inflated for the search, in bytes at most (the rest are not searched).
+    const MAX_SEARCHED_BYTES: usize = 512 << 20;
+
     fn new(repo: &'a gix::Repository, selection: &'a Selection, options: &Options) -> Self {
-        let enabled = options.thin_pack && !selection.same_path_held.is_empty();
-        DeltaSearch { repo, selection, enabled, budget: Self::BUDGET, found: 0, base: Vec::new() }
+        // A fetch by walking: the client holds something to delta against, and what is sent
+        // whole is new (a clone's whole objects are its pack's delta bases already).
+        let enabled = !selection.by_bitmap && !selection.client_has.is_empty() && selection.objects.len() <= Self::MAX_SEARCHED_ENTRIES;
+        DeltaSearch { repo, selection, enabled, thin_allowed: options.thin_pack, budget: Self::BUDGET, found: 0, base: Vec::new() }
+    }
+
+    /// git's window search over the entries going out whole (trees and blobs) and, as preferred
+    /// bases, what the client holds at their paths (thin only where the client may read it and
+    /// thin packs are allowed): entries that gain become deltas (`DeltaOid`, an entry's id or a
+    /// held object's; [`EntryOffsets::emit_in_base_order`] orders and encodes them).
+    fn window(&mut self, entries: &mut [output::Entry]) {
+        use gix_pack::data::delta::search;
+        let mut data: Vec<Vec<u8>> = Vec::new();
+        let mut who: Vec<(Option<usize>, ObjectId)> = Vec::new(); // entry index, or a held object
+        let mut meta: Vec<(gix_object::Kind, u32)> = Vec::new();
+        let mut bytes = 0usize;
+        let mut held_seen: HashMap<ObjectId, ()> = HashMap::new();
+        for (i, entry) in entries.iter().enumerate() {
+            let output::entry::Kind::Base(kind @ (gix_object::Kind::Blob | gix_object::Kind::Tree)) = entry.kind else { continue };
+            let size = entry.decompressed_size;
+            if !(Self::MIN_OBJECT..=Self::MAX_OBJECT).contains(&size) || bytes + size > Self::MAX_SEARCHED_BYTES {
+                continue;
+            }
+            let mut target = Vec::with_capacity(size);
+            if flate2::read::ZlibDecoder::new(&entry.compressed_data[..]).read_to_end(&mut target).is_err() || target.len() != size {
+                continue;
+            }
+            bytes += size;
+            let name = self.selection.name_hash.get(&entry.id).copied().unwrap_or(0);
+            data.push(target);
+            who.push((Some(i), entry.id));
+            meta.push((kind, name));
+            if let Some(held) = self.selection.same_path_held.get(&entry.id)
+                && self.thin_allowed
+                && self.selection.client_has_readably(held)
+                && held_seen.insert(*held, ()).is_none()
+                && let Ok(Some(base)) = gix_object::Find::try_find(&self.repo.objects, held, &mut self.base)
+                && base.kind == kind
+                && base.data.len() <= Self::MAX_OBJECT
+            {
+                bytes += base.data.len();
+                data.push(base.data.to_vec());
+                who.push((None, *held));
+                meta.push((kind, name));
+            }
+        }
+        let objects: Vec<search::Object<'_>> = data
+            .iter()
+            .zip(&who)
+            .zip(&meta)
+            .map(|((data, (entry, _)), (kind, name))| search::Object { kind: *kind, name_hash: *name, data, preferred_base: entry.is_none() })
+            .collect();
+        let options = search::Options { budget: self.budget, max_size: Self::MAX_OBJECT, min_size: Self::MIN_OBJECT, ..Default::default() };
+        let (deltas, _stats) = search::find(&objects, options);
+        for delta in deltas {
+            let Some(target) = who[delta.target].0 else { continue };
+            let entry = &mut entries[target];
+            let mut z = flate2::write::ZlibEncoder::new(Vec::with_capacity(delta.data.len() / 2 + 16), flate2::Compression::default());
+            if z.write_all(&delta.data).is_err() {
+                continue;
+            }
+            let Ok(compressed) = z.finish() else { continue };
+            if compressed.len() >= entry.compressed_data.len() {
+                continue;
+            }
+            entry.kind = output::entry::Kind::DeltaOid { id: who[delta.base].1 };
+            entry.decompressed_size = delta.data.len();
+            entry.compressed_data = compressed;
+            self.found += 1;
+        }
     }
 
     fn try_thin_delta(&mut self, entry: &mut output::Entry) {

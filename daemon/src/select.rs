@@ -50,6 +50,9 @@ pub struct Selection {
     /// an edge commit's tree), if it is another one — the base a delta of it would most likely
     /// be small against (git's preferred bases, matched by path rather than by name hash).
     pub same_path_held: HashMap<ObjectId, ObjectId>,
+    /// Walking: git's name hash ([`gix_pack::data::delta::search::name_hash`]) of the path each
+    /// tree and blob being sent was met at, for the delta search's order.
+    pub name_hash: HashMap<ObjectId, u32>,
     /// By bitmap: everything the wants reach, before what the client has was taken out. The
     /// wants are readable (checked before selection), so all of it is: a delta base found here
     /// may be sent or referred to thin without computing what every visible ref reaches.
@@ -118,7 +121,27 @@ fn path_hash(parent: u64, name: &[u8]) -> u64 {
 }
 
 /// The path hash of a root tree.
-const ROOT_PATH: u64 = 0xcbf2_9ce4_8422_2325;
+const ROOT_PATH_HASH: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Where a tree or blob was met: its path's hash (unique per path, for the client's version at
+/// the same path) and git's name hash of it (for the delta search's order).
+#[derive(Debug, Clone, Copy)]
+struct Path {
+    full: u64,
+    name: u32,
+}
+
+/// A root tree's path.
+const ROOT_PATH: Path = Path { full: ROOT_PATH_HASH, name: 0 };
+
+impl Path {
+    fn child(self, name: &[u8]) -> Path {
+        use gix_pack::data::delta::search::name_hash_step;
+        // git names `a/b` for an entry below `a`, and `a` for one of the root tree.
+        let parent = if self.full == ROOT_PATH_HASH { self.name } else { name_hash_step(self.name, b'/') };
+        Path { full: path_hash(self.full, name), name: name.iter().fold(parent, |h, c| name_hash_step(h, *c)) }
+    }
+}
 
 impl<'r> Walker<'r> {
     fn new(repo: &'r gix::Repository) -> Self {
@@ -142,21 +165,23 @@ impl<'r> Walker<'r> {
 
     /// The entries of a tree, gitlinks left out (a submodule's commit lives in another
     /// repository), each with the hash of its path below `path` (the tree's own path hash).
-    fn tree_entries(&mut self, tree: &ObjectId, path: u64) -> Result<Vec<(ObjectId, bool, u64)>, ServeError> {
+    fn tree_entries(&mut self, tree: &ObjectId, path: Path) -> Result<Vec<(ObjectId, bool, Path)>, ServeError> {
         let hash_kind = tree.kind();
         let (_, data) = self.find(tree)?;
         let mut out = Vec::new();
         for entry in gix_object::TreeRefIter::from_bytes(data, hash_kind) {
             let entry = entry.map_err(|_| ServeError::MissingObject(*tree))?;
             if !entry.mode.is_commit() {
-                out.push((entry.oid.to_owned(), entry.mode.is_tree(), path_hash(path, entry.filename)));
+                out.push((entry.oid.to_owned(), entry.mode.is_tree(), path.child(entry.filename)));
             }
         }
         Ok(out)
     }
 
-    /// `id` is being sent at the path hashed `path`: remember what the client holds there.
-    fn note_same_path(&mut self, id: ObjectId, path: u64) {
+    /// `id` is being sent at `path`: remember its name hash, and what the client holds there.
+    fn note_same_path(&mut self, id: ObjectId, path: Path) {
+        self.out.name_hash.insert(id, path.name);
+        let path = path.full;
         if let Some(held) = self.held_by_path.get(&path)
             && *held != id
         {
@@ -247,14 +272,14 @@ impl<'r> Walker<'r> {
     /// Record `root` and everything below it as held by the client.
     /// Also where each object is (by path hash), for [`Selection::same_path_held`].
     fn mark_tree_held(&mut self, root: ObjectId) -> Result<(), ServeError> {
-        self.held_by_path.entry(ROOT_PATH).or_insert(root);
+        self.held_by_path.entry(ROOT_PATH_HASH).or_insert(root);
         if !self.out.client_has.insert(root) {
             return Ok(());
         }
         let mut stack = vec![(root, ROOT_PATH)];
         while let Some((tree, path)) = stack.pop() {
             for (id, is_tree, entry_path) in self.tree_entries(&tree, path)? {
-                self.held_by_path.entry(entry_path).or_insert(id);
+                self.held_by_path.entry(entry_path.full).or_insert(id);
                 if self.out.client_has.insert(id) && is_tree {
                     stack.push((id, entry_path));
                 }
@@ -486,6 +511,7 @@ fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &st
         in_pack: Some((bitmap.clone(), positions)),
         wants_reach,
         same_path_held: HashMap::new(),
+        name_hash: HashMap::new(),
         by_bitmap: true,
     }))
 }

@@ -121,6 +121,9 @@ pub mod encode {
         next: Vec<u32>,
         /// Entry → offset of its block in the base.
         offsets: Vec<u32>,
+        /// Entry → the whole fingerprint of its block: a chain shares only the bucket's bits,
+        /// and a block whose fingerprint differs cannot match, so its bytes are never read.
+        fingerprints: Vec<u32>,
         mask: u32,
     }
 
@@ -162,6 +165,7 @@ pub mod encode {
                 heads: vec![u32::MAX; buckets],
                 next: Vec::with_capacity(blocks),
                 offsets: Vec::with_capacity(blocks),
+                fingerprints: Vec::with_capacity(blocks),
                 mask: (buckets - 1) as u32,
             };
             let mut previous: Option<&[u8]> = None;
@@ -172,9 +176,11 @@ pub mod encode {
                     continue;
                 }
                 previous = Some(window);
-                let bucket = (fingerprint(window) & index.mask) as usize;
+                let print = fingerprint(window);
+                let bucket = (print & index.mask) as usize;
                 index.next.push(index.heads[bucket]);
                 index.offsets.push(at as u32);
+                index.fingerprints.push(print);
                 index.heads[bucket] = (index.offsets.len() - 1) as u32;
             }
             index
@@ -212,6 +218,10 @@ pub mod encode {
                     let mut tried = 0;
                     while entry != u32::MAX && tried < MAX_CANDIDATES {
                         tried += 1;
+                        if self.fingerprints[entry as usize] != h {
+                            entry = self.next[entry as usize];
+                            continue;
+                        }
                         let offset = self.offsets[entry as usize] as usize;
                         let len = common_prefix(&self.base[offset..], &target[at..]);
                         if len > best.0 {
@@ -320,6 +330,168 @@ pub mod encode {
             }
         }
         out[at] = cmd;
+    }
+}
+
+/// Finding deltas among many objects: git's window search (`pack-heuristics`). Objects are
+/// sorted by kind, then by a hash of their path that groups versions of one file (and files of
+/// one name), then preferred bases first, then by size, largest first; each is tried against the objects of the same kind
+/// in a window of the ones before it, and keeps the smallest delta found, if it is well below
+/// the object itself. A *preferred base* (an object the receiver already has) is only ever a
+/// base: a delta against it is a thin delta.
+pub mod search {
+    use super::encode::Index;
+
+    /// One object the search may use: the objects to send and the preferred bases.
+    pub struct Object<'a> {
+        /// Objects of different kinds are never deltas of each other.
+        pub kind: gix_object::Kind,
+        /// [`name_hash()`] of the object's path (0 if it has none).
+        pub name_hash: u32,
+        /// The object's content.
+        pub data: &'a [u8],
+        /// A base only: never given a delta (the receiver has it).
+        pub preferred_base: bool,
+    }
+
+    /// Limits of a search.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Options {
+        /// Objects before each one tried as its base (git's `pack.window`, 10).
+        pub window: usize,
+        /// Longest delta chain a new delta may end (git's `pack.depth`, 50).
+        pub max_depth: usize,
+        /// Objects smaller than this are not worth a delta's header and instructions.
+        pub min_size: usize,
+        /// Objects larger than this are neither targets nor bases.
+        pub max_size: usize,
+        /// Bytes of targets and bases a search may compare in all; past it, the rest of the
+        /// objects get no delta (a huge input degrades to no search, not to a stall).
+        pub budget: usize,
+    }
+
+    impl Default for Options {
+        fn default() -> Self {
+            Options {
+                window: 10,
+                max_depth: 50,
+                min_size: 64,
+                max_size: 16 << 20,
+                budget: 1 << 30,
+            }
+        }
+    }
+
+    /// A delta the search chose.
+    pub struct Delta {
+        /// Index (into the input) of the object this delta produces.
+        pub target: usize,
+        /// Index (into the input) of its base: an object sent too, or a preferred base.
+        pub base: usize,
+        /// The delta, uncompressed, in git's format.
+        pub data: Vec<u8>,
+    }
+
+    /// What a search did.
+    #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+    pub struct Statistics {
+        /// Targets tried against at least one base.
+        pub targets: usize,
+        /// Target × base pairs encoded.
+        pub pairs: usize,
+        /// Whether the budget ran out before every object was looked at.
+        pub budget_exhausted: bool,
+    }
+
+    /// git's `pack_name_hash`: the last sixteen characters of `path` (white space skipped)
+    /// weigh most, so versions of one file and files of one name sort next to each other.
+    pub fn name_hash(path: &[u8]) -> u32 {
+        path.iter().fold(0u32, |hash, c| name_hash_step(hash, *c))
+    }
+
+    /// [`name_hash()`] extended by one byte of the path: a walk hashes paths as it goes.
+    pub fn name_hash_step(hash: u32, c: u8) -> u32 {
+        if c.is_ascii_whitespace() { hash } else { (hash >> 2).wrapping_add(u32::from(c) << 24) }
+    }
+
+    /// Find deltas for `objects`: at most one per object that is not a preferred base, each
+    /// against an earlier object of the search order, no chain longer than `max_depth`. The
+    /// chains form a forest (no object is, through others, its own base).
+    pub fn find(objects: &[Object<'_>], options: Options) -> (Vec<Delta>, Statistics) {
+        let mut order: Vec<usize> = (0..objects.len())
+            .filter(|&i| (options.min_size..=options.max_size).contains(&objects[i].data.len()))
+            .collect();
+        order.sort_by(|&a, &b| {
+            let (x, y) = (&objects[a], &objects[b]);
+            (x.kind as u8, x.name_hash, !x.preferred_base, std::cmp::Reverse(x.data.len()))
+                .cmp(&(y.kind as u8, y.name_hash, !y.preferred_base, std::cmp::Reverse(y.data.len())))
+                .then(a.cmp(&b))
+        });
+        let mut depth = vec![0usize; objects.len()];
+        let mut out = Vec::new();
+        let mut stats = Statistics::default();
+        let mut budget = options.budget;
+        // The window: indices of the last objects looked at, each with its index, built when it
+        // is first used as a base.
+        let mut window: std::collections::VecDeque<(usize, Option<Index<'_>>)> = std::collections::VecDeque::new();
+        for &target in &order {
+            let t = &objects[target];
+            if !t.preferred_base {
+                let mut best: Option<(usize, Vec<u8>)> = None;
+                let mut tried = false;
+                for (base, index) in window.iter_mut().rev() {
+                    let b = &objects[*base];
+                    if b.kind != t.kind || depth[*base] >= options.max_depth {
+                        continue;
+                    }
+                    // A base far smaller than the target leaves most of it to insert.
+                    if b.data.len() < t.data.len() / 32 {
+                        continue;
+                    }
+                    // git's limit: a first delta under half the object, then under the best so far;
+                    // a base deep in its chain must do better still.
+                    let hash_len = 20;
+                    let limit = match &best {
+                        Some((_, d)) => d.len().saturating_sub(1),
+                        None => {
+                            let half = (t.data.len() / 2).saturating_sub(hash_len);
+                            half * (options.max_depth - depth[*base]) / options.max_depth.max(1)
+                        }
+                    };
+                    // A base shorter than the target by the limit leaves more than that to insert.
+                    if limit < 8 || t.data.len().saturating_sub(b.data.len()) >= limit {
+                        continue;
+                    }
+                    let cost = t.data.len() + if index.is_none() { b.data.len() } else { 0 };
+                    if cost > budget {
+                        stats.budget_exhausted = true;
+                        break;
+                    }
+                    budget -= cost;
+                    let index = index.get_or_insert_with(|| Index::new(b.data));
+                    tried = true;
+                    stats.pairs += 1;
+                    if let Some(delta) = index.encode(t.data, limit) {
+                        best = Some((*base, delta));
+                    }
+                }
+                if tried {
+                    stats.targets += 1;
+                }
+                if let Some((base, data)) = best {
+                    depth[target] = depth[base] + 1;
+                    out.push(Delta { target, base, data });
+                }
+                if stats.budget_exhausted {
+                    break;
+                }
+            }
+            window.push_back((target, None));
+            if window.len() > options.window {
+                window.pop_front();
+            }
+        }
+        (out, stats)
     }
 }
 
