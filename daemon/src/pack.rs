@@ -639,7 +639,7 @@ impl<'a> DeltaSearch<'a> {
     }
 
     fn try_thin_delta(&mut self, entry: &mut output::Entry) {
-        if !self.enabled || !matches!(entry.kind, output::entry::Kind::Base(gix_object::Kind::Blob | gix_object::Kind::Tree)) {
+        if !self.enabled || !self.thin_allowed || !matches!(entry.kind, output::entry::Kind::Base(gix_object::Kind::Blob | gix_object::Kind::Tree)) {
             return;
         }
         let size = entry.decompressed_size;

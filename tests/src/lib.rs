@@ -191,3 +191,16 @@ mod tests {
         assert_eq!(got.len(), 2);
     }
 }
+
+/// A deterministic stream of bytes (xorshift), for inputs nobody chose by hand.
+pub fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

@@ -5,6 +5,7 @@
 //! Every delta it makes applies back to the exact target (gix-pack's own decoder as the oracle), on
 //! empty, identical, edited, all-different, repetitive and over-16-MiB inputs.
 
+use gixd_tests::noise;
 use gixd_tests::server::git_ok;
 
 /// A pack of `base` (a blob) and `target` as a REF_DELTA of `delta` against it, in SHA-1.
@@ -59,18 +60,6 @@ fn a_computed_delta_is_applied_by_stock_git_to_the_exact_target() {
     assert!(listed.contains(&blob_id(&target).to_string()), "git rebuilt the target: {listed}");
 }
 
-/// A deterministic byte source for the encoder's tests (xorshift).
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn roundtrip(base: &[u8], target: &[u8]) -> usize {
     let delta = gix_pack::data::delta::encode::Index::new(base).encode(target, 0).expect("no limit");

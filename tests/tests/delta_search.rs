@@ -5,19 +5,8 @@
 //! a spent budget means no search. Versions of one file find each other through the name hash.
 
 use gix_pack::data::delta::{apply_to_vec, search};
+use gixd_tests::noise;
 
-/// A deterministic stream of bytes (xorshift), for inputs nobody chose by hand.
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.max(1);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 /// `versions` edits of one text, each a few lines away from the one before.
 fn versions(seed: u64, versions: usize) -> Vec<Vec<u8>> {
