@@ -133,7 +133,7 @@ impl EntryOffsets {
         let mut at: Vec<u64> = vec![u64::MAX; entries.len()];
         let Some(mut entry) = entries.first().cloned() else { return Ok(()) };
         for first in 0..entries.len() {
-            if let BaseOf::Entry(base) = base_of(&entries[first], &by_id)
+            if let Some(base) = base_in_pack(&entries[first], &by_id)
                 && at[base] == u64::MAX
             {
                 waiting.entry(base).or_default().push(first);
@@ -142,15 +142,10 @@ impl EntryOffsets {
             let mut ready = vec![first];
             while let Some(i) = ready.pop() {
                 entry.clone_from(&entries[i]);
-                if let BaseOf::Entry(base) = base_of(&entries[i], &by_id) {
+                if let Some(base) = base_in_pack(&entries[i], &by_id) {
                     entry.kind = if ofs_delta { output::entry::Kind::DeltaRef { object_index: base } } else { output::entry::Kind::DeltaOid { id: entries[base].id } };
                 }
-                let here = answer.written;
-                let header = entry.to_entry_header(gix_pack::data::Version::V2, |index| here - at[index]);
-                self.head.clear();
-                header.write_to(entry.decompressed_size as u64, &mut self.head)?;
-                answer.emit(&self.head)?;
-                answer.emit(&entry.compressed_data)?;
+                let here = write_entry(&mut self.head, &entry, answer, |index| at[index])?;
                 at[i] = here;
                 self.offsets.push(here);
                 if let Some(mut next) = waiting.remove(&i) {
@@ -172,16 +167,24 @@ impl EntryOffsets {
             self.offsets.push(u64::MAX);
             return Ok(());
         }
-        let here = answer.written;
         let offsets = &self.offsets;
-        let header = entry.to_entry_header(gix_pack::data::Version::V2, |index| here - offsets[index]);
-        self.head.clear();
-        header.write_to(entry.decompressed_size as u64, &mut self.head)?;
-        answer.emit(&self.head)?;
-        answer.emit(&entry.compressed_data)?;
+        let here = write_entry(&mut self.head, entry, answer, |index| offsets[index])?;
         self.offsets.push(here);
         Ok(())
     }
+}
+
+/// Write `entry`'s header (through the scratch `head`) and compressed data at the end of
+/// `answer`; `at` says where an earlier entry, by index, starts (an ofs-delta's base). Returns
+/// where this one starts.
+fn write_entry<W: Write>(head: &mut Vec<u8>, entry: &output::Entry, answer: &mut Hashed<'_, W>, at: impl Fn(usize) -> u64) -> Result<u64, ServeError> {
+    let here = answer.written;
+    let header = entry.to_entry_header(gix_pack::data::Version::V2, |index| here - at(index));
+    head.clear();
+    header.write_to(entry.decompressed_size as u64, head)?;
+    answer.emit(head)?;
+    answer.emit(&entry.compressed_data)?;
+    Ok(here)
 }
 
 /// How one entry of the bitmapped pack goes out when reused.
@@ -477,11 +480,6 @@ pub fn write<W: Write>(
             return Err(ServeError::corrupt_pack("an object to send is missing from the repository"));
         }
         search.window(&mut entries);
-        // What the window left whole may still pay as a thin delta against the client's version
-        // at its path, by a looser limit (half the object, compressed sizes compared).
-        for entry in &mut entries {
-            search.try_thin_delta(entry);
-        }
         written.emit_in_base_order(&entries, options.ofs_delta, &mut answer)?;
     }
     for chunk in chunks.by_ref() {
@@ -490,7 +488,6 @@ pub fn write<W: Write>(
             if entry.is_invalid() {
                 missing.get_or_insert(entry.id);
             }
-            search.try_thin_delta(entry);
             if !options.ofs_delta {
                 if let output::entry::Kind::DeltaRef { object_index } = entry.kind {
                     entry.kind = output::entry::Kind::DeltaOid { id: ids[object_index] };
@@ -521,20 +518,13 @@ pub fn write<W: Write>(
     })
 }
 
-/// Where a delta's base is, once the search may have made deltas of any entry.
-enum BaseOf {
-    None,
-    /// Another entry of this pack (by index).
-    Entry(usize),
-    /// An object the client has (a thin delta).
-    Held,
-}
-
-fn base_of(entry: &output::Entry, by_id: &HashMap<ObjectId, usize>) -> BaseOf {
+/// The entry of this pack (by index) a delta's base is, once the search may have made deltas of
+/// any entry; `None` for a whole object and for a thin delta (its base is the client's).
+fn base_in_pack(entry: &output::Entry, by_id: &HashMap<ObjectId, usize>) -> Option<usize> {
     match entry.kind {
-        output::entry::Kind::DeltaRef { object_index } => BaseOf::Entry(object_index),
-        output::entry::Kind::DeltaOid { id } => by_id.get(&id).map_or(BaseOf::Held, |i| BaseOf::Entry(*i)),
-        _ => BaseOf::None,
+        output::entry::Kind::DeltaRef { object_index } => Some(object_index),
+        output::entry::Kind::DeltaOid { id } => by_id.get(&id).copied(),
+        _ => None,
     }
 }
 
@@ -575,105 +565,137 @@ impl<'a> DeltaSearch<'a> {
     /// git's window search over the entries going out whole (trees and blobs) and, as preferred
     /// bases, what the client holds at their paths (thin only where the client may read it and
     /// thin packs are allowed): entries that gain become deltas (`DeltaOid`, an entry's id or a
-    /// held object's; [`EntryOffsets::emit_in_base_order`] orders and encodes them).
+    /// held object's; [`EntryOffsets::emit_in_base_order`] orders and encodes them). What the
+    /// window leaves whole may still pay as a thin delta against the client's version at its
+    /// path, by a looser limit ([`Self::same_path_delta`]); an entry too large for the search's
+    /// memory is tried for that alone ([`Self::try_thin_delta`]).
     fn window(&mut self, entries: &mut [output::Entry]) {
         use gix_pack::data::delta::search;
-        let mut data: Vec<Vec<u8>> = Vec::new();
-        let mut who: Vec<(Option<usize>, ObjectId)> = Vec::new(); // entry index, or a held object
-        let mut meta: Vec<(gix_object::Kind, u32)> = Vec::new();
+        /// An object the search looks at: an entry (by index) or a held object, inflated.
+        struct Candidate {
+            entry: Option<usize>,
+            id: ObjectId,
+            kind: gix_object::Kind,
+            name_hash: u32,
+            data: Vec<u8>,
+        }
+        let mut candidates: Vec<Candidate> = Vec::new();
+        // Entry candidate → the candidate of the client's version at its path.
+        let mut same_path: Vec<(usize, usize)> = Vec::new();
+        let mut held_at: HashMap<ObjectId, usize> = HashMap::new();
+        let mut left_out: Vec<usize> = Vec::new();
         let mut bytes = 0usize;
-        let mut held_seen: HashMap<ObjectId, ()> = HashMap::new();
         for (i, entry) in entries.iter().enumerate() {
             let output::entry::Kind::Base(kind @ (gix_object::Kind::Blob | gix_object::Kind::Tree)) = entry.kind else { continue };
             let size = entry.decompressed_size;
-            if !(Self::MIN_OBJECT..=Self::MAX_OBJECT).contains(&size) || bytes + size > Self::MAX_SEARCHED_BYTES {
+            if !(Self::MIN_OBJECT..=Self::MAX_OBJECT).contains(&size) {
                 continue;
             }
-            let mut target = Vec::with_capacity(size);
-            if flate2::read::ZlibDecoder::new(&entry.compressed_data[..]).read_to_end(&mut target).is_err() || target.len() != size {
+            if bytes + size > Self::MAX_SEARCHED_BYTES {
+                left_out.push(i);
                 continue;
             }
+            let Some(target) = inflated(entry) else { continue };
             bytes += size;
-            let name = self.selection.name_hash.get(&entry.id).copied().unwrap_or(0);
-            data.push(target);
-            who.push((Some(i), entry.id));
-            meta.push((kind, name));
-            if let Some(held) = self.selection.same_path_held.get(&entry.id)
-                && self.thin_allowed
-                && self.selection.client_has_readably(held)
-                && held_seen.insert(*held, ()).is_none()
-                && let Ok(Some(base)) = gix_object::Find::try_find(&self.repo.objects, held, &mut self.base)
-                && base.kind == kind
-                && base.data.len() <= Self::MAX_OBJECT
-            {
-                bytes += base.data.len();
-                data.push(base.data.to_vec());
-                who.push((None, *held));
-                meta.push((kind, name));
-            }
+            let name_hash = self.selection.name_hash.get(&entry.id).copied().unwrap_or(0);
+            candidates.push(Candidate { entry: Some(i), id: entry.id, kind, name_hash, data: target });
+            let this = candidates.len() - 1;
+            let Some(held) = self.selection.same_path_held.get(&entry.id).filter(|held| self.thin_allowed && self.selection.client_has_readably(held)) else { continue };
+            let at = match held_at.get(held) {
+                Some(at) => *at,
+                None => {
+                    let Ok(Some(base)) = gix_object::Find::try_find(&self.repo.objects, held, &mut self.base) else { continue };
+                    if base.kind != kind || base.data.len() > Self::MAX_OBJECT {
+                        continue;
+                    }
+                    bytes += base.data.len();
+                    candidates.push(Candidate { entry: None, id: *held, kind, name_hash, data: base.data.to_vec() });
+                    held_at.insert(*held, candidates.len() - 1);
+                    candidates.len() - 1
+                }
+            };
+            same_path.push((this, at));
         }
-        let objects: Vec<search::Object<'_>> = data
+        let objects: Vec<search::Object<'_>> = candidates
             .iter()
-            .zip(&who)
-            .zip(&meta)
-            .map(|((data, (entry, _)), (kind, name))| search::Object { kind: *kind, name_hash: *name, data, preferred_base: entry.is_none() })
+            .map(|c| search::Object { kind: c.kind, name_hash: c.name_hash, data: &c.data, preferred_base: c.entry.is_none() })
             .collect();
         let options = search::Options { budget: self.budget, max_size: Self::MAX_OBJECT, min_size: Self::MIN_OBJECT, ..Default::default() };
         let (deltas, _stats) = search::find(&objects, options);
+        let mut has_delta = vec![false; candidates.len()];
         for delta in deltas {
-            let Some(target) = who[delta.target].0 else { continue };
-            let entry = &mut entries[target];
-            let mut z = flate2::write::ZlibEncoder::new(Vec::with_capacity(delta.data.len() / 2 + 16), flate2::Compression::default());
-            if z.write_all(&delta.data).is_err() {
+            let Some(target) = candidates[delta.target].entry else { continue };
+            has_delta[delta.target] = self.replace_with_delta(&mut entries[target], candidates[delta.base].id, &delta.data);
+        }
+        for (target, held) in same_path {
+            if has_delta[target] {
                 continue;
             }
-            let Ok(compressed) = z.finish() else { continue };
-            if compressed.len() >= entry.compressed_data.len() {
-                continue;
+            let (t, h) = (&candidates[target], &candidates[held]);
+            let entry = &mut entries[t.entry.expect("a target is an entry")];
+            if let Some(delta) = self.same_path_delta(&t.data, &h.data) {
+                self.replace_with_delta(entry, h.id, &delta);
             }
-            entry.kind = output::entry::Kind::DeltaOid { id: who[delta.base].1 };
-            entry.decompressed_size = delta.data.len();
-            entry.compressed_data = compressed;
-            self.found += 1;
+        }
+        for i in left_out {
+            self.try_thin_delta(&mut entries[i]);
         }
     }
 
-    fn try_thin_delta(&mut self, entry: &mut output::Entry) {
-        if !self.enabled || !self.thin_allowed || !matches!(entry.kind, output::entry::Kind::Base(gix_object::Kind::Blob | gix_object::Kind::Tree)) {
-            return;
+    /// A thin delta of `target` against the client's version at its path, within the budget:
+    /// worth it only well below the whole object (git asks a first delta for under half).
+    fn same_path_delta(&mut self, target: &[u8], held: &[u8]) -> Option<Vec<u8>> {
+        if target.len() > self.budget {
+            return None;
         }
-        let size = entry.decompressed_size;
-        if !(Self::MIN_OBJECT..=Self::MAX_OBJECT).contains(&size) || size > self.budget {
-            return;
-        }
-        let Some(base_id) = self.selection.same_path_held.get(&entry.id) else { return };
-        if !self.selection.client_has_readably(base_id) {
-            return;
-        }
-        let Ok(Some(base)) = gix_object::Find::try_find(&self.repo.objects, base_id, &mut self.base) else { return };
-        if base.data.len() > Self::MAX_OBJECT {
-            return;
-        }
-        self.budget = self.budget.saturating_sub(size + base.data.len());
-        let mut target = Vec::with_capacity(size);
-        if flate2::read::ZlibDecoder::new(&entry.compressed_data[..]).read_to_end(&mut target).is_err() || target.len() != size {
-            return;
-        }
-        // Worth it only well below the whole object (git asks a first delta for under half).
-        let Some(delta) = gix_pack::data::delta::encode::Index::new(base.data).encode(&target, size / 2) else { return };
+        self.budget = self.budget.saturating_sub(target.len() + held.len());
+        gix_pack::data::delta::encode::Index::new(held).encode(target, target.len() / 2)
+    }
+
+    /// Make `entry` the delta `delta` against `base` if, compressed, it is smaller than the
+    /// entry is now; true if it was.
+    fn replace_with_delta(&mut self, entry: &mut output::Entry, base: ObjectId, delta: &[u8]) -> bool {
         let mut z = flate2::write::ZlibEncoder::new(Vec::with_capacity(delta.len() / 2 + 16), flate2::Compression::default());
-        if z.write_all(&delta).is_err() {
-            return;
+        if z.write_all(delta).is_err() {
+            return false;
         }
-        let Ok(compressed) = z.finish() else { return };
+        let Ok(compressed) = z.finish() else { return false };
         if compressed.len() >= entry.compressed_data.len() {
-            return;
+            return false;
         }
-        entry.kind = output::entry::Kind::DeltaOid { id: *base_id };
+        entry.kind = output::entry::Kind::DeltaOid { id: base };
         entry.decompressed_size = delta.len();
         entry.compressed_data = compressed;
         self.found += 1;
+        true
     }
+
+    /// [`Self::same_path_delta`] for an entry the search did not keep in memory.
+    fn try_thin_delta(&mut self, entry: &mut output::Entry) {
+        if !self.thin_allowed || entry.decompressed_size > self.budget {
+            return;
+        }
+        let Some(base_id) = self.selection.same_path_held.get(&entry.id).copied() else { return };
+        if !self.selection.client_has_readably(&base_id) {
+            return;
+        }
+        let Ok(Some(base)) = gix_object::Find::try_find(&self.repo.objects, &base_id, &mut self.base) else { return };
+        if base.data.len() > Self::MAX_OBJECT {
+            return;
+        }
+        let held = base.data.to_vec();
+        let Some(target) = inflated(entry) else { return };
+        if let Some(delta) = self.same_path_delta(&target, &held) {
+            self.replace_with_delta(entry, base_id, &delta);
+        }
+    }
+}
+
+/// A whole entry's object, inflated (`None` if its data does not inflate to its size).
+fn inflated(entry: &output::Entry) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(entry.decompressed_size);
+    flate2::read::ZlibDecoder::new(&entry.compressed_data[..]).read_to_end(&mut out).ok()?;
+    (out.len() == entry.decompressed_size).then_some(out)
 }
 
 /// True when an error from writing the pack comes from the client going away: the transports
