@@ -26,7 +26,7 @@ pub struct Report {
 
 /// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`.
 pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
-    let repo = gix::open_opts(git_dir, gix::open::Options::isolated().strict_config(false)).map_err(ServeError::pack)?;
+    let repo = gix::open_opts(git_dir, gix::open::Options::isolated().strict_config(false).config_overrides([crate::repo::DELTA_BASE_CACHE])).map_err(ServeError::pack)?;
     let hash = repo.object_hash();
     let objects_dir = repo.objects.store_ref().path().to_owned();
     let pack_dir = objects_dir.join("pack");

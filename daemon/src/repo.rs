@@ -18,6 +18,10 @@ use crate::error::{RepoError, ServeError};
 pub const EXPORT_OK: &str = "git-daemon-export-ok";
 
 /// All repositories this server may serve.
+/// git's `core.deltaBaseCacheLimit` default; with it set, gix gives each repository handle a
+/// cache capped by bytes, which keeps the bases of delta chains (patches/gix-pack/0005).
+pub(crate) const DELTA_BASE_CACHE: &str = "core.deltaBaseCacheLimit=96m";
+
 pub struct Repos {
     /// Canonical base path: every served git directory is below it.
     base: PathBuf,
@@ -132,7 +136,10 @@ impl Repos {
         {
             return Ok(repo.clone());
         }
-        let repo = gix::ThreadSafeRepository::open_opts(git_dir, gix::open::Options::isolated().strict_config(false))
+        // The delta cache as git's (96 MiB by bytes, every base a chain reconstructs kept): gix's
+        // default, a list of 64 objects, would be flushed by one long chain.
+        let options = gix::open::Options::isolated().strict_config(false).config_overrides([DELTA_BASE_CACHE]);
+        let repo = gix::ThreadSafeRepository::open_opts(git_dir, options)
             .map_err(|e| RepoError::Open {
                 path: name.to_owned(),
                 source: Box::new(e),

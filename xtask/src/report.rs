@@ -12,6 +12,7 @@ const TARGETS: &[(&str, &str)] = &[
     ("upstream/serial-stepwise.md", "patch-costs"),
     ("upstream/delta-base-inclusion.md", "patch-costs"),
     ("upstream/serial-delta-resolution.md", "index-costs"),
+    ("upstream/delta-chain-base-cache.md", "decode-costs"),
     ("bench/README.md", "clone-cost"),
     ("bench/README.md", "writes"),
     ("bench/README.md", "ramp"),
@@ -35,6 +36,7 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
         let rendered = match *block {
             "patch-costs" => patch_costs(root)?,
             "index-costs" => index_costs(root)?,
+            "decode-costs" => decode_costs(root)?,
             "clone-cost" => clone_cost(root)?,
             "writes" => writes(root)?,
             "ramp" => ramp(root)?,
@@ -312,6 +314,42 @@ fn index_costs(root: &Path) -> Result<String> {
         &patched,
         &[("objects indexed", "index_objects"), ("threads started during indexing", "index_threads_started")],
         &[("process CPU per indexing, median (ms)", "index_cpu_us"), ("wall per indexing, median (ms)", "index_wall_us")],
+    ));
+    Ok(out)
+}
+
+fn decode_costs(root: &Path) -> Result<String> {
+    let doc = match load(root, crate::bench::RESULTS, "`cargo xtask bench patches`")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let runs = doc["runs"].as_array().context("runs")?;
+    if runs.iter().all(|r| r.get("decode_capped_reversed_deltas_applied").is_none()) {
+        return Ok(format!("NOT MEASURED: {} predates the decoding measurement. Run `cargo xtask bench patches`.\n", crate::bench::RESULTS));
+    }
+    let arm = |name: &str| runs.iter().filter(|r| r["arm"] == name).collect::<Vec<_>>();
+    let (stock, patched) = (arm("stock"), arm("patched"));
+    let c = &doc["conditions"];
+    let mut out = conditions_line(c, "cargo xtask bench patches");
+    out.push_str(&versions_line(c));
+    out.push_str(&format!(
+        " Fixture: the `patch-costs` repository's pack (`git repack -adf --window=50 --depth=50`); every object of `{}`, in `git rev-list --objects` order, decoded by `File::decode_entry` through each of gix's delta caches: the list of 64 objects a repository gets by default, and the cache capped by bytes (96 MiB here, git's default) it gets with `core.deltaBaseCacheLimit` set — the one that asks for chain bases; with it also in the opposite order (oldest versions first, as a walk from old tags meets the deep end of chains first).\n\n",
+        c["rev"].as_str().unwrap_or("?"),
+    ));
+    out.push_str(&stock_vs_patched(
+        &stock,
+        &patched,
+        &[
+            ("objects decoded", "decode_objects"),
+            ("deltas applied, `StaticLinkedList<64>`", "decode_deltas_applied"),
+            ("deltas applied, `MemoryCappedHashmap`", "decode_capped_deltas_applied"),
+            ("deltas applied, `MemoryCappedHashmap`, opposite order", "decode_capped_reversed_deltas_applied"),
+        ],
+        &[
+            ("process CPU per pass, `StaticLinkedList<64>`, median (ms)", "decode_cpu_us"),
+            ("process CPU per pass, `MemoryCappedHashmap`, median (ms)", "decode_capped_cpu_us"),
+            ("process CPU per pass, `MemoryCappedHashmap`, opposite order, median (ms)", "decode_capped_reversed_cpu_us"),
+        ],
     ));
     Ok(out)
 }

@@ -5,7 +5,9 @@
 //! - `patch-costs measure --repo DIR --rev REV --arm NAME` generates the pack of `REV`'s objects
 //!   once with `thread_limit: Some(1)`, then indexes the repository's pack as a received push is
 //!   indexed (`Bundle::write_to_directory`, `thread_limit: Some(1)`), and prints one JSON line:
-//!   counts first (threads, objects copied and re-deflated, bytes), then CPU and wall time.
+//!   counts first (threads, objects copied and re-deflated, bytes), then CPU and wall time;
+//!   last it decodes every object of `REV` in `git rev-list --objects` order (the order a walk
+//!   meets them) through each of gix's two delta caches, counting the deltas applied.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -241,7 +243,15 @@ fn measure(repo: &Path, rev: &str, arm: &str) {
     let (cpu_user_1, cpu_sys_1) = cpu_micros();
 
     let index = measure_indexing(repo);
+    let decoding = measure_decoding(repo, &selected);
     let row = serde_json::json!({
+        "decode_objects": decoding.objects,
+        "decode_deltas_applied": decoding.deltas_applied,
+        "decode_cpu_us": decoding.cpu_us,
+        "decode_capped_deltas_applied": decoding.capped_deltas_applied,
+        "decode_capped_cpu_us": decoding.capped_cpu_us,
+        "decode_capped_reversed_deltas_applied": decoding.capped_reversed_deltas_applied,
+        "decode_capped_reversed_cpu_us": decoding.capped_reversed_cpu_us,
         "index_objects": index.objects,
         "index_threads_started": index.threads_started,
         "index_cpu_us": index.cpu_us,
@@ -319,5 +329,64 @@ fn measure_indexing(repo: &Path) -> Indexing {
         // The sampler's own CPU is in both arms alike; it sleeps between samples.
         cpu_us: (u1 - u0) + (s1 - s0),
         wall_us: wall.as_micros() as u64,
+    }
+}
+
+struct Decoding {
+    objects: usize,
+    /// With gix's default cache for a repository, `StaticLinkedList<64>`.
+    deltas_applied: u64,
+    cpu_us: i64,
+    /// With the cache gix gives a repository that sets `core.deltaBaseCacheLimit`:
+    /// `MemoryCappedHashmap`, here git's 96 MiB.
+    capped_deltas_applied: u64,
+    capped_cpu_us: i64,
+    /// The same cache, the objects in the opposite order: oldest versions first, so a walk
+    /// meets the deep end of a chain before the objects nearer its base.
+    capped_reversed_deltas_applied: u64,
+    capped_reversed_cpu_us: i64,
+}
+
+/// Decode `ids` (in the order given) from the repository's pack through each of gix's two delta
+/// caches, and count the deltas applied: an object's `num_deltas` is the part of its chain walked
+/// before a cache hit.
+fn measure_decoding(repo: &Path, ids: &[ObjectId]) -> Decoding {
+    let pack_dir = repo.join("objects/pack");
+    let idx = std::fs::read_dir(&pack_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "idx"))
+        .expect("the fixture has a pack");
+    let index = gix_pack::index::File::at(&idx, gix_hash::Kind::Sha1).unwrap();
+    let pack = gix_pack::data::File::at(idx.with_extension("pack"), gix_hash::Kind::Sha1).unwrap();
+    let pass = |cache: &mut dyn gix_pack::cache::DecodeEntry, ids: &mut dyn Iterator<Item = &ObjectId>| {
+        let mut inflate = gix_zlib::Inflate::default();
+        let mut out = Vec::new();
+        let no_ref_deltas = |_: &gix_hash::oid, _: &mut Vec<u8>| Ok(None);
+        let (u0, s0) = cpu_micros();
+        let mut deltas_applied = 0u64;
+        for id in ids {
+            let at = index.lookup(id).expect("every object of REV is in the pack");
+            let entry = pack.entry(index.pack_offset_at_index(at)).unwrap();
+            deltas_applied += u64::from(pack.decode_entry(entry, &mut out, &mut inflate, &no_ref_deltas, cache).unwrap().num_deltas);
+        }
+        let (u1, s1) = cpu_micros();
+        (deltas_applied, (u1 - u0) + (s1 - s0))
+    };
+    // Unmeasured: the pack's pages mapped in, so that no pass pays for being the first.
+    pass(&mut gix_pack::cache::Never, &mut ids.iter());
+    let (deltas_applied, cpu_us) = pass(&mut gix_pack::cache::lru::StaticLinkedList::<64>::default(), &mut ids.iter());
+    let capped = || gix_pack::cache::lru::MemoryCappedHashmap::new(96 << 20);
+    let (capped_deltas_applied, capped_cpu_us) = pass(&mut capped(), &mut ids.iter());
+    let (capped_reversed_deltas_applied, capped_reversed_cpu_us) = pass(&mut capped(), &mut ids.iter().rev());
+    Decoding {
+        objects: ids.len(),
+        deltas_applied,
+        cpu_us,
+        capped_deltas_applied,
+        capped_cpu_us,
+        capped_reversed_deltas_applied,
+        capped_reversed_cpu_us,
     }
 }

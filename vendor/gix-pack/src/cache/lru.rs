@@ -79,6 +79,10 @@ mod memory {
             }
             res
         }
+
+        fn keep_chain_bases(&self) -> bool {
+            true
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-use std::ops::DerefMut;
+use std::ops::{Deref, DerefMut};
 
 use gix_object::Kind;
 
@@ -13,6 +13,13 @@ pub trait DecodeEntry {
     /// Attempt to fetch the object at `offset` and store its decoded bytes in `out`, as previously stored with [`DecodeEntry::put()`], and return
     /// its (object `kind`, `decompressed_size`)
     fn get(&mut self, pack_id: u32, offset: u64, out: &mut Vec<u8>) -> Option<(gix_object::Kind, usize)>;
+    /// Whether decoding a delta should also [put](DecodeEntry::put()) the chain's base and every object reconstructed
+    /// on the way to the one asked for, as git's delta base cache keeps them — worth it for a cache capped by bytes,
+    /// where the next object of the same chain then costs its own delta; a cache of a few entries would only evict
+    /// what it holds. `false` by default: only the object asked for is put.
+    fn keep_chain_bases(&self) -> bool {
+        false
+    }
 }
 
 /// A cache that stores nothing and retrieves nothing, thus it _never_ caches.
@@ -29,6 +36,10 @@ impl DecodeEntry for Never {
 impl<T: DecodeEntry + ?Sized> DecodeEntry for Box<T> {
     fn put(&mut self, pack_id: u32, offset: u64, data: &[u8], kind: Kind, compressed_size: usize) {
         self.deref_mut().put(pack_id, offset, data, kind, compressed_size);
+    }
+
+    fn keep_chain_bases(&self) -> bool {
+        self.deref().keep_chain_bases()
     }
 
     fn get(&mut self, pack_id: u32, offset: u64, out: &mut Vec<u8>) -> Option<(Kind, usize)> {

@@ -32,6 +32,8 @@ struct Delta {
 
     decompressed_size: usize,
     data_offset: data::Offset,
+    /// The bytes this delta's entry takes in the pack after its header.
+    compressed_size: usize,
 }
 
 /// Additional information and statistics about a successfully decoded object produced by [`File::decode_entry()`].
@@ -304,6 +306,7 @@ where
                 result_size: 0,
                 decompressed_size,
                 data_offset: cursor.data_offset,
+                compressed_size: 0,
             });
             use crate::data::entry::Header;
             cursor = match cursor.header {
@@ -333,11 +336,15 @@ where
         // This can happen if the cache held the first entry itself
         // We will just treat it as an object then, even though it's technically incorrect.
         if chain.is_empty() {
-            return Ok(Outcome::from_object_entry(
-                object_kind.expect("object kind as set by cache"),
-                &first_entry,
-                consumed_input.expect("consumed bytes as set by cache"),
-            ));
+            // The entry is a delta, so its header's size is the delta's: the object's is what the cache gave.
+            return Ok(Outcome {
+                object_size: out.len() as u64,
+                ..Outcome::from_object_entry(
+                    object_kind.expect("object kind as set by cache"),
+                    &first_entry,
+                    consumed_input.expect("consumed bytes as set by cache"),
+                )
+            });
         }
 
         // First pass will decompress all delta data and keep it in our output buffer
@@ -372,6 +379,7 @@ where
                     inflate,
                     &mut instructions[..delta.decompressed_size],
                 )?;
+                delta.compressed_size = consumed_from_data_offset;
                 let is_last_delta_to_be_applied = delta_idx + 1 == chain_len;
                 if is_last_delta_to_be_applied {
                     consumed_input = Some(consumed_from_data_offset);
@@ -437,7 +445,11 @@ where
                 object_kind = base_entry.header.as_kind();
                 let base_size = self.decoded_object_size(base_entry.decompressed_size)?;
                 let out_base = &mut out[..base_size];
-                self.decompress_entry_from_data_offset(base_entry.data_offset, inflate, out_base)?;
+                let consumed = self.decompress_entry_from_data_offset(base_entry.data_offset, inflate, out_base)?;
+                // The chain's base is a base of the objects near it, too: kept, as git's delta base cache keeps it.
+                if let Some(kind) = object_kind.filter(|_| cache.keep_chain_bases()) {
+                    cache.put(self.id, base_entry.data_offset, out_base, kind, consumed);
+                }
             }
 
             (first_buffer_size, second_buffer_end)
@@ -452,21 +464,37 @@ where
         let (mut source_buf, mut target_buf) = buffers.split_at_mut(first_buffer_end);
 
         let mut last_result_size = None;
+        let keep_chain_bases = cache.keep_chain_bases();
         for (
             delta_idx,
             Delta {
                 data,
                 base_size,
                 result_size,
+                data_offset,
+                compressed_size,
                 ..
             },
         ) in chain.into_iter().rev().enumerate()
         {
             let data = &mut instructions[data];
-            if delta_idx + 1 == chain_len {
+            let is_last = delta_idx + 1 == chain_len;
+            if is_last {
                 last_result_size = Some(result_size);
             }
             delta::apply(&source_buf[..base_size], &mut target_buf[..result_size], data)?;
+            // Every object reconstructed on the way is a base other chains share: kept in the
+            // cache (the last one is kept below), so that the next object of the chain costs its
+            // own delta, not the whole chain again.
+            if !is_last && keep_chain_bases {
+                cache.put(
+                    self.id,
+                    data_offset,
+                    &target_buf[..result_size],
+                    object_kind.expect("base kind known before deltas apply"),
+                    compressed_size,
+                );
+            }
             // use the target as source for the next delta
             std::mem::swap(&mut source_buf, &mut target_buf);
         }
