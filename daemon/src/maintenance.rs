@@ -133,7 +133,7 @@ fn remove_leftovers(objects_dir: &Path, pack_dir: &Path) -> usize {
 fn write_pack(repo: &gix::Repository, ids: &[ObjectId], scratch: &Path, pack_dir: &Path, hash: gix_hash::Kind) -> Result<(PathBuf, PathBuf), ServeError> {
     use gix_pack::data::output;
     // Every object is in: a base outside the selection is never met.
-    let (num_entries, chunks) = crate::pack::gix_entries(repo, ids.iter().copied(), false, |_: &gix_hash::oid| output::entry::iter_from_counts::DeltaBase::Recompress)?;
+    let (num_entries, chunks) = crate::pack::gix_entries(repo, ids.iter().copied(), false, gix::zlib::Compression::DEFAULT, |_: &gix_hash::oid| output::entry::iter_from_counts::DeltaBase::Recompress)?;
     let tmp_pack = scratch.join("all.pack");
     let mut file = std::io::BufWriter::new(std::fs::File::create(&tmp_pack)?);
     let entries = chunks.map(|chunk| chunk.map(|(_, entries)| entries));

@@ -66,6 +66,7 @@ pub(crate) fn gix_entries<I: Iterator<Item = ObjectId>, D: FnMut(&gix_hash::oid)
     repo: &gix::Repository,
     ids: I,
     allow_thin_pack: bool,
+    compression: gix::zlib::Compression,
     decide: D,
 ) -> Result<
     (
@@ -83,7 +84,7 @@ pub(crate) fn gix_entries<I: Iterator<Item = ObjectId>, D: FnMut(&gix_hash::oid)
         counts,
         db,
         Box::new(gix_utils::progress::Discard),
-        output::entry::iter_from_counts::Options { thread_limit: Some(1), allow_thin_pack, ..Default::default() },
+        output::entry::iter_from_counts::Options { thread_limit: Some(1), allow_thin_pack, compression, ..Default::default() },
         Some(decide),
     )
     .map_err(ServeError::pack)
@@ -99,7 +100,7 @@ fn write_through_gix_pack<W: Write>(
     answer: &mut Hashed<'_, W>,
     mut count: impl FnMut(&output::Entry),
 ) -> Result<(), ServeError> {
-    let (_, chunks) = gix_entries(repo, ids, true, decide)?;
+    let (_, chunks) = gix_entries(repo, ids, true, gix::zlib::Compression::DEFAULT, decide)?;
     let mut written = EntryOffsets::default();
     for chunk in chunks {
         let (_, entries) = chunk.map_err(ServeError::pack)?;
@@ -461,13 +462,17 @@ pub fn write<W: Write>(
         };
         if may_send(id) { wanted } else { DeltaBase::Recompress }
     };
-    let (num_entries, mut chunks) = gix_entries(repo, selection.objects.iter().copied(), options.thin_pack, decide)?;
+    let mut search = DeltaSearch::new(repo, selection, &options);
+    // An object gix-pack re-deflates whole is, when a search follows, inflated again at once and
+    // often made a delta: it is stored (level 0) for now, and deflated for the wire only if it
+    // stays whole ([`DeltaSearch::deflate_stored`]).
+    let compression = if search.enabled { gix::zlib::Compression::NONE } else { gix::zlib::Compression::DEFAULT };
+    let (num_entries, mut chunks) = gix_entries(repo, selection.objects.iter().copied(), options.thin_pack, compression, decide)?;
     let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::too_many_objects())?;
 
     // Without ofs-delta, a delta refers to its base by id; keep the ids written so far for that.
     let mut ids: Vec<ObjectId> = Vec::new();
     let mut missing = None;
-    let mut search = DeltaSearch::new(repo, selection, &options);
     let mut answer = Hashed::new(out, repo.object_hash());
     answer.emit(&gix_pack::data::header::encode(gix_pack::data::Version::V2, num_entries_u32))?;
     let mut written = EntryOffsets::default();
@@ -640,6 +645,16 @@ impl<'a> DeltaSearch<'a> {
         for i in left_out {
             self.try_thin_delta(&mut entries[i]);
         }
+        // What stays whole and was stored for the search is deflated now: from the data at hand
+        // for the candidates, inflated again for the rest.
+        for c in &candidates {
+            if let Some(i) = c.entry {
+                deflate_stored(&mut entries[i], Some(&c.data));
+            }
+        }
+        for entry in entries.iter_mut() {
+            deflate_stored(entry, None);
+        }
     }
 
     /// A thin delta of `target` against the client's version at its path, within the budget:
@@ -653,14 +668,16 @@ impl<'a> DeltaSearch<'a> {
     }
 
     /// Make `entry` the delta `delta` against `base` if, compressed, it is smaller than the
-    /// entry is now; true if it was.
+    /// entry is now; true if it was. An entry stored for the search (not deflated yet) takes the
+    /// delta as git takes what its search found: the delta is under half the object already.
     fn replace_with_delta(&mut self, entry: &mut output::Entry, base: ObjectId, delta: &[u8]) -> bool {
         let mut z = flate2::write::ZlibEncoder::new(Vec::with_capacity(delta.len() / 2 + 16), flate2::Compression::default());
         if z.write_all(delta).is_err() {
             return false;
         }
         let Ok(compressed) = z.finish() else { return false };
-        if compressed.len() >= entry.compressed_data.len() {
+        let stored = entry.compressed_data.len() > entry.decompressed_size;
+        if !stored && compressed.len() >= entry.compressed_data.len() {
             return false;
         }
         entry.kind = output::entry::Kind::DeltaOid { id: base };
@@ -688,6 +705,35 @@ impl<'a> DeltaSearch<'a> {
         if let Some(delta) = self.same_path_delta(&target, &held) {
             self.replace_with_delta(entry, base_id, &delta);
         }
+    }
+}
+
+/// Deflate a whole entry whose data is stored rather than compressed (gix-pack re-deflated it at
+/// level 0 for a search: a stored stream is longer than its content), from `data` (the object)
+/// or by inflating it; kept as it is unless the deflated form is smaller.
+fn deflate_stored(entry: &mut output::Entry, data: Option<&[u8]>) {
+    if !matches!(entry.kind, output::entry::Kind::Base(_)) || entry.compressed_data.len() <= entry.decompressed_size {
+        return;
+    }
+    let inflated_here;
+    let data = match data {
+        Some(data) => data,
+        None => match inflated(entry) {
+            Some(data) => {
+                inflated_here = data;
+                &inflated_here
+            }
+            None => return,
+        },
+    };
+    let mut z = flate2::write::ZlibEncoder::new(Vec::with_capacity(data.len() / 2 + 16), flate2::Compression::default());
+    if z.write_all(data).is_err() {
+        return;
+    }
+    if let Ok(compressed) = z.finish()
+        && compressed.len() < entry.compressed_data.len()
+    {
+        entry.compressed_data = compressed;
     }
 }
 
