@@ -13,6 +13,7 @@ const TARGETS: &[(&str, &str)] = &[
     ("upstream/delta-base-inclusion.md", "patch-costs"),
     ("upstream/serial-delta-resolution.md", "index-costs"),
     ("upstream/delta-chain-base-cache.md", "decode-costs"),
+    ("upstream/delta-search.md", "real-fetches"),
     ("bench/README.md", "clone-cost"),
     ("bench/README.md", "writes"),
     ("bench/README.md", "ramp"),
@@ -37,6 +38,7 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             "patch-costs" => patch_costs(root)?,
             "index-costs" => index_costs(root)?,
             "decode-costs" => decode_costs(root)?,
+            "real-fetches" => real_fetches(root)?,
             "clone-cost" => clone_cost(root)?,
             "writes" => writes(root)?,
             "ramp" => ramp(root)?,
@@ -513,31 +515,7 @@ fn real_repos(root: &Path) -> Result<String> {
     ));
     out.push_str("Arm `gixd` is a serving process: it answered one `git ls-remote` of the repository before the operation (not counted), as a daemon has; `gixd fresh` is a process whose first request the operation is (its thread stacks, heap and ref snapshot are cold). `git upload-pack` starts per connection either way.\n\n");
     out.push_str("| repository | variant | operation | server CPU, gixd (ms) | git (ms) | gixd ÷ git | gixd fresh (ms) | fresh ÷ git | bytes, gixd | git | gixd ÷ git | client objects, gixd | git |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    let mut keys: Vec<(&str, &str, &str)> = Vec::new();
-    for r in runs {
-        if let (Some(repo), Some(variant), Some(op)) = (r["repo"].as_str(), r["variant"].as_str(), r["op"].as_str())
-            && !keys.contains(&(repo, variant, op))
-        {
-            keys.push((repo, variant, op));
-        }
-    }
-    let mut rows: Vec<RealRow> = keys
-        .into_iter()
-        .map(|(repo, variant, op)| {
-            let arm = |name: &str| runs.iter().filter(|r| r["repo"] == repo && r["variant"] == variant && r["op"] == op && r["arm"] == name).collect::<Vec<_>>();
-            let (g, f, t) = (arm("gixd"), arm("gixd fresh"), arm("git"));
-            let med = |runs: &[&Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect());
-            RealRow {
-                repo: repo.to_owned(),
-                variant: variant.to_owned(),
-                op: op.to_owned(),
-                cpu: (med(&g, "cpu_us") / 1000.0, med(&t, "cpu_us") / 1000.0),
-                fresh_cpu: if f.is_empty() { f64::NAN } else { med(&f, "cpu_us") / 1000.0 },
-                bytes: (med(&g, "bytes"), med(&t, "bytes")),
-                objects: (count(&g, "client_objects"), count(&t, "client_objects")),
-            }
-        })
-        .collect();
+    let mut rows = real_rows(runs);
     worst_first(&mut rows);
     for r in rows {
         out.push_str(&format!(
@@ -555,6 +533,71 @@ fn real_repos(root: &Path) -> Result<String> {
             ratio(r.bytes.1, r.bytes.0),
             r.objects.0,
             r.objects.1,
+        ));
+    }
+    Ok(out)
+}
+
+/// One row per repository, variant and operation of the real-repository results: medians of each arm.
+fn real_rows(runs: &[Value]) -> Vec<RealRow> {
+    let mut keys: Vec<(&str, &str, &str)> = Vec::new();
+    for r in runs {
+        if let (Some(repo), Some(variant), Some(op)) = (r["repo"].as_str(), r["variant"].as_str(), r["op"].as_str())
+            && !keys.contains(&(repo, variant, op))
+        {
+            keys.push((repo, variant, op));
+        }
+    }
+    keys
+        .into_iter()
+        .map(|(repo, variant, op)| {
+            let arm = |name: &str| runs.iter().filter(|r| r["repo"] == repo && r["variant"] == variant && r["op"] == op && r["arm"] == name).collect::<Vec<_>>();
+            let (g, f, t) = (arm("gixd"), arm("gixd fresh"), arm("git"));
+            let med = |runs: &[&Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect());
+            RealRow {
+                repo: repo.to_owned(),
+                variant: variant.to_owned(),
+                op: op.to_owned(),
+                cpu: (med(&g, "cpu_us") / 1000.0, med(&t, "cpu_us") / 1000.0),
+                fresh_cpu: if f.is_empty() { f64::NAN } else { med(&f, "cpu_us") / 1000.0 },
+                bytes: (med(&g, "bytes"), med(&t, "bytes")),
+                objects: (count(&g, "client_objects"), count(&t, "client_objects")),
+            }
+        })
+        .collect()
+}
+
+/// The fetch rows of the real-repository benchmark, for the delta-search report: what a fetch
+/// costs in bytes and server CPU against git's, every repository and variant, worst bytes first.
+fn real_fetches(root: &Path) -> Result<String> {
+    let doc = match load(root, crate::real_bench::REAL_RESULTS, "`bench/real-repos.sh PATH…` (by hand: it needs the repositories)")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let runs = doc["runs"].as_array().context("runs")?;
+    let c = &doc["conditions"];
+    let mut out = conditions_line(c, "cargo xtask bench real");
+    out.push_str(&format!(
+        " gixd: {}, arm `gixd` (a serving process). git: {}. Fetches: {}. Bytes: {}. The whole table, with clones and no-op fetches, is in bench/README.md.\n\n",
+        c["gixd"].as_str().unwrap_or("?"),
+        c["git_arm"].as_str().unwrap_or("?"),
+        c["fetches"].as_str().unwrap_or("?"),
+        c["bytes"].as_str().unwrap_or("?"),
+    ));
+    out.push_str("| repository | variant | bytes, gixd | git | gixd ÷ git | server CPU, gixd (ms) | git (ms) | gixd ÷ git |\n|---|---|---|---|---|---|---|---|\n");
+    let mut rows: Vec<RealRow> = real_rows(runs).into_iter().filter(|r| r.op.starts_with("fetch")).collect();
+    rows.sort_by(|a, b| (b.bytes.0 / b.bytes.1).total_cmp(&(a.bytes.0 / a.bytes.1)));
+    for r in rows {
+        out.push_str(&format!(
+            "| {} | {} | {:.0} | {:.0} | {} | {:.1} | {:.1} | {} |\n",
+            r.repo,
+            r.variant,
+            r.bytes.0,
+            r.bytes.1,
+            ratio(r.bytes.1, r.bytes.0),
+            r.cpu.0,
+            r.cpu.1,
+            ratio(r.cpu.1, r.cpu.0),
         ));
     }
     Ok(out)
