@@ -18,41 +18,34 @@ use crate::select::Selection;
 /// are — no object decoded; the extra objects follow, as gix-pack gives them, a delta against an
 /// object of the big pack referring to it by id (it is in this pack). Header count and trailer
 /// checksum are written for the whole; without extras the file is sent as it is.
-fn write_verbatim<W: Write>(repo: &gix::Repository, pack: &std::path::Path, objects: usize, extra: &[ObjectId], out: &mut W) -> Result<Stats, ServeError> {
-    use std::io::Read;
+fn write_verbatim<W: Write>(repo: &gix::Repository, bitmap: &crate::bitmap::PackBitmap, objects: usize, extra: &[ObjectId], out: &mut W) -> Result<Stats, ServeError> {
     let hash = repo.object_hash();
-    let hash_len = hash.len_in_bytes() as u64;
-    let mut file = std::fs::File::open(pack)?;
-    let file_len = file.metadata()?.len();
-    let mut header = [0u8; 12];
-    file.read_exact(&mut header)?;
-    let count = u32::from_be_bytes(header[8..12].try_into().expect("four bytes"));
-    if &header[..4] != b"PACK" || count as usize != objects || file_len < 12 + hash_len {
-        return Err(ServeError::corrupt_pack(format!("{}: not the pack the bitmap describes", pack.display())));
+    // The pack as the bitmap mapped it: a repack that renames or deletes the file meanwhile
+    // does not take it from under this answer.
+    let pack = &*bitmap.data;
+    if pack.num_objects() as usize != objects {
+        return Err(ServeError::corrupt_pack(format!("{}: not the pack the bitmap describes", bitmap.pack.display())));
     }
     let total = u32::try_from(objects + extra.len()).map_err(|_| ServeError::too_many_objects())?;
-    header[8..12].copy_from_slice(&total.to_be_bytes());
+    let mut header = gix_pack::data::header::encode(gix_pack::data::Version::V2, total);
+    let original = pack.entry_slice(0..12).ok_or_else(|| ServeError::corrupt_pack(format!("{}: no header", bitmap.pack.display())))?;
+    header[..8].copy_from_slice(&original[..8]);
     // Without extras the file's own trailer is right; with them, everything is hashed anew.
     let mut answer = if extra.is_empty() { Hashed::unhashed(out) } else { Hashed::new(out, hash) };
     answer.emit(&header)?;
-    let entries_end = if extra.is_empty() { file_len } else { file_len - hash_len };
-    let mut left = entries_end - 12;
-    let mut buf = vec![0u8; 256 * 1024];
-    while left > 0 {
-        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-        let n = file.read(&mut buf[..want])?;
-        if n == 0 {
-            return Err(ServeError::corrupt_pack(format!("{}: shorter than it says", pack.display())));
-        }
-        answer.emit(&buf[..n])?;
-        left -= n as u64;
+    let entries_end = if extra.is_empty() { pack.data_len() } else { pack.pack_end() } as u64;
+    let mut at = 12u64;
+    while at < entries_end {
+        let end = (at + 256 * 1024).min(entries_end);
+        let bytes = pack.entry_slice(at..end).ok_or_else(|| ServeError::corrupt_pack(format!("{}: shorter than it says", bitmap.pack.display())))?;
+        answer.emit(bytes)?;
+        at = end;
     }
     let mut stats = Stats { entries: objects, copied: objects, verbatim: true, ..Stats::default() };
     if !extra.is_empty() {
         // A delta whose base is in the big pack refers to it by id (it is in this answer); any
         // other base is not, and its delta is re-deflated.
-        let index = gix_pack::index::File::at(pack.with_extension("idx"), hash).map_err(ServeError::pack)?;
-        let decide = |id: &gix_hash::oid| if index.lookup(id).is_some() { DeltaBase::Thin } else { DeltaBase::Recompress };
+        let decide = |id: &gix_hash::oid| if bitmap.pos(id).is_some() { DeltaBase::Thin } else { DeltaBase::Recompress };
         write_through_gix_pack(repo, extra.iter().copied(), decide, &mut answer, |_| stats.entries += 1)?;
     }
     stats.bytes = answer.finish()?;
@@ -219,7 +212,7 @@ fn write_reused<W: Write>(
     out: &mut W,
 ) -> Result<Stats, ServeError> {
     let hash = repo.object_hash();
-    let pack = gix_pack::data::File::at(&bitmap.pack, hash).map_err(ServeError::pack)?;
+    let pack = &*bitmap.data;
     let mut sent = crate::bitmap::Bits::new(bitmap.len());
     for pos in positions {
         sent.set(*pos as usize);
@@ -437,10 +430,10 @@ pub fn write<W: Write>(
     mut may_send: impl FnMut(&gix_hash::oid) -> bool,
     out: &mut W,
 ) -> Result<Stats, ServeError> {
-    if let Some(pack) = &selection.whole_pack
+    if let Some(bitmap) = &selection.whole_pack
         && options.ofs_delta
     {
-        return write_verbatim(repo, pack, selection.objects.len() - selection.extra.len(), &selection.extra, out);
+        return write_verbatim(repo, bitmap, selection.objects.len() - selection.extra.len(), &selection.extra, out);
     }
     if let Some((bitmap, positions)) = &selection.in_pack
         && !positions.is_empty()

@@ -34,7 +34,7 @@ pub struct Selection {
     pub by_bitmap: bool,
     /// The selection is every object of this pack (a bitmap said so), plus `extra` (objects
     /// outside it): the pack file's entries are the answer's, as they are.
-    pub whole_pack: Option<std::path::PathBuf>,
+    pub whole_pack: Option<std::sync::Arc<PackBitmap>>,
     /// With `whole_pack`: the selected objects that are not in that pack.
     pub extra: Vec<ObjectId>,
     /// By bitmap: what the client has, as bits (not turned into a set of ids).
@@ -498,7 +498,7 @@ fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &st
     let mut objects: Vec<ObjectId> = positions.iter().map(|pos| bitmap.oid_at(*pos as usize)).collect();
     objects.extend(extra.iter().map(|(id, _)| *id));
     Ok(Some(Selection {
-        whole_pack: everything.then(|| bitmap.pack.clone()),
+        whole_pack: everything.then(|| bitmap.clone()),
         extra: if everything { extra.iter().map(|(id, _)| *id).collect() } else { Vec::new() },
         commits: want.bits.count_and(commits) + extra_of(Kind::Commit),
         trees: want.bits.count_and(trees) + extra_of(Kind::Tree),

@@ -339,3 +339,49 @@ fn a_have_only_a_hidden_ref_reaches_is_never_a_thin_base() {
     let pack = sideband_pack(&v2_fetch_raw(server.addr, "repo.git", &main, &[&format!("have {root}"), "thin-pack", "ofs-delta", "no-progress"]));
     assert!(!pack.is_empty() && gixd_tests::server::ref_delta_bases(&pack).iter().all(|b| !hidden_only.contains(b)));
 }
+
+/// The bitmapped pack's files (`pack-<hash>.{pack,idx,bitmap,rev}`).
+fn pack_files(repo: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo.join("objects/pack")).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_bitmap_git_repack_is_still_writing_is_never_used() {
+    // git repack writes its pack, index and bitmap as `.tmp-<pid>-pack-*`, then renames them.
+    // Here the temporary set lost its pack (renamed away) while its index and bitmap remain:
+    // a server that took the temporary bitmap would fail the clone.
+    let served = served_linear(|_| {});
+    for path in pack_files(&served.repo) {
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        if !name.ends_with(".pack") {
+            std::fs::copy(&path, path.with_file_name(format!(".tmp-1234-{name}"))).unwrap();
+        }
+    }
+    let dest = served.tmp.path().join("clone.git");
+    git_ok(served.tmp.path(), &["clone", "-q", "--bare", &served.url(), dest.to_str().unwrap()]);
+    gixd_tests::server::assert_fsck_clean(&dest);
+    assert!(served.last_pack().verbatim, "the clone was answered from the real pack's bitmap");
+}
+
+#[test]
+fn a_pack_deleted_after_its_bitmap_was_read_still_answers_from_the_mapping() {
+    // git repack -ad deletes the packs it replaced while requests that chose them still read:
+    // the bitmap holds its pack mapped, so a clone and a fetch that use it still complete.
+    let served = served_linear(|_| {});
+    let first = served.tmp.path().join("first.git");
+    git_ok(served.tmp.path(), &["clone", "-q", "--bare", &served.url(), first.to_str().unwrap()]);
+    assert!(served.last_pack().verbatim);
+    // The pack's files move away under the cached bitmap; the bitmap file set is unchanged
+    // (the same names stay, as empty placeholders would not), so the cache is kept.
+    let pack = pack_files(&served.repo).into_iter().find(|p| p.extension().is_some_and(|e| e == "pack")).unwrap();
+    let moved = pack.with_file_name("moved.pack");
+    std::fs::rename(&pack, &moved).unwrap();
+    let second = served.tmp.path().join("second.git");
+    let out = gixd_tests::git_command(served.tmp.path()).args(["clone", "-q", "--bare", &served.url(), second.to_str().unwrap()]).output().unwrap();
+    std::fs::rename(&moved, &pack).unwrap();
+    assert!(out.status.success(), "clone after the pack file moved: {}", String::from_utf8_lossy(&out.stderr));
+    gixd_tests::server::assert_fsck_clean(&second);
+    assert!(served.last_pack().verbatim);
+}

@@ -102,6 +102,8 @@ struct Entry {
 /// A pack with its bitmap, ready to answer reachability.
 pub struct PackBitmap {
     pub pack: PathBuf,
+    /// The pack's data, mapped when the bitmap was opened (see [`PackBitmap::open`]).
+    pub data: std::sync::Arc<gix_pack::data::File>,
     /// Where the pack's entries end (its trailing checksum starts).
     entries_end: u64,
     index: gix_pack::index::File,
@@ -209,12 +211,16 @@ impl PackBitmap {
         }
         let (prefixes, fanout) = prefix_table(&index);
         let pack = idx.with_extension("pack");
-        let entries_end = std::fs::metadata(&pack)
-            .map_err(|source| BitmapError::Io { path: pack.clone(), source })?
-            .len()
-            .saturating_sub(hash_len as u64);
+        // Mapped now and held with the bitmap: `git repack` renames and deletes packs while
+        // requests read them, and a mapping outlives the name (a path opened per request fails).
+        let data = gix_pack::data::File::at(&pack, hash).map_err(|e| BitmapError::Index { path: pack.clone(), message: e.to_string() })?;
+        if data.num_objects() as usize != n {
+            return Err(corrupt("the pack beside the index holds another number of objects"));
+        }
+        let entries_end = data.pack_end() as u64;
         Ok(Some(PackBitmap {
             pack,
+            data: std::sync::Arc::new(data),
             entries_end,
             index,
             order,
@@ -561,13 +567,19 @@ mod tests {
     }
 }
 
+/// A file git is still writing: `git repack` makes its pack, index and bitmap as
+/// `.tmp-<pid>-pack-*` and renames them to `pack-*` when done (pack-objects' `tmp_*` likewise).
+fn is_temporary(path: &Path) -> bool {
+    path.file_name().is_some_and(|name| name.as_encoded_bytes().starts_with(b".") || name.as_encoded_bytes().starts_with(b"tmp_"))
+}
+
 /// What the cached bitmap of a repository was read from: the `.bitmap` files of its pack
 /// directory and their modification times, as a fingerprint.
 fn bitmap_files_state(served: &crate::repo::Served) -> (u64, Vec<std::path::PathBuf>) {
     use std::hash::{Hash, Hasher};
     let pack_dir = served.git_dir.join("objects/pack");
     let mut files: Vec<(std::path::PathBuf, Option<std::time::SystemTime>)> = std::fs::read_dir(&pack_dir)
-        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "bitmap")).collect::<Vec<_>>())
+        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "bitmap") && !is_temporary(p)).collect::<Vec<_>>())
         .unwrap_or_default()
         .into_iter()
         .map(|p| {
