@@ -125,6 +125,11 @@ pub mod encode {
         /// and a block whose fingerprint differs cannot match, so its bytes are never read.
         fingerprints: Vec<u32>,
         mask: u32,
+        /// One bit per value of a fingerprint's top bits, set for every block: a target position
+        /// whose bit is clear matches no block, and is passed over without walking a chain (most
+        /// positions, when a search tries a base the target does not resemble).
+        filter: Vec<u64>,
+        filter_shift: u32,
     }
 
     /// The fingerprint of a window: a polynomial over its bytes, rolled in and out one byte at
@@ -160,6 +165,8 @@ pub mod encode {
             let indexable = base.len().min(MAX_OFFSET);
             let blocks = indexable / Self::BLOCK;
             let buckets = (blocks / 4).max(1).next_power_of_two();
+            // About one bit in eight set.
+            let filter_bits = (blocks.saturating_mul(8)).next_power_of_two().clamp(64, 1 << 31);
             let mut index = Index {
                 base,
                 heads: vec![u32::MAX; buckets],
@@ -167,6 +174,8 @@ pub mod encode {
                 offsets: Vec::with_capacity(blocks),
                 fingerprints: Vec::with_capacity(blocks),
                 mask: (buckets - 1) as u32,
+                filter: vec![0u64; filter_bits / 64],
+                filter_shift: 32 - filter_bits.trailing_zeros(),
             };
             let mut previous: Option<&[u8]> = None;
             for block in 0..blocks {
@@ -182,6 +191,8 @@ pub mod encode {
                 index.offsets.push(at as u32);
                 index.fingerprints.push(print);
                 index.heads[bucket] = (index.offsets.len() - 1) as u32;
+                let bit = (print >> index.filter_shift) as usize;
+                index.filter[bit / 64] |= 1 << (bit % 64);
             }
             index
         }
@@ -214,7 +225,12 @@ pub mod encode {
                         None => fingerprint(&target[at..at + Self::BLOCK]),
                     };
                     hash = Some(h);
-                    let mut entry = self.heads[(h & self.mask) as usize];
+                    let bit = (h >> self.filter_shift) as usize;
+                    let mut entry = if self.filter[bit / 64] & (1 << (bit % 64)) == 0 {
+                        u32::MAX
+                    } else {
+                        self.heads[(h & self.mask) as usize]
+                    };
                     let mut tried = 0;
                     while entry != u32::MAX && tried < MAX_CANDIDATES {
                         tried += 1;
