@@ -204,3 +204,21 @@ pub fn noise(seed: u64, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// The index of the one pack in `objects` (an objects directory) and the object rows of
+/// `git verify-pack -v` on it, split into words: `id type size size-in-pack offset` and, for a
+/// delta, `depth base-id` after them.
+pub fn verify_pack(objects: &Path) -> (PathBuf, Vec<Vec<String>>) {
+    let idx = std::fs::read_dir(objects.join("pack"))
+        .expect("a pack directory")
+        .map(|e| e.expect("an entry").path())
+        .find(|p| p.extension().is_some_and(|e| e == "idx"))
+        .expect("one pack");
+    let out = git_out(objects, &["verify-pack", "-v", idx.to_str().expect("utf8 path")]);
+    let rows = out
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .filter(|w| (w.len() == 5 || w.len() == 7) && w[1] != "chain")
+        .collect();
+    (idx, rows)
+}

@@ -20,19 +20,8 @@ fn oid(hex: &str) -> ObjectId {
 
 /// `(id, base id)` of every delta in the repository's one pack, from `git verify-pack -v`.
 fn deltas(repo: &Path) -> Vec<(String, String)> {
-    let pack_dir = repo.join(".git/objects/pack");
-    let idx = std::fs::read_dir(&pack_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "idx"))
-        .expect("one pack");
-    let out = git_out(repo, &["verify-pack", "-v", idx.to_str().unwrap()]);
-    out.lines()
-        .filter_map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            (w.len() == 7).then(|| (w[0].to_owned(), w[6].to_owned()))
-        })
-        .collect()
+    let (_, rows) = gixd_tests::verify_pack(&repo.join(".git/objects"));
+    rows.into_iter().filter(|w| w.len() == 7).map(|w| (w[0].clone(), w[6].clone())).collect()
 }
 
 /// A repository whose `main` has `file.txt` stored as a delta against the bigger version on

@@ -45,22 +45,12 @@ fn version(n: usize) -> Vec<u8> {
 
 /// `id → (offset, depth, base id)` of every object of the one pack, from `git verify-pack -v`.
 fn pack_layout(repo: &Path) -> (std::path::PathBuf, Layout) {
-    let pack_dir = repo.join("objects/pack");
-    let idx = std::fs::read_dir(&pack_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "idx"))
-        .expect("one pack");
-    let out = git_out(repo, &["verify-pack", "-v", idx.to_str().unwrap()]);
-    let layout = out
-        .lines()
-        .filter_map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            match w.len() {
-                5 => Some((w[0].to_owned(), (w[4].parse().unwrap(), 0, None))),
-                7 => Some((w[0].to_owned(), (w[4].parse().unwrap(), w[5].parse().unwrap(), Some(w[6].to_owned())))),
-                _ => None,
-            }
+    let (idx, rows) = gixd_tests::verify_pack(&repo.join("objects"));
+    let layout = rows
+        .into_iter()
+        .map(|w| {
+            let delta = (w.len() == 7).then(|| (w[5].parse().unwrap(), w[6].clone()));
+            (w[0].clone(), (w[4].parse().unwrap(), delta.as_ref().map_or(0, |d| d.0), delta.map(|d| d.1)))
         })
         .collect();
     (idx.with_extension("pack"), layout)

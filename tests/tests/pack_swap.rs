@@ -14,17 +14,22 @@ fn pack_files(objects: &Path) -> Vec<PathBuf> {
     files
 }
 
-#[test]
-fn a_pack_renamed_after_its_index_was_read_is_found_under_its_new_name() {
-    let (_tmp, repo) = temp_repo(false);
+/// A repository with one packed blob, and its object database after a lookup of the blob by id:
+/// the pack's index is read, its data is not opened yet.
+fn index_read_pack_unopened() -> (tempfile::TempDir, PathBuf, gix_odb::Handle, gix_hash::ObjectId) {
+    let (tmp, repo) = temp_repo(false);
     commit_files(&repo, &[("file.txt", b"some content\n")], "one");
     git(&repo, &["repack", "-adq"]);
     let blob = gix_hash::ObjectId::from_hex(git_out(&repo, &["rev-parse", "HEAD:file.txt"]).as_bytes()).unwrap();
     let objects = repo.join(".git/objects");
     let store = gix_odb::at(&objects, gix_hash::Kind::Sha1).unwrap();
-
-    // The index is read (a lookup by id), the pack's data is not opened yet.
     assert!(gix_pack::Find::contains(&store, &blob));
+    (tmp, objects, store, blob)
+}
+
+#[test]
+fn a_pack_renamed_after_its_index_was_read_is_found_under_its_new_name() {
+    let (_tmp, objects, store, blob) = index_read_pack_unopened();
     // What git repack does while a server reads: the pack moves to another name.
     for path in pack_files(&objects) {
         let name = path.file_name().unwrap().to_str().unwrap().replace("pack-", "pack-moved-");
@@ -39,13 +44,7 @@ fn a_pack_renamed_after_its_index_was_read_is_found_under_its_new_name() {
 
 #[test]
 fn a_pack_deleted_after_its_index_was_read_is_a_miss_not_an_error() {
-    let (_tmp, repo) = temp_repo(false);
-    commit_files(&repo, &[("file.txt", b"some content\n")], "one");
-    git(&repo, &["repack", "-adq"]);
-    let blob = gix_hash::ObjectId::from_hex(git_out(&repo, &["rev-parse", "HEAD:file.txt"]).as_bytes()).unwrap();
-    let objects = repo.join(".git/objects");
-    let store = gix_odb::at(&objects, gix_hash::Kind::Sha1).unwrap();
-    assert!(gix_pack::Find::contains(&store, &blob));
+    let (_tmp, objects, store, blob) = index_read_pack_unopened();
     for path in pack_files(&objects) {
         std::fs::remove_file(path).unwrap();
     }

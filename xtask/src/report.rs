@@ -295,21 +295,42 @@ fn clone_cost(root: &Path) -> Result<String> {
     Ok(out)
 }
 
-/// Indexing a pack as a push is indexed, from the same run as `patch-costs`.
-fn index_costs(root: &Path) -> Result<String> {
+/// The results of `cargo xtask bench patches` if they hold `key` (a measurement added after the
+/// first runs): the document, or the NOT MEASURED text to render instead.
+fn patch_results(root: &Path, key: &str, what: &str) -> Result<Result<Value, String>> {
     let doc = match load(root, crate::bench::RESULTS, "`cargo xtask bench patches`")? {
         Ok(doc) => doc,
-        Err(not_measured) => return Ok(not_measured),
+        Err(not_measured) => return Ok(Err(not_measured)),
     };
-    let runs = doc["runs"].as_array().context("runs")?;
-    if runs.iter().all(|r| r.get("index_threads_started").is_none()) {
-        return Ok(format!("NOT MEASURED: {} predates the indexing measurement. Run `cargo xtask bench patches`.\n", crate::bench::RESULTS));
+    if doc["runs"].as_array().context("runs")?.iter().all(|r| r.get(key).is_none()) {
+        return Ok(Err(format!("NOT MEASURED: {} predates the {what} measurement. Run `cargo xtask bench patches`.\n", crate::bench::RESULTS)));
     }
+    Ok(Ok(doc))
+}
+
+/// The stock and the patched arm's runs of a `cargo xtask bench patches` document.
+fn stock_and_patched(doc: &Value) -> Result<(Vec<&Value>, Vec<&Value>)> {
+    let runs = doc["runs"].as_array().context("runs")?;
     let arm = |name: &str| runs.iter().filter(|r| r["arm"] == name).collect::<Vec<_>>();
-    let (stock, patched) = (arm("stock"), arm("patched"));
+    Ok((arm("stock"), arm("patched")))
+}
+
+/// The conditions and crate versions of a `cargo xtask bench patches` run, as a sentence.
+fn patch_conditions(doc: &Value) -> String {
     let c = &doc["conditions"];
     let mut out = conditions_line(c, "cargo xtask bench patches");
     out.push_str(&versions_line(c));
+    out
+}
+
+/// Indexing a pack as a push is indexed, from the same run as `patch-costs`.
+fn index_costs(root: &Path) -> Result<String> {
+    let doc = match patch_results(root, "index_threads_started", "indexing")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (stock, patched) = stock_and_patched(&doc)?;
+    let mut out = patch_conditions(&doc);
     out.push_str(" Fixture: the `patch-costs` repository's pack, indexed by `Bundle::write_to_directory` with `thread_limit: Some(1)` (threads seen by a sampler of /proc/self/task during the call).\n\n");
     out.push_str(&stock_vs_patched(
         &stock,
@@ -321,19 +342,13 @@ fn index_costs(root: &Path) -> Result<String> {
 }
 
 fn decode_costs(root: &Path) -> Result<String> {
-    let doc = match load(root, crate::bench::RESULTS, "`cargo xtask bench patches`")? {
+    let doc = match patch_results(root, "decode_capped_reversed_deltas_applied", "decoding")? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
-    let runs = doc["runs"].as_array().context("runs")?;
-    if runs.iter().all(|r| r.get("decode_capped_reversed_deltas_applied").is_none()) {
-        return Ok(format!("NOT MEASURED: {} predates the decoding measurement. Run `cargo xtask bench patches`.\n", crate::bench::RESULTS));
-    }
-    let arm = |name: &str| runs.iter().filter(|r| r["arm"] == name).collect::<Vec<_>>();
-    let (stock, patched) = (arm("stock"), arm("patched"));
+    let (stock, patched) = stock_and_patched(&doc)?;
     let c = &doc["conditions"];
-    let mut out = conditions_line(c, "cargo xtask bench patches");
-    out.push_str(&versions_line(c));
+    let mut out = patch_conditions(&doc);
     out.push_str(&format!(
         " Fixture: the `patch-costs` repository's pack (`git repack -adf --window=50 --depth=50`); every object of `{}`, in `git rev-list --objects` order, decoded by `File::decode_entry` through each of gix's delta caches: the list of 64 objects a repository gets by default, and the cache capped by bytes (96 MiB here, git's default) it gets with `core.deltaBaseCacheLimit` set — the one that asks for chain bases; with it also in the opposite order (oldest versions first, as a walk from old tags meets the deep end of chains first).\n\n",
         c["rev"].as_str().unwrap_or("?"),
