@@ -27,9 +27,7 @@ fn write_verbatim<W: Write>(repo: &gix::Repository, bitmap: &crate::bitmap::Pack
         return Err(ServeError::corrupt_pack(format!("{}: not the pack the bitmap describes", bitmap.pack.display())));
     }
     let total = u32::try_from(objects + extra.len()).map_err(|_| ServeError::too_many_objects())?;
-    let mut header = gix_pack::data::header::encode(gix_pack::data::Version::V2, total);
-    let original = pack.entry_slice(0..12).ok_or_else(|| ServeError::corrupt_pack(format!("{}: no header", bitmap.pack.display())))?;
-    header[..8].copy_from_slice(&original[..8]);
+    let header = gix_pack::data::header::encode(pack.version(), total);
     // Without extras the file's own trailer is right; with them, everything is hashed anew.
     let mut answer = if extra.is_empty() { Hashed::unhashed(out) } else { Hashed::new(out, hash) };
     answer.emit(&header)?;
@@ -458,7 +456,7 @@ pub fn write<W: Write>(
     let mut search = DeltaSearch::new(repo, selection, &options);
     // An object gix-pack re-deflates whole is, when a search follows, inflated again at once and
     // often made a delta: it is stored (level 0) for now, and deflated for the wire only if it
-    // stays whole ([`DeltaSearch::deflate_stored`]).
+    // stays whole ([`deflate_stored`]).
     let compression = if search.enabled { gix::zlib::Compression::NONE } else { gix::zlib::Compression::DEFAULT };
     let (num_entries, mut chunks) = gix_entries(repo, selection.objects.iter().copied(), options.thin_pack, compression, decide)?;
     let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::too_many_objects())?;
@@ -639,13 +637,16 @@ impl<'a> DeltaSearch<'a> {
             self.try_thin_delta(&mut entries[i]);
         }
         // What stays whole and was stored for the search is deflated now: from the data at hand
-        // for the candidates, inflated again for the rest.
+        // for the candidates, inflated again for the rest (once each: a candidate that does
+        // not deflate smaller is not tried again).
+        let mut deflated = vec![false; entries.len()];
         for c in &candidates {
             if let Some(i) = c.entry {
                 deflate_stored(&mut entries[i], Some(&c.data));
+                deflated[i] = true;
             }
         }
-        for entry in entries.iter_mut() {
+        for (entry, _) in entries.iter_mut().zip(deflated).filter(|(_, done)| !done) {
             deflate_stored(entry, None);
         }
     }
@@ -669,8 +670,7 @@ impl<'a> DeltaSearch<'a> {
             return false;
         }
         let Ok(compressed) = z.finish() else { return false };
-        let stored = entry.compressed_data.len() > entry.decompressed_size;
-        if !stored && compressed.len() >= entry.compressed_data.len() {
+        if !is_stored(entry) && compressed.len() >= entry.compressed_data.len() {
             return false;
         }
         entry.kind = output::entry::Kind::DeltaOid { id: base };
@@ -705,7 +705,7 @@ impl<'a> DeltaSearch<'a> {
 /// level 0 for a search: a stored stream is longer than its content), from `data` (the object)
 /// or by inflating it; kept as it is unless the deflated form is smaller.
 fn deflate_stored(entry: &mut output::Entry, data: Option<&[u8]>) {
-    if !matches!(entry.kind, output::entry::Kind::Base(_)) || entry.compressed_data.len() <= entry.decompressed_size {
+    if !matches!(entry.kind, output::entry::Kind::Base(_)) || !is_stored(entry) {
         return;
     }
     let inflated_here;
@@ -728,6 +728,12 @@ fn deflate_stored(entry: &mut output::Entry, data: Option<&[u8]>) {
     {
         entry.compressed_data = compressed;
     }
+}
+
+/// The entry's data is stored rather than compressed: a stored zlib stream is longer than what
+/// it holds (a deflated one of incompressible data can be too; it is only tried again).
+fn is_stored(entry: &output::Entry) -> bool {
+    entry.compressed_data.len() > entry.decompressed_size
 }
 
 /// A whole entry's object, inflated (`None` if its data does not inflate to its size).

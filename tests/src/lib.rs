@@ -205,15 +205,18 @@ pub fn noise(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// The files of `objects/pack` (`objects`: an objects directory), sorted.
+pub fn pack_files(objects: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(objects.join("pack")).expect("a pack directory").map(|e| e.expect("an entry").path()).collect();
+    files.sort();
+    files
+}
+
 /// The index of the one pack in `objects` (an objects directory) and the object rows of
 /// `git verify-pack -v` on it, split into words: `id type size size-in-pack offset` and, for a
 /// delta, `depth base-id` after them.
 pub fn verify_pack(objects: &Path) -> (PathBuf, Vec<Vec<String>>) {
-    let idx = std::fs::read_dir(objects.join("pack"))
-        .expect("a pack directory")
-        .map(|e| e.expect("an entry").path())
-        .find(|p| p.extension().is_some_and(|e| e == "idx"))
-        .expect("one pack");
+    let idx = pack_files(objects).into_iter().find(|p| p.extension().is_some_and(|e| e == "idx")).expect("one pack");
     let out = git_out(objects, &["verify-pack", "-v", idx.to_str().expect("utf8 path")]);
     let rows = out
         .lines()

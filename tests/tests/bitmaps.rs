@@ -340,20 +340,13 @@ fn a_have_only_a_hidden_ref_reaches_is_never_a_thin_base() {
     assert!(!pack.is_empty() && gixd_tests::server::ref_delta_bases(&pack).iter().all(|b| !hidden_only.contains(b)));
 }
 
-/// The bitmapped pack's files (`pack-<hash>.{pack,idx,bitmap,rev}`).
-fn pack_files(repo: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(repo.join("objects/pack")).unwrap().map(|e| e.unwrap().path()).collect();
-    files.sort();
-    files
-}
-
 #[test]
 fn a_bitmap_git_repack_is_still_writing_is_never_used() {
     // git repack writes its pack, index and bitmap as `.tmp-<pid>-pack-*`, then renames them.
     // Here the temporary set lost its pack (renamed away) while its index and bitmap remain:
     // a server that took the temporary bitmap would fail the clone.
     let served = served_linear(|_| {});
-    for path in pack_files(&served.repo) {
+    for path in gixd_tests::pack_files(&served.repo.join("objects")) {
         let name = path.file_name().unwrap().to_str().unwrap().to_owned();
         if !name.ends_with(".pack") {
             std::fs::copy(&path, path.with_file_name(format!(".tmp-1234-{name}"))).unwrap();
@@ -375,7 +368,7 @@ fn a_pack_deleted_after_its_bitmap_was_read_still_answers_from_the_mapping() {
     assert!(served.last_pack().verbatim);
     // The pack's files move away under the cached bitmap; the bitmap file set is unchanged
     // (the same names stay, as empty placeholders would not), so the cache is kept.
-    let pack = pack_files(&served.repo).into_iter().find(|p| p.extension().is_some_and(|e| e == "pack")).unwrap();
+    let pack = idx_of(&served.repo).with_extension("pack");
     let moved = pack.with_file_name("moved.pack");
     std::fs::rename(&pack, &moved).unwrap();
     let second = served.tmp.path().join("second.git");

@@ -3,16 +3,9 @@
 //! pack directory and finds the object where it went (renamed), or reports it missing (deleted),
 //! instead of failing the read.
 
-use std::path::{Path, PathBuf};
-
+use std::path::PathBuf;
 
 use gixd_tests::{commit_files, git, git_out, temp_repo};
-
-fn pack_files(objects: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(objects.join("pack")).unwrap().map(|e| e.unwrap().path()).collect();
-    files.sort();
-    files
-}
 
 /// A repository with one packed blob, and its object database after a lookup of the blob by id:
 /// the pack's index is read, its data is not opened yet.
@@ -31,7 +24,7 @@ fn index_read_pack_unopened() -> (tempfile::TempDir, PathBuf, gix_odb::Handle, g
 fn a_pack_renamed_after_its_index_was_read_is_found_under_its_new_name() {
     let (_tmp, objects, store, blob) = index_read_pack_unopened();
     // What git repack does while a server reads: the pack moves to another name.
-    for path in pack_files(&objects) {
+    for path in gixd_tests::pack_files(&objects) {
         let name = path.file_name().unwrap().to_str().unwrap().replace("pack-", "pack-moved-");
         std::fs::rename(&path, path.with_file_name(name)).unwrap();
     }
@@ -45,7 +38,7 @@ fn a_pack_renamed_after_its_index_was_read_is_found_under_its_new_name() {
 #[test]
 fn a_pack_deleted_after_its_index_was_read_is_a_miss_not_an_error() {
     let (_tmp, objects, store, blob) = index_read_pack_unopened();
-    for path in pack_files(&objects) {
+    for path in gixd_tests::pack_files(&objects) {
         std::fs::remove_file(path).unwrap();
     }
     let mut buf = Vec::new();

@@ -271,6 +271,16 @@ fn measure(repo: &Path, rev: &str, arm: &str) {
     println!("{row}");
 }
 
+/// The fixture's pack file with extension `ext` (it has one pack).
+fn pack_file(repo: &Path, ext: &str) -> PathBuf {
+    std::fs::read_dir(repo.join("objects/pack"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == ext))
+        .expect("the fixture has a pack")
+}
+
 struct Indexing {
     objects: u32,
     threads_started: usize,
@@ -282,13 +292,7 @@ struct Indexing {
 /// one thread allowed. Threads are counted by a sampler that watches /proc/self/task while the
 /// call runs (a thread that lives through delta resolution is seen).
 fn measure_indexing(repo: &Path) -> Indexing {
-    let pack_dir = repo.join("objects/pack");
-    let pack = std::fs::read_dir(&pack_dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "pack"))
-        .expect("the fixture has a pack");
+    let pack = pack_file(repo, "pack");
     let data = std::fs::read(&pack).unwrap();
     let out = std::env::temp_dir().join(format!("patch-costs-index-{}", std::process::id()));
     std::fs::create_dir_all(&out).unwrap();
@@ -351,13 +355,7 @@ struct Decoding {
 /// caches, and count the deltas applied: an object's `num_deltas` is the part of its chain walked
 /// before a cache hit.
 fn measure_decoding(repo: &Path, ids: &[ObjectId]) -> Decoding {
-    let pack_dir = repo.join("objects/pack");
-    let idx = std::fs::read_dir(&pack_dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "idx"))
-        .expect("the fixture has a pack");
+    let idx = pack_file(repo, "idx");
     let index = gix_pack::index::File::at(&idx, gix_hash::Kind::Sha1).unwrap();
     let pack = gix_pack::data::File::at(idx.with_extension("pack"), gix_hash::Kind::Sha1).unwrap();
     let pass = |cache: &mut dyn gix_pack::cache::DecodeEntry, ids: &mut dyn Iterator<Item = &ObjectId>| {

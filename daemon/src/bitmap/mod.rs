@@ -26,6 +26,8 @@ pub enum BitmapError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("opening the index {path}: {message}")]
     Index { path: PathBuf, message: String },
+    #[error("opening the pack {path}: {message}")]
+    Pack { path: PathBuf, message: String },
 }
 
 /// A dense bit set over pack positions.
@@ -213,7 +215,7 @@ impl PackBitmap {
         let pack = idx.with_extension("pack");
         // Mapped now and held with the bitmap: `git repack` renames and deletes packs while
         // requests read them, and a mapping outlives the name (a path opened per request fails).
-        let data = gix_pack::data::File::at(&pack, hash).map_err(|e| BitmapError::Index { path: pack.clone(), message: e.to_string() })?;
+        let data = gix_pack::data::File::at(&pack, hash).map_err(|e| BitmapError::Pack { path: pack.clone(), message: e.to_string() })?;
         if data.num_objects() as usize != n {
             return Err(corrupt("the pack beside the index holds another number of objects"));
         }
