@@ -25,7 +25,7 @@ pub struct Selection {
     pub objects: Vec<ObjectId>,
     /// Objects the client has for sure: the edge and common commits and everything in their trees.
     /// Only these may serve as thin-pack bases.
-    pub client_has: HashSet<ObjectId>,
+    pub client_has: gix::hashtable::HashSet<ObjectId>,
     pub commits: usize,
     pub trees: usize,
     pub blobs: usize,
@@ -49,10 +49,10 @@ pub struct Selection {
     /// Walking: for a tree or blob being sent, the object the client holds at the same path (in
     /// an edge commit's tree), if it is another one — the base a delta of it would most likely
     /// be small against (git's preferred bases, matched by path rather than by name hash).
-    pub same_path_held: HashMap<ObjectId, ObjectId>,
+    pub same_path_held: gix::hashtable::HashMap<ObjectId, ObjectId>,
     /// Walking: git's name hash ([`gix_pack::data::delta::search::name_hash`]) of the path each
     /// tree and blob being sent was met at, for the delta search's order.
-    pub name_hash: HashMap<ObjectId, u32>,
+    pub name_hash: gix::hashtable::HashMap<ObjectId, u32>,
     /// By bitmap: everything the wants reach, before what the client has was taken out. The
     /// wants are readable (checked before selection), so all of it is: a delta base found here
     /// may be sent or referred to thin without computing what every visible ref reaches.
@@ -105,7 +105,7 @@ struct Walker<'r> {
     filter: Filter,
     /// With `tree:<depth>`: the shallowest depth each tree was entered at (a tree met again
     /// higher up must be walked again, its children may now be in range).
-    tree_depths: HashMap<ObjectId, u64>,
+    tree_depths: gix::hashtable::HashMap<ObjectId, u64>,
     /// What the client holds, by the hash of its path in an edge commit's tree (the first edge's
     /// object where edges differ).
     held_by_path: HashMap<u64, ObjectId>,
@@ -151,7 +151,7 @@ impl<'r> Walker<'r> {
             seen: Default::default(),
             out: Selection::default(),
             filter: Filter::default(),
-            tree_depths: HashMap::new(),
+            tree_depths: Default::default(),
             held_by_path: HashMap::new(),
         }
     }
@@ -219,21 +219,39 @@ impl<'r> Walker<'r> {
         }
         self.note_same_path(root, ROOT_PATH);
         let mut stack = vec![(root, 0u64, ROOT_PATH)];
+        // The tree being read (taken out of `self` while its entries are walked) and its subtrees.
+        let mut data = Vec::new();
+        let mut subtrees = Vec::new();
         while let Some((tree, depth, path)) = stack.pop() {
             let below = depth + 1;
             if self.filter.tree_depth.is_some_and(|limit| below >= limit) {
                 continue; // everything below is left out: no need to read the tree
             }
-            let mut subtrees = Vec::new();
-            for (id, is_tree, entry_path) in self.tree_entries(&tree, path)? {
-                if is_tree {
-                    subtrees.push((id, entry_path));
-                } else if self.blob_passes(&id)? && self.add(id, Kind::Blob) {
-                    self.note_same_path(id, entry_path);
+            std::mem::swap(&mut data, &mut self.buf);
+            let read = self.find(&tree).map(|_| ());
+            std::mem::swap(&mut data, &mut self.buf);
+            read?;
+            // Most entries of a tree are objects an earlier version of it already had: those are
+            // skipped before their path is hashed (a clone of git.git meets 68 million entries
+            // for 330 000 trees and blobs).
+            let skip_seen = self.filter.tree_depth.is_none();
+            for entry in gix_object::TreeRefIter::from_bytes(&data, tree.kind()) {
+                let entry = entry.map_err(|_| ServeError::MissingObject(tree))?;
+                if entry.mode.is_commit() {
+                    continue; // a gitlink: the commit lives in another repository
+                }
+                let id = entry.oid;
+                if skip_seen && (self.seen.contains(id) || self.out.client_has.contains(id)) {
+                    continue;
+                }
+                if entry.mode.is_tree() {
+                    subtrees.push((id.to_owned(), path.child(entry.filename)));
+                } else if self.blob_passes(id)? && self.add(id.to_owned(), Kind::Blob) {
+                    self.note_same_path(id.to_owned(), path.child(entry.filename));
                 }
             }
             // Depth-first in entry order: push in reverse so the first entry is walked first.
-            for (sub, sub_path) in subtrees.into_iter().rev() {
+            for (sub, sub_path) in subtrees.drain(..).rev() {
                 if self.enter_tree(sub, below) {
                     self.note_same_path(sub, sub_path);
                     stack.push((sub, below, sub_path));
@@ -257,7 +275,7 @@ impl<'r> Walker<'r> {
     }
 
     /// Whether the filter lets a blob through (one not yet sent or held).
-    fn blob_passes(&mut self, id: &ObjectId) -> Result<bool, ServeError> {
+    fn blob_passes(&mut self, id: &gix_hash::oid) -> Result<bool, ServeError> {
         if self.filter.no_blobs {
             return Ok(false);
         }
@@ -265,7 +283,7 @@ impl<'r> Walker<'r> {
         if self.seen.contains(id) || self.out.client_has.contains(id) {
             return Ok(false);
         }
-        let size = self.repo.find_header(*id).map_err(|_| ServeError::MissingObject(*id))?.size();
+        let size = self.repo.find_header(id.to_owned()).map_err(|_| ServeError::MissingObject(id.to_owned()))?.size();
         Ok(size < limit)
     }
 
@@ -505,13 +523,13 @@ fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &st
         blobs: want.bits.count_and(blobs) + extra_of(Kind::Blob),
         tags: want.bits.count_and(tags) + extra_of(Kind::Tag),
         objects,
-        client_has: HashSet::new(),
+        client_has: Default::default(),
         held: held_by_client,
         held_is_readable,
         in_pack: Some((bitmap.clone(), positions)),
         wants_reach,
-        same_path_held: HashMap::new(),
-        name_hash: HashMap::new(),
+        same_path_held: Default::default(),
+        name_hash: Default::default(),
         by_bitmap: true,
     }))
 }
