@@ -28,7 +28,8 @@
 //!   which objects a client may read; [`shallow`] — where a shallow request cuts history;
 //!   [`bitmap`] — git's pack bitmaps, for selection without a walk.
 //! - [`repo`] — repository access: URL path to repository under the base path, export rules,
-//!   the ref snapshot, per-repository caches.
+//!   the ref snapshot, per-repository caches; [`packs`] — the pack files, so an entry is copied
+//!   without being inflated to find its end.
 //! - [`graph`] — the object graph: an object's children, peeling.
 //! - [`config`] — every limit, with why it exists; [`error`] — the typed errors, each reported
 //!   once, where the request's answer is written; [`filter`] — partial-clone filter specs and
@@ -44,6 +45,7 @@ pub mod filter;
 pub mod graph;
 pub mod maintenance;
 pub mod pack;
+pub mod packs;
 pub mod protocol;
 pub mod push;
 pub mod repo;

@@ -132,8 +132,17 @@ fn remove_leftovers(objects_dir: &Path, pack_dir: &Path) -> usize {
 
 fn write_pack(repo: &gix::Repository, ids: &[ObjectId], scratch: &Path, pack_dir: &Path, hash: gix_hash::Kind) -> Result<(PathBuf, PathBuf), ServeError> {
     use gix_pack::data::output;
-    // Every object is in: a base outside the selection is never met.
-    let (num_entries, chunks) = crate::pack::gix_entries(repo, ids.iter().copied(), false, gix::zlib::Compression::DEFAULT, |_: &gix_hash::oid| output::entry::iter_from_counts::DeltaBase::Recompress)?;
+    // Every object is in: a base outside the selection is never met. Stored entries are located
+    // in the pack files as read now (not inflated to find their ends); one that does not read
+    // leaves it to gix-odb.
+    let packs = match crate::packs::Packs::open(pack_dir, hash) {
+        Ok(packs) => Some(std::sync::Arc::new(packs)),
+        Err(err) => {
+            tracing::warn!(%err, "maintenance locates entries through the object database");
+            None
+        }
+    };
+    let (num_entries, chunks) = crate::pack::gix_entries(repo, ids.iter().copied(), false, gix::zlib::Compression::DEFAULT, packs, |_: &gix_hash::oid| output::entry::iter_from_counts::DeltaBase::Recompress)?;
     let tmp_pack = scratch.join("all.pack");
     let mut file = std::io::BufWriter::new(std::fs::File::create(&tmp_pack)?);
     let entries = chunks.map(|chunk| chunk.map(|(_, entries)| entries));

@@ -44,20 +44,22 @@ fn write_verbatim<W: Write>(repo: &gix::Repository, bitmap: &crate::bitmap::Pack
         // A delta whose base is in the big pack refers to it by id (it is in this answer); any
         // other base is not, and its delta is re-deflated.
         let decide = |id: &gix_hash::oid| if bitmap.pos(id).is_some() { DeltaBase::Thin } else { DeltaBase::Recompress };
-        write_through_gix_pack(repo, extra.iter().copied(), decide, &mut answer, |_| stats.entries += 1)?;
+        write_through_gix_pack(repo, extra.iter().copied(), decide, None, &mut answer, |_| stats.entries += 1)?;
     }
     stats.bytes = answer.finish()?;
     Ok(stats)
 }
 
 /// gix-pack's pack entries for `ids`: looked up one by one in `repo`'s object database (its packs
-/// kept mapped), on the calling thread; a delta whose base is outside `ids` is what `decide`
-/// says. Every pack gixd writes through gix-pack starts here.
+/// kept mapped), their stored entries located in `packs` when given (without inflating each,
+/// [`crate::packs`]), on the calling thread; a delta whose base is outside `ids` is what
+/// `decide` says. Every pack gixd writes through gix-pack starts here.
 pub(crate) fn gix_entries<I: Iterator<Item = ObjectId>, D: FnMut(&gix_hash::oid) -> DeltaBase>(
     repo: &gix::Repository,
     ids: I,
     allow_thin_pack: bool,
     compression: gix::zlib::Compression,
+    packs: Option<std::sync::Arc<crate::packs::Packs>>,
     decide: D,
 ) -> Result<
     (
@@ -69,15 +71,11 @@ pub(crate) fn gix_entries<I: Iterator<Item = ObjectId>, D: FnMut(&gix_hash::oid)
     ServeError,
 > {
     let counts: Vec<output::Count> = ids.map(|id| output::Count { id, entry_pack_location: output::count::PackLocation::NotLookedUp }).collect();
-    let mut db = repo.objects.clone().into_inner();
-    db.prevent_pack_unload();
-    output::entry::iter_from_counts_with_delta_bases(
-        counts,
-        db,
-        Box::new(gix_utils::progress::Discard),
-        output::entry::iter_from_counts::Options { thread_limit: Some(1), allow_thin_pack, compression, ..Default::default() },
-        Some(decide),
-    )
+    let mut odb = repo.objects.clone().into_inner();
+    odb.prevent_pack_unload();
+    let options = output::entry::iter_from_counts::Options { thread_limit: Some(1), allow_thin_pack, compression, ..Default::default() };
+    let progress = Box::new(gix_utils::progress::Discard);
+    output::entry::iter_from_counts_with_delta_bases(counts, crate::packs::Locating { odb, packs }, progress, options, Some(decide))
     .map_err(ServeError::pack)
 }
 
@@ -88,10 +86,11 @@ fn write_through_gix_pack<W: Write>(
     repo: &gix::Repository,
     ids: impl Iterator<Item = ObjectId>,
     decide: impl FnMut(&gix_hash::oid) -> DeltaBase,
+    packs: Option<std::sync::Arc<crate::packs::Packs>>,
     answer: &mut Hashed<'_, W>,
     mut count: impl FnMut(&output::Entry),
 ) -> Result<(), ServeError> {
-    let (_, chunks) = gix_entries(repo, ids, true, gix::zlib::Compression::DEFAULT, decide)?;
+    let (_, chunks) = gix_entries(repo, ids, true, gix::zlib::Compression::DEFAULT, packs, decide)?;
     let mut written = EntryOffsets::default();
     for chunk in chunks {
         let (_, entries) = chunk.map_err(ServeError::pack)?;
@@ -298,7 +297,7 @@ fn write_reused<W: Write>(
         let later_set: std::collections::HashSet<ObjectId> = later.iter().copied().collect();
         let in_answer = |id: &gix_hash::oid| bitmap.pos(id).is_some_and(|p| sent.get(p)) || extra_set.contains(&id.to_owned());
         let decide = |id: &gix_hash::oid| if in_answer(id) || usable_thin(id) { DeltaBase::Thin } else { DeltaBase::Recompress };
-        write_through_gix_pack(repo, later.iter().chain(extra).copied(), decide, &mut answer, |entry| {
+        write_through_gix_pack(repo, later.iter().chain(extra).copied(), decide, options.packs.clone(), &mut answer, |entry| {
             stats.entries += 1;
             match entry.kind {
                 output::entry::Kind::DeltaOid { .. } => stats.thin_deltas += 1,
@@ -398,6 +397,9 @@ pub struct Options {
     /// holds (measured: 22 added for 3 deltas on the corpus's linear fetch), so there the delta is
     /// re-deflated unless it can refer to a base the client is known to have (thin).
     pub include_unselected_bases: bool,
+    /// The repository's pack files ([`crate::packs::of`]): stored entries are located there,
+    /// not inflated one by one to find their ends. `None`: gix-odb locates them.
+    pub packs: Option<std::sync::Arc<crate::packs::Packs>>,
 }
 
 /// What went into a pack; counts, so they can be compared and snapshot.
@@ -458,7 +460,7 @@ pub fn write<W: Write>(
     // often made a delta: it is stored (level 0) for now, and deflated for the wire only if it
     // stays whole ([`deflate_stored`]).
     let compression = if search.enabled { gix::zlib::Compression::NONE } else { gix::zlib::Compression::DEFAULT };
-    let (num_entries, mut chunks) = gix_entries(repo, selection.objects.iter().copied(), options.thin_pack, compression, decide)?;
+    let (num_entries, mut chunks) = gix_entries(repo, selection.objects.iter().copied(), options.thin_pack, compression, options.packs.clone(), decide)?;
     let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::too_many_objects())?;
 
     // Without ofs-delta, a delta refers to its base by id; keep the ids written so far for that.
@@ -792,7 +794,7 @@ mod tests {
     fn write_into(out: &mut Failing) -> Result<Stats, ServeError> {
         let (_dir, repo, id) = one_blob_repo();
         let selection = Selection { objects: vec![id], blobs: 1, ..Selection::default() };
-        let options = Options { thin_pack: false, ofs_delta: true, include_unselected_bases: false };
+        let options = Options { thin_pack: false, ofs_delta: true, include_unselected_bases: false, packs: None };
         write(&repo, &selection, options, |_| false, out)
     }
 

@@ -569,19 +569,13 @@ mod tests {
     }
 }
 
-/// A file git is still writing: `git repack` makes its pack, index and bitmap as
-/// `.tmp-<pid>-pack-*` and renames them to `pack-*` when done (pack-objects' `tmp_*` likewise).
-fn is_temporary(path: &Path) -> bool {
-    path.file_name().is_some_and(|name| name.as_encoded_bytes().starts_with(b".") || name.as_encoded_bytes().starts_with(b"tmp_"))
-}
-
 /// What the cached bitmap of a repository was read from: the `.bitmap` files of its pack
 /// directory and their modification times, as a fingerprint.
 fn bitmap_files_state(served: &crate::repo::Served) -> (u64, Vec<std::path::PathBuf>) {
     use std::hash::{Hash, Hasher};
     let pack_dir = served.git_dir.join("objects/pack");
     let mut files: Vec<(std::path::PathBuf, Option<std::time::SystemTime>)> = std::fs::read_dir(&pack_dir)
-        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "bitmap") && !is_temporary(p)).collect::<Vec<_>>())
+        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "bitmap") && !crate::packs::is_temporary(p)).collect::<Vec<_>>())
         .unwrap_or_default()
         .into_iter()
         .map(|p| {

@@ -269,6 +269,7 @@ fn select_and_write<W: Write>(
             thin_pack: request.thin_pack && request.filter.is_none(),
             ofs_delta: request.ofs_delta,
             include_unselected_bases: request.common.is_empty() && plain,
+            packs: crate::packs::of(ctx.repos, ctx.served, repo),
         },
         |id| {
             // Wanting every visible tip with nothing in common, the selection is everything the

@@ -1,0 +1,265 @@
+//! Repository access, pack files: a repository's packs as gix-pack reads them — each index with
+//! its data mapped and the size of every entry (up to the next in pack order, as git sizes
+//! entries from its reverse index) — so pack writing copies an object's stored entry without
+//! inflating it to learn where the entry ends, which gix-odb's `location_by_oid` does for every
+//! object (a ninth of a clone of git.git). [`Locating`] is the object database gix-pack's entry
+//! generation is given: it locates entries here and finds objects through gix-odb; an object in
+//! no pack listed here (loose, in an alternate, in a pack newer than the list) is not located and
+//! gix-pack deflates it anew, as it does a loose object.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use gix_pack::data::entry::Location;
+
+/// One pack: its index, its data (mapped when opened: a repack that deletes the files meanwhile
+/// does not take them from under a request) and each entry's size, by index position.
+struct PackFile {
+    index: gix_pack::index::File,
+    data: gix_pack::data::File,
+    sizes: Vec<u64>,
+}
+
+/// The packs of one repository, in gix-odb's look-up order.
+pub struct Packs {
+    files: Vec<PackFile>,
+}
+
+impl std::fmt::Debug for Packs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Packs").field("packs", &self.files.len()).finish()
+    }
+}
+
+/// A pack that could not be read as one.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct PackError {
+    path: PathBuf,
+    message: String,
+}
+
+impl Packs {
+    /// The packs of `pack_dir` (`objects/pack`): every `.idx` with its `.pack`, git's temporary
+    /// files (still being written) left out.
+    pub fn open(pack_dir: &Path, hash: gix_hash::Kind) -> Result<Packs, PackError> {
+        let mut files = Vec::new();
+        for idx in index_files(pack_dir) {
+            let error = |e: &dyn std::fmt::Display| PackError { path: idx.clone(), message: e.to_string() };
+            let index = gix_pack::index::File::at(&idx, hash).map_err(|e| error(&e))?;
+            let data = gix_pack::data::File::at(idx.with_extension("pack"), hash).map_err(|e| error(&e))?;
+            if index.pack_checksum() != data.checksum() || index.num_objects() != data.num_objects() {
+                return Err(error(&"the index is not of its pack"));
+            }
+            let sizes = entry_sizes(&index, data.pack_end() as u64).ok_or_else(|| error(&"entries overlap or run past the pack's end"))?;
+            files.push(PackFile { index, data, sizes });
+        }
+        Ok(Packs { files })
+    }
+
+    /// Where `id`'s entry is and how long it is, in the first pack holding it.
+    pub fn locate(&self, id: &gix_hash::oid) -> Option<Location> {
+        self.files.iter().enumerate().find_map(|(pack_id, file)| {
+            let i = file.index.lookup(id)?;
+            Some(Location {
+                pack_id: pack_id as u32,
+                pack_offset: file.index.pack_offset_at_index(i),
+                entry_size: usize::try_from(file.sizes[i as usize]).ok()?,
+            })
+        })
+    }
+}
+
+/// Each entry's size by index position: the distance to the next entry in pack order, the last
+/// one's to the pack's trailer. `None` if two entries start at one offset or one starts past
+/// `entries_end`.
+fn entry_sizes(index: &gix_pack::index::File, entries_end: u64) -> Option<Vec<u64>> {
+    let n = index.num_objects();
+    let mut order: Vec<(u64, u32)> = (0..n).map(|i| (index.pack_offset_at_index(i), i)).collect();
+    order.sort_unstable();
+    let mut sizes = vec![0; n as usize];
+    for (k, (offset, i)) in order.iter().enumerate() {
+        let end = order.get(k + 1).map_or(entries_end, |(next, _)| *next);
+        sizes[*i as usize] = end.checked_sub(*offset).filter(|size| *size > 0)?;
+    }
+    Some(sizes)
+}
+
+/// The `.idx` files of `pack_dir` with a `.pack` beside them, git's temporaries left out, in the
+/// order gix-odb looks packs up in and numbers them (the largest index first, equal ones in
+/// directory order): an object two packs hold is located in the pack gix-odb would have found
+/// it in, and entries come out in the order they did when gix-odb located them.
+fn index_files(pack_dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<(std::cmp::Reverse<u64>, PathBuf)> = std::fs::read_dir(pack_dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "idx") && !is_temporary(p) && p.with_extension("pack").is_file())
+                .filter_map(|p| Some((std::cmp::Reverse(std::fs::metadata(&p).ok()?.len()), p)))
+                .collect()
+        })
+        .unwrap_or_default();
+    // Stable, as gix-odb's: equal sizes stay in directory order.
+    files.sort_by_key(|(size, _)| *size);
+    files.into_iter().map(|(_, p)| p).collect()
+}
+
+/// A file git is still writing: `git repack` makes its pack, index and bitmap as
+/// `.tmp-<pid>-pack-*` and renames them to `pack-*` when done (pack-objects' `tmp_*` likewise).
+pub fn is_temporary(path: &Path) -> bool {
+    path.file_name().is_some_and(|name| name.as_encoded_bytes().starts_with(b".") || name.as_encoded_bytes().starts_with(b"tmp_"))
+}
+
+/// The pack files of a repository, read once per state of its pack directory (names, sizes and
+/// modification times of the index files); `None`, logged once, when one does not read as a pack.
+pub fn of(repos: &crate::repo::Repos, served: &crate::repo::Served, repo: &gix::Repository) -> Option<Arc<Packs>> {
+    use std::hash::{Hash, Hasher};
+    let pack_dir = repo.objects.store_ref().path().join("pack");
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for idx in index_files(&pack_dir) {
+        let meta = std::fs::metadata(&idx).ok();
+        (&idx, meta.as_ref().map(|m| m.len()), meta.and_then(|m| m.modified().ok())).hash(&mut h);
+    }
+    let cached = repos.cached(served, "pack files", h.finish(), || -> Result<Option<Arc<Packs>>, std::convert::Infallible> {
+        match Packs::open(&pack_dir, repo.object_hash()) {
+            Ok(packs) => Ok(Some(Arc::new(packs))),
+            Err(err) => {
+                tracing::warn!(repo = %served.name, %err, "pack entries located through the object database");
+                Ok(None)
+            }
+        }
+    });
+    match cached {
+        Ok(packs) => (*packs).clone(),
+        Err(never) => match never {},
+    }
+}
+
+/// The object database pack generation reads: objects through gix-odb, entries located in
+/// [`Packs`] when there are (its pack ids are positions in that list, never gix-odb's), else
+/// by gix-odb as well.
+#[derive(Clone)]
+pub struct Locating {
+    pub odb: gix::odb::Handle,
+    pub packs: Option<Arc<Packs>>,
+}
+
+impl gix_pack::Find for Locating {
+    fn contains(&self, id: &gix_hash::oid) -> bool {
+        gix_pack::Find::contains(&self.odb, id)
+    }
+
+    fn try_find_cached<'a>(
+        &self,
+        id: &gix_hash::oid,
+        buffer: &'a mut Vec<u8>,
+        pack_cache: &mut dyn gix_pack::cache::DecodeEntry,
+    ) -> gix_error::Result<Option<(gix_object::Data<'a>, Option<Location>)>> {
+        let found = gix_pack::Find::try_find_cached(&self.odb, id, buffer, pack_cache)?;
+        // With `packs`, the location gix-odb gives is in its own pack ids: not passed on.
+        Ok(if self.packs.is_some() { found.map(|(data, _)| (data, None)) } else { found })
+    }
+
+    fn location_by_oid(&self, id: &gix_hash::oid, buf: &mut Vec<u8>) -> gix_error::Result<Option<Location>> {
+        match &self.packs {
+            Some(packs) => Ok(packs.locate(id)),
+            None => gix_pack::Find::location_by_oid(&self.odb, id, buf),
+        }
+    }
+
+    fn pack_offsets_and_oid(&self, pack_id: u32) -> gix_error::Result<Option<Vec<(gix_pack::data::Offset, gix_hash::ObjectId)>>> {
+        match &self.packs {
+            Some(packs) => Ok(packs.files.get(pack_id as usize).map(|file| file.index.iter().map(|e| (e.pack_offset, e.oid)).collect())),
+            None => gix_pack::Find::pack_offsets_and_oid(&self.odb, pack_id),
+        }
+    }
+
+    fn entry_by_location(&self, location: &Location) -> Option<gix_pack::find::Entry> {
+        let Some(packs) = &self.packs else {
+            return gix_pack::Find::entry_by_location(&self.odb, location);
+        };
+        let file = packs.files.get(location.pack_id as usize)?;
+        let data = file.data.entry_slice(location.entry_range(location.pack_offset))?;
+        Some(gix_pack::find::Entry { data: data.to_owned(), version: file.data.version() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn git(dir: &Path, args: &[&str], input: Option<&str>) -> String {
+        use std::io::Write;
+        let mut child = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "gc.auto=0"])
+            .args(args)
+            .current_dir(dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.unwrap_or_default().as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "git {args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Three packs (a deltified one, an incremental one, one repeating objects of both) and a
+    /// loose object.
+    fn repository() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        git(d, &["init", "-q"], None);
+        let mut text: String = (0..400).map(|i| format!("line {i} of a file that changes a little\n")).collect();
+        for round in 0..6 {
+            text.push_str(&format!("round {round}\n"));
+            std::fs::write(d.join("a.txt"), &text).unwrap();
+            std::fs::write(d.join(format!("f{round}")), format!("{round}\n")).unwrap();
+            git(d, &["add", "."], None);
+            git(d, &["commit", "-qm", &format!("c{round}")], None);
+            if round == 2 {
+                git(d, &["repack", "-adq", "--window=10"], None);
+            }
+        }
+        git(d, &["repack", "-dq"], None);
+        let some = git(d, &["rev-list", "--objects", "HEAD~3"], None);
+        git(d, &["pack-objects", "-q", ".git/objects/pack/pack"], Some(&some));
+        git(d, &["hash-object", "-w", "--stdin"], Some("loose\n"));
+        dir
+    }
+
+    #[test]
+    fn every_entry_is_located_where_gix_odb_finds_it_and_sized_as_it_sizes_it_by_inflating() {
+        let dir = repository();
+        let repo = gix::open(dir.path()).unwrap();
+        let packs = Packs::open(&dir.path().join(".git/objects/pack"), repo.object_hash()).unwrap();
+        assert_eq!(packs.files.len(), 3);
+        let mut odb = repo.objects.clone().into_inner();
+        odb.prevent_pack_unload();
+        let ours = Locating { odb: odb.clone(), packs: Some(Arc::new(packs)) };
+        let ids = git(dir.path(), &["cat-file", "--batch-all-objects", "--batch-check=%(objectname)"], None);
+        let (mut packed, mut loose, mut deltas) = (0, 0, 0);
+        let mut buf = Vec::new();
+        for id in ids.lines().map(|l| gix_hash::ObjectId::from_hex(l.as_bytes()).unwrap()) {
+            let theirs = gix_pack::Find::location_by_oid(&odb, &id, &mut buf).unwrap();
+            let found = gix_pack::Find::location_by_oid(&ours, &id, &mut buf).unwrap();
+            let (theirs, found) = match (theirs, found) {
+                (Some(theirs), Some(found)) => (theirs, found),
+                (None, None) => {
+                    loose += 1;
+                    continue;
+                }
+                _ => panic!("{id}: located by one side only"),
+            };
+            assert_eq!((found.pack_offset, found.entry_size), (theirs.pack_offset, theirs.entry_size), "{id}");
+            let entry = gix_pack::Find::entry_by_location(&ours, &found).unwrap().data;
+            assert_eq!(entry, gix_pack::Find::entry_by_location(&odb, &theirs).unwrap().data, "{id}");
+            let header = gix_pack::data::Entry::from_bytes(&entry, found.pack_offset, id.kind()).unwrap();
+            deltas += usize::from(header.header.is_delta());
+            packed += 1;
+        }
+        assert_eq!(loose, 1);
+        assert!(packed > 20 && deltas > 0, "{packed} packed, {deltas} deltas");
+    }
+}
