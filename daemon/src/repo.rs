@@ -17,11 +17,26 @@ use crate::error::{RepoError, ServeError};
 /// The file that marks a repository as exported (git daemon's rule).
 pub const EXPORT_OK: &str = "git-daemon-export-ok";
 
-/// All repositories this server may serve.
 /// git's `core.deltaBaseCacheLimit` default; with it set, gix gives each repository handle a
 /// cache capped by bytes, which keeps the bases of delta chains (patches/gix-pack/0005).
 pub(crate) const DELTA_BASE_CACHE: &str = "core.deltaBaseCacheLimit=96m";
 
+/// The delta cache of a whole-history walk (a clone or fetch without a bitmap, the readable
+/// set): it decodes every tree of the repository once, newest first, each the base of older
+/// versions decoded later; at 96 MiB the bases were evicted before their deltas came (git.git
+/// clone, gixd CPU: 96 MiB 22.8 s, 256 MiB 18.9 s, 1 GiB 18.7 s). Held only while the walk
+/// runs ([`with_walk_cache`]).
+pub(crate) const WALK_DELTA_BASE_CACHE: usize = 256 << 20;
+
+/// A handle on `repo` whose delta cache is [`WALK_DELTA_BASE_CACHE`] bytes, for one walk; its
+/// memory goes when the handle does.
+pub fn with_walk_cache(repo: &gix::Repository) -> gix::Repository {
+    let mut walk = repo.clone();
+    walk.objects.set_pack_cache(|| Box::new(gix_pack::cache::lru::MemoryCappedHashmap::new(WALK_DELTA_BASE_CACHE)));
+    walk
+}
+
+/// All repositories this server may serve.
 pub struct Repos {
     /// Canonical base path: every served git directory is below it.
     base: PathBuf,

@@ -463,7 +463,8 @@ pub fn select(repo: &gix::Repository, request: &Request<'_>, bitmap: Option<&std
 
 /// The walk: what [`select`] does without a usable bitmap.
 pub fn select_by_walking(repo: &gix::Repository, request: &Request<'_>) -> Result<Selection, ServeError> {
-    let mut walker = Walker::new(repo);
+    let walk_repo = crate::repo::with_walk_cache(repo);
+    let mut walker = Walker::new(&walk_repo);
     walker.filter = request.filter;
     let mut selection = walker.run(request.wants, request.common, request.boundary)?;
     if request.include_tag {
@@ -574,7 +575,7 @@ fn include_tags(repo: &gix::Repository, refs: &RefSnapshot, selection: &mut Sele
 
 /// Every object reachable from `tips`: what a client that may read those refs may be sent.
 pub fn reachable_from(repo: &gix::Repository, tips: &[ObjectId]) -> Result<HashSet<ObjectId>, ServeError> {
-    let selection = Walker::new(repo).run(tips, &[], None)?;
+    let selection = Walker::new(&crate::repo::with_walk_cache(repo)).run(tips, &[], None)?;
     Ok(selection.objects.into_iter().collect())
 }
 
