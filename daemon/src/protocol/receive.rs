@@ -107,8 +107,11 @@ pub fn read_request<R: std::io::Read>(input: R, hash: gix_hash::Kind, max_bytes:
             let caps = std::str::from_utf8(caps).map_err(|_| ProtocolError::Unexpected("non-UTF-8 capabilities".into()))?;
             req.caps = parse_caps(caps, hash)?;
         }
-        if text.starts_with("shallow ") {
-            continue; // a shallow client's boundary: connectivity is checked against what we have
+        if let Some(id) = text.strip_prefix("shallow ") {
+            // A shallow client's boundary: connectivity is checked against what we have, but
+            // the line must be one (git: "expected shallow sha").
+            parse_oid(id, hash)?;
+            continue;
         }
         let mut words = text.splitn(3, ' ');
         let (Some(old), Some(new), Some(name)) = (words.next(), words.next(), words.next()) else {

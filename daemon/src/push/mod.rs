@@ -58,6 +58,8 @@ pub enum Refusal {
     UpdateHook,
     #[error("funny refname")]
     FunnyRefname,
+    #[error("multiple updates for ref not allowed")]
+    Duplicate,
     #[error("nothing to do: old and new are both null")]
     NothingToDo,
     #[error("deny updating a hidden ref")]
@@ -227,8 +229,13 @@ pub fn apply(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead, bands: &
     let all_refs = RefSnapshot::load_hiding_nothing(&repo)?;
     let rules = Rules::read(&repo);
     let head_target = repo.head_name().ok().flatten().map(|n| n.as_bstr().to_string());
+    let mut named = std::collections::HashSet::new();
     for (command, result) in req.updates.iter().zip(results.iter_mut()) {
-        if let Err(reason) = check_command(&repo, &received, &refs, &all_refs, &rules, head_target.as_deref(), command) {
+        // A second command for a ref would be checked against the ref as it was, not as the
+        // first left it: refused, as git's ref transactions refuse it.
+        if !named.insert(command.name.as_str()) {
+            *result = Err(Refusal::Duplicate);
+        } else if let Err(reason) = check_command(&repo, &received, &refs, &all_refs, &rules, head_target.as_deref(), command) {
             *result = Err(reason);
         }
     }
