@@ -4,7 +4,7 @@
 //! into `objects/pack/`; dropping a quarantine removes it, and a quarantine left by a killed
 //! process is removed by [`clean_stale`].
 
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
@@ -38,8 +38,24 @@ impl Quarantine {
         hash: gix_hash::Kind,
         alloc_limit: usize,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        // gix-pack reads no further than the header of a pack of no objects: its trailer is
+        // checked here (git's index-pack refuses an empty pack whose checksum is wrong).
+        let mut header = Vec::with_capacity(12);
+        (&mut *pack).take(12).read_to_end(&mut header)?;
+        if header.len() == 12 && header.starts_with(b"PACK") && matches!(header[4..8], [0, 0, 0, 2 | 3]) && header[8..12] == [0, 0, 0, 0] {
+            let mut trailer = vec![0; hash.len_in_bytes()];
+            pack.read_exact(&mut trailer).map_err(|_| "the empty pack ends before its checksum")?;
+            let mut hasher = gix_hash::hasher(hash);
+            hasher.update(&header);
+            if hasher.try_finalize()?.as_bytes() != trailer.as_slice() {
+                return Err("pack checksum mismatch: the empty pack's trailer is not the hash of its header".into());
+            }
+            self.objects = 0;
+            return Ok(());
+        }
+        let mut pack = std::io::Cursor::new(header).chain(pack);
         let outcome = gix_pack::Bundle::write_to_directory(
-            pack,
+            &mut pack,
             Some(&self.dir.join("pack")),
             &mut gix_utils::progress::Discard,
             &AtomicBool::new(false),
