@@ -26,6 +26,7 @@ pub const ALL: &[Target] = &[
     Target { name: "upload-pack-v2-connection", seeds: v2_seeds, run: upload_v2_connection, max_len: 4096 },
     Target { name: "upload-pack-v0", seeds: v0_seeds, run: upload_v0, max_len: 4096 },
     Target { name: "receive-pack", seeds: push_seeds, run: receive_pack, max_len: 1 << 16 },
+    Target { name: "push-options", seeds: push_option_seeds, run: receive_pack, max_len: 1 << 16 },
     Target { name: "filter-spec", seeds: filter_seeds, run: filter_spec, max_len: 256 },
     Target { name: "repo-path", seeds: path_seeds, run: repo_path, max_len: 256 },
     Target { name: "config-file", seeds: config_seeds, run: config_file, max_len: 2048 },
@@ -237,6 +238,32 @@ fn push_seeds(f: &Fixture) -> Vec<Vec<u8>> {
             w.into_bytes()
         },
         with_pack(&[format!("shallow {}", f.first), format!("{} {} refs/heads/main", f.main, f.pushed)]),
+    ]
+}
+
+/// Pushes with `push-options`: the options section after the commands' flush (none, one, many,
+/// long, with a NUL or a newline inside), then the pack.
+fn push_option_seeds(f: &Fixture) -> Vec<Vec<u8>> {
+    let caps = "\0report-status push-options atomic object-format=sha1 agent=git/2.47.3";
+    let with_options = |options: &[&str]| {
+        let mut w = pkt::Writer::new();
+        w.text(format!("{} {} refs/heads/main{caps}", f.main, f.pushed));
+        w.flush();
+        for option in options {
+            w.text(option.to_string());
+        }
+        w.flush();
+        let mut body = w.into_bytes();
+        body.extend_from_slice(&f.push_pack);
+        body
+    };
+    let long = "o".repeat(4000);
+    vec![
+        with_options(&[]),
+        with_options(&["ci.skip"]),
+        with_options(&["a", "b=c", "merge_request.create", "x\0y", "two\nlines"]),
+        with_options(&[long.as_str(), long.as_str()]),
+        with_options(&["=", "==", "\u{7f}\u{1}"]),
     ]
 }
 
