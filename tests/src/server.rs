@@ -253,11 +253,19 @@ pub fn objects_in_pack(pack: &[u8], hash: &str) -> BTreeSet<String> {
 /// The body of a protocol-v2 `fetch` in `hash` (`sha1`, `sha256`): the command, then `lines`
 /// as its arguments (one pkt-line each, a newline added), then a flush.
 pub fn v2_fetch_request(hash: &str, lines: &[&str]) -> Vec<u8> {
-    let mut body = pkt("command=fetch\n");
-    body.extend(pkt(&format!("object-format={hash}\n")));
+    v2_request("fetch", &[&format!("object-format={hash}")], lines)
+}
+
+/// The body of a protocol-v2 `command=<command>`: `caps` before the delimiter, `args` after
+/// it (one pkt-line each, a newline added), then a flush.
+pub fn v2_request(command: &str, caps: &[&str], args: &[&str]) -> Vec<u8> {
+    let mut body = pkt(&format!("command={command}\n"));
+    for cap in caps {
+        body.extend(pkt(&format!("{cap}\n")));
+    }
     body.extend(b"0001");
-    for l in lines {
-        body.extend(pkt(&format!("{l}\n")));
+    for arg in args {
+        body.extend(pkt(&format!("{arg}\n")));
     }
     body.extend(b"0000");
     body

@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use gixd::config::Exports;
-use gixd_tests::server::{clone, pkt, serve_with};
+use gixd_tests::server::{clone, pkt, serve_with, v2_request as v2};
 use gixd_tests::{commit_files, git};
 
 const ZERO: &str = "0000000000000000000000000000000000000000";
@@ -112,20 +112,6 @@ fn v2_post(addr: SocketAddr, body: &[u8]) -> (String, bool) {
 
 fn v0_post(addr: SocketAddr, body: &[u8]) -> (String, bool) {
     http_raw(addr, &http_request("POST", "/repo/git-upload-pack", &[UPLOAD], body))
-}
-
-/// A v2 `command=<command>` request with `args` after the delimiter.
-fn v2(command: &str, caps: &[&str], args: &[&str]) -> Vec<u8> {
-    let mut body = pkt(&format!("command={command}\n"));
-    for cap in caps {
-        body.extend(pkt(&format!("{cap}\n")));
-    }
-    body.extend(b"0001");
-    for arg in args {
-        body.extend(pkt(&format!("{arg}\n")));
-    }
-    body.extend(b"0000");
-    body
 }
 
 /// A git:// exchange: `bytes` sent, then what the server says until it closes.
