@@ -64,6 +64,7 @@ pub struct Fixture {
     pub push_pack: Vec<u8>,
     pub pushed: ObjectId,
     server: OnceLock<gixd::server::Running>,
+    recorded: OnceLock<Vec<(Version, Vec<u8>)>>,
 }
 
 impl Fixture {
@@ -122,7 +123,39 @@ impl Fixture {
             push_pack,
             pushed: id(pushed),
             server: OnceLock::new(),
+            recorded: OnceLock::new(),
         }
+    }
+
+    /// The upload-pack requests stock git sends this fixture (recorded by a tap, once): clones
+    /// plain, blob:none and depth 1, then a fetch that deepens, over v2 and over v0 — seeds as
+    /// git writes them, capabilities, agent and order included.
+    fn recorded(&self) -> &[(Version, Vec<u8>)] {
+        self.recorded.get_or_init(|| {
+            let recorder = std::sync::Arc::new(gixd::tap::Recorder::default());
+            let server = gixd::server::spawn_with(self.config.clone(), gixd::server::Options { tap: Some(recorder.clone()) }).expect("gixd starts");
+            let url = server.url("r.git");
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            for version in ["2", "0"] {
+                let v = format!("protocol.version={version}");
+                for (n, extra) in [&[][..], &["--filter=blob:none"][..], &["--depth", "1"][..]].iter().enumerate() {
+                    let dest = dir.path().join(format!("v{version}-{n}"));
+                    let mut args = vec!["-c", v.as_str(), "clone", "-q", "--bare"];
+                    args.extend_from_slice(extra);
+                    args.push(&url);
+                    args.push(dest.to_str().expect("a UTF-8 path"));
+                    gixd_tests::server::git_ok(dir.path(), &args);
+                    if n == 2 {
+                        gixd_tests::server::git_ok(&dest, &["-c", &v, "fetch", "-q", "--unshallow", &url, "+refs/heads/*:refs/heads/*"]);
+                    }
+                }
+            }
+            let recorded: Vec<(Version, Vec<u8>)> = recorder.take().into_iter().filter(|e| e.service == "git-upload-pack" && !e.request.is_empty()).map(|e| (e.version, e.request)).collect();
+            // Each v2 clone asks ls-refs and fetch, each v0 one fetches once: no fewer.
+            let v2 = recorded.iter().filter(|(v, _)| *v == Version::V2).count();
+            assert!(v2 >= 6 && recorded.len() - v2 >= 3, "git's requests were recorded ({v2} v2, {} v0)", recorded.len() - v2);
+            recorded
+        })
     }
 
     fn ctx<'a>(&'a self, served: &'a Served) -> Context<'a> {
@@ -181,6 +214,9 @@ fn v2_seeds(f: &Fixture) -> Vec<Vec<u8>> {
         v2_request("fetch", &s(&["thin-pack", &format!("want {}", f.main), &format!("have {}", f.hidden), "done"])),
         v2_request("object-info", &s(&["size", &format!("oid {}", f.main)])),
     ]
+    .into_iter()
+    .chain(f.recorded().iter().filter(|(v, _)| *v == Version::V2).map(|(_, r)| r.clone()))
+    .collect()
 }
 
 fn v0_seeds(f: &Fixture) -> Vec<Vec<u8>> {
@@ -207,6 +243,7 @@ fn v0_seeds(f: &Fixture) -> Vec<Vec<u8>> {
     w.flush();
     w.text("done");
     out.push(w.into_bytes());
+    out.extend(f.recorded().iter().filter(|(v, _)| *v == Version::V0).map(|(_, r)| r.clone()));
     out
 }
 
