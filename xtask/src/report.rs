@@ -185,6 +185,18 @@ fn load(root: &Path, file: &str, how: &str) -> Result<Result<Value, String>> {
     }
 }
 
+/// A results document as its report starts: the runs, the conditions, and the line saying how
+/// and where they were measured (`command`).
+fn measured<'d>(doc: &'d Value, command: &str) -> Result<(&'d Vec<Value>, &'d Value, String)> {
+    let c = &doc["conditions"];
+    Ok((doc["runs"].as_array().context("runs")?, c, conditions_line(c, command)))
+}
+
+/// The real-repository results (both reports read them), or how to make them.
+fn real_results(root: &Path) -> Result<Result<Value, String>> {
+    load(root, crate::real_bench::REAL_RESULTS, "`bench/real-repos.sh PATH…` (by hand: it needs the repositories)")
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -268,9 +280,7 @@ fn clone_cost(root: &Path) -> Result<String> {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
-    let runs = doc["runs"].as_array().context("runs")?;
-    let c = &doc["conditions"];
-    let mut out = conditions_line(c, "cargo xtask bench clone");
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench clone")?;
     out.push_str(&format!(
         " gixd: {}. git: {}. Medians per repository.\n\n",
         c["gixd"].as_str().unwrap_or("?"),
@@ -376,9 +386,7 @@ fn narrow(root: &Path) -> Result<String> {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
-    let runs = doc["runs"].as_array().context("runs")?;
-    let c = &doc["conditions"];
-    let mut out = conditions_line(c, "cargo xtask bench narrow");
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench narrow")?;
     out.push_str(&format!(
         " Repository {} ({} objects). gixd: {}. git: {}. Bytes: {}. Objects: what the client holds after the clone. CPU: medians.\n\n",
         c["repo"].as_str().unwrap_or("?"),
@@ -418,9 +426,7 @@ fn push(root: &Path) -> Result<String> {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
-    let runs = doc["runs"].as_array().context("runs")?;
-    let c = &doc["conditions"];
-    let mut out = conditions_line(c, "cargo xtask bench push");
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench push")?;
     out.push_str(&format!(
         " Repository {} ({} objects), one new commit per push. gixd: {}. git: {}. Medians.\n\n",
         c["repo"].as_str().unwrap_or("?"),
@@ -440,9 +446,7 @@ fn bitmaps(root: &Path) -> Result<String> {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
-    let runs = doc["runs"].as_array().context("runs")?;
-    let c = &doc["conditions"];
-    let mut out = conditions_line(c, "cargo xtask bench bitmaps");
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench bitmaps")?;
     out.push_str(&format!(
         " gixd: {}. git: {}. Repacked by git: {}. Medians.\n\n",
         c["gixd"].as_str().unwrap_or("?"),
@@ -488,13 +492,11 @@ fn worst_first(rows: &mut [RealRow]) {
 }
 
 fn real_repos(root: &Path) -> Result<String> {
-    let doc = match load(root, crate::real_bench::REAL_RESULTS, "`bench/real-repos.sh PATH…` (by hand: it needs the repositories)")? {
+    let doc = match real_results(root)? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
-    let runs = doc["runs"].as_array().context("runs")?;
-    let c = &doc["conditions"];
-    let mut out = conditions_line(c, "cargo xtask bench real");
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench real")?;
     let repos: Vec<String> = c["repos"]
         .as_array()
         .map(|a| {
@@ -585,13 +587,11 @@ fn real_rows(runs: &[Value]) -> Vec<RealRow> {
 /// The fetch rows of the real-repository benchmark, for the delta-search report: what a fetch
 /// costs in bytes and server CPU against git's, every repository and variant, worst bytes first.
 fn real_fetches(root: &Path) -> Result<String> {
-    let doc = match load(root, crate::real_bench::REAL_RESULTS, "`bench/real-repos.sh PATH…` (by hand: it needs the repositories)")? {
+    let doc = match real_results(root)? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
-    let runs = doc["runs"].as_array().context("runs")?;
-    let c = &doc["conditions"];
-    let mut out = conditions_line(c, "cargo xtask bench real");
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench real")?;
     out.push_str(&format!(
         " gixd: {}, arm `gixd` (a serving process). git: {}. Fetches: {}. Bytes: {}. The whole table, with clones and no-op fetches, is in bench/README.md.\n\n",
         c["gixd"].as_str().unwrap_or("?"),
@@ -636,9 +636,7 @@ fn writes(root: &Path) -> Result<String> {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
-    let runs = doc["runs"].as_array().context("runs")?;
-    let c = &doc["conditions"];
-    let mut out = conditions_line(c, "cargo xtask bench writes");
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench writes")?;
     out.push_str(&format!(
         " Repository {} ({} objects); clone with protocol v2; every write-family syscall of the serving process tree (strace -f -c).\n\n",
         c["repo"].as_str().unwrap_or("?"),
@@ -662,9 +660,7 @@ fn ramp(root: &Path) -> Result<String> {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
-    let runs = doc["runs"].as_array().context("runs")?;
-    let c = &doc["conditions"];
-    let mut out = conditions_line(c, "cargo xtask bench ramp");
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench ramp")?;
     out.push_str(&format!(
         " Repository {}; clones with protocol v2 over HTTP. Kernel read-back: quota {} µs per {} µs; {}.\n\n",
         c["repo"].as_str().unwrap_or("?"),
