@@ -43,10 +43,14 @@ impl Packs {
     /// The packs of `pack_dir` (`objects/pack`): every `.idx` with its `.pack`, git's temporary
     /// files (still being written) left out.
     pub fn open(pack_dir: &Path, hash: gix_hash::Kind) -> Result<Packs, PackError> {
+        Self::from_files(&index_files(pack_dir), hash)
+    }
+
+    fn from_files(listed: &[(PathBuf, std::fs::Metadata)], hash: gix_hash::Kind) -> Result<Packs, PackError> {
         let mut files = Vec::new();
-        for idx in index_files(pack_dir) {
+        for (idx, _) in listed {
             let error = |e: &dyn std::fmt::Display| PackError { path: idx.clone(), message: e.to_string() };
-            let index = gix_pack::index::File::at(&idx, hash).map_err(|e| error(&e))?;
+            let index = gix_pack::index::File::at(idx, hash).map_err(|e| error(&e))?;
             let data = gix_pack::data::File::at(idx.with_extension("pack"), hash).map_err(|e| error(&e))?;
             if index.pack_checksum() != data.checksum() || index.num_objects() != data.num_objects() {
                 return Err(error(&"the index is not of its pack"));
@@ -89,19 +93,19 @@ fn entry_sizes(index: &gix_pack::index::File, entries_end: u64) -> Option<Vec<u6
 /// order gix-odb looks packs up in and numbers them (the largest index first, equal ones in
 /// directory order): an object two packs hold is located in the pack gix-odb would have found
 /// it in, and entries come out in the order they did when gix-odb located them.
-fn index_files(pack_dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<(std::cmp::Reverse<u64>, PathBuf)> = std::fs::read_dir(pack_dir)
+fn index_files(pack_dir: &Path) -> Vec<(PathBuf, std::fs::Metadata)> {
+    let mut files: Vec<(PathBuf, std::fs::Metadata)> = std::fs::read_dir(pack_dir)
         .map(|d| {
             d.flatten()
                 .map(|e| e.path())
                 .filter(|p| p.extension().is_some_and(|e| e == "idx") && !is_temporary(p) && p.with_extension("pack").is_file())
-                .filter_map(|p| Some((std::cmp::Reverse(std::fs::metadata(&p).ok()?.len()), p)))
+                .filter_map(|p| Some((p.clone(), std::fs::metadata(&p).ok()?)))
                 .collect()
         })
         .unwrap_or_default();
     // Stable, as gix-odb's: equal sizes stay in directory order.
-    files.sort_by_key(|(size, _)| *size);
-    files.into_iter().map(|(_, p)| p).collect()
+    files.sort_by_key(|(_, meta)| std::cmp::Reverse(meta.len()));
+    files
 }
 
 /// A file git is still writing: `git repack` makes its pack, index and bitmap as
@@ -116,12 +120,12 @@ pub fn of(repos: &crate::repo::Repos, served: &crate::repo::Served, repo: &gix::
     use std::hash::{Hash, Hasher};
     let pack_dir = repo.objects.store_ref().path().join("pack");
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    for idx in index_files(&pack_dir) {
-        let meta = std::fs::metadata(&idx).ok();
-        (&idx, meta.as_ref().map(|m| m.len()), meta.and_then(|m| m.modified().ok())).hash(&mut h);
+    let listed = index_files(&pack_dir);
+    for (idx, meta) in &listed {
+        (idx, meta.len(), meta.modified().ok()).hash(&mut h);
     }
     let cached = repos.cached(served, "pack files", h.finish(), || -> Result<Option<Arc<Packs>>, std::convert::Infallible> {
-        match Packs::open(&pack_dir, repo.object_hash()) {
+        match Packs::from_files(&listed, repo.object_hash()) {
             Ok(packs) => Ok(Some(Arc::new(packs))),
             Err(err) => {
                 tracing::warn!(repo = %served.name, %err, "pack entries located through the object database");

@@ -172,7 +172,8 @@ pub fn http(addr: std::net::SocketAddr, method: &str, path: &str, headers: &[(&s
     parse_response(&raw)
 }
 
-fn parse_response(raw: &[u8]) -> HttpResponse {
+/// A raw HTTP response (head, then the body, de-chunked) as read off the socket.
+pub fn parse_response(raw: &[u8]) -> HttpResponse {
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response head");
     let head = String::from_utf8_lossy(&raw[..split]).into_owned();
     let mut lines = head.split("\r\n");

@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use gixd::config::Exports;
-use gixd_tests::server::{clone, pkt, serve_with, v2_request as v2};
+use gixd_tests::server::{clone, parse_response, pkt, serve_with, v2_request as v2};
 use gixd_tests::{commit_files, git};
 
 const ZERO: &str = "0000000000000000000000000000000000000000";
@@ -68,27 +68,15 @@ fn http_send(addr: SocketAddr, request: &[u8], hang_up: bool) -> (String, bool) 
     }
     let mut raw = Vec::new();
     let _ = stream.read_to_end(&mut raw);
-    let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+    if !raw.windows(4).any(|w| w == b"\r\n\r\n") {
         return (if raw.is_empty() { "closed without an answer".to_owned() } else { format!("not HTTP: {}", clip(&raw)) }, false);
-    };
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let status = head.lines().next().unwrap_or("").split(' ').nth(1).unwrap_or("?").to_owned();
-    let mut body = raw[split + 4..].to_vec();
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        let mut out = Vec::new();
-        let mut rest = &body[..];
-        while let Some(end) = rest.windows(2).position(|w| w == b"\r\n") {
-            let Ok(size) = usize::from_str_radix(String::from_utf8_lossy(&rest[..end]).trim(), 16) else { break };
-            rest = &rest[end + 2..];
-            if size == 0 || size > rest.len() {
-                break;
-            }
-            out.extend_from_slice(&rest[..size]);
-            rest = &rest[(size + 2).min(rest.len())..];
-        }
-        body = out;
     }
-    let (shown, pack) = if head.to_ascii_lowercase().contains("content-type: application/x-git-") { pkt_answer(&body) } else { (clip(body.split(|b| *b == b'\n').next().unwrap_or(b"")), false) };
+    let response = parse_response(&raw);
+    let (shown, pack) = match response.header("content-type") {
+        Some(t) if t.starts_with("application/x-git-") => pkt_answer(&response.body),
+        _ => (clip(response.body.split(|b| *b == b'\n').next().unwrap_or(b"")), false),
+    };
+    let status = response.status;
     (format!("{status}: {shown}"), pack)
 }
 
