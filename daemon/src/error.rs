@@ -104,6 +104,12 @@ impl ServeError {
         ServeError::Pack(PackError::Corrupt(message.into()))
     }
 
+    /// An object not found or not read: what gix-odb answers, now and then, while a repack
+    /// replaces the packs of a handle's snapshot (as well as for a broken repository).
+    pub fn may_be_a_pack_swap(&self) -> bool {
+        matches!(self, ServeError::MissingObject(_) | ServeError::Git(_) | ServeError::Pack(PackError::Gix(_)))
+    }
+
     pub fn too_many_objects() -> Self {
         ServeError::Pack(PackError::TooManyObjects)
     }

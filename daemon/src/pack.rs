@@ -71,8 +71,14 @@ pub(crate) fn gix_entries<I: Iterator<Item = ObjectId>, D: FnMut(&gix_hash::oid)
     ServeError,
 > {
     let counts: Vec<output::Count> = ids.map(|id| output::Count { id, entry_pack_location: output::count::PackLocation::NotLookedUp }).collect();
-    let mut odb = repo.objects.clone().into_inner();
-    odb.prevent_pack_unload();
+    // Deleted packs kept readable from here on, and the snapshot taken after that (a clone
+    // collects its own): one taken before could pair a pack's index with whatever pack gix-odb
+    // loads into its slot once a repack has freed it.
+    let odb = {
+        let mut odb = repo.objects.clone().into_inner();
+        odb.prevent_pack_unload();
+        odb.clone()
+    };
     let options = output::entry::iter_from_counts::Options { thread_limit: Some(1), allow_thin_pack, compression, ..Default::default() };
     let progress = Box::new(gix_utils::progress::Discard);
     output::entry::iter_from_counts_with_delta_bases(counts, crate::packs::Locating { odb, packs }, progress, options, Some(decide))
@@ -297,7 +303,7 @@ fn write_reused<W: Write>(
         let later_set: std::collections::HashSet<ObjectId> = later.iter().copied().collect();
         let in_answer = |id: &gix_hash::oid| bitmap.pos(id).is_some_and(|p| sent.get(p)) || extra_set.contains(&id.to_owned());
         let decide = |id: &gix_hash::oid| if in_answer(id) || usable_thin(id) { DeltaBase::Thin } else { DeltaBase::Recompress };
-        write_through_gix_pack(repo, later.iter().chain(extra).copied(), decide, options.packs.clone(), &mut answer, |entry| {
+        write_through_gix_pack(repo, later.iter().chain(extra).copied(), decide, (options.packs)(), &mut answer, |entry| {
             stats.entries += 1;
             match entry.kind {
                 output::entry::Kind::DeltaOid { .. } => stats.thin_deltas += 1,
@@ -388,7 +394,7 @@ fn gone(err: std::io::Error) -> ServeError {
 }
 
 /// What a pack request asks for beyond the objects.
-pub struct Options {
+pub struct Options<'a> {
     pub thin_pack: bool,
     pub ofs_delta: bool,
     /// Add a selected delta's unselected base (one the client may read) to the pack instead of
@@ -398,8 +404,9 @@ pub struct Options {
     /// re-deflated unless it can refer to a base the client is known to have (thin).
     pub include_unselected_bases: bool,
     /// The repository's pack files ([`crate::packs::of`]): stored entries are located there,
-    /// not inflated one by one to find their ends. `None`: gix-odb locates them.
-    pub packs: Option<std::sync::Arc<crate::packs::Packs>>,
+    /// not inflated one by one to find their ends. `None`: gix-odb locates them. Asked for only
+    /// when gix-pack generates entries — a pack sent as the bitmapped pack's bytes needs none.
+    pub packs: &'a dyn Fn() -> Option<std::sync::Arc<crate::packs::Packs>>,
 }
 
 /// What went into a pack; counts, so they can be compared and snapshot.
@@ -460,7 +467,7 @@ pub fn write<W: Write>(
     // often made a delta: it is stored (level 0) for now, and deflated for the wire only if it
     // stays whole ([`deflate_stored`]).
     let compression = if search.enabled { gix::zlib::Compression::NONE } else { gix::zlib::Compression::DEFAULT };
-    let (num_entries, mut chunks) = gix_entries(repo, selection.objects.iter().copied(), options.thin_pack, compression, options.packs.clone(), decide)?;
+    let (num_entries, mut chunks) = gix_entries(repo, selection.objects.iter().copied(), options.thin_pack, compression, (options.packs)(), decide)?;
     let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::too_many_objects())?;
 
     // Without ofs-delta, a delta refers to its base by id; keep the ids written so far for that.
@@ -794,7 +801,7 @@ mod tests {
     fn write_into(out: &mut Failing) -> Result<Stats, ServeError> {
         let (_dir, repo, id) = one_blob_repo();
         let selection = Selection { objects: vec![id], blobs: 1, ..Selection::default() };
-        let options = Options { thin_pack: false, ofs_delta: true, include_unselected_bases: false, packs: None };
+        let options = Options { thin_pack: false, ofs_delta: true, include_unselected_bases: false, packs: &|| None };
         write(&repo, &selection, options, |_| false, out)
     }
 

@@ -50,12 +50,19 @@ impl Packs {
         let mut files = Vec::new();
         for (idx, _) in listed {
             let error = |e: &dyn std::fmt::Display| PackError { path: idx.clone(), message: e.to_string() };
-            let index = gix_pack::index::File::at(idx, hash).map_err(|e| error(&e))?;
-            let data = gix_pack::data::File::at(idx.with_extension("pack"), hash).map_err(|e| error(&e))?;
+            let opened = gix_pack::index::File::at(idx, hash).map_err(|e| error(&e)).and_then(|index| Ok((index, gix_pack::data::File::at(idx.with_extension("pack"), hash).map_err(|e| error(&e))?)));
+            let (index, data) = match opened {
+                Ok(opened) => opened,
+                // Deleted since it was listed (a repack replaced it): not one of the packs now,
+                // and its objects are in the pack that replaced it, or located by gix-odb.
+                Err(_) if !idx.is_file() || !idx.with_extension("pack").is_file() => continue,
+                Err(err) => return Err(err),
+            };
             if index.pack_checksum() != data.checksum() || index.num_objects() != data.num_objects() {
                 return Err(error(&"the index is not of its pack"));
             }
-            let sizes = entry_sizes(&index, data.pack_end() as u64).ok_or_else(|| error(&"entries overlap or run past the pack's end"))?;
+            let order = read_rev(&idx.with_extension("rev"), index.num_objects() as usize, &index, hash);
+            let sizes = entry_sizes(&index, data.pack_end() as u64, order).ok_or_else(|| error(&"entries overlap or run past the pack's end"))?;
             files.push(PackFile { index, data, sizes });
         }
         Ok(Packs { files })
@@ -74,19 +81,41 @@ impl Packs {
     }
 }
 
-/// Each entry's size by index position: the distance to the next entry in pack order, the last
-/// one's to the pack's trailer. `None` if two entries start at one offset or one starts past
+/// Each entry's size by index position: the distance to the next entry in pack order (the
+/// `.rev` file's `order` when there is one, else the index's offsets sorted), the last one's to
+/// the pack's trailer. `None` if two entries start at one offset or one starts past
 /// `entries_end`.
-fn entry_sizes(index: &gix_pack::index::File, entries_end: u64) -> Option<Vec<u64>> {
+fn entry_sizes(index: &gix_pack::index::File, entries_end: u64, order: Option<Vec<u32>>) -> Option<Vec<u64>> {
     let n = index.num_objects();
-    let mut order: Vec<(u64, u32)> = (0..n).map(|i| (index.pack_offset_at_index(i), i)).collect();
-    order.sort_unstable();
+    let order: Vec<(u64, u32)> = match order {
+        Some(order) => order.into_iter().map(|i| (index.pack_offset_at_index(i), i)).collect(),
+        None => {
+            let mut order: Vec<(u64, u32)> = (0..n).map(|i| (index.pack_offset_at_index(i), i)).collect();
+            order.sort_unstable();
+            order
+        }
+    };
     let mut sizes = vec![0; n as usize];
     for (k, (offset, i)) in order.iter().enumerate() {
         let end = order.get(k + 1).map_or(entries_end, |(next, _)| *next);
         sizes[*i as usize] = end.checked_sub(*offset).filter(|size| *size > 0)?;
     }
     Some(sizes)
+}
+
+/// The `.rev` file's pack order, when it is there and sound.
+pub fn read_rev(path: &Path, n: usize, index: &gix_pack::index::File, hash: gix_hash::Kind) -> Option<Vec<u32>> {
+    let data = std::fs::read(path).ok()?;
+    if data.get(0..4)? != b"RIDX" || u32::from_be_bytes(data.get(4..8)?.try_into().ok()?) != 1 {
+        return None;
+    }
+    let body = data.get(12..12 + 4 * n)?;
+    let checksum = data.get(12 + 4 * n..12 + 4 * n + hash.len_in_bytes())?;
+    if checksum != index.pack_checksum().as_bytes() {
+        return None;
+    }
+    let order: Vec<u32> = body.chunks_exact(4).map(|c| u32::from_be_bytes(c.try_into().expect("four"))).collect();
+    order.iter().all(|i| (*i as usize) < n).then_some(order)
 }
 
 /// The `.idx` files of `pack_dir` with a `.pack` beside them, git's temporaries left out, in the
@@ -159,9 +188,28 @@ impl gix_pack::Find for Locating {
         buffer: &'a mut Vec<u8>,
         pack_cache: &mut dyn gix_pack::cache::DecodeEntry,
     ) -> gix_error::Result<Option<(gix_object::Data<'a>, Option<Location>)>> {
-        let found = gix_pack::Find::try_find_cached(&self.odb, id, buffer, pack_cache)?;
-        // With `packs`, the location gix-odb gives is in its own pack ids: not passed on.
-        Ok(if self.packs.is_some() { found.map(|(data, _)| (data, None)) } else { found })
+        let first = gix_pack::Find::try_find_cached(&self.odb, id, buffer, pack_cache).map(|found| found.map(|(data, location)| (data.kind, location)));
+        let (kind, location) = match first {
+            // With `packs`, the location gix-odb gives is in its own pack ids: not passed on.
+            Ok(Some((kind, location))) => (kind, location.filter(|_| self.packs.is_none())),
+            // The object is in no pack or loose file of this handle's snapshot, or its entry did
+            // not decode: what gix-odb answers while a repack swaps packs under a snapshot (a
+            // loose object packed and deleted between two looks; a pack's slot refilled by
+            // another pack, whose entry at the old offset is not this object). Once more through
+            // a fresh snapshot and no cache, as git re-reads the pack directory on a miss; its
+            // location is left out (the first snapshot's pack ids may not be the fresh one's).
+            Ok(None) | Err(_) => {
+                let fresh = self.odb.clone();
+                match gix_pack::Find::try_find_cached(&fresh, id, buffer, &mut gix_pack::cache::Never)? {
+                    Some((data, _)) => {
+                        tracing::debug!(%id, "object found again through a fresh snapshot of the packs");
+                        (data.kind, None)
+                    }
+                    None => return Ok(None),
+                }
+            }
+        };
+        Ok(Some((gix_object::Data { kind, object_hash: id.kind(), data: buffer.as_slice() }, location)))
     }
 
     fn location_by_oid(&self, id: &gix_hash::oid, buf: &mut Vec<u8>) -> gix_error::Result<Option<Location>> {
@@ -265,5 +313,38 @@ mod tests {
         }
         assert_eq!(loose, 1);
         assert!(packed > 20 && deltas > 0, "{packed} packed, {deltas} deltas");
+    }
+
+    #[test]
+    fn entry_sizes_from_the_reverse_index_equal_those_from_sorted_offsets_and_a_reordered_one_is_refused() {
+        let dir = repository();
+        let hash = gix_hash::Kind::Sha1;
+        let mut with_rev = 0;
+        for (idx, _) in index_files(&dir.path().join(".git/objects/pack")) {
+            let index = gix_pack::index::File::at(&idx, hash).unwrap();
+            let end = gix_pack::data::File::at(idx.with_extension("pack"), hash).unwrap().pack_end() as u64;
+            let Some(order) = read_rev(&idx.with_extension("rev"), index.num_objects() as usize, &index, hash) else { continue };
+            with_rev += 1;
+            let sorted = entry_sizes(&index, end, None).unwrap();
+            assert_eq!(entry_sizes(&index, end, Some(order.clone())).unwrap(), sorted, "{}", idx.display());
+            let mut swapped = order;
+            swapped.swap(0, 1);
+            assert_eq!(entry_sizes(&index, end, Some(swapped)), None, "out of pack order");
+        }
+        assert_eq!(with_rev, 3, "git wrote a .rev beside every pack");
+    }
+
+    #[test]
+    fn a_pack_deleted_after_the_listing_is_left_out_and_the_others_are_still_read() {
+        let dir = repository();
+        let pack_dir = dir.path().join(".git/objects/pack");
+        let listed = index_files(&pack_dir);
+        assert_eq!(listed.len(), 3);
+        let (gone, _) = &listed[1];
+        for ext in ["idx", "pack", "rev"] {
+            std::fs::remove_file(gone.with_extension(ext)).unwrap();
+        }
+        let packs = Packs::from_files(&listed, gix_hash::Kind::Sha1).expect("the packs still there are read");
+        assert_eq!(packs.files.len(), 2);
     }
 }

@@ -203,7 +203,7 @@ impl PackBitmap {
         }
         // What follows (name-hash cache, lookup table) is optional and not needed here.
         let _ = flags;
-        let order = match read_rev(&idx.with_extension("rev"), n, &index, hash) {
+        let order = match crate::packs::read_rev(&idx.with_extension("rev"), n, &index, hash) {
             Some(order) => order,
             None => write::pack_order(&index),
         };
@@ -250,12 +250,12 @@ impl PackBitmap {
         self.index_position(id).map(|i| self.position[i] as usize)
     }
 
-    /// The index position of `id`: its first byte's bucket searched by the eight-byte prefix,
+    /// The index position of `id`: its two-byte prefix's bucket searched by the eight-byte prefix,
     /// the whole id compared only where the prefix matches.
     fn index_position(&self, id: &gix_hash::oid) -> Option<usize> {
         let bytes = id.as_bytes();
         let prefix = u64::from_be_bytes(bytes[..8].try_into().expect("ids are longer than eight bytes"));
-        let first = bytes[0] as usize;
+        let first = bucket_of(bytes);
         let (start, end) = (self.fanout[first] as usize, self.fanout[first + 1] as usize);
         let bucket = &self.prefixes[start..end];
         let mut i = start + bucket.partition_point(|p| *p < prefix);
@@ -513,36 +513,30 @@ impl Reach {
     }
 }
 
-/// Every id's first eight bytes in index order, and the index position where each first byte's
-/// ids start (257 entries: the last is the count).
+/// Every id's first eight bytes in index order, and the index position where the ids of each
+/// two-byte prefix start (65 537 entries: the last is the count) — a bucket of a few ids at
+/// most, where a first-byte bucket holds a 256th of the pack and a look-up searched it per tree
+/// entry a walk met.
 fn prefix_table(index: &gix_pack::index::File) -> (Vec<u64>, Vec<u32>) {
     let n = index.num_objects();
     let mut prefixes = Vec::with_capacity(n as usize);
-    let mut fanout = vec![0u32; 257];
+    let mut fanout = vec![0u32; FANOUT + 1];
     for i in 0..n {
         let bytes = index.oid_at_index(i).as_bytes();
         prefixes.push(u64::from_be_bytes(bytes[..8].try_into().expect("ids are longer than eight bytes")));
-        fanout[bytes[0] as usize + 1] += 1;
+        fanout[bucket_of(bytes) + 1] += 1;
     }
-    for b in 1..257 {
+    for b in 1..=FANOUT {
         fanout[b] += fanout[b - 1];
     }
     (prefixes, fanout)
 }
 
-/// The `.rev` file's pack order, when it is there and sound.
-fn read_rev(path: &Path, n: usize, index: &gix_pack::index::File, hash: gix_hash::Kind) -> Option<Vec<u32>> {
-    let data = std::fs::read(path).ok()?;
-    if data.get(0..4)? != b"RIDX" || be32(&data, 4)? != 1 {
-        return None;
-    }
-    let body = data.get(12..12 + 4 * n)?;
-    let checksum = data.get(12 + 4 * n..12 + 4 * n + hash.len_in_bytes())?;
-    if checksum != index.pack_checksum().as_bytes() {
-        return None;
-    }
-    let order: Vec<u32> = body.chunks_exact(4).map(|c| u32::from_be_bytes(c.try_into().expect("four"))).collect();
-    order.iter().all(|i| (*i as usize) < n).then_some(order)
+/// Buckets of the prefix table: one per two-byte prefix.
+const FANOUT: usize = 1 << 16;
+
+fn bucket_of(id: &[u8]) -> usize {
+    (id[0] as usize) << 8 | id[1] as usize
 }
 
 #[cfg(test)]

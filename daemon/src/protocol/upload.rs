@@ -241,19 +241,30 @@ fn select_and_write<W: Write>(
     request: &PackRequest<'_>,
     bands: &mut Bands<W>,
 ) -> Result<pack::Stats, ServeError> {
-    let bitmap = crate::bitmap::of(ctx.repos, ctx.served, repo);
-    let selection = select::select(
-        repo,
-        &select::Request {
+    let select = |repo: &gix::Repository| {
+        let bitmap = crate::bitmap::of(ctx.repos, ctx.served, repo);
+        let request = select::Request {
             wants: request.wants,
             common: request.common,
             include_tag: request.include_tag,
             refs,
             filter: request.filter,
             boundary: request.boundary,
-        },
-        bitmap.as_ref(),
-    )?;
+        };
+        select::select(repo, &request, bitmap.as_ref())
+    };
+    // Nothing is sent yet: a selection that met an object gix-odb could not find or read (what
+    // it answers now and then while a repack swaps packs under a handle's snapshot) is made once
+    // more through a fresh snapshot, as git re-reads the pack directory on a miss.
+    let fresh;
+    let (repo, selection) = match select(repo) {
+        Err(err) if err.may_be_a_pack_swap() => {
+            tracing::debug!(repo = %ctx.served.name, %err, "selection again through a fresh snapshot of the packs");
+            fresh = repo.clone();
+            (&fresh, select(&fresh)?)
+        }
+        selected => (repo, selected?),
+    };
     // A filtered or shallow client lacks objects a thin delta or an added base would assume
     // (or would get objects it did not ask for): both only for plain requests.
     let plain = request.filter.is_none() && request.boundary.is_none_or(|b| b.grafts.is_empty());
@@ -269,7 +280,7 @@ fn select_and_write<W: Write>(
             thin_pack: request.thin_pack && request.filter.is_none(),
             ofs_delta: request.ofs_delta,
             include_unselected_bases: request.common.is_empty() && plain,
-            packs: crate::packs::of(ctx.repos, ctx.served, repo),
+            packs: &|| crate::packs::of(ctx.repos, ctx.served, repo),
         },
         |id| {
             // Wanting every visible tip with nothing in common, the selection is everything the
