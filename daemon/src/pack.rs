@@ -18,7 +18,7 @@ use crate::select::Selection;
 /// are — no object decoded; the extra objects follow, as gix-pack gives them, a delta against an
 /// object of the big pack referring to it by id (it is in this pack). Header count and trailer
 /// checksum are written for the whole; without extras the file is sent as it is.
-fn write_verbatim<W: Write>(repo: &gix::Repository, bitmap: &crate::bitmap::PackBitmap, objects: usize, extra: &[ObjectId], out: &mut W) -> Result<Stats, ServeError> {
+fn write_verbatim<W: Write>(repo: &gix::Repository, bitmap: &crate::bitmap::PackBitmap, objects: usize, extra: &[ObjectId], options: &Options, out: &mut W) -> Result<Stats, ServeError> {
     let hash = repo.object_hash();
     // The pack as the bitmap mapped it: a repack that renames or deletes the file meanwhile
     // does not take it from under this answer.
@@ -44,7 +44,11 @@ fn write_verbatim<W: Write>(repo: &gix::Repository, bitmap: &crate::bitmap::Pack
         // A delta whose base is in the big pack refers to it by id (it is in this answer); any
         // other base is not, and its delta is re-deflated.
         let decide = |id: &gix_hash::oid| if bitmap.pos(id).is_some() { DeltaBase::Thin } else { DeltaBase::Recompress };
-        write_through_gix_pack(repo, extra.iter().copied(), decide, None, &mut answer, |_| stats.entries += 1)?;
+        // Their stored entries located in the pack files as read now, not by gix-odb: its
+        // locations, taken while a repack swaps packs under its snapshot, can pair an index
+        // with another pack (seen: a clone sent an entry that did not inflate, and gix-odb's
+        // own "index must always be present" panic, with git gc running beside gixd).
+        write_through_gix_pack(repo, extra.iter().copied(), decide, (options.packs)(), &mut answer, |_| stats.entries += 1)?;
     }
     stats.bytes = answer.finish()?;
     Ok(stats)
@@ -440,7 +444,7 @@ pub fn write<W: Write>(
     if let Some(bitmap) = &selection.whole_pack
         && options.ofs_delta
     {
-        return write_verbatim(repo, bitmap, selection.objects.len() - selection.extra.len(), &selection.extra, out);
+        return write_verbatim(repo, bitmap, selection.objects.len() - selection.extra.len(), &selection.extra, &options, out);
     }
     if let Some((bitmap, positions)) = &selection.in_pack
         && !positions.is_empty()

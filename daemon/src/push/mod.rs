@@ -538,7 +538,18 @@ fn object_kind(repo: &gix::Repository, received: &gix_odb::Handle, id: &ObjectId
     if let Ok(Some(h)) = received.try_header(id) {
         return Some(h.kind);
     }
-    repo.find_header(*id).ok().map(|h| h.kind())
+    match repo.find_header(*id) {
+        Ok(h) => Some(h.kind()),
+        Err(_) => repo.clone().find_header(*id).ok().map(|h| h.kind()),
+    }
+}
+
+/// `repo` has `id`, looked up once more through a fresh snapshot of its packs (made once per
+/// check, in `fresh`) when its handle does not find it: gix-odb misses an object now and then
+/// while a repack swaps packs under a handle's snapshot, and a push refused for that would be
+/// refused for nothing.
+fn has_object(repo: &gix::Repository, fresh: &mut Option<gix::Repository>, id: ObjectId) -> bool {
+    repo.has_object(id) || fresh.get_or_insert_with(|| repo.clone()).has_object(id)
 }
 
 /// Every object the new tip needs is in the quarantine or the repository. Objects the
@@ -549,13 +560,14 @@ fn connected(repo: &gix::Repository, received: &gix_odb::Handle, tip: ObjectId) 
     let mut buf = Vec::new();
     let mut seen = HashSet::new();
     let mut stack = vec![tip];
+    let mut fresh = None;
     while let Some(id) = stack.pop() {
         if !seen.insert(id) {
             continue;
         }
         let in_quarantine = matches!(received.try_header(&id), Ok(Some(_)));
         if !in_quarantine || repo.has_object(id) {
-            if repo.has_object(id) {
+            if has_object(repo, &mut fresh, id) {
                 continue;
             }
             return Err(Refusal::MissingObjects);
