@@ -470,6 +470,11 @@ impl PackBitmap {
         Ok(reach)
     }
 
+    /// The type of `id`, if the pack holds it: from the type bitmaps, no object read.
+    pub fn kind_of(&self, id: &gix_hash::oid) -> Option<Kind> {
+        self.pos(id).map(|pos| self.kind_at(pos))
+    }
+
     /// The type of the object at pack position `pos`, from the type bitmaps.
     fn kind_at(&self, pos: usize) -> Kind {
         const KINDS: [Kind; 4] = [Kind::Commit, Kind::Tree, Kind::Blob, Kind::Tag];

@@ -27,18 +27,26 @@ enum Held {
     Other,
 }
 
-/// Classify one have; `None` when we do not hold it.
-fn check_have(repo: &gix::Repository, id: ObjectId) -> Result<Option<Held>, ServeError> {
-    match repo.find_header(id) {
-        Err(_) => Ok(None),
-        Ok(header) if header.kind() == Kind::Commit => Ok(Some(Held::Commit)),
-        Ok(header) if header.kind() == Kind::Tag => Ok(Some(Held::Tag(crate::graph::peel_to_commit(repo, id)?))),
-        Ok(_) => Ok(Some(Held::Other)),
-    }
+/// Classify one have; `None` when we do not hold it. An object of the bitmapped pack is held
+/// and its type is in the bitmap's type bits: no object header read (a stateless fetch names
+/// hundreds of haves per round, most of them in that pack).
+fn check_have(repo: &gix::Repository, bitmap: Option<&crate::bitmap::PackBitmap>, id: ObjectId) -> Result<Option<Held>, ServeError> {
+    let kind = match bitmap.and_then(|b| b.kind_of(&id)) {
+        Some(kind) => kind,
+        None => match repo.find_header(id) {
+            Err(_) => return Ok(None),
+            Ok(header) => header.kind(),
+        },
+    };
+    Ok(Some(match kind {
+        Kind::Commit => Held::Commit,
+        Kind::Tag => Held::Tag(crate::graph::peel_to_commit(repo, id)?),
+        _ => Held::Other,
+    }))
 }
 
 /// The negotiation state of one request (stateless: rebuilt from each request's lines).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Common {
     /// Common commits named as haves, in the order the client named them, without repeats: what
     /// readiness walks to (git's `THEY_HAVE`, set by commit haves only).
@@ -50,15 +58,22 @@ pub struct Common {
     pub acked: Vec<ObjectId>,
     set: HashSet<ObjectId>,
     commit_set: HashSet<ObjectId>,
+    /// The repository's pack bitmap, if it has one: the types of the objects it covers.
+    kinds: Option<std::sync::Arc<crate::bitmap::PackBitmap>>,
 }
 
 impl Common {
+    /// Negotiation that takes the types of haves in the bitmapped pack from `bitmap`.
+    pub fn with_kinds(bitmap: Option<std::sync::Arc<crate::bitmap::PackBitmap>>) -> Self {
+        Common { kinds: bitmap, ..Common::default() }
+    }
+
     /// Record a have; returns what it is.
     pub fn have(&mut self, repo: &gix::Repository, id: ObjectId) -> Result<Have, ServeError> {
         if self.set.contains(&id) {
             return Ok(Have::Common);
         }
-        let Some(held) = check_have(repo, id)? else {
+        let Some(held) = check_have(repo, self.kinds.as_deref(), id)? else {
             return Ok(Have::Unknown);
         };
         self.set.insert(id);

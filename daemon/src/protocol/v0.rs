@@ -309,7 +309,7 @@ fn negotiate(
     if !req.has_haves_section {
         return Ok(None); // a deepen request's first round: the shallow list was the answer
     }
-    let mut nego = Negotiation::new(repo, ctx.repos.commits(ctx.served), refs.object_hash, &req.wants, req.caps.clone());
+    let mut nego = Negotiation::new(repo, crate::bitmap::of(ctx.repos, ctx.served, repo), ctx.repos.commits(ctx.served), refs.object_hash, &req.wants, req.caps.clone());
     // Walk the haves segment by segment, as git reads them between flushes.
     let start = lines.iter().position(|l| *l == Line::Flush).map_or(lines.len(), |p| p + 1);
     for line in &lines[start..] {
@@ -362,13 +362,13 @@ pub struct Negotiation<'r> {
 }
 
 impl<'r> Negotiation<'r> {
-    pub fn new(repo: &'r gix::Repository, commits: std::sync::Arc<crate::graph::CommitCache>, hash: gix_hash::Kind, wants: &'r [ObjectId], caps: ClientCaps) -> Self {
+    pub fn new(repo: &'r gix::Repository, bitmap: Option<std::sync::Arc<crate::bitmap::PackBitmap>>, commits: std::sync::Arc<crate::graph::CommitCache>, hash: gix_hash::Kind, wants: &'r [ObjectId], caps: ClientCaps) -> Self {
         Negotiation {
             repo,
             hash,
             wants,
             caps,
-            common: Common::default(),
+            common: Common::with_kinds(bitmap),
             last_common: None,
             ready_cache: None,
             commits,
@@ -502,7 +502,7 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Ve
             out.write_all(&w.buf)?;
             out.flush()?;
         }
-        let mut nego = Negotiation::new(&repo, ctx.repos.commits(ctx.served), refs.object_hash, &req.wants, req.caps.clone());
+        let mut nego = Negotiation::new(&repo, crate::bitmap::of(ctx.repos, ctx.served, &repo), ctx.repos.commits(ctx.served), refs.object_hash, &req.wants, req.caps.clone());
         let mut haves = 0usize;
         loop {
             let Some(round) = section(&mut lines)? else {

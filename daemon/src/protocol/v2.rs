@@ -298,7 +298,7 @@ fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[
         if f.wants.is_empty() {
             return Ok(None);
         }
-        let mut common = Common::default();
+        let mut common = Common::with_kinds(crate::bitmap::of(ctx.repos, ctx.served, repo));
         for have in &f.haves {
             common.have(repo, *have)?;
         }
