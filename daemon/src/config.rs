@@ -130,6 +130,12 @@ pub struct Config {
     /// Upload-pack requests (each may generate a pack) in flight at once; more wait up to
     /// `transfer_queue_wait`, then get "busy, retry" instead of an unbounded pile of work.
     pub max_transfers: usize,
+    /// Transfers of one repository in flight at once, of the `max_transfers` (0: no limit of
+    /// its own): a fleet cloning one repository leaves slots for the others.
+    pub max_transfers_per_repository: usize,
+    /// Transfers from one client address in flight at once (0: no limit of its own): one host
+    /// cannot take every slot.
+    pub max_transfers_per_client: usize,
     pub transfer_queue_wait: std::time::Duration,
     /// How long a client may take to send its request head or body, or to accept the next frame
     /// of a response, before the transfer is dropped: a stalled client must not hold a thread.
@@ -168,6 +174,8 @@ impl Config {
             worker_threads: 1,
             blocking_threads: 4,
             max_transfers: 2,
+            max_transfers_per_repository: 0,
+            max_transfers_per_client: 0,
             transfer_queue_wait: std::time::Duration::from_secs(5),
             io_timeout: std::time::Duration::from_secs(120),
             min_receive_rate: 1024,
@@ -247,6 +255,8 @@ pub struct Limits {
     pub max_wants: Option<usize>,
     pub max_haves: Option<usize>,
     pub max_transfers: Option<usize>,
+    pub max_transfers_per_repository: Option<usize>,
+    pub max_transfers_per_client: Option<usize>,
     pub worker_threads: Option<usize>,
     pub blocking_threads: Option<usize>,
     pub io_timeout_secs: Option<u64>,
@@ -342,6 +352,8 @@ impl File {
             worker_threads: limits.and_then(|l| l.worker_threads),
             blocking_threads: limits.and_then(|l| l.blocking_threads),
             max_transfers: limits.and_then(|l| l.max_transfers),
+            max_transfers_per_repository: limits.and_then(|l| l.max_transfers_per_repository),
+            max_transfers_per_client: limits.and_then(|l| l.max_transfers_per_client),
             transfer_queue_wait: limits.and_then(|l| l.queue_wait_secs).map(secs),
             io_timeout: limits.and_then(|l| l.io_timeout_secs).map(secs),
             init_timeout: limits.and_then(|l| l.init_timeout_secs).map(secs),
@@ -382,6 +394,8 @@ pub struct Overrides {
     pub worker_threads: Option<usize>,
     pub blocking_threads: Option<usize>,
     pub max_transfers: Option<usize>,
+    pub max_transfers_per_repository: Option<usize>,
+    pub max_transfers_per_client: Option<usize>,
     pub transfer_queue_wait: Option<std::time::Duration>,
     pub io_timeout: Option<std::time::Duration>,
     pub init_timeout: Option<std::time::Duration>,
@@ -396,7 +410,8 @@ impl Overrides {
         pick!(
             listen, git_listen, base_path, exports, token_file, anonymous_read, stream_window, informative_errors, strict_paths, user_path,
             whitelist, max_connections, maintenance_interval, max_request_body, max_inflated_body, max_push_bytes, max_object_bytes, max_wants,
-            max_haves, min_receive_rate, worker_threads, blocking_threads, max_transfers, transfer_queue_wait, io_timeout, init_timeout,
+            max_haves, min_receive_rate, worker_threads, blocking_threads, max_transfers, max_transfers_per_repository, max_transfers_per_client,
+            transfer_queue_wait, io_timeout, init_timeout,
         )
     }
 
@@ -408,7 +423,7 @@ impl Overrides {
             ($($field:ident),* $(,)?) => { $( if let Some(v) = self.$field.clone() { config.$field = v; } )* };
         }
         set!(listen, base_path, exports, anonymous_read, stream_window, informative_errors, max_connections, max_request_body, max_inflated_body);
-        set!(max_push_bytes, max_object_bytes, min_receive_rate, transfer_queue_wait);
+        set!(max_push_bytes, max_object_bytes, min_receive_rate, transfer_queue_wait, max_transfers_per_repository, max_transfers_per_client);
         if self.git_listen.is_some() {
             config.git_listen = self.git_listen;
         }

@@ -116,6 +116,12 @@ struct Sizes {
     /// Upload-pack requests in flight before "busy, retry" [default: 2 × effective CPUs].
     #[arg(long, env = "GIXD_MAX_TRANSFERS")]
     max_transfers: Option<usize>,
+    /// Transfers of one repository in flight before "busy, retry" (0: no limit of its own) [default: 0].
+    #[arg(long, env = "GIXD_MAX_TRANSFERS_PER_REPOSITORY")]
+    max_transfers_per_repository: Option<usize>,
+    /// Transfers from one client address in flight before "busy, retry" (0: no limit of its own) [default: 0].
+    #[arg(long, env = "GIXD_MAX_TRANSFERS_PER_CLIENT")]
+    max_transfers_per_client: Option<usize>,
     /// Seconds a request waits for a transfer slot before "busy, retry" [default: 5].
     #[arg(long, env = "GIXD_QUEUE_WAIT")]
     queue_wait: Option<u64>,
@@ -127,6 +133,8 @@ impl Sizes {
             worker_threads: self.worker_threads,
             blocking_threads: self.blocking_threads,
             max_transfers: self.max_transfers,
+            max_transfers_per_repository: self.max_transfers_per_repository,
+            max_transfers_per_client: self.max_transfers_per_client,
             transfer_queue_wait: self.queue_wait.map(std::time::Duration::from_secs),
             ..Overrides::default()
         }

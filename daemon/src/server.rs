@@ -47,6 +47,7 @@ impl Server {
             None => None,
         };
         let transfers = Arc::new(tokio::sync::Semaphore::new(config.max_transfers.max(1)));
+        let shares = Arc::new(crate::session::Shares::new(&config));
         Ok(Server {
             listener,
             git_listener,
@@ -55,6 +56,7 @@ impl Server {
                 access: crate::auth::Access::new(config.token_file.clone(), config.anonymous_read),
                 config,
                 transfers,
+                shares,
                 tap: options.tap,
             }),
         })
@@ -97,7 +99,7 @@ impl Server {
             let state = self.state.clone();
             let header_timeout = state.config.io_timeout;
             tokio::spawn(async move {
-                let service = service_fn(move |req| http::handle(state.clone(), req));
+                let service = service_fn(move |req| http::handle(state.clone(), peer, req));
                 if let Err(err) = hyper::server::conn::http1::Builder::new()
                     .keep_alive(true)
                     .timer(hyper_util::rt::TokioTimer::new())

@@ -15,6 +15,8 @@ pub struct State {
     pub access: crate::auth::Access,
     /// One permit per transfer in flight (`Config::max_transfers`).
     pub transfers: Arc<tokio::sync::Semaphore>,
+    /// Transfers in flight per repository and per client address.
+    pub shares: Arc<Shares>,
     /// An observer of whole exchanges (the wire suite's snapshots), a server option: nothing
     /// is copied without one.
     pub tap: Option<Arc<dyn Tap>>,
@@ -69,4 +71,113 @@ pub struct Exchange {
 
 pub trait Tap: Send + Sync {
     fn exchange(&self, exchange: Exchange);
+}
+
+/// Transfers in flight per repository and per client address, beside the global slots
+/// (`Config::max_transfers_per_repository`, `Config::max_transfers_per_client`; 0: no limit).
+/// Counted while a [`Share`] lives; past a limit a transfer is refused at once, not queued.
+#[derive(Debug, Default)]
+pub struct Shares {
+    per_repository: usize,
+    per_client: usize,
+    counts: std::sync::Mutex<std::collections::HashMap<ShareKey, usize>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum ShareKey {
+    Repository(std::path::PathBuf),
+    Client(std::net::IpAddr),
+}
+
+/// Which limit refused a transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Busy {
+    Repository,
+    Client,
+}
+
+impl Busy {
+    /// What the client is told (HTTP 503 with `Retry-After`, git:// `ERR`).
+    pub fn message(self) -> &'static str {
+        match self {
+            Busy::Repository => "server busy: too many transfers of this repository in flight, retry shortly",
+            Busy::Client => "server busy: too many transfers from your address in flight, retry shortly",
+        }
+    }
+}
+
+/// One transfer's place in the counts of its repository and its client; given back on drop.
+#[derive(Debug)]
+pub struct Share {
+    shares: Arc<Shares>,
+    keys: Vec<ShareKey>,
+}
+
+impl Shares {
+    pub fn new(config: &Config) -> Self {
+        Shares { per_repository: config.max_transfers_per_repository, per_client: config.max_transfers_per_client, counts: Default::default() }
+    }
+
+    /// A place for a transfer of the repository at `git_dir` from `client` (unknown: no
+    /// per-client count), or the limit it would pass.
+    pub fn enter(self: &Arc<Self>, git_dir: &std::path::Path, client: Option<std::net::IpAddr>) -> Result<Share, Busy> {
+        let mut keys = Vec::with_capacity(2);
+        if self.per_repository > 0 {
+            keys.push((ShareKey::Repository(git_dir.to_owned()), self.per_repository, Busy::Repository));
+        }
+        if let (Some(ip), true) = (client, self.per_client > 0) {
+            keys.push((ShareKey::Client(ip), self.per_client, Busy::Client));
+        }
+        let mut counts = self.counts.lock().expect("not poisoned");
+        for (key, limit, busy) in &keys {
+            if counts.get(key).copied().unwrap_or(0) >= *limit {
+                return Err(*busy);
+            }
+        }
+        for (key, _, _) in &keys {
+            *counts.entry(key.clone()).or_insert(0) += 1;
+        }
+        Ok(Share { shares: self.clone(), keys: keys.into_iter().map(|(key, _, _)| key).collect() })
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        let mut counts = self.shares.counts.lock().expect("not poisoned");
+        for key in &self.keys {
+            if let Some(n) = counts.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    counts.remove(key);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repository_or_a_client_past_its_limit_is_refused_and_a_finished_transfer_gives_its_place_back() {
+        let mut config = Config::new("/srv".into());
+        config.max_transfers_per_repository = 2;
+        config.max_transfers_per_client = 1;
+        let shares = Arc::new(Shares::new(&config));
+        let (a, b) = (std::path::Path::new("/srv/a.git"), std::path::Path::new("/srv/b.git"));
+        let (one, two): (std::net::IpAddr, std::net::IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let first = shares.enter(a, Some(one)).unwrap();
+        assert_eq!(shares.enter(b, Some(one)).unwrap_err(), Busy::Client, "one transfer per client");
+        let second = shares.enter(a, Some(two)).unwrap();
+        assert_eq!(shares.enter(a, None).unwrap_err(), Busy::Repository, "two per repository");
+        let other = shares.enter(b, None).unwrap();
+        drop(first);
+        let again = shares.enter(a, Some(one)).expect("its place is free again");
+        drop((second, other, again));
+        assert!(shares.counts.lock().unwrap().is_empty(), "nothing left counted");
+        let unlimited = Arc::new(Shares::new(&Config::new("/srv".into())));
+        let many: Vec<Share> = (0..100).map(|_| unlimited.enter(a, Some(one)).unwrap()).collect();
+        assert_eq!(many.len(), 100);
+    }
 }

@@ -428,3 +428,66 @@ fn transfers_beyond_the_limit_get_503_busy_and_the_slot_frees_up() {
     assert!(served.body.len() > 16 << 20);
     drop(holder);
 }
+
+/// A client that asks `server` for the big pack and does not read it: it holds a transfer of
+/// `big` from 127.0.0.1 until the I/O timeout.
+fn hold_a_transfer(addr: std::net::SocketAddr, body: &[u8]) -> std::net::TcpStream {
+    let mut holder = std::net::TcpStream::connect(addr).unwrap();
+    let request = format!(
+        "POST /big/git-upload-pack HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-git-upload-pack-request\r\nGit-Protocol: version=2\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    holder.write_all(request.as_bytes()).unwrap();
+    holder.write_all(body).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    holder
+}
+
+#[test]
+fn a_repository_or_a_client_address_past_its_own_transfer_limit_gets_503_busy_naming_that_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let big = big_fixture(tmp.path());
+    let small = fixture(tmp.path());
+    let big_body = v2_fetch(&[format!("want {}\n", git_out(&big, &["rev-parse", "HEAD"]))], &["ofs-delta", "no-progress", "done"]);
+    let small_body = v2_fetch(&[format!("want {}\n", git_out(&small, &["rev-parse", "HEAD"]))], &["ofs-delta", "no-progress", "done"]);
+    let limited = |per_repository: usize, per_client: usize| {
+        serve_with(tmp.path(), move |c| {
+            c.max_transfers = 4;
+            c.max_transfers_per_repository = per_repository;
+            c.max_transfers_per_client = per_client;
+            c.io_timeout = std::time::Duration::from_secs(2);
+            c.stream_window = 64 * 1024;
+            c.git_listen = Some("127.0.0.1:0".parse().unwrap());
+        })
+    };
+    let assert_busy = |response: &HttpResponse, limit: &str| {
+        assert_eq!(response.status, 503, "{}", response.text());
+        assert!(response.text().contains(limit), "{}", response.text());
+        assert_eq!(response.header("retry-after"), Some("5"));
+    };
+
+    // One transfer per repository: a second of `big` is refused, `repo` is served beside it.
+    let server = limited(1, 0);
+    let holder = hold_a_transfer(server.addr, &big_body);
+    assert_busy(&post_to(server.addr, "big", &big_body, &[V2]), "too many transfers of this repository");
+    assert_eq!(post(server.addr, &small_body, &[V2]).status, 200, "another repository is served");
+    drop(holder);
+    // Its place is given back when the transfer ends.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(post_to(server.addr, "big", &big_body, &[V2]).status, 200);
+
+    // One transfer per client address: this address gets nothing more, of any repository.
+    let server = limited(0, 1);
+    let holder = hold_a_transfer(server.addr, &big_body);
+    assert_busy(&post(server.addr, &small_body, &[V2]), "too many transfers from your address");
+    let over_git = std::process::Command::new("git")
+        .args(["ls-remote", &format!("git://{}/repo", server.git_addr.unwrap())])
+        .output()
+        .unwrap();
+    assert!(!over_git.status.success());
+    let said = String::from_utf8_lossy(&over_git.stderr);
+    assert!(said.contains("remote error: server busy: too many transfers from your address"), "git:// says which limit: {said}");
+    drop(holder);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(post(server.addr, &small_body, &[V2]).status, 200);
+}

@@ -159,6 +159,14 @@ fn serve(state: &State, stream: TcpStream, line: &[u8]) -> Result<(), crate::err
         }
     };
     tracing::info!(repo = %served.name, host = ?request.host, "git://");
+    let _share = match state.shares.enter(&served.git_dir, stream.peer_addr().ok().map(|peer| peer.ip())) {
+        Ok(share) => share,
+        Err(refused) => {
+            tracing::info!(repo = %served.name, ?refused, "git:// transfer refused: busy");
+            let _ = send_err(&stream, refused.message());
+            return Ok(());
+        }
+    };
     // Reads are held to a minimum rate (a trickling client is dropped within a window), and a
     // silent one is noticed at the end of a window too.
     let pace = if request.service == "git-receive-pack" { state.config.push_pace() } else { state.config.pace() };

@@ -7,6 +7,7 @@
 //! to its user; later ones travel in-band (the protocol layer writes them).
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::io::Read;
 use std::sync::Arc;
 
@@ -19,7 +20,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use crate::config::Config;
 use crate::error::RepoError;
 use crate::protocol::{self, Version, pkt};
-use crate::session::{Context, State};
+use crate::session::{Context, Share, State};
 use crate::repo::{RefSnapshot, Served};
 use crate::tap::Exchange;
 use crate::transport::stream;
@@ -102,7 +103,7 @@ fn query_param<'a>(query: Option<&'a str>, key: &str) -> Option<&'a str> {
 }
 
 /// Serve one HTTP request. Never fails: every error is a response.
-pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let upload_pack_off = !state.config.services.upload_pack;
@@ -114,8 +115,8 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Respons
             text(StatusCode::FORBIDDEN, "fetch (git-upload-pack) is not enabled on this server")
         }
         (Route::InfoRefs(repo), &Method::GET | &Method::HEAD) => info_refs(&state, repo, &req).await,
-        (Route::UploadPack(repo), &Method::POST) => upload_pack(state.clone(), repo.to_owned(), req).await,
-        (Route::ReceivePack(repo), &Method::POST) => receive_pack(state.clone(), repo.to_owned(), req).await,
+        (Route::UploadPack(repo), &Method::POST) => upload_pack(state.clone(), peer, repo.to_owned(), req).await,
+        (Route::ReceivePack(repo), &Method::POST) => receive_pack(state.clone(), peer, repo.to_owned(), req).await,
         (Route::ReceivePack(_), _) => text(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed here")),
         (Route::Dumb, _) => text(StatusCode::FORBIDDEN, "gixd serves the smart HTTP protocol only; dumb HTTP is not supported"),
         (Route::InfoRefs(_) | Route::UploadPack(_), _) => text(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed here")),
@@ -248,15 +249,21 @@ fn gzip_encoded(headers: &HeaderMap) -> Result<bool, Response<Body>> {
 }
 
 /// A bounded number of transfers at once; beyond it, a short wait, then a clear refusal (503
-/// with `Retry-After`).
-async fn transfer_slot(state: &State) -> Result<tokio::sync::OwnedSemaphorePermit, Response<Body>> {
+/// with `Retry-After`). Past the limit of its repository or of its client's address, a transfer
+/// is refused the same way at once.
+async fn transfer_slot(state: &State, served: &Served, peer: SocketAddr) -> Result<(tokio::sync::OwnedSemaphorePermit, Share), Response<Body>> {
+    let busy = |message: &str| {
+        let mut response = text(StatusCode::SERVICE_UNAVAILABLE, message);
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        response
+    };
+    let share = state.shares.enter(&served.git_dir, Some(peer.ip())).map_err(|refused| {
+        tracing::info!(repo = %served.name, %peer, ?refused, "transfer refused: busy");
+        busy(refused.message())
+    })?;
     match tokio::time::timeout(state.config.transfer_queue_wait, state.transfers.clone().acquire_owned()).await {
-        Ok(Ok(permit)) => Ok(permit),
-        _ => {
-            let mut response = text(StatusCode::SERVICE_UNAVAILABLE, "server busy: too many transfers in flight, retry shortly");
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-            Err(response)
-        }
+        Ok(Ok(permit)) => Ok((permit, share)),
+        _ => Err(busy("server busy: too many transfers in flight, retry shortly")),
     }
 }
 
@@ -293,7 +300,7 @@ async fn read_body(config: &Config, req: Request<Incoming>) -> Result<Vec<u8>, R
     .unwrap_or_else(|_| Err(text(StatusCode::INTERNAL_SERVER_ERROR, "internal error")))
 }
 
-async fn upload_pack(state: Arc<State>, repo_path: String, req: Request<Incoming>) -> Response<Body> {
+async fn upload_pack(state: Arc<State>, peer: SocketAddr, repo_path: String, req: Request<Incoming>) -> Response<Body> {
     if let Err(response) = expect_content_type(req.headers(), "application/x-git-upload-pack-request") {
         return response;
     }
@@ -307,7 +314,7 @@ async fn upload_pack(state: Arc<State>, repo_path: String, req: Request<Incoming
         Err(response) => return response,
     };
     // The slot is taken once the request is in: a client trickling its body holds none.
-    let permit = match transfer_slot(&state).await {
+    let permit = match transfer_slot(&state, &served, peer).await {
         Ok(permit) => permit,
         Err(response) => return response,
     };
@@ -371,7 +378,7 @@ async fn receive_pack_advertisement(state: &Arc<State>, repo_path: &str, req: &R
 
 /// A push: authorized for write, its body streamed (never held whole) into the protocol layer
 /// on a blocking thread, the report returned when the push is done.
-async fn receive_pack(state: Arc<State>, repo_path: String, req: Request<Incoming>) -> Response<Body> {
+async fn receive_pack(state: Arc<State>, peer: SocketAddr, repo_path: String, req: Request<Incoming>) -> Response<Body> {
     if let Err(response) = expect_content_type(req.headers(), "application/x-git-receive-pack-request") {
         return response;
     }
@@ -384,7 +391,7 @@ async fn receive_pack(state: Arc<State>, repo_path: String, req: Request<Incomin
         Ok(allowed) => allowed,
         Err(response) => return response,
     };
-    let permit = match transfer_slot(&state).await {
+    let permit = match transfer_slot(&state, &served, peer).await {
         Ok(permit) => permit,
         Err(response) => return response,
     };
