@@ -290,6 +290,17 @@ impl PackBitmap {
         (self.order.get(p).is_some_and(|i| self.index.pack_offset_at_index(*i) == offset)).then_some(p)
     }
 
+    /// Whether `commit`'s stored closure holds any of `targets` (bits over this pack); `None`
+    /// when the commit has no bitmap (or its bitmap does not decode).
+    pub fn closure_meets(&self, commit: &gix_hash::oid, targets: &Bits) -> Option<bool> {
+        self.closure(commit).map(|closure| closure.count_and(targets) > 0)
+    }
+
+    /// Whether `commit` has a stored bitmap.
+    pub fn has_closure(&self, commit: &gix_hash::oid) -> bool {
+        self.by_commit.contains_key(commit)
+    }
+
     pub fn commit_bitmaps(&self) -> usize {
         self.entries.len()
     }
