@@ -26,7 +26,7 @@ pub enum RepoError {
 #[derive(Debug, thiserror::Error)]
 pub enum ProtocolError {
     #[error("malformed pkt-line: {0}")]
-    PktLine(String),
+    PktLine(#[from] gix_error::Error),
     #[error("request ended before its flush packet")]
     Truncated,
     #[error("unexpected line: {0}")]
@@ -46,7 +46,7 @@ pub enum ProtocolError {
     #[error("request section larger than {limit} bytes before its flush")]
     TooLarge { limit: usize },
     #[error("could not read the request: {0}")]
-    Read(String),
+    Read(#[source] std::io::Error),
     #[error("too many {what} lines (limit {limit})")]
     TooMany { what: &'static str, limit: usize },
     #[error("{0}")]

@@ -31,7 +31,7 @@ pub fn read_all(body: &[u8]) -> Result<Vec<Line<'_>>, ProtocolError> {
     let mut lines = Vec::new();
     let mut rest = body;
     while !rest.is_empty() {
-        match decode::streaming(rest).map_err(|e| ProtocolError::PktLine(e.to_string()))? {
+        match decode::streaming(rest)? {
             decode::Stream::Complete { line, bytes_consumed } => {
                 lines.push(match line {
                     PacketLineRef::Data(d) => Line::Data(d.strip_suffix(b"\n").unwrap_or(d)),
@@ -115,7 +115,7 @@ pub fn read_section<R: std::io::Read>(lines: &mut Stream<R>, max_bytes: usize, r
             }
             Ok(Ok(PacketLineRef::Delimiter)) if rules.delim => out.push(Owned::Delim),
             Ok(Ok(other)) => return Err(ProtocolError::Unexpected(format!("{other:?}"))),
-            Ok(Err(err)) => return Err(ProtocolError::PktLine(err.to_string())),
+            Ok(Err(err)) => return Err(ProtocolError::PktLine(err)),
             Err(_) => return Ok((out, End::HungUp)),
         }
     }

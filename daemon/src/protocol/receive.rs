@@ -81,13 +81,13 @@ pub fn read_request<R: std::io::Read>(input: R, hash: gix_hash::Kind, max_bytes:
         let data = match line {
             Ok(Ok(PacketLineRef::Data(d))) => d,
             Ok(Ok(other)) => return Err(ProtocolError::Unexpected(format!("{other:?}"))),
-            Ok(Err(err)) => return Err(ProtocolError::PktLine(err.to_string())),
+            Ok(Err(err)) => return Err(ProtocolError::PktLine(err)),
             // Hung up before sending a byte: nothing to push.
             Err(err) if first && err.kind() == std::io::ErrorKind::UnexpectedEof && counted.get() == 0 => {
                 return Ok((None, lines.into_inner().inner));
             }
             Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => return Err(ProtocolError::Truncated),
-            Err(err) => return Err(ProtocolError::Read(err.to_string())),
+            Err(err) => return Err(ProtocolError::Read(err)),
         };
         held += data.len();
         if held > max_bytes {
@@ -149,9 +149,9 @@ pub fn read_request<R: std::io::Read>(input: R, hash: gix_hash::Kind, max_bytes:
                     req.push.options.push(String::from_utf8_lossy(d).into_owned());
                 }
                 Ok(Ok(other)) => return Err(ProtocolError::Unexpected(format!("{other:?}"))),
-                Ok(Err(err)) => return Err(ProtocolError::PktLine(err.to_string())),
+                Ok(Err(err)) => return Err(ProtocolError::PktLine(err)),
                 Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => return Err(ProtocolError::Truncated),
-                Err(err) => return Err(ProtocolError::Read(err.to_string())),
+                Err(err) => return Err(ProtocolError::Read(err)),
             }
         }
         if lines.stopped_at().is_none() {
