@@ -144,6 +144,33 @@ pub struct Config {
     /// waiting, judged over `init_timeout` of waiting): per-read timeouts alone let a client that
     /// sends a byte every few seconds hold a connection and a transfer slot for ever.
     pub min_receive_rate: u64,
+    /// Where Prometheus scrapes `/metrics` ([`crate::metrics`]); `None`: not served.
+    pub metrics_listen: Option<SocketAddr>,
+    /// The access log's file, `-` for standard output ([`crate::access_log`]); `None`: none.
+    pub access_log: Option<PathBuf>,
+    /// The single-flight pack cache ([`crate::pack_cache`]); `None` (the default, as Gitaly's):
+    /// every fetch generates its own pack.
+    pub pack_cache: Option<PackCache>,
+}
+
+/// What the pack cache keeps, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackCache {
+    /// Bytes of responses held in memory, all entries together.
+    pub memory_bytes: u64,
+    /// Where an entry that does not fit in memory goes (unlinked files); `None`: it stays in
+    /// memory while it is generated and is not kept afterwards.
+    pub dir: Option<PathBuf>,
+    /// Bytes of finished entries kept on disk.
+    pub disk_bytes: u64,
+    /// How long a finished entry is kept.
+    pub max_age: std::time::Duration,
+}
+
+impl PackCache {
+    pub const DEFAULT_MEMORY: u64 = 64 << 20;
+    pub const DEFAULT_DISK: u64 = 1 << 30;
+    pub const DEFAULT_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(300);
 }
 
 impl Config {
@@ -179,6 +206,9 @@ impl Config {
             transfer_queue_wait: std::time::Duration::from_secs(5),
             io_timeout: std::time::Duration::from_secs(120),
             min_receive_rate: 1024,
+            metrics_listen: None,
+            access_log: None,
+            pack_cache: None,
         }
     }
 
@@ -241,7 +271,22 @@ pub struct File {
     pub max_connections: Option<usize>,
     /// Seconds between maintenance runs over every repository (absent: none).
     pub maintenance_interval_secs: Option<u64>,
+    pub metrics_listen: Option<SocketAddr>,
+    /// Relative to the configuration file's directory; `-`: standard output.
+    pub access_log: Option<PathBuf>,
     pub limits: Option<Limits>,
+    pub pack_cache: Option<PackCacheFile>,
+}
+
+/// `[pack_cache]`: present (even empty) turns the cache on; each key as [`PackCache`] says.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackCacheFile {
+    pub memory_bytes: Option<u64>,
+    /// Relative to the configuration file's directory.
+    pub dir: Option<PathBuf>,
+    pub disk_bytes: Option<u64>,
+    pub max_age_secs: Option<u64>,
 }
 
 /// `[limits]`: sizes and times, each as its `Config` field says.
@@ -311,6 +356,11 @@ impl File {
                 }
             }
         }
+        if let Some(cache_dir) = self.pack_cache.as_ref().and_then(|c| c.dir.as_ref())
+            && !dir.join(cache_dir).is_dir()
+        {
+            out.push(format!("pack_cache.dir: {} is not a directory", dir.join(cache_dir).display()));
+        }
         if let Some(token_file) = &self.token_file {
             let path = dir.join(token_file);
             if path.parent().is_some_and(|p| !p.as_os_str().is_empty() && !p.is_dir()) {
@@ -357,6 +407,13 @@ impl File {
             transfer_queue_wait: limits.and_then(|l| l.queue_wait_secs).map(secs),
             io_timeout: limits.and_then(|l| l.io_timeout_secs).map(secs),
             init_timeout: limits.and_then(|l| l.init_timeout_secs).map(secs),
+            metrics_listen: self.metrics_listen,
+            access_log: self.access_log.as_ref().map(|p| if p.as_os_str() == "-" { p.clone() } else { dir.join(p) }),
+            pack_cache: self.pack_cache.is_some().then_some(true),
+            pack_cache_memory: self.pack_cache.as_ref().and_then(|c| c.memory_bytes),
+            pack_cache_dir: self.pack_cache.as_ref().and_then(|c| c.dir.as_ref().map(|d| dir.join(d))),
+            pack_cache_disk: self.pack_cache.as_ref().and_then(|c| c.disk_bytes),
+            pack_cache_max_age: self.pack_cache.as_ref().and_then(|c| c.max_age_secs).map(secs),
             ..Overrides::default()
         }
     }
@@ -399,6 +456,14 @@ pub struct Overrides {
     pub transfer_queue_wait: Option<std::time::Duration>,
     pub io_timeout: Option<std::time::Duration>,
     pub init_timeout: Option<std::time::Duration>,
+    pub metrics_listen: Option<SocketAddr>,
+    pub access_log: Option<PathBuf>,
+    /// The pack cache on (`Some(true)`) or off; giving any of its sizes turns it on as well.
+    pub pack_cache: Option<bool>,
+    pub pack_cache_memory: Option<u64>,
+    pub pack_cache_dir: Option<PathBuf>,
+    pub pack_cache_disk: Option<u64>,
+    pub pack_cache_max_age: Option<std::time::Duration>,
 }
 
 impl Overrides {
@@ -411,7 +476,8 @@ impl Overrides {
             listen, git_listen, base_path, exports, token_file, anonymous_read, stream_window, informative_errors, strict_paths, user_path,
             whitelist, max_connections, maintenance_interval, max_request_body, max_inflated_body, max_push_bytes, max_object_bytes, max_wants,
             max_haves, min_receive_rate, worker_threads, blocking_threads, max_transfers, max_transfers_per_repository, max_transfers_per_client,
-            transfer_queue_wait, io_timeout, init_timeout,
+            transfer_queue_wait, io_timeout, init_timeout, metrics_listen, access_log, pack_cache, pack_cache_memory, pack_cache_dir,
+            pack_cache_disk, pack_cache_max_age,
         )
     }
 
@@ -429,6 +495,23 @@ impl Overrides {
         }
         if self.token_file.is_some() {
             config.token_file = self.token_file.clone();
+        }
+        if self.metrics_listen.is_some() {
+            config.metrics_listen = self.metrics_listen;
+        }
+        if self.access_log.is_some() {
+            config.access_log = self.access_log.clone();
+        }
+        let cache_given = self.pack_cache_memory.is_some() || self.pack_cache_dir.is_some() || self.pack_cache_disk.is_some() || self.pack_cache_max_age.is_some();
+        if self.pack_cache.unwrap_or(cache_given) {
+            config.pack_cache = Some(PackCache {
+                memory_bytes: self.pack_cache_memory.unwrap_or(PackCache::DEFAULT_MEMORY),
+                dir: self.pack_cache_dir.clone(),
+                disk_bytes: self.pack_cache_disk.unwrap_or(PackCache::DEFAULT_DISK),
+                max_age: self.pack_cache_max_age.unwrap_or(PackCache::DEFAULT_MAX_AGE),
+            });
+        } else if self.pack_cache == Some(false) {
+            config.pack_cache = None;
         }
         if self.maintenance_interval.is_some() {
             config.maintenance_interval = self.maintenance_interval.map(|d| d.max(std::time::Duration::from_secs(60)));
@@ -525,5 +608,20 @@ mod tests {
         assert_eq!(config.services, Services { upload_pack: true, receive_pack: false, upload_archive: true });
         let unknown = Overrides { services: vec![("frobnicate".into(), true)], ..Overrides::default() };
         assert!(unknown.resolve(Config::new("/srv".into()), 1).err().is_some_and(|e| e.to_string().contains("frobnicate")));
+    }
+
+    #[test]
+    fn the_pack_cache_is_off_unless_a_layer_turns_it_on_and_its_sizes_stack_like_the_rest() {
+        let off = Overrides::default().resolve(Config::new("/srv".into()), 1).unwrap();
+        assert_eq!(off.pack_cache, None);
+        let on = file("access_log = \"-\"\n[pack_cache]\nmemory_bytes = 10\ndir = \"cache\"\n").resolve(Config::new("/srv".into()), 1).unwrap();
+        let cache = on.pack_cache.unwrap();
+        assert_eq!((cache.memory_bytes, cache.dir.as_deref()), (10, Some(std::path::Path::new("/etc/gixd/cache"))));
+        assert_eq!((cache.disk_bytes, cache.max_age), (PackCache::DEFAULT_DISK, PackCache::DEFAULT_MAX_AGE));
+        assert_eq!(on.access_log.as_deref(), Some(std::path::Path::new("-")), "standard output is not a path below the file");
+        let flag = Overrides { pack_cache_disk: Some(5), ..Overrides::default() }.resolve(Config::new("/srv".into()), 1).unwrap();
+        assert_eq!(flag.pack_cache.map(|c| (c.memory_bytes, c.disk_bytes)), Some((PackCache::DEFAULT_MEMORY, 5)), "a size given turns it on");
+        let missing = toml::from_str::<File>("[pack_cache]\ndir = \"nowhere\"\n").unwrap().problems(std::path::Path::new("/nonexistent"));
+        assert!(missing.iter().any(|p| p.starts_with("pack_cache.dir")), "{missing:?}");
     }
 }

@@ -22,7 +22,9 @@
 //!   the ref transaction; [`maintenance`] — repacking into one pack with a `.rev` and a
 //!   `.bitmap`, in-process.
 //! - [`session`] — what a request and the server share, whatever the transport: the server's
-//!   state, a request's context, the protocol version asked for, what a tap is told.
+//!   state, a request's context, the protocol version asked for, what a tap is told;
+//!   [`metrics`] — the Prometheus counters; [`access_log`] — a JSON line per request;
+//!   [`pack_cache`] — one generated response shared by identical fetches.
 //! - [`pack`] — pack writing: gix-pack entries for a selection, to any writer.
 //! - [`select`] — object selection: what to send for some wants given the common commits, and
 //!   which objects a client may read; [`shallow`] — where a shallow request cuts history;
@@ -35,6 +37,7 @@
 //!   once, where the request's answer is written; [`filter`] — partial-clone filter specs and
 //!   what they leave out; [`auth`] — tokens and grants: who may read or push what.
 
+pub mod access_log;
 pub mod auth;
 pub mod bitmap;
 pub mod budget;
@@ -44,7 +47,9 @@ pub mod error;
 pub mod filter;
 pub mod graph;
 pub mod maintenance;
+pub mod metrics;
 pub mod pack;
+pub mod pack_cache;
 pub mod packs;
 pub mod protocol;
 pub mod push;

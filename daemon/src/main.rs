@@ -177,6 +177,49 @@ struct Serve {
     daemon: DaemonFlags,
     #[command(flatten)]
     sizes: Sizes,
+    #[command(flatten)]
+    operations: OperationFlags,
+}
+
+/// What an operator watches and what repeated clones share.
+#[derive(clap::Args)]
+struct OperationFlags {
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long, value_name = "ADDR", env = "GIXD_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    /// One JSON line per request to this file (`-`: standard output).
+    #[arg(long, value_name = "FILE", env = "GIXD_ACCESS_LOG")]
+    access_log: Option<PathBuf>,
+    /// Share one generated pack among identical fetches (the single-flight pack cache; off by default).
+    #[arg(long, env = "GIXD_PACK_CACHE")]
+    pack_cache: bool,
+    /// Bytes of cached responses held in memory [default: 64 MiB]; implies --pack-cache.
+    #[arg(long, value_name = "BYTES", env = "GIXD_PACK_CACHE_MEMORY")]
+    pack_cache_memory: Option<u64>,
+    /// Where responses that do not fit in memory go (unlinked files); implies --pack-cache.
+    #[arg(long, value_name = "DIR", env = "GIXD_PACK_CACHE_DIR")]
+    pack_cache_dir: Option<PathBuf>,
+    /// Bytes of finished responses kept on disk [default: 1 GiB]; implies --pack-cache.
+    #[arg(long, value_name = "BYTES", env = "GIXD_PACK_CACHE_DISK")]
+    pack_cache_disk: Option<u64>,
+    /// Seconds a finished response is kept [default: 300]; implies --pack-cache.
+    #[arg(long, value_name = "SECONDS", env = "GIXD_PACK_CACHE_SECS")]
+    pack_cache_secs: Option<u64>,
+}
+
+impl OperationFlags {
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            metrics_listen: self.metrics_listen,
+            access_log: self.access_log.clone(),
+            pack_cache: self.pack_cache.then_some(true),
+            pack_cache_memory: self.pack_cache_memory,
+            pack_cache_dir: self.pack_cache_dir.clone(),
+            pack_cache_disk: self.pack_cache_disk,
+            pack_cache_max_age: self.pack_cache_secs.map(std::time::Duration::from_secs),
+            ..Overrides::default()
+        }
+    }
 }
 
 /// Request limits (the configuration file's `[limits]`).
@@ -297,6 +340,8 @@ struct Daemon {
     daemon: DaemonFlags,
     #[command(flatten)]
     sizes: Sizes,
+    #[command(flatten)]
+    operations: OperationFlags,
     /// Only repositories in these directories (below them, without --strict-paths) are served.
     #[arg(value_name = "DIRECTORY")]
     directories: Vec<PathBuf>,
@@ -368,7 +413,7 @@ fn daemon(args: Daemon) -> Result<(), Box<dyn std::error::Error>> {
         listen: Some(http.unwrap_or_else(|| "127.0.0.1:0".parse().expect("valid"))),
         ..Overrides::default()
     };
-    let flags = args.sizes.overrides().over(args.daemon.overrides());
+    let flags = args.sizes.overrides().over(args.daemon.overrides()).over(args.operations.overrides());
     run(Config::new(args.base_path), flags.over(defaults), None, http.is_some())
 }
 
@@ -388,7 +433,7 @@ fn serve(args: Serve) -> Result<(), Box<dyn std::error::Error>> {
         maintenance_interval: args.maintenance_every.map(std::time::Duration::from_secs),
         ..Overrides::default()
     };
-    let mut layers = flags.over(args.limits.overrides()).over(args.daemon.overrides()).over(args.sizes.overrides()).over(file);
+    let mut layers = flags.over(args.limits.overrides()).over(args.daemon.overrides()).over(args.sizes.overrides()).over(args.operations.overrides()).over(file);
     if layers.token_file.is_none() {
         layers.token_file = Some(gixd::config::default_token_file());
     }

@@ -146,14 +146,8 @@ pub fn is_temporary(path: &Path) -> bool {
 /// The pack files of a repository, read once per state of its pack directory (names, sizes and
 /// modification times of the index files); `None`, logged once, when one does not read as a pack.
 pub fn of(repos: &crate::repo::Repos, served: &crate::repo::Served, repo: &gix::Repository) -> Option<Arc<Packs>> {
-    use std::hash::{Hash, Hasher};
-    let pack_dir = repo.objects.store_ref().path().join("pack");
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    let listed = index_files(&pack_dir);
-    for (idx, meta) in &listed {
-        (idx, meta.len(), meta.modified().ok()).hash(&mut h);
-    }
-    let cached = repos.cached(served, "pack files", h.finish(), || -> Result<Option<Arc<Packs>>, std::convert::Infallible> {
+    let listed = index_files(&repo.objects.store_ref().path().join("pack"));
+    let cached = repos.cached(served, "pack files", listing_state(&listed), || -> Result<Option<Arc<Packs>>, std::convert::Infallible> {
         match Packs::from_files(&listed, repo.object_hash()) {
             Ok(packs) => Ok(Some(Arc::new(packs))),
             Err(err) => {
@@ -166,6 +160,21 @@ pub fn of(repos: &crate::repo::Repos, served: &crate::repo::Served, repo: &gix::
         Ok(packs) => (*packs).clone(),
         Err(never) => match never {},
     }
+}
+
+/// A fingerprint of the pack directory: its index files' names, sizes and modification times
+/// (a repack, a push's new pack, a pack deleted).
+pub fn directory_state(repo: &gix::Repository) -> u64 {
+    listing_state(&index_files(&repo.objects.store_ref().path().join("pack")))
+}
+
+fn listing_state(listed: &[(PathBuf, std::fs::Metadata)]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for (idx, meta) in listed {
+        (idx, meta.len(), meta.modified().ok()).hash(&mut h);
+    }
+    h.finish()
 }
 
 /// The object database pack generation reads: objects through gix-odb, entries located in

@@ -368,8 +368,9 @@ fn stored_refs(repo: &gix::Repository) -> Result<Vec<(BString, StoredRef)>, Serv
 /// A fingerprint of everything [`RefSnapshot::load`] reads but the objects (an id fixes what a
 /// tag peels to): packed-refs by its stat, as git and gix trust it (a rewrite is a new file:
 /// new inode, size or times); every loose ref's name and target, read as the load reads them;
-/// HEAD; and the settings that hide refs or widen wants.
-fn upload_ref_state(repo: &gix::Repository) -> Result<u64, ServeError> {
+/// HEAD; and the settings that hide refs or widen wants. What a request is answered from is
+/// keyed by it (the ref snapshot, the pack cache).
+pub fn upload_ref_state(repo: &gix::Repository) -> Result<u64, ServeError> {
     use std::os::unix::fs::MetadataExt;
     let mut h = std::collections::hash_map::DefaultHasher::new();
     match std::fs::metadata(repo.common_dir().join("packed-refs")) {

@@ -19,6 +19,7 @@ use crate::transport::http;
 pub struct Server {
     listener: TcpListener,
     git_listener: Option<TcpListener>,
+    metrics_listener: Option<TcpListener>,
     state: Arc<State>,
 }
 
@@ -48,9 +49,19 @@ impl Server {
         };
         let transfers = Arc::new(tokio::sync::Semaphore::new(config.max_transfers.max(1)));
         let shares = Arc::new(crate::session::Shares::new(&config));
+        let metrics_listener = match config.metrics_listen {
+            Some(addr) => Some(TcpListener::bind(addr).await?),
+            None => None,
+        };
+        let access_log = match &config.access_log {
+            Some(path) => Some(crate::access_log::AccessLog::open(path)?),
+            None => None,
+        };
+        let pack_cache = config.pack_cache.clone().map(crate::pack_cache::PackCache::new);
         Ok(Server {
             listener,
             git_listener,
+            metrics_listener,
             state: Arc::new(State {
                 repos,
                 access: crate::auth::Access::new(config.token_file.clone(), config.anonymous_read),
@@ -58,12 +69,20 @@ impl Server {
                 transfers,
                 shares,
                 tap: options.tap,
+                metrics: Arc::new(crate::metrics::Metrics::new()),
+                access_log,
+                pack_cache,
             }),
         })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    /// Where `/metrics` is served, if it is.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// Where git:// is served, if it is.
@@ -76,6 +95,9 @@ impl Server {
         tokio::pin!(shutdown);
         if let Some(git) = self.git_listener {
             tokio::spawn(accept_git(git, self.state.clone()));
+        }
+        if let Some(metrics) = self.metrics_listener {
+            tokio::spawn(serve_metrics(metrics, self.state.clone()));
         }
         if let Some(every) = self.state.config.maintenance_interval {
             tokio::spawn(maintain(self.state.clone(), every));
@@ -111,6 +133,24 @@ impl Server {
                 }
             });
         }
+    }
+}
+
+/// `GET /metrics` (the Prometheus text) on a listener of its own; anything else is a 404.
+async fn serve_metrics(listener: TcpListener, state: Arc<State>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            continue;
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let state = state.clone();
+                async move { Ok::<_, std::convert::Infallible>(http::metrics_response(&state, req.uri().path())) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+        });
     }
 }
 
@@ -155,17 +195,17 @@ async fn accept_git(listener: TcpListener, state: Arc<State>) {
                     return crate::transport::git::refuse(&mut stream, "timed out waiting for a request line: git-upload-pack /path").await;
                 }
             };
-            let permit = tokio::time::timeout(state.config.transfer_queue_wait, state.transfers.clone().acquire_owned()).await;
+            let permit = state.slot().await;
             let Ok(stream) = stream.into_std() else { return };
             match permit {
-                Ok(Ok(permit)) => {
+                Some(permit) => {
                     let _ = tokio::task::spawn_blocking(move || {
                         let _permit = permit;
                         crate::transport::git::serve_connection(state, stream, line);
                     })
                     .await;
                 }
-                _ => {
+                None => {
                     let mut w = crate::protocol::pkt::Writer::new();
                     w.err("server busy: too many transfers in flight, retry shortly");
                     let _ = std::io::Write::write_all(&mut &stream, &w.buf);
@@ -186,8 +226,14 @@ async fn maintain(state: Arc<State>, every: std::time::Duration) {
             let _permit = permit;
             for git_dir in crate::push::quarantine::repositories_below(state.repos.base(), 6) {
                 match crate::maintenance::run(&git_dir) {
-                    Ok(report) => tracing::info!(repo = %git_dir.display(), objects = report.objects, bitmaps = report.bitmaps, "maintenance"),
-                    Err(err) => tracing::warn!(repo = %git_dir.display(), %err, "maintenance failed"),
+                    Ok(report) => {
+                        state.metrics.maintenance("repacked");
+                        tracing::info!(repo = %git_dir.display(), objects = report.objects, bitmaps = report.bitmaps, "maintenance")
+                    }
+                    Err(err) => {
+                        state.metrics.maintenance("failed");
+                        tracing::warn!(repo = %git_dir.display(), %err, "maintenance failed")
+                    }
                 }
             }
         })
@@ -250,6 +296,7 @@ pub fn runtime(config: &Config) -> std::io::Result<tokio::runtime::Runtime> {
 pub struct Running {
     pub addr: SocketAddr,
     pub git_addr: Option<SocketAddr>,
+    pub metrics_addr: Option<SocketAddr>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -265,6 +312,7 @@ pub fn spawn_with(config: Config, options: Options) -> std::io::Result<Running> 
     let server = rt.block_on(Server::bind_with(config, options))?;
     let addr = server.local_addr();
     let git_addr = server.git_addr();
+    let metrics_addr = server.metrics_addr();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::Builder::new().name("gixd-server".into()).spawn(move || {
         let _ = rt.block_on(server.run(async {
@@ -275,6 +323,7 @@ pub fn spawn_with(config: Config, options: Options) -> std::io::Result<Running> 
     Ok(Running {
         addr,
         git_addr,
+        metrics_addr,
         shutdown: Some(tx),
         thread: Some(thread),
     })

@@ -20,6 +20,48 @@ pub struct State {
     /// An observer of whole exchanges (the wire suite's snapshots), a server option: nothing
     /// is copied without one.
     pub tap: Option<Arc<dyn Tap>>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    pub access_log: Option<crate::access_log::AccessLog>,
+    pub pack_cache: Option<crate::pack_cache::PackCache>,
+}
+
+/// A transfer slot (one of `Config::max_transfers`), counted in the metrics while held.
+pub struct Slot {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    metrics: Arc<crate::metrics::Metrics>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.metrics.transfers_in_flight.dec();
+    }
+}
+
+impl State {
+    /// A transfer slot, waiting up to `transfer_queue_wait` for one; `None`: the server is busy.
+    pub async fn slot(&self) -> Option<Slot> {
+        self.metrics.transfers_queued.inc();
+        let acquired = tokio::time::timeout(self.config.transfer_queue_wait, self.transfers.clone().acquire_owned()).await;
+        self.metrics.transfers_queued.dec();
+        let permit = acquired.ok()?.ok()?;
+        self.metrics.transfers_in_flight.inc();
+        Some(Slot { _permit: permit, metrics: self.metrics.clone() })
+    }
+
+    /// The context of a request for `served` by `pusher` (or anonymous), counted in `tally`.
+    pub fn context<'a>(&'a self, served: &'a Served, pusher: Option<&'a str>, tally: &'a Tally) -> Context<'a> {
+        Context { repos: &self.repos, served, config: &self.config, pusher, tally }
+    }
+
+    /// A request is over: counted in the metrics and written to the access log.
+    pub fn finished(&self, record: crate::access_log::Record) {
+        let version = record.version.map_or("-".to_owned(), |v| v.to_string());
+        self.metrics.request(&record.service, &version, &record.status, record.repository.as_deref());
+        self.metrics.bytes_out(&record.service, record.bytes);
+        if let Some(log) = &self.access_log {
+            log.write(record);
+        }
+    }
 }
 
 /// What one request needs from the server.
@@ -29,6 +71,28 @@ pub struct Context<'a> {
     pub config: &'a Config,
     /// Who is pushing (the token's user), for the reflog and the log; `None`: anonymous.
     pub pusher: Option<&'a str>,
+    /// What the request asked for, counted where it is parsed (the access log's figures).
+    pub tally: &'a Tally,
+}
+
+/// Counts of one request, filled in by the protocol layer as it parses.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub wants: std::sync::atomic::AtomicUsize,
+    pub haves: std::sync::atomic::AtomicUsize,
+}
+
+impl Tally {
+    pub fn asked(&self, wants: usize, haves: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.wants.fetch_add(wants, Relaxed);
+        self.haves.fetch_add(haves, Relaxed);
+    }
+
+    pub fn counts(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.wants.load(Relaxed), self.haves.load(Relaxed))
+    }
 }
 
 /// The protocol a client asked for (HTTP `Git-Protocol` header, git:// extra parameters).
@@ -41,6 +105,15 @@ pub enum Version {
 }
 
 impl Version {
+    /// The number git gives it (`0`, `1`, `2`).
+    pub fn number(self) -> u8 {
+        match self {
+            Version::V0 => 0,
+            Version::V1 => 1,
+            Version::V2 => 2,
+        }
+    }
+
     /// Parse `version=N` out of colon-separated parameters; the highest version we speak wins.
     pub fn from_params(params: &str) -> Version {
         let mut version = Version::V0;

@@ -251,25 +251,21 @@ fn fifty_pushes_killed_at_different_points_leave_every_ref_old_or_new_and_the_re
     }
 
     let (mut stayed_old, mut became_new) = (0, 0);
-    for round in 1..=50u64 {
+    // Whether the push killed after `delay` had moved the ref.
+    let mut killed_round = |round: u64, delay: std::time::Duration| -> bool {
         let mut server = serve(&config);
         assert_eq!(quarantines(), 0, "round {round}: the start removed the last killed push's quarantine");
         let old = main_now();
         let new = next_commit(round, &old);
         let mut client = push(&server.addr);
-        std::thread::sleep(whole.mul_f64(2.0 * round as f64 / 50.0));
+        std::thread::sleep(delay);
         // SAFETY: signalling our own child.
         unsafe { libc::kill(server.child.id() as i32, libc::SIGKILL) };
         server.child.wait().unwrap();
         let _ = client.wait();
         drop(server);
         let now = main_now();
-        if now == new {
-            became_new += 1;
-        } else {
-            assert_eq!(now, old, "round {round}: the ref is the old or the new commit, nothing else");
-            stayed_old += 1;
-        }
+        assert!(now == new || now == old, "round {round}: the ref is the old or the new commit, nothing else");
         let fsck = git(&repo, &["fsck", "--full", "--strict", "--no-dangling"]);
         assert!(
             fsck.status.success() && fsck.stdout.is_empty(),
@@ -277,11 +273,24 @@ fn fifty_pushes_killed_at_different_points_leave_every_ref_old_or_new_and_the_re
             String::from_utf8_lossy(&fsck.stdout),
             String::from_utf8_lossy(&fsck.stderr)
         );
+        now == new
+    };
+    for round in 1..=50u64 {
+        let became = killed_round(round, whole.mul_f64(2.0 * round as f64 / 50.0));
+        if became { became_new += 1 } else { stayed_old += 1 }
+    }
+    // On a loaded machine (the whole suite at once) a push can take longer than every sample:
+    // then later kill points, until one lands after a push's end (bounded).
+    let mut extra = 0;
+    while became_new == 0 && extra < 10 {
+        extra += 1;
+        let became = killed_round(50 + extra, whole.mul_f64(2.0 + extra as f64));
+        if became { became_new += 1 } else { stayed_old += 1 }
     }
     let server = serve(&config);
     assert_eq!(quarantines(), 0);
     drop(server);
-    println!("50 pushes killed over {whole:?} each: {stayed_old} left the ref old, {became_new} made it new; every one fsck-clean");
+    println!("{} pushes killed over {whole:?} each: {stayed_old} left the ref old, {became_new} made it new; every one fsck-clean", 50 + extra);
     assert!(stayed_old > 0 && became_new > 0, "the kill points span the push: {stayed_old} old, {became_new} new");
 }
 

@@ -50,6 +50,8 @@ pub struct Fixture {
     /// `r.git`: main (three commits), an annotated tag, and refs/hidden/secret (hidden by
     /// `uploadpack.hideRefs`) at a commit with a blob of its own.
     pub served: Served,
+    /// The requests' counts (a context needs one; nothing reads it here).
+    tally: gixd::session::Tally,
     /// `p.git`: a copy of r.git's visible history, to push into.
     pub push: Served,
     pub main: ObjectId,
@@ -114,6 +116,7 @@ impl Fixture {
             repos,
             config,
             served,
+            tally: Default::default(),
             push,
             main: id(main),
             first: id(first),
@@ -159,7 +162,7 @@ impl Fixture {
     }
 
     fn ctx<'a>(&'a self, served: &'a Served) -> Context<'a> {
-        Context { repos: &self.repos, served, config: &self.config, pusher: None }
+        Context { repos: &self.repos, served, config: &self.config, pusher: None, tally: &self.tally }
     }
 
     /// A server for this fixture (HTTP), started on first use.

@@ -301,6 +301,7 @@ fn negotiate(
 ) -> Result<Option<Negotiated>, ServeError> {
     let lines = pkt::read_all(body)?;
     let mut req = parse(&lines, refs, ctx.config.max_haves)?;
+    ctx.tally.asked(req.wants.len(), req.haves.len());
     if req.wants.is_empty() {
         return Ok(None);
     }
@@ -495,6 +496,7 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Ve
         }
         let wants: Vec<Line<'_>> = want_lines.iter().map(|l| Line::Data(l)).collect();
         let mut req = parse_wants(&wants, &refs)?;
+        ctx.tally.asked(req.wants.len(), 0);
         upload::check_wants(ctx, &repo, &refs, &req.wants, upload::WantRule::Advertised)?;
         let mut w = pkt::Writer::new();
         let boundary = shallow_reply(ctx, &repo, &refs, &mut req, &mut w)?;
@@ -517,6 +519,7 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Ve
                     break;
                 }
                 haves += 1;
+                ctx.tally.asked(0, 1);
                 if haves > ctx.config.max_haves {
                     return Err(ProtocolError::TooMany { what: "have", limit: ctx.config.max_haves }.into());
                 }

@@ -289,6 +289,7 @@ fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[
     type Negotiated = (FetchArgs, Vec<ObjectId>, Option<crate::shallow::Boundary>);
     let negotiated = (|| -> Result<Option<Negotiated>, ServeError> {
         let mut f = parse_fetch(args, refs, ctx.config.max_haves)?;
+        ctx.tally.asked(f.wants.len(), f.haves.len());
         upload::check_wants(ctx, repo, refs, &f.wants, upload::WantRule::Reachable)?;
         for (_, id) in &f.wanted_refs {
             if !f.wants.contains(id) {

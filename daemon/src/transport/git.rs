@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 
 use crate::protocol::{self, Version, pkt};
-use crate::session::{Context, State};
+use crate::access_log::Record;
+use crate::session::{State, Tally};
 use crate::transport::pace::Paced;
 
 /// Writes of at least this many bytes leave together: two full side-band packets and the short
@@ -92,11 +93,60 @@ pub async fn refuse(stream: &mut tokio::net::TcpStream, message: &str) {
 /// Serve one git:// connection, whose request line was read, to the end.
 pub fn serve_connection(state: Arc<State>, stream: TcpStream, line: Vec<u8>) {
     let peer = stream.peer_addr().ok();
-    match serve(&state, stream, &line) {
+    let started = std::time::Instant::now();
+    let cpu = crate::metrics::thread_cpu_seconds();
+    let mut seen = Seen {
+        record: Record { transport: "git", peer: peer.map_or_else(String::new, |p| p.to_string()), status: "refused".into(), ..Record::default() },
+        tally: Tally::default(),
+        sent: std::cell::Cell::new(0),
+    };
+    let result = serve(&state, stream, &line, &mut seen);
+    match &result {
         Ok(()) => {}
         Err(crate::error::ServeError::Disconnected) => tracing::info!(?peer, "client went away"),
         // The same level as HTTP's failures: an operator filtering on WARN sees both.
         Err(err) => tracing::warn!(?peer, %err, "git:// request failed"),
+    }
+    let mut record = seen.record;
+    match &result {
+        Ok(()) => {}
+        Err(crate::error::ServeError::Disconnected) => record.status = "disconnected".into(),
+        Err(_) => record.status = "error".into(),
+    }
+    (record.wants, record.haves) = seen.tally.counts();
+    record.bytes = seen.sent.get();
+    let cpu = crate::metrics::thread_cpu_seconds() - cpu;
+    record.cpu_ms = cpu * 1e3;
+    record.duration_ms = started.elapsed().as_secs_f64() * 1e3;
+    if record.objects.is_some() {
+        state.metrics.generated(cpu);
+    }
+    state.finished(record);
+}
+
+/// What a connection's access-log line says, filled in as it is served.
+struct Seen {
+    record: Record,
+    tally: Tally,
+    /// Bytes written to the client after the refusals above.
+    sent: std::cell::Cell<u64>,
+}
+
+/// The connection's writes, counted.
+struct Counted<'a> {
+    stream: &'a TcpStream,
+    sent: &'a std::cell::Cell<u64>,
+}
+
+impl std::io::Write for Counted<'_> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let n = (&mut &*self.stream).write(data)?;
+        self.sent.set(self.sent.get() + n as u64);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        (&mut &*self.stream).flush()
     }
 }
 
@@ -121,7 +171,7 @@ fn send_err(stream: &TcpStream, message: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-fn serve(state: &State, stream: TcpStream, line: &[u8]) -> Result<(), crate::error::ServeError> {
+fn serve(state: &State, stream: TcpStream, line: &[u8], seen: &mut Seen) -> Result<(), crate::error::ServeError> {
     stream.set_nonblocking(false)?;
     stream.set_nodelay(true)?;
     stream.set_write_timeout(Some(state.config.io_timeout))?;
@@ -129,6 +179,8 @@ fn serve(state: &State, stream: TcpStream, line: &[u8]) -> Result<(), crate::err
         let _ = send_err(&stream, "malformed request line: expected 'git-upload-pack /path\\0host=…\\0'");
         return Ok(());
     };
+    seen.record.service = request.service.chars().take(64).collect();
+    seen.record.version = Some(Version::from_params(&request.extra).number());
     let services = &state.config.services;
     let enabled = match request.service.as_str() {
         "git-upload-pack" => services.upload_pack,
@@ -159,6 +211,7 @@ fn serve(state: &State, stream: TcpStream, line: &[u8]) -> Result<(), crate::err
         }
     };
     tracing::info!(repo = %served.name, host = ?request.host, "git://");
+    seen.record.repository = Some(served.name.clone());
     let _share = match state.shares.enter(&served.git_dir, stream.peer_addr().ok().map(|peer| peer.ip())) {
         Ok(share) => share,
         Err(refused) => {
@@ -172,13 +225,9 @@ fn serve(state: &State, stream: TcpStream, line: &[u8]) -> Result<(), crate::err
     let pace = if request.service == "git-receive-pack" { state.config.push_pace() } else { state.config.pace() };
     stream.set_read_timeout(Some(pace.window.min(state.config.io_timeout)))?;
     let input = Paced::new(&stream, pace);
-    let ctx = Context {
-        repos: &state.repos,
-        served: &served,
-        config: &state.config,
-        pusher: None,
-    };
-    let out = BufWriter::with_capacity(WRITE_BUFFER, &stream);
+    let ctx = state.context(&served, None, &seen.tally);
+    seen.record.status = "ok".into();
+    let out = BufWriter::with_capacity(WRITE_BUFFER, Counted { stream: &stream, sent: &seen.sent });
     if request.service == "git-upload-archive" {
         return protocol::archive::serve_stateful(&ctx, input, out);
     }
@@ -186,11 +235,22 @@ fn serve(state: &State, stream: TcpStream, line: &[u8]) -> Result<(), crate::err
     if request.service == "git-receive-pack" {
         // git daemon's push: no authentication on git://, so only with --enable=receive-pack.
         let input = std::io::BufReader::with_capacity(64 * 1024, input);
-        protocol::receive_pack(&ctx, version, protocol::Mode::Stateful, input, out)?;
+        let outcome = match protocol::receive_pack(&ctx, version, protocol::Mode::Stateful, input, out) {
+            Ok(Some(pushed)) if pushed.results.iter().all(Result::is_ok) => "ok",
+            Ok(Some(_)) => "refused",
+            Ok(None) => return Ok(()),
+            Err(err) => {
+                state.metrics.push("failed");
+                return Err(err);
+            }
+        };
+        state.metrics.push(outcome);
+        seen.record.status = outcome.into();
         return Ok(());
     }
     // Only git-upload-pack is left: any other service was refused as not enabled above.
-    protocol::upload_pack(&ctx, version, protocol::Input::Stateful(input), out)?;
+    let stats = protocol::upload_pack(&ctx, version, protocol::Input::Stateful(input), out)?;
+    seen.record.objects = stats.map(|s| s.entries);
     Ok(())
 }
 

@@ -20,7 +20,9 @@ use hyper::{Method, Request, Response, StatusCode};
 use crate::config::Config;
 use crate::error::RepoError;
 use crate::protocol::{self, Version, pkt};
-use crate::session::{Context, Share, State};
+use crate::access_log::Record;
+use crate::pack_cache::{Found, Key};
+use crate::session::{Share, Slot, State, Tally};
 use crate::repo::{RefSnapshot, Served};
 use crate::tap::Exchange;
 use crate::transport::stream;
@@ -104,8 +106,17 @@ fn query_param<'a>(query: Option<&'a str>, key: &str) -> Option<&'a str> {
 
 /// Serve one HTTP request. Never fails: every error is a response.
 pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let started = std::time::Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    let version = protocol_version(req.headers());
+    let (service, repository) = match route(&path) {
+        Route::InfoRefs(repo) => ("info/refs", Some(repo)),
+        Route::UploadPack(repo) => ("git-upload-pack", Some(repo)),
+        Route::ReceivePack(repo) => ("git-receive-pack", Some(repo)),
+        Route::Dumb | Route::NotFound => ("other", None),
+    };
+    let repository = repository.map(|r| r.trim_matches('/').to_owned());
     let upload_pack_off = !state.config.services.upload_pack;
     let response = match (route(&path), &method) {
         (Route::UploadPack(_), _) if upload_pack_off => {
@@ -130,6 +141,21 @@ pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>)
         response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     tracing::info!(%method, %path, status = response.status().as_u16(), "http");
+    // A transfer writes its own line when its last byte is gone; every other response here.
+    if response.extensions().get::<Logged>().is_none() {
+        use hyper::body::Body as _;
+        state.finished(Record {
+            peer: peer.to_string(),
+            transport: "http",
+            repository: if response.status().is_success() { repository } else { None },
+            service: service.to_owned(),
+            version: Some(version.number()),
+            bytes: response.body().size_hint().exact().unwrap_or(0),
+            duration_ms: started.elapsed().as_secs_f64() * 1e3,
+            status: response.status().as_u16().to_string(),
+            ..Record::default()
+        });
+    }
     Ok(response)
 }
 
@@ -251,20 +277,28 @@ fn gzip_encoded(headers: &HeaderMap) -> Result<bool, Response<Body>> {
 /// A bounded number of transfers at once; beyond it, a short wait, then a clear refusal (503
 /// with `Retry-After`). Past the limit of its repository or of its client's address, a transfer
 /// is refused the same way at once.
-async fn transfer_slot(state: &State, served: &Served, peer: SocketAddr) -> Result<(tokio::sync::OwnedSemaphorePermit, Share), Response<Body>> {
-    let busy = |message: &str| {
-        let mut response = text(StatusCode::SERVICE_UNAVAILABLE, message);
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-        response
-    };
-    let share = state.shares.enter(&served.git_dir, Some(peer.ip())).map_err(|refused| {
+async fn transfer_slot(state: &State, served: &Served, peer: SocketAddr) -> Result<(Slot, Share), Response<Body>> {
+    let share = enter_share(state, served, peer)?;
+    Ok((global_slot(state).await?, share))
+}
+
+fn busy(message: &str) -> Response<Body> {
+    let mut response = text(StatusCode::SERVICE_UNAVAILABLE, message);
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    response
+}
+
+/// The transfer's place among its repository's and its client's.
+fn enter_share(state: &State, served: &Served, peer: SocketAddr) -> Result<Share, Response<Body>> {
+    state.shares.enter(&served.git_dir, Some(peer.ip())).map_err(|refused| {
         tracing::info!(repo = %served.name, %peer, ?refused, "transfer refused: busy");
         busy(refused.message())
-    })?;
-    match tokio::time::timeout(state.config.transfer_queue_wait, state.transfers.clone().acquire_owned()).await {
-        Ok(Ok(permit)) => Ok((permit, share)),
-        _ => Err(busy("server busy: too many transfers in flight, retry shortly")),
-    }
+    })
+}
+
+/// One of the server's transfer slots.
+async fn global_slot(state: &State) -> Result<Slot, Response<Body>> {
+    state.slot().await.ok_or_else(|| busy("server busy: too many transfers in flight, retry shortly"))
 }
 
 /// Read a request body: at most `max_request_body` bytes as sent, at most `max_inflated_body`
@@ -300,19 +334,42 @@ async fn read_body(config: &Config, req: Request<Incoming>) -> Result<Vec<u8>, R
     .unwrap_or_else(|_| Err(text(StatusCode::INTERNAL_SERVER_ERROR, "internal error")))
 }
 
+/// A marker on a response whose transfer writes its own access-log line (when it ends).
+#[derive(Clone, Copy)]
+struct Logged;
+
+fn logged(mut response: Response<Body>) -> Response<Body> {
+    response.extensions_mut().insert(Logged);
+    response
+}
+
 async fn upload_pack(state: Arc<State>, peer: SocketAddr, repo_path: String, req: Request<Incoming>) -> Response<Body> {
+    let started = std::time::Instant::now();
     if let Err(response) = expect_content_type(req.headers(), "application/x-git-upload-pack-request") {
         return response;
     }
     let version = protocol_version(req.headers());
-    let served: Served = match authorize(&state, req.headers(), &repo_path, false).await {
-        Ok((served, _)) => served,
+    let (served, identity) = match authorize(&state, req.headers(), &repo_path, false).await {
+        Ok(allowed) => allowed,
         Err(response) => return response,
     };
     let body = match read_body(&state.config, req).await {
         Ok(body) => body,
         Err(response) => return response,
     };
+    let record = Record {
+        peer: peer.to_string(),
+        transport: "http",
+        repository: Some(served.name.clone()),
+        service: "git-upload-pack".into(),
+        version: Some(version.number()),
+        user: identity.user().map(str::to_owned),
+        status: "200".into(),
+        ..Record::default()
+    };
+    if state.pack_cache.is_some() && pkt::read_all(&body).is_ok_and(|lines| lines.iter().any(|l| matches!(l, pkt::Line::Data(b"done")))) {
+        return cached_upload_pack(state, peer, served, version, body, record, started).await;
+    }
     // The slot is taken once the request is in: a client trickling its body holds none.
     let permit = match transfer_slot(&state, &served, peer).await {
         Ok(permit) => permit,
@@ -321,18 +378,18 @@ async fn upload_pack(state: Arc<State>, peer: SocketAddr, repo_path: String, req
     let (mut sink, response_body) = stream::pair(state.config.effective_stream_window(), state.config.io_timeout);
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        let ctx = Context {
-            repos: &state.repos,
-            served: &served,
-            config: &state.config,
-            pusher: None,
-        };
+        let mut record = record;
+        let cpu = crate::metrics::thread_cpu_seconds();
+        let tally = Tally::default();
+        let ctx = state.context(&served, None, &tally);
         let mut tee = Tee {
             sink: &mut sink,
             copy: state.tap.as_ref().map(|_| Vec::new()),
+            sent: 0,
         };
         let result = protocol::upload_pack(&ctx, version, protocol::Input::<&[u8]>::Stateless(&body), &mut tee);
         let copy = tee.copy.take();
+        record.bytes = tee.sent;
         // The tap hears of the exchange before its last frame leaves: once the client has the
         // whole response, the exchange is already recorded.
         if let (Some(tap), Some(response)) = (&state.tap, copy) {
@@ -346,13 +403,170 @@ async fn upload_pack(state: Arc<State>, peer: SocketAddr, repo_path: String, req
             });
         }
         let finished = sink.finish();
+        let cpu = crate::metrics::thread_cpu_seconds() - cpu;
+        if let Ok(Some(stats)) = &result {
+            state.metrics.generated(cpu);
+            record.objects = Some(stats.entries);
+        }
         match result {
             Ok(_) if finished.is_ok() => {}
-            Ok(_) | Err(crate::error::ServeError::Disconnected) => tracing::info!(repo = %served.name, "client went away"),
-            Err(err) => tracing::warn!(repo = %served.name, %err, "upload-pack failed"),
+            Ok(_) | Err(crate::error::ServeError::Disconnected) => {
+                record.status = "200 disconnected".into();
+                tracing::info!(repo = %served.name, "client went away")
+            }
+            Err(err) => {
+                record.status = "200 failed".into();
+                tracing::warn!(repo = %served.name, %err, "upload-pack failed")
+            }
         }
+        (record.wants, record.haves) = tally.counts();
+        record.cpu_ms = cpu * 1e3;
+        record.duration_ms = started.elapsed().as_secs_f64() * 1e3;
+        state.finished(record);
     });
-    git_response("application/x-git-upload-pack-result", response_body.boxed())
+    logged(git_response("application/x-git-upload-pack-result", response_body.boxed()))
+}
+
+/// A fetch through the pack cache: a finished response is read back, one being generated is
+/// read along, else this request generates it (in a transfer slot) for itself and for every
+/// identical request that comes while it runs. Readers hold no transfer slot: they cost no
+/// generation; their repository's and client's limits still count them.
+async fn cached_upload_pack(state: Arc<State>, peer: SocketAddr, served: Served, version: Version, body: Vec<u8>, mut record: Record, started: std::time::Instant) -> Response<Body> {
+    let share = match enter_share(&state, &served, peer) {
+        Ok(share) => share,
+        Err(response) => return response,
+    };
+    let repo = served.repo.clone();
+    let fingerprint = tokio::task::spawn_blocking(move || {
+        let repo = repo.to_thread_local();
+        crate::repo::upload_ref_state(&repo).map(|refs| {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (refs, crate::packs::directory_state(&repo)).hash(&mut h);
+            h.finish()
+        })
+    })
+    .await;
+    let fingerprint = match fingerprint {
+        Ok(Ok(fingerprint)) => fingerprint,
+        Ok(Err(err)) => return text(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
+        Err(_) => return text(StatusCode::INTERNAL_SERVER_ERROR, "internal error"),
+    };
+    let key = Key { git_dir: served.git_dir.clone(), state: fingerprint, version: version.number(), request: body.clone() };
+    let cache = state.pack_cache.as_ref().expect("only with a cache");
+    let found = |found: Found| match found {
+        Found::Hit(entry) => (entry, "hit"),
+        Found::Join(entry) => (entry, "join"),
+    };
+    let (entry, outcome) = match cache.find(&key) {
+        Some(f) => found(f),
+        None => {
+            let slot = match global_slot(&state).await {
+                Ok(slot) => slot,
+                Err(response) => return response,
+            };
+            match cache.start(key.clone()) {
+                // Another request started it while this one waited for its slot.
+                Err(f) => found(f),
+                Ok(entry) => {
+                    let generator = (state.clone(), entry.clone());
+                    tokio::task::spawn_blocking(move || {
+                        let _slot = slot;
+                        let (state, entry) = generator;
+                        let cpu = crate::metrics::thread_cpu_seconds();
+                        let tally = Tally::default();
+                        let ctx = state.context(&served, None, &tally);
+                        let cache = state.pack_cache.as_ref().expect("only with a cache");
+                        let result = protocol::upload_pack(&ctx, version, protocol::Input::<&[u8]>::Stateless(&body), &mut cache.writer(&entry));
+                        let cpu = crate::metrics::thread_cpu_seconds() - cpu;
+                        *entry.stats.lock().expect("not poisoned") = result.as_ref().ok().copied().flatten();
+                        *entry.counts.lock().expect("not poisoned") = tally.counts();
+                        *entry.cpu_seconds.lock().expect("not poisoned") = cpu;
+                        if let Ok(Some(_)) = &result {
+                            state.metrics.generated(cpu);
+                        }
+                        if let Err(err) = &result {
+                            tracing::warn!(repo = %served.name, %err, "upload-pack failed");
+                        }
+                        cache.finish(&key, &entry, result.is_ok());
+                    });
+                    (entry, "miss")
+                }
+            }
+        }
+    };
+    state.metrics.cache(outcome);
+    record.cache = Some(outcome);
+    let (tx, response_body) = stream::channel();
+    let window = state.config.effective_stream_window();
+    tokio::spawn(async move {
+        let _share = share;
+        let (sent, complete) = read_entry(&entry, &tx, window, state.config.io_timeout).await;
+        drop(tx);
+        record.bytes = sent;
+        let progress = entry.progress();
+        record.status = match (complete, progress.state) {
+            (true, crate::pack_cache::Generation::Done) => "200".into(),
+            (true, _) => "200 failed".into(),
+            (false, _) => "200 disconnected".into(),
+        };
+        record.objects = entry.stats.lock().expect("not poisoned").map(|s| s.entries);
+        (record.wants, record.haves) = *entry.counts.lock().expect("not poisoned");
+        if outcome == "miss" {
+            record.cpu_ms = *entry.cpu_seconds.lock().expect("not poisoned") * 1e3;
+        }
+        record.duration_ms = started.elapsed().as_secs_f64() * 1e3;
+        state.finished(record);
+    });
+    logged(git_response("application/x-git-upload-pack-result", response_body.boxed()))
+}
+
+/// Send a cache entry to one client from its start, as fast as that client reads, waiting for
+/// the generator where the client has caught up. The bytes sent, and whether the entry was
+/// sent to its end (else the client went away or stalled past `stall_timeout`).
+async fn read_entry(entry: &crate::pack_cache::Entry, tx: &tokio::sync::mpsc::Sender<Bytes>, window: usize, stall_timeout: std::time::Duration) -> (u64, bool) {
+    let mut progress = entry.subscribe();
+    let mut offset = 0u64;
+    loop {
+        let chunk = match entry.read_at(offset, window) {
+            Ok(chunk) => chunk,
+            Err(err) => {
+                tracing::warn!(%err, "pack cache entry unreadable");
+                return (offset, false);
+            }
+        };
+        if !chunk.is_empty() {
+            let len = chunk.len() as u64;
+            match tokio::time::timeout(stall_timeout, tx.send(chunk)).await {
+                Ok(Ok(())) => offset += len,
+                _ => return (offset, false),
+            }
+            continue;
+        }
+        let now = *progress.borrow_and_update();
+        if now.len > offset {
+            continue;
+        }
+        if now.state != crate::pack_cache::Generation::Running {
+            return (offset, true);
+        }
+        if progress.changed().await.is_err() {
+            // The generator is gone and so is its entry's sender: whatever is there was read.
+            return (offset, entry.progress().len == offset);
+        }
+    }
+}
+
+/// The metrics listener's one page.
+pub fn metrics_response(state: &State, path: &str) -> Response<Body> {
+    if path != "/metrics" {
+        return text(StatusCode::NOT_FOUND, "not found: gixd serves /metrics here");
+    }
+    let mut response = Response::new(full(state.metrics.render().into_bytes()));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"));
+    response
 }
 
 async fn receive_pack_advertisement(state: &Arc<State>, repo_path: &str, req: &Request<Incoming>) -> Response<Body> {
@@ -395,31 +609,51 @@ async fn receive_pack(state: Arc<State>, peer: SocketAddr, repo_path: String, re
         Ok(permit) => permit,
         Err(response) => return response,
     };
+    let started = std::time::Instant::now();
     let body = stream::BodyReader::spawn(req.into_body(), state.config.io_timeout);
     let task_state = state.clone();
     let pushed = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let state = task_state;
-        let ctx = Context {
-            repos: &state.repos,
-            served: &served,
-            config: &state.config,
-            pusher: identity.user(),
-        };
+        let cpu = crate::metrics::thread_cpu_seconds();
+        let tally = Tally::default();
+        let ctx = state.context(&served, identity.user(), &tally);
         let mut out = Vec::new();
         // Held to a minimum rate: per-frame timeouts alone let a trickling push live for ever.
         let body = crate::transport::pace::Paced::new(body, state.config.push_pace());
         let input: Box<dyn Read> = if gzip { Box::new(flate2::read::GzDecoder::new(body)) } else { Box::new(body) };
         let input = std::io::BufReader::with_capacity(64 * 1024, input);
         let result = protocol::receive_pack(&ctx, version, protocol::Mode::Stateless, input, &mut out);
-        if let Err(err) = &result {
-            tracing::warn!(repo = %served.name, %err, "push failed");
+        let outcome = match &result {
+            Ok(Some(pushed)) if pushed.results.iter().all(Result::is_ok) => Some("ok"),
+            Ok(Some(_)) => Some("refused"),
+            Ok(None) => None,
+            Err(err) => {
+                tracing::warn!(repo = %served.name, %err, "push failed");
+                Some("failed")
+            }
+        };
+        if let Some(outcome) = outcome {
+            state.metrics.push(outcome);
         }
+        state.finished(Record {
+            peer: peer.to_string(),
+            transport: "http",
+            repository: Some(served.name.clone()),
+            service: "git-receive-pack".into(),
+            version: Some(version.number()),
+            user: identity.user().map(str::to_owned),
+            bytes: out.len() as u64,
+            cpu_ms: (crate::metrics::thread_cpu_seconds() - cpu) * 1e3,
+            duration_ms: started.elapsed().as_secs_f64() * 1e3,
+            status: format!("200 {}", outcome.unwrap_or("empty")),
+            ..Record::default()
+        });
         out
     })
     .await;
     match pushed {
-        Ok(out) => git_response("application/x-git-receive-pack-result", full(out)),
+        Ok(out) => logged(git_response("application/x-git-receive-pack-result", full(out))),
         Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "internal error"),
     }
 }
@@ -428,11 +662,13 @@ async fn receive_pack(state: Arc<State>, peer: SocketAddr, repo_path: String, re
 struct Tee<'a> {
     sink: &'a mut stream::ChannelSink,
     copy: Option<Vec<u8>>,
+    sent: u64,
 }
 
 impl std::io::Write for Tee<'_> {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
         let n = self.sink.write(data)?;
+        self.sent += n as u64;
         if let Some(copy) = &mut self.copy {
             copy.extend_from_slice(&data[..n]);
         }

@@ -51,6 +51,13 @@ pub fn pair(window: usize, stall_timeout: std::time::Duration) -> (ChannelSink, 
     )
 }
 
+/// A body fed by async code: frames sent on the sender are the body's frames; a full channel
+/// (one frame) makes the sender wait.
+pub fn channel() -> (mpsc::Sender<Bytes>, ChannelBody) {
+    let (tx, rx) = mpsc::channel(1);
+    (tx, ChannelBody { rx })
+}
+
 impl ChannelSink {
     fn send(&mut self, frame: Bytes) -> io::Result<()> {
         if self.dead {

@@ -1,0 +1,336 @@
+//! The single-flight pack cache (Gitaly's pack-objects cache, in-process): the whole response
+//! to a fetch that ends its negotiation, keyed by repository, the state of its refs and packs,
+//! the protocol version and the request's exact bytes. While one request generates it,
+//! identical requests read the same bytes as they are produced (a late joiner from the start);
+//! a finished response stays for `max_age` within the byte caps. Off unless configured.
+//!
+//! - **Readability**: everyone who may read a repository sees the same refs (hidden refs are a
+//!   repository setting, part of the ref state in the key), so an entry is shared only by
+//!   clients that see exactly the refs it was generated from; a client that may not read the
+//!   repository never reaches the cache.
+//! - **Slow readers**: the generator appends and never waits for a reader; each reader has its
+//!   own offset. Bytes live in memory up to `memory_bytes` (all entries together); beyond it an
+//!   entry moves to an unlinked file in `dir` (when given) and grows there.
+//! - **Invalidation**: a new ref or pack state is a new key; finished entries of the
+//!   repository's older states are dropped when a request for the new state starts.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+
+/// How much the cache keeps, and where (`[pack_cache]`, `--pack-cache-*`).
+pub type Settings = crate::config::PackCache;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub git_dir: PathBuf,
+    /// Refs (and the settings hiding them) and the pack directory, fingerprinted.
+    pub state: u64,
+    pub version: u8,
+    pub request: Vec<u8>,
+}
+
+/// How far an entry has come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub len: u64,
+    pub state: Generation,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generation {
+    Running,
+    Done,
+    /// The generator ended with an error; what it wrote (an error message on band 3) is all
+    /// there is, and the entry is not kept.
+    Failed,
+}
+
+struct Data {
+    memory: Vec<u8>,
+    /// Once spilled, every byte is here and `memory` is empty.
+    file: Option<std::fs::File>,
+    len: u64,
+}
+
+pub struct Entry {
+    data: Mutex<Data>,
+    progress: tokio::sync::watch::Sender<Progress>,
+    finished_at: Mutex<Option<Instant>>,
+    /// What the generator reported, for whoever reads the entry (the access log): the pack's
+    /// figures, the request's wants and haves, the CPU seconds it took.
+    pub stats: Mutex<Option<crate::pack::Stats>>,
+    pub counts: Mutex<(usize, usize)>,
+    pub cpu_seconds: Mutex<f64>,
+    memory_used: Arc<AtomicU64>,
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        let held = self.data.get_mut().map(|d| d.memory.len() as u64).unwrap_or(0);
+        self.memory_used.fetch_sub(held, Ordering::Relaxed);
+    }
+}
+
+impl Entry {
+    pub fn progress(&self) -> Progress {
+        *self.progress.borrow()
+    }
+
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Progress> {
+        self.progress.subscribe()
+    }
+
+    /// Up to `max` bytes from `offset`; empty when none are there yet.
+    pub fn read_at(&self, offset: u64, max: usize) -> std::io::Result<Bytes> {
+        let data = self.data.lock().expect("not poisoned");
+        let n = (data.len.saturating_sub(offset)).min(max as u64) as usize;
+        if n == 0 {
+            return Ok(Bytes::new());
+        }
+        match &data.file {
+            None => Ok(Bytes::copy_from_slice(&data.memory[offset as usize..offset as usize + n])),
+            Some(file) => {
+                let mut buf = vec![0; n];
+                file.read_exact_at(&mut buf, offset)?;
+                Ok(Bytes::from(buf))
+            }
+        }
+    }
+
+    /// The whole response, once finished.
+    pub fn read_all(&self) -> std::io::Result<Vec<u8>> {
+        let len = self.data.lock().expect("not poisoned").len;
+        Ok(self.read_at(0, len as usize)?.to_vec())
+    }
+}
+
+pub struct PackCache {
+    settings: Settings,
+    entries: Mutex<HashMap<Key, Arc<Entry>>>,
+    memory_used: Arc<AtomicU64>,
+}
+
+/// What a lookup found.
+pub enum Found {
+    /// A finished response.
+    Hit(Arc<Entry>),
+    /// One being generated: read along.
+    Join(Arc<Entry>),
+}
+
+impl PackCache {
+    pub fn new(settings: Settings) -> PackCache {
+        PackCache { settings, entries: Mutex::new(HashMap::new()), memory_used: Arc::new(AtomicU64::new(0)) }
+    }
+
+    fn found(entry: &Arc<Entry>) -> Option<Found> {
+        match entry.progress().state {
+            Generation::Running => Some(Found::Join(entry.clone())),
+            Generation::Done => Some(Found::Hit(entry.clone())),
+            Generation::Failed => None,
+        }
+    }
+
+    /// The entry for `key`, if one is kept or being generated.
+    pub fn find(&self, key: &Key) -> Option<Found> {
+        let mut entries = self.entries.lock().expect("not poisoned");
+        self.expire(&mut entries);
+        entries.get(key).and_then(Self::found)
+    }
+
+    /// Start generating `key`, unless another request did meanwhile (then: that one).
+    pub fn start(&self, key: Key) -> Result<Arc<Entry>, Found> {
+        let mut entries = self.entries.lock().expect("not poisoned");
+        self.expire(&mut entries);
+        if let Some(found) = entries.get(&key).and_then(Self::found) {
+            return Err(found);
+        }
+        // The repository's older states answer no request again.
+        entries.retain(|k, e| k.git_dir != key.git_dir || k.state == key.state || e.progress().state == Generation::Running);
+        let (progress, _) = tokio::sync::watch::channel(Progress { len: 0, state: Generation::Running });
+        let entry = Arc::new(Entry {
+            data: Mutex::new(Data { memory: Vec::new(), file: None, len: 0 }),
+            progress,
+            finished_at: Mutex::new(None),
+            stats: Mutex::new(None),
+            counts: Mutex::new((0, 0)),
+            cpu_seconds: Mutex::new(0.0),
+            memory_used: self.memory_used.clone(),
+        });
+        entries.insert(key, entry.clone());
+        Ok(entry)
+    }
+
+    /// Append to an entry being generated (its generator's writer).
+    pub fn writer<'a>(&'a self, entry: &'a Arc<Entry>) -> EntryWriter<'a> {
+        EntryWriter { cache: self, entry }
+    }
+
+    /// The generator is done: the entry is kept if it succeeded and fits, else dropped from
+    /// the table (readers holding it read on).
+    pub fn finish(&self, key: &Key, entry: &Arc<Entry>, ok: bool) {
+        *entry.finished_at.lock().expect("not poisoned") = Some(Instant::now());
+        let state = if ok { Generation::Done } else { Generation::Failed };
+        entry.progress.send_modify(|p| p.state = state);
+        let mut entries = self.entries.lock().expect("not poisoned");
+        if !ok {
+            entries.remove(key);
+        }
+        self.expire(&mut entries);
+    }
+
+    /// Drop what is too old, failed, or over the caps (oldest finished first). Entries being
+    /// generated are never dropped here: their readers need them.
+    fn expire(&self, entries: &mut HashMap<Key, Arc<Entry>>) {
+        let now = Instant::now();
+        let finished = |e: &Entry| *e.finished_at.lock().expect("not poisoned");
+        entries.retain(|_, e| match e.progress().state {
+            Generation::Running => true,
+            Generation::Failed => false,
+            Generation::Done => finished(e).is_some_and(|at| now.duration_since(at) < self.settings.max_age),
+        });
+        let sizes = |entries: &HashMap<Key, Arc<Entry>>| {
+            let (mut memory, mut disk) = (0u64, 0u64);
+            for e in entries.values().filter(|e| e.progress().state == Generation::Done) {
+                let data = e.data.lock().expect("not poisoned");
+                if data.file.is_some() { disk += data.len } else { memory += data.len }
+            }
+            (memory, disk)
+        };
+        loop {
+            let (memory, disk) = sizes(entries);
+            if memory <= self.settings.memory_bytes && disk <= self.settings.disk_bytes {
+                break;
+            }
+            let on_disk = disk > self.settings.disk_bytes;
+            let oldest = entries
+                .iter()
+                .filter(|(_, e)| e.progress().state == Generation::Done && e.data.lock().expect("not poisoned").file.is_some() == on_disk)
+                .min_by_key(|(_, e)| finished(e))
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(key) => {
+                    entries.remove(&key);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Bytes held in memory now (entries kept and being generated, and dropped ones still read).
+    pub fn memory_used(&self) -> u64 {
+        self.memory_used.load(Ordering::Relaxed)
+    }
+}
+
+pub struct EntryWriter<'a> {
+    cache: &'a PackCache,
+    entry: &'a Arc<Entry>,
+}
+
+impl Write for EntryWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let mut data = self.entry.data.lock().expect("not poisoned");
+        if data.file.is_none() {
+            let over = self.cache.memory_used.load(Ordering::Relaxed) + bytes.len() as u64 > self.cache.settings.memory_bytes;
+            if let (true, Some(dir)) = (over, &self.cache.settings.dir) {
+                let file = crate::unlinked_file(dir, "pack-cache")?;
+                file.write_all_at(&data.memory, 0)?;
+                self.cache.memory_used.fetch_sub(data.memory.len() as u64, Ordering::Relaxed);
+                data.memory = Vec::new();
+                data.file = Some(file);
+            }
+        }
+        let at = data.len;
+        match &data.file {
+            Some(file) => file.write_all_at(bytes, at)?,
+            None => {
+                data.memory.extend_from_slice(bytes);
+                self.cache.memory_used.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            }
+        }
+        data.len += bytes.len() as u64;
+        let len = data.len;
+        drop(data);
+        self.entry.progress.send_modify(|p| p.len = len);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn key(state: u64, request: &[u8]) -> Key {
+        Key { git_dir: "/r.git".into(), state, version: 2, request: request.to_vec() }
+    }
+
+    fn settings(memory_bytes: u64, dir: Option<PathBuf>) -> Settings {
+        Settings { memory_bytes, dir, disk_bytes: 1 << 20, max_age: Duration::from_secs(60) }
+    }
+
+    #[test]
+    fn identical_requests_join_the_one_being_generated_and_then_hit_it() {
+        let cache = PackCache::new(settings(1 << 20, None));
+        let entry = cache.start(key(1, b"a")).ok().unwrap();
+        assert!(matches!(cache.find(&key(1, b"a")), Some(Found::Join(_))));
+        assert!(matches!(cache.start(key(1, b"a")), Err(Found::Join(_))), "a second start joins");
+        assert!(cache.find(&key(1, b"b")).is_none(), "another request is another key");
+        cache.writer(&entry).write_all(b"hello").unwrap();
+        assert_eq!(&entry.read_at(1, 3).unwrap()[..], b"ell");
+        cache.finish(&key(1, b"a"), &entry, true);
+        let Some(Found::Hit(hit)) = cache.find(&key(1, b"a")) else { panic!("kept") };
+        assert_eq!(hit.read_all().unwrap(), b"hello");
+        assert!(cache.start(key(2, b"a")).is_ok(), "a new ref state is a new key");
+        assert!(cache.find(&key(1, b"a")).is_none(), "and the old state's entries are dropped");
+    }
+
+    #[test]
+    fn a_failed_generation_is_not_kept() {
+        let cache = PackCache::new(settings(1 << 20, None));
+        let entry = cache.start(key(1, b"a")).ok().unwrap();
+        cache.finish(&key(1, b"a"), &entry, false);
+        assert!(cache.find(&key(1, b"a")).is_none());
+    }
+
+    #[test]
+    fn past_the_memory_cap_an_entry_spills_to_disk_and_reads_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = PackCache::new(settings(10, Some(dir.path().into())));
+        let entry = cache.start(key(1, b"a")).ok().unwrap();
+        let mut w = cache.writer(&entry);
+        w.write_all(b"0123456").unwrap();
+        assert_eq!(cache.memory_used(), 7);
+        w.write_all(b"789abcdef").unwrap();
+        assert_eq!(cache.memory_used(), 0, "moved to a file");
+        assert_eq!(&entry.read_at(5, 6).unwrap()[..], b"56789a");
+        cache.finish(&key(1, b"a"), &entry, true);
+        assert_eq!(entry.read_all().unwrap(), b"0123456789abcdef");
+        assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "the file is unlinked");
+    }
+
+    #[test]
+    fn finished_entries_past_the_cap_go_oldest_first() {
+        let cache = PackCache::new(settings(8, None));
+        for (i, req) in [b"a", b"b", b"c"].iter().enumerate() {
+            let entry = cache.start(key(1, *req)).ok().unwrap();
+            cache.writer(&entry).write_all(&[i as u8; 4]).unwrap();
+            cache.finish(&key(1, *req), &entry, true);
+        }
+        assert!(cache.find(&key(1, b"a")).is_none(), "the oldest went");
+        assert!(matches!(cache.find(&key(1, b"b")), Some(Found::Hit(_))));
+        assert!(matches!(cache.find(&key(1, b"c")), Some(Found::Hit(_))));
+    }
+}

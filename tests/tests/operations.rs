@@ -1,0 +1,226 @@
+//! What an operator sees and what a fleet costs: identical concurrent clones share one pack
+//! generation (the single-flight pack cache), the metrics listener is scraped with a real
+//! Prometheus text parser, and the access log has a line with every field per request.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use gixd_tests::server::{all_objects, assert_fsck_clean, clone, git_ok, http, serve_with};
+use gixd_tests::{commit_files, git};
+
+fn fixture(base: &Path) -> PathBuf {
+    let repo = base.join("repo.git");
+    let work = base.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q"]);
+    let mut rng = gixd_tests::corpus::Lcg(7);
+    for n in 0..12 {
+        let files: Vec<(String, Vec<u8>)> = (0..8).map(|f| (format!("d{}/f{f}.bin", f % 3), rng.bytes(16 << 10))).collect();
+        let files: Vec<(&str, &[u8])> = files.iter().map(|(p, b)| (p.as_str(), b.as_slice())).collect();
+        commit_files(&work, &files, &format!("c{n}"));
+    }
+    git(&work, &["tag", "-a", "-m", "release", "v1", "HEAD~3"]);
+    git(base, &["clone", "-q", "--bare", work.to_str().unwrap(), repo.to_str().unwrap()]);
+    git(&repo, &["repack", "-adq"]);
+    repo
+}
+
+/// The metrics, parsed as Prometheus parses them.
+fn scrape(addr: std::net::SocketAddr) -> prometheus_parse::Scrape {
+    let response = http(addr, "GET", "/metrics", &[], b"");
+    assert_eq!(response.status, 200);
+    let text = response.text();
+    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("the exposition parses")
+}
+
+/// The sum of a metric's samples whose labels include every pair of `labels`.
+fn value(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
+            _ => panic!("{metric} is not a number"),
+        })
+        .sum()
+}
+
+/// `n` clones of `url` at once (each a stock git process), each checked complete.
+fn clones_at_once(url: &str, into: &Path, n: usize, origin: &BTreeSet<String>) {
+    let barrier = std::sync::Barrier::new(n);
+    std::thread::scope(|scope| {
+        for i in 0..n {
+            let (barrier, dest) = (&barrier, into.join(format!("c{i}.git")));
+            scope.spawn(move || {
+                barrier.wait();
+                clone(url, &dest, 2, &["--bare"]);
+                assert_eq!(&all_objects(&dest), origin, "clone {i} has every object");
+                assert_fsck_clean(&dest);
+            });
+        }
+    });
+}
+
+#[test]
+fn sixteen_identical_concurrent_clones_cost_one_pack_generation_with_the_pack_cache_and_sixteen_without() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    let origin = all_objects(&fixture(&base));
+    let spill = tmp.path().join("cache");
+    std::fs::create_dir_all(&spill).unwrap();
+    for cached in [true, false] {
+        let server = serve_with(&base, |c| {
+            c.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+            c.max_transfers = 4;
+            c.transfer_queue_wait = std::time::Duration::from_secs(60);
+            // Small enough that the pack moves to disk as it grows: readers read the file.
+            c.pack_cache = cached.then(|| gixd::config::PackCache {
+                memory_bytes: 64 << 10,
+                dir: Some(spill.clone()),
+                disk_bytes: gixd::config::PackCache::DEFAULT_DISK,
+                max_age: gixd::config::PackCache::DEFAULT_MAX_AGE,
+            });
+        });
+        let into = tmp.path().join(if cached { "cached" } else { "uncached" });
+        std::fs::create_dir_all(&into).unwrap();
+        clones_at_once(&server.url("repo.git"), &into, 16, &origin);
+        let metrics = scrape(server.metrics_addr.unwrap());
+        let generations = value(&metrics, "gixd_pack_generations_total", &[]);
+        let fetches = value(&metrics, "gixd_requests_total", &[("service", "git-upload-pack"), ("status", "200")]);
+        assert!(fetches >= 16.0, "every clone's fetch is counted: {fetches}");
+        if cached {
+            assert_eq!(generations, 1.0, "one generation for sixteen identical clones");
+            assert_eq!(value(&metrics, "gixd_pack_cache_total", &[("outcome", "miss")]), 1.0);
+            let shared = value(&metrics, "gixd_pack_cache_total", &[("outcome", "join")]) + value(&metrics, "gixd_pack_cache_total", &[("outcome", "hit")]);
+            assert_eq!(shared, 15.0, "the others joined it or read it back");
+        } else {
+            assert_eq!(generations, 16.0, "without the cache each clone generates its own pack");
+            assert_eq!(value(&metrics, "gixd_pack_cache_total", &[]), 0.0);
+        }
+        assert!(value(&metrics, "gixd_pack_generation_cpu_seconds_total", &[]) > 0.0);
+        assert!(value(&metrics, "gixd_bytes_out_total", &[("service", "git-upload-pack")]) > 16.0 * 100_000.0, "sixteen packs went out");
+        assert_eq!(value(&metrics, "gixd_transfers_in_flight", &[]), 0.0, "every slot was given back");
+    }
+    assert!(std::fs::read_dir(&spill).unwrap().next().is_none(), "the cache's files are unlinked");
+}
+
+#[test]
+fn a_request_after_a_ref_change_is_never_answered_from_the_pack_cached_before_it() {
+    use gixd_tests::server::{objects_in_pack, pkt, sideband_pack};
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    let repo = fixture(&base);
+    let server = serve_with(&base, |c| {
+        c.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.pack_cache = Some(gixd::config::PackCache { memory_bytes: 64 << 20, dir: None, disk_bytes: 0, max_age: std::time::Duration::from_secs(300) });
+    });
+    let head = gixd_tests::git_out(&repo, &["rev-parse", "HEAD"]);
+    let mut body = pkt("command=fetch\n");
+    body.extend(pkt("object-format=sha1\n"));
+    body.extend(b"0001");
+    for line in [format!("want {head}\n"), "include-tag\n".into(), "ofs-delta\n".into(), "no-progress\n".into(), "done\n".into()] {
+        body.extend(pkt(&line));
+    }
+    body.extend(b"0000");
+    let fetch = || {
+        let response = http(server.addr, "POST", "/repo.git/git-upload-pack", &[("Content-Type", "application/x-git-upload-pack-request"), ("Git-Protocol", "version=2")], &body);
+        assert_eq!(response.status, 200);
+        response.body
+    };
+    let first = fetch();
+    assert_eq!(fetch(), first, "read back byte for byte");
+    let metrics = scrape(server.metrics_addr.unwrap());
+    assert_eq!(value(&metrics, "gixd_pack_cache_total", &[("outcome", "hit")]), 1.0);
+    // The same request once an annotated tag points at the wanted commit: include-tag must
+    // bring the tag, so the answer cannot be the one cached for the refs before it.
+    git(&repo, &["tag", "-a", "-m", "new", "v2", "HEAD"]);
+    let tag = gixd_tests::git_out(&repo, &["rev-parse", "v2"]);
+    let after = fetch();
+    assert!(objects_in_pack(&sideband_pack(&after), "sha1").contains(&tag), "the new tag is sent");
+    assert!(!objects_in_pack(&sideband_pack(&first), "sha1").contains(&tag));
+    let metrics = scrape(server.metrics_addr.unwrap());
+    assert_eq!(value(&metrics, "gixd_pack_cache_total", &[("outcome", "miss")]), 2.0, "the new ref state missed");
+    assert_eq!(value(&metrics, "gixd_pack_generations_total", &[]), 2.0);
+}
+
+#[test]
+fn every_request_gets_an_access_log_line_with_every_field_and_the_metrics_count_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    fixture(&base);
+    let log = tmp.path().join("access.log");
+    let server = serve_with(&base, |c| {
+        c.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.access_log = Some(log.clone());
+        c.git_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.services.receive_pack = true;
+    });
+    let git_url = format!("git://{}/repo.git", server.git_addr.unwrap());
+    clone(&server.url("repo.git"), &tmp.path().join("over-http"), 2, &[]);
+    let over_git = tmp.path().join("over-git");
+    clone(&git_url, &over_git, 2, &[]);
+    commit_files(&over_git, &[("pushed.txt", b"pushed")], "pushed");
+    git_ok(&over_git, &["push", "-q", "origin", "HEAD"]);
+    let _ = http(server.addr, "GET", "/nothing-here", &[], b"");
+    drop(server); // every line is written when its request ends
+
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log).unwrap().lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    let fields = ["time_ms", "peer", "transport", "repository", "service", "version", "user", "wants", "haves", "objects", "bytes", "cpu_ms", "duration_ms", "cache", "status"];
+    for line in &lines {
+        for field in fields {
+            assert!(line.get(field).is_some(), "{field} missing: {line}");
+        }
+    }
+    let find = |transport: &str, service: &str| {
+        lines
+            .iter()
+            .find(|l| l["transport"] == transport && l["service"] == service && l["objects"].as_u64().is_some_and(|n| n > 0))
+            .unwrap_or_else(|| panic!("a {transport} {service} line with a pack: {lines:?}"))
+    };
+    for transport in ["http", "git"] {
+        let fetch = find(transport, "git-upload-pack");
+        assert_eq!(fetch["repository"], "repo.git");
+        assert_eq!(fetch["version"], 2);
+        assert!(fetch["wants"].as_u64().unwrap() >= 1, "{fetch}");
+        assert!(fetch["bytes"].as_u64().unwrap() > 100_000, "{fetch}");
+        assert!(fetch["cpu_ms"].as_f64().unwrap() > 0.0 && fetch["duration_ms"].as_f64().unwrap() > 0.0, "{fetch}");
+    }
+    assert!(lines.iter().any(|l| l["transport"] == "http" && l["service"] == "info/refs" && l["status"] == "200"));
+    assert!(lines.iter().any(|l| l["transport"] == "git" && l["service"] == "git-receive-pack" && l["status"] == "ok"), "{lines:?}");
+    assert!(lines.iter().any(|l| l["service"] == "other" && l["status"] == "404"));
+}
+
+#[test]
+fn the_metrics_count_requests_by_service_version_and_status_and_pushes_by_outcome() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    fixture(&base);
+    let server = serve_with(&base, |c| {
+        c.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.git_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.services.receive_pack = true;
+    });
+    let work = tmp.path().join("w");
+    clone(&format!("git://{}/repo.git", server.git_addr.unwrap()), &work, 0, &[]);
+    commit_files(&work, &[("x.txt", b"x")], "x");
+    git_ok(&work, &["push", "-q", "origin", "HEAD"]);
+    // Refused by the server (git refuses a non-fast-forward before it sends anything): the
+    // branch HEAD names may not be deleted.
+    let branch = git_ok(&work, &["rev-parse", "--abbrev-ref", "HEAD"]);
+    assert!(!gixd_tests::server::git_client(&work, &["push", "-q", "origin", "--delete", branch.trim()]).status.success(), "deleting the current branch");
+    let _ = http(server.addr, "GET", "/repo.git/info/refs?service=git-upload-pack", &[("Git-Protocol", "version=2")], b"");
+    let _ = http(server.addr, "GET", "/missing.git/info/refs?service=git-upload-pack", &[], b"");
+    let metrics = scrape(server.metrics_addr.unwrap());
+    assert_eq!(value(&metrics, "gixd_requests_total", &[("service", "git-upload-pack"), ("version", "0"), ("status", "ok")]), 1.0);
+    assert_eq!(value(&metrics, "gixd_requests_total", &[("service", "info/refs"), ("version", "2"), ("status", "200")]), 1.0);
+    assert_eq!(value(&metrics, "gixd_requests_total", &[("service", "info/refs"), ("status", "404")]), 1.0);
+    assert_eq!(value(&metrics, "gixd_pushes_total", &[("outcome", "ok")]), 1.0);
+    assert_eq!(value(&metrics, "gixd_pushes_total", &[("outcome", "refused")]), 1.0);
+    assert_eq!(value(&metrics, "gixd_repository_requests_total", &[("repository", "repo.git")]), 4.0, "clone, two pushes, an advertisement");
+    assert_eq!(http(server.metrics_addr.unwrap(), "GET", "/other", &[], b"").status, 404);
+}
