@@ -52,8 +52,44 @@ pub enum Generation {
     Failed,
 }
 
+/// Bytes in memory as frozen chunks of [`CHUNK`] (a reader is handed a shared slice of one,
+/// never a copy) and the tail being filled.
+#[derive(Default)]
+struct Chunks {
+    full: Vec<Bytes>,
+    tail: bytes::BytesMut,
+}
+
+const CHUNK: usize = 256 * 1024;
+
+impl Chunks {
+    fn len(&self) -> usize {
+        self.full.len() * CHUNK + self.tail.len()
+    }
+
+    fn extend(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let n = (CHUNK - self.tail.len()).min(bytes.len());
+            self.tail.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            if self.tail.len() == CHUNK {
+                self.full.push(self.tail.split().freeze());
+            }
+        }
+    }
+
+    /// Up to `n` bytes from `offset` (within one chunk: a reader asks again for the rest).
+    fn read(&self, offset: usize, n: usize) -> Bytes {
+        let (index, within) = (offset / CHUNK, offset % CHUNK);
+        match self.full.get(index) {
+            Some(chunk) => chunk.slice(within..(within + n).min(CHUNK)),
+            None => Bytes::copy_from_slice(&self.tail[within..within + n]),
+        }
+    }
+}
+
 struct Data {
-    memory: Vec<u8>,
+    memory: Chunks,
     /// Once spilled, every byte is here and `memory` is empty.
     file: Option<std::fs::File>,
     len: u64,
@@ -95,7 +131,7 @@ impl Entry {
             return Ok(Bytes::new());
         }
         match &data.file {
-            None => Ok(Bytes::copy_from_slice(&data.memory[offset as usize..offset as usize + n])),
+            None => Ok(data.memory.read(offset as usize, n)),
             Some(file) => {
                 let mut buf = vec![0; n];
                 file.read_exact_at(&mut buf, offset)?;
@@ -106,8 +142,14 @@ impl Entry {
 
     /// The whole response, once finished.
     pub fn read_all(&self) -> std::io::Result<Vec<u8>> {
-        let len = self.data.lock().expect("not poisoned").len;
-        Ok(self.read_at(0, len as usize)?.to_vec())
+        let mut out = Vec::new();
+        loop {
+            let piece = self.read_at(out.len() as u64, usize::MAX)?;
+            if piece.is_empty() {
+                return Ok(out);
+            }
+            out.extend_from_slice(&piece);
+        }
     }
 }
 
@@ -156,7 +198,7 @@ impl PackCache {
         entries.retain(|k, e| k.git_dir != key.git_dir || k.state == key.state || e.progress().state == Generation::Running);
         let (progress, _) = tokio::sync::watch::channel(Progress { len: 0, state: Generation::Running });
         let entry = Arc::new(Entry {
-            data: Mutex::new(Data { memory: Vec::new(), file: None, len: 0 }),
+            data: Mutex::new(Data { memory: Chunks::default(), file: None, len: 0 }),
             progress,
             finished_at: Mutex::new(None),
             stats: Mutex::new(None),
@@ -242,9 +284,13 @@ impl Write for EntryWriter<'_> {
             let over = self.cache.memory_used.load(Ordering::Relaxed) + bytes.len() as u64 > self.cache.settings.memory_bytes;
             if let (true, Some(dir)) = (over, &self.cache.settings.dir) {
                 let file = crate::unlinked_file(dir, "pack-cache")?;
-                file.write_all_at(&data.memory, 0)?;
+                let mut at = 0;
+                for piece in data.memory.full.iter().map(|c| &c[..]).chain(std::iter::once(&data.memory.tail[..])) {
+                    file.write_all_at(piece, at)?;
+                    at += piece.len() as u64;
+                }
                 self.cache.memory_used.fetch_sub(data.memory.len() as u64, Ordering::Relaxed);
-                data.memory = Vec::new();
+                data.memory = Chunks::default();
                 data.file = Some(file);
             }
         }
@@ -252,7 +298,7 @@ impl Write for EntryWriter<'_> {
         match &data.file {
             Some(file) => file.write_all_at(bytes, at)?,
             None => {
-                data.memory.extend_from_slice(bytes);
+                data.memory.extend(bytes);
                 self.cache.memory_used.fetch_add(bytes.len() as u64, Ordering::Relaxed);
             }
         }
@@ -290,9 +336,15 @@ mod tests {
         assert!(cache.find(&key(1, b"b")).is_none(), "another request is another key");
         cache.writer(&entry).write_all(b"hello").unwrap();
         assert_eq!(&entry.read_at(1, 3).unwrap()[..], b"ell");
+        let big: Vec<u8> = (0..3 * CHUNK + 17).map(|i| (i % 251) as u8).collect();
+        cache.writer(&entry).write_all(&big).unwrap();
+        let piece = entry.read_at(CHUNK as u64 - 2, 10).unwrap();
+        assert_eq!(&piece[..], &big[CHUNK - 7..CHUNK - 5], "a read stops at a chunk's end");
+        let piece = entry.read_at(CHUNK as u64 + 3, 10).unwrap();
+        assert_eq!(&piece[..], &big[CHUNK - 2..CHUNK + 8]);
         cache.finish(&key(1, b"a"), &entry, true);
         let Some(Found::Hit(hit)) = cache.find(&key(1, b"a")) else { panic!("kept") };
-        assert_eq!(hit.read_all().unwrap(), b"hello");
+        assert_eq!(hit.read_all().unwrap(), [&b"hello"[..], &big].concat());
         assert!(cache.start(key(2, b"a")).is_ok(), "a new ref state is a new key");
         assert!(cache.find(&key(1, b"a")).is_none(), "and the old state's entries are dropped");
     }

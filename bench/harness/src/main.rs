@@ -75,11 +75,14 @@ struct Options {
     rounds: usize,
     repos: Vec<PathBuf>,
     rungs: Vec<usize>,
+    /// `--identical N`: instead of the operations and the ramp, N identical concurrent clones
+    /// against one, for gixd with its pack cache, gixd without it and git daemon.
+    identical: usize,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
     let quick = args.iter().any(|a| a == "--quick");
-    let mut o = Options { quick, label: None, rounds: if quick { 2 } else { 3 }, repos: Vec::new(), rungs: if quick { vec![1, 4] } else { vec![1, 2, 4, 8, 16, 32] } };
+    let mut o = Options { quick, label: None, rounds: if quick { 2 } else { 3 }, repos: Vec::new(), rungs: if quick { vec![1, 4] } else { vec![1, 2, 4, 8, 16, 32] }, identical: 0 };
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -92,6 +95,10 @@ fn parse(args: &[String]) -> Result<Options> {
                 i += 1;
                 o.repos.push(PathBuf::from(args.get(i).context("--repo PATH")?).canonicalize()?);
             }
+            "--identical" => {
+                i += 1;
+                o.identical = args.get(i).context("--identical N")?.parse()?;
+            }
             "--label" => {
                 i += 1;
                 let label = args.get(i).context("--label NAME")?;
@@ -103,6 +110,10 @@ fn parse(args: &[String]) -> Result<Options> {
             other => bail!("unknown argument {other}"),
         }
         i += 1;
+    }
+    if o.identical > 0 && o.label.is_none() {
+        // Its own report: the default one shows the operations and the ramp.
+        o.label = Some("identical".into());
     }
     Ok(o)
 }
@@ -273,7 +284,7 @@ fn prepare_base(scratch: &Path, arm: &str, repos: &[PathBuf]) -> Result<PathBuf>
     Ok(base)
 }
 
-fn start_gixd(root: &Path, base: &Path, group: Group) -> Result<Arm> {
+fn start_gixd(root: &Path, base: &Path, group: Group, pack_cache: bool) -> Result<Arm> {
     let gixd = root.join("target/release/gixd");
     let tokens = base.join("tokens.toml");
     let secret = output(Command::new(&gixd).args(["token", "add", "--user", "bench", "--write", "--token-file"]).arg(&tokens))?;
@@ -286,6 +297,7 @@ fn start_gixd(root: &Path, base: &Path, group: Group) -> Result<Arm> {
         .arg(base)
         .arg("--token-file")
         .arg(&tokens)
+        .args(if pack_cache { &["--pack-cache"][..] } else { &[] })
         .env("GIXD_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()?;
@@ -294,8 +306,9 @@ fn start_gixd(root: &Path, base: &Path, group: Group) -> Result<Arm> {
     let relay = Relay::start(Upstream::Tcp(([127, 0, 0, 1], port).into()))?;
     let prefix = format!("http://bench:{secret}@127.0.0.1:{}", relay.port);
     let version = output(Command::new(&gixd).arg("--version"))?;
-    let version = format!("{version}; serve --queue-wait 300");
-    Ok(Arm { name: "gixd", version, child, group, relay, prefix, base: base.to_owned() })
+    let version = format!("{version}; serve --queue-wait 300{}", if pack_cache { " --pack-cache" } else { "" });
+    let name = if pack_cache { "gixd --pack-cache" } else { "gixd" };
+    Ok(Arm { name, version, child, group, relay, prefix, base: base.to_owned() })
 }
 
 fn start_http_backend(base: &Path, scratch: &Path, group: Group) -> Result<Arm> {
@@ -494,12 +507,20 @@ fn bakeoff(args: &[String]) -> Result<()> {
     let mut arms: Vec<Arm> = Vec::new();
     let mut not_measured: Vec<(String, String)> = Vec::new();
     type Starter<'a> = Box<dyn Fn(&Path, Group) -> Result<Arm> + 'a>;
-    let starters: Vec<(&str, Starter)> = vec![
-        ("gixd", Box::new(|base, g| start_gixd(&root, base, g))),
-        ("git http-backend", Box::new(|base, g| start_http_backend(base, &scratch.join("http-backend-conf"), g))),
-        ("git daemon", Box::new(|base, g| start_git_daemon(base, g))),
-        ("jgit daemon", Box::new(|base, g| start_jgit(&root, base, g))),
-    ];
+    let starters: Vec<(&str, Starter)> = if o.identical > 0 {
+        vec![
+            ("gixd --pack-cache", Box::new(|base, g| start_gixd(&root, base, g, true))),
+            ("gixd", Box::new(|base, g| start_gixd(&root, base, g, false))),
+            ("git daemon", Box::new(|base, g| start_git_daemon(base, g))),
+        ]
+    } else {
+        vec![
+            ("gixd", Box::new(|base, g| start_gixd(&root, base, g, false))),
+            ("git http-backend", Box::new(|base, g| start_http_backend(base, &scratch.join("http-backend-conf"), g))),
+            ("git daemon", Box::new(|base, g| start_git_daemon(base, g))),
+            ("jgit daemon", Box::new(|base, g| start_jgit(&root, base, g))),
+        ]
+    };
     std::fs::create_dir_all(scratch.join("http-backend-conf"))?;
     for (name, start) in &starters {
         let slug = name.replace(' ', "-");
@@ -513,7 +534,7 @@ fn bakeoff(args: &[String]) -> Result<()> {
             }
         }
     }
-    if arms.first().map(|a| a.name) != Some("gixd") {
+    if !arms.first().is_some_and(|a| a.name.starts_with("gixd")) {
         bail!("gixd itself did not start");
     }
 
@@ -547,9 +568,14 @@ fn bakeoff(args: &[String]) -> Result<()> {
             "not_measured": not_measured.iter().map(|(a, why)| serde_json::json!({ "arm": a, "why": why })).collect::<Vec<_>>(),
             "repos": repos.iter().map(|r| r.file_name().unwrap().to_string_lossy().into_owned()).collect::<Vec<_>>(),
             "rungs": o.rungs,
+            "identical": o.identical,
         }),
     );
     writeln!(out, "{conditions}")?;
+    if o.identical > 0 {
+        identical_clones(&o, &arms, &repos, &scratch.join("work"), &run_id, &mut out)?;
+        return finish_run(out, &run_id, partial, results, arms, &scratch, &root);
+    }
 
     // Operations, one at a time.
     let work = scratch.join("work");
@@ -604,22 +630,7 @@ fn bakeoff(args: &[String]) -> Result<()> {
                     let arm = &arms[i];
                     let cpu0 = arm.begin()?;
                     let url = format!("{}/{ramp_name}", arm.prefix);
-                    let start = Instant::now();
-                    let walls: Vec<Result<Duration>> = std::thread::scope(|s| {
-                        let handles: Vec<_> = (0..clients)
-                            .map(|c| {
-                                let dest = work.join(format!("ramp-{c}"));
-                                let url = url.clone();
-                                s.spawn(move || {
-                                    let _ = std::fs::remove_dir_all(&dest);
-                                    client(dest.parent().unwrap(), &["-c", "protocol.version=2", "clone", "-q", "--bare", &url, dest.to_str().unwrap()])
-                                })
-                            })
-                            .collect();
-                        handles.into_iter().map(|h| h.join().expect("client thread")).collect()
-                    });
-                    let elapsed = start.elapsed();
-                    let walls: Vec<Duration> = walls.into_iter().collect::<Result<_>>().with_context(|| format!("{} ramp {clients}", arm.name))?;
+                    let (walls, elapsed) = burst(&url, clients, &work, "ramp").with_context(|| format!("{} ramp {clients}", arm.name))?;
                     let (cpu_us, bytes) = arm.end(cpu0)?;
                     let mut sorted: Vec<u64> = walls.iter().map(|w| w.as_micros() as u64).collect();
                     sorted.sort();
@@ -643,13 +654,84 @@ fn bakeoff(args: &[String]) -> Result<()> {
     for arm in &arms {
         arm.group.limit(None, None)?;
     }
+    finish_run(out, &run_id, partial, results, arms, &scratch, &root)
+}
+
+/// The run's last row, its file renamed complete, the servers stopped, the reports rendered.
+fn finish_run(mut out: std::fs::File, run_id: &str, partial: PathBuf, results: PathBuf, arms: Vec<Arm>, scratch: &Path, root: &Path) -> Result<()> {
+    use std::io::Write;
     writeln!(out, "{}", row("end", serde_json::json!({ "run": run_id, "loadavg_end": loadavg() })))?;
     drop(out);
     std::fs::rename(&partial, &results)?;
     drop(arms);
-    let _ = std::fs::remove_dir_all(&scratch);
+    let _ = std::fs::remove_dir_all(scratch);
     eprintln!("wrote run {run_id} to {}; render with `cargo run -p bench --release -- render`", results.display());
-    render::run(&root, false)
+    render::run(root, false)
+}
+
+/// `clients` clones of `url` at once; each client's wall time and the burst's.
+fn burst(url: &str, clients: usize, work: &Path, tag: &str) -> Result<(Vec<Duration>, Duration)> {
+    let start = Instant::now();
+    let walls: Vec<Result<Duration>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..clients)
+            .map(|c| {
+                let dest = work.join(format!("{tag}-{c}"));
+                s.spawn(move || {
+                    let _ = std::fs::remove_dir_all(&dest);
+                    client(dest.parent().unwrap(), &["-c", "protocol.version=2", "clone", "-q", "--bare", url, dest.to_str().unwrap()])
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("client thread")).collect()
+    });
+    let elapsed = start.elapsed();
+    Ok((walls.into_iter().collect::<Result<_>>()?, elapsed))
+}
+
+/// Identical clones (issue 18's fleet): the server CPU of `o.identical` concurrent clones of the
+/// largest repository against one clone's, per arm. Before every step each arm's copy gets a new
+/// ref (the same commit), so no step reads a pack the cache kept from the step before.
+fn identical_clones(o: &Options, arms: &[Arm], repos: &[PathBuf], work: &Path, run_id: &str, out: &mut std::fs::File) -> Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(work)?;
+    let mut largest = (0u64, &repos[0]);
+    for repo in repos {
+        let objects: u64 = git(repo, &["rev-list", "--objects", "--all", "--count"])?.parse()?;
+        if objects > largest.0 {
+            largest = (objects, repo);
+        }
+    }
+    let (objects, repo) = largest;
+    let name = repo.file_name().unwrap().to_string_lossy().into_owned();
+    for arm in arms {
+        arm.group.limit(None, None)?;
+    }
+    let mut step = 0;
+    for round in 0..o.rounds {
+        for i in round_order(arms.len(), round) {
+            let arm = &arms[i];
+            for clients in [1, o.identical] {
+                step += 1;
+                git(&arm.base.join(&name), &["update-ref", &format!("refs/bench/step-{step}"), "HEAD"])?;
+                let cpu0 = arm.begin()?;
+                let (walls, _) = burst(&format!("{}/{name}", arm.prefix), clients, work, "identical").with_context(|| format!("{} {clients} identical clones", arm.name))?;
+                let (cpu_us, bytes) = arm.end(cpu0)?;
+                let mut sorted: Vec<u64> = walls.iter().map(|w| w.as_micros() as u64).collect();
+                sorted.sort();
+                let r = row(
+                    "identical",
+                    serde_json::json!({
+                        "run": run_id, "repo": name, "objects": objects, "arm": arm.name, "round": round, "clients": clients,
+                        "cpu_us": cpu_us, "bytes_down": bytes, "wall_p50_us": sorted[sorted.len() / 2],
+                    }),
+                );
+                writeln!(out, "{r}")?;
+            }
+            eprint!(".");
+        }
+    }
+    eprintln!();
+    Ok(())
 }
 
 /// Wait until the server's process tree is back to the server alone (children reaped), at most

@@ -139,14 +139,19 @@ fn render_label(rows: &[Value], label: Option<&str>) -> Result<Vec<(String, Stri
         median(ops.iter().filter(|r| r["repo"] == repo && r["op"] == op && r["arm"] == arm).filter_map(|r| r[field].as_f64()).collect())
     };
     let mut cpu_rows = Vec::new();
-    writeln!(md, "## Operations\n")?;
-    writeln!(md, "Medians over the rounds. Ratio: gixd ÷ the best other arm on that row (below 1: gixd is ahead).\n")?;
+    if !ops.is_empty() {
+        writeln!(md, "## Operations\n")?;
+        writeln!(md, "Medians over the rounds. Ratio: gixd ÷ the best other arm on that row (below 1: gixd is ahead).\n")?;
+    }
     for (title, field, scale, unit) in [
         ("Server CPU per operation", "cpu_us", 1000.0, "ms"),
         ("Bytes server → client", "bytes_down", 1.0, "bytes"),
         ("Peak RSS of the server's process tree", "peak_rss_kb", 1024.0, "MiB"),
         ("Wall time of the client", "wall_us", 1000.0, "ms"),
     ] {
+        if ops.is_empty() {
+            break;
+        }
         writeln!(md, "### {title} ({unit})\n")?;
         write!(md, "| repository | operation |")?;
         for a in &arms {
@@ -229,8 +234,26 @@ fn render_label(rows: &[Value], label: Option<&str>) -> Result<Vec<(String, Stri
         writeln!(md)?;
     }
 
+    // Identical clones: each server's CPU for N at once against one.
+    let identical: Vec<&&Value> = of_run.iter().filter(|r| r["kind"] == "identical").collect();
+    if let Some(first) = identical.first() {
+        let n = identical.iter().filter_map(|r| r["clients"].as_u64()).max().unwrap_or(1);
+        writeln!(md, "## Identical clones ({n} × `clone --bare` of {} at once, against one)\n", first["repo"].as_str().unwrap_or("?"))?;
+        writeln!(md, "Server CPU, medians over the rounds; before every step each server's copy gets a new ref, so nothing is read back from the step before.\n")?;
+        writeln!(md, "| server | CPU, 1 clone (ms) | CPU, {n} clones (ms) | {n} ÷ 1 | bytes, {n} clones |\n|---|---|---|---|---|")?;
+        for a in &arms {
+            let of = |clients: u64, field: &str| median(identical.iter().filter(|r| r["arm"] == a.as_str() && r["clients"] == clients).filter_map(|r| r[field].as_f64()).collect());
+            let (one, many) = (of(1, "cpu_us") / 1000.0, of(n, "cpu_us") / 1000.0);
+            writeln!(md, "| {a} | {one:.1} | {many:.1} | {:.2} | {:.0} |", many / one, of(n, "bytes_down"))?;
+        }
+        writeln!(md)?;
+    }
+
     // Where gixd is furthest behind (CPU).
     let mut all: Vec<&Row> = cpu_rows.iter().chain(ramp_rows.iter()).filter(|r| r.ratio().is_finite()).collect();
+    if all.is_empty() {
+        return Ok(vec![(format!("bench/{stem}.md"), md)]);
+    }
     all.sort_by(|a, b| b.ratio().total_cmp(&a.ratio()));
     writeln!(md, "## Furthest behind (server CPU, gixd ÷ best peer)\n")?;
     for row in all.iter().take(3) {
