@@ -95,15 +95,22 @@ struct Data {
     len: u64,
 }
 
+/// What generating an entry took and made.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Generated {
+    pub stats: Option<crate::pack::Stats>,
+    pub wants: usize,
+    pub haves: usize,
+    pub cpu_seconds: f64,
+}
+
 pub struct Entry {
     data: Mutex<Data>,
     progress: tokio::sync::watch::Sender<Progress>,
     finished_at: Mutex<Option<Instant>>,
-    /// What the generator reported, for whoever reads the entry (the access log): the pack's
-    /// figures, the request's wants and haves, the CPU seconds it took.
-    pub stats: Mutex<Option<crate::pack::Stats>>,
-    pub counts: Mutex<(usize, usize)>,
-    pub cpu_seconds: Mutex<f64>,
+    /// What the generator reported, for whoever reads the entry (the access log); set before
+    /// the entry is finished.
+    pub generated: Mutex<Generated>,
     memory_used: Arc<AtomicU64>,
 }
 
@@ -201,9 +208,7 @@ impl PackCache {
             data: Mutex::new(Data { memory: Chunks::default(), file: None, len: 0 }),
             progress,
             finished_at: Mutex::new(None),
-            stats: Mutex::new(None),
-            counts: Mutex::new((0, 0)),
-            cpu_seconds: Mutex::new(0.0),
+            generated: Mutex::new(Generated::default()),
             memory_used: self.memory_used.clone(),
         });
         entries.insert(key, entry.clone());

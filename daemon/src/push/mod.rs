@@ -157,6 +157,13 @@ pub struct Outcome {
     pub objects: u32,
 }
 
+impl Outcome {
+    /// How the push ended, as the metrics count it: every update made, or some refused.
+    pub fn label(&self) -> &'static str {
+        if self.results.iter().all(Result::is_ok) { "ok" } else { "refused" }
+    }
+}
+
 /// The repository's `receive.*` rules.
 struct Rules {
     deny_non_fast_forwards: bool,

@@ -101,17 +101,18 @@ pub fn serve_connection(state: Arc<State>, stream: TcpStream, line: Vec<u8>) {
         sent: std::cell::Cell::new(0),
     };
     let result = serve(&state, stream, &line, &mut seen);
-    match &result {
-        Ok(()) => {}
-        Err(crate::error::ServeError::Disconnected) => tracing::info!(?peer, "client went away"),
-        // The same level as HTTP's failures: an operator filtering on WARN sees both.
-        Err(err) => tracing::warn!(?peer, %err, "git:// request failed"),
-    }
     let mut record = seen.record;
     match &result {
         Ok(()) => {}
-        Err(crate::error::ServeError::Disconnected) => record.status = "disconnected".into(),
-        Err(_) => record.status = "error".into(),
+        Err(crate::error::ServeError::Disconnected) => {
+            record.status = "disconnected".into();
+            tracing::info!(?peer, "client went away")
+        }
+        // The same level as HTTP's failures: an operator filtering on WARN sees both.
+        Err(err) => {
+            record.status = "error".into();
+            tracing::warn!(?peer, %err, "git:// request failed")
+        }
     }
     (record.wants, record.haves) = seen.tally.counts();
     record.bytes = seen.sent.get();
@@ -236,8 +237,7 @@ fn serve(state: &State, stream: TcpStream, line: &[u8], seen: &mut Seen) -> Resu
         // git daemon's push: no authentication on git://, so only with --enable=receive-pack.
         let input = std::io::BufReader::with_capacity(64 * 1024, input);
         let outcome = match protocol::receive_pack(&ctx, version, protocol::Mode::Stateful, input, out) {
-            Ok(Some(pushed)) if pushed.results.iter().all(Result::is_ok) => "ok",
-            Ok(Some(_)) => "refused",
+            Ok(Some(pushed)) => pushed.label(),
             Ok(None) => return Ok(()),
             Err(err) => {
                 state.metrics.push("failed");

@@ -30,7 +30,7 @@ use crate::transport::stream;
 pub type Body = BoxBody<Bytes, std::io::Error>;
 
 /// The smart-HTTP routes, by the suffix after the repository path.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route<'a> {
     InfoRefs(&'a str),
     UploadPack(&'a str),
@@ -110,7 +110,8 @@ pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>)
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let version = protocol_version(req.headers());
-    let (service, repository) = match route(&path) {
+    let routed = route(&path);
+    let (service, repository) = match routed {
         Route::InfoRefs(repo) => ("info/refs", Some(repo)),
         Route::UploadPack(repo) => ("git-upload-pack", Some(repo)),
         Route::ReceivePack(repo) => ("git-receive-pack", Some(repo)),
@@ -118,7 +119,7 @@ pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>)
     };
     let repository = repository.map(|r| r.trim_matches('/').to_owned());
     let upload_pack_off = !state.config.services.upload_pack;
-    let response = match (route(&path), &method) {
+    let response = match (routed, &method) {
         (Route::UploadPack(_), _) if upload_pack_off => {
             text(StatusCode::FORBIDDEN, "fetch (git-upload-pack) is not enabled on this server")
         }
@@ -479,9 +480,9 @@ async fn cached_upload_pack(state: Arc<State>, peer: SocketAddr, served: Served,
                         let cache = state.pack_cache.as_ref().expect("only with a cache");
                         let result = protocol::upload_pack(&ctx, version, protocol::Input::<&[u8]>::Stateless(&body), &mut cache.writer(&entry));
                         let cpu = crate::metrics::thread_cpu_seconds() - cpu;
-                        *entry.stats.lock().expect("not poisoned") = result.as_ref().ok().copied().flatten();
-                        *entry.counts.lock().expect("not poisoned") = tally.counts();
-                        *entry.cpu_seconds.lock().expect("not poisoned") = cpu;
+                        let (wants, haves) = tally.counts();
+                        let stats = result.as_ref().ok().copied().flatten();
+                        *entry.generated.lock().expect("not poisoned") = crate::pack_cache::Generated { stats, wants, haves, cpu_seconds: cpu };
                         if let Ok(Some(_)) = &result {
                             state.metrics.generated(cpu);
                         }
@@ -510,10 +511,11 @@ async fn cached_upload_pack(state: Arc<State>, peer: SocketAddr, served: Served,
             (true, _) => "200 failed".into(),
             (false, _) => "200 disconnected".into(),
         };
-        record.objects = entry.stats.lock().expect("not poisoned").map(|s| s.entries);
-        (record.wants, record.haves) = *entry.counts.lock().expect("not poisoned");
+        let generated = *entry.generated.lock().expect("not poisoned");
+        record.objects = generated.stats.map(|s| s.entries);
+        (record.wants, record.haves) = (generated.wants, generated.haves);
         if outcome == "miss" {
-            record.cpu_ms = *entry.cpu_seconds.lock().expect("not poisoned") * 1e3;
+            record.cpu_ms = generated.cpu_seconds * 1e3;
         }
         record.duration_ms = started.elapsed().as_secs_f64() * 1e3;
         state.finished(record);
@@ -625,8 +627,7 @@ async fn receive_pack(state: Arc<State>, peer: SocketAddr, repo_path: String, re
         let input = std::io::BufReader::with_capacity(64 * 1024, input);
         let result = protocol::receive_pack(&ctx, version, protocol::Mode::Stateless, input, &mut out);
         let outcome = match &result {
-            Ok(Some(pushed)) if pushed.results.iter().all(Result::is_ok) => Some("ok"),
-            Ok(Some(_)) => Some("refused"),
+            Ok(Some(pushed)) => Some(pushed.label()),
             Ok(None) => None,
             Err(err) => {
                 tracing::warn!(repo = %served.name, %err, "push failed");
