@@ -458,7 +458,8 @@ pub struct Overrides {
     pub init_timeout: Option<std::time::Duration>,
     pub metrics_listen: Option<SocketAddr>,
     pub access_log: Option<PathBuf>,
-    /// The pack cache on (`Some(true)`) or off; giving any of its sizes turns it on as well.
+    /// The pack cache turned on (`Some(true)`: `--pack-cache`, a `[pack_cache]` table); giving
+    /// any of its sizes turns it on as well.
     pub pack_cache: Option<bool>,
     pub pack_cache_memory: Option<u64>,
     pub pack_cache_dir: Option<PathBuf>,
@@ -510,8 +511,6 @@ impl Overrides {
                 disk_bytes: self.pack_cache_disk.unwrap_or(PackCache::DEFAULT_DISK),
                 max_age: self.pack_cache_max_age.unwrap_or(PackCache::DEFAULT_MAX_AGE),
             });
-        } else if self.pack_cache == Some(false) {
-            config.pack_cache = None;
         }
         if self.maintenance_interval.is_some() {
             config.maintenance_interval = self.maintenance_interval.map(|d| d.max(std::time::Duration::from_secs(60)));

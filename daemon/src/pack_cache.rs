@@ -222,15 +222,12 @@ impl PackCache {
 
     /// The generator is done: the entry is kept if it succeeded and fits, else dropped from
     /// the table (readers holding it read on).
-    pub fn finish(&self, key: &Key, entry: &Arc<Entry>, ok: bool) {
+    pub fn finish(&self, entry: &Arc<Entry>, ok: bool) {
         *entry.finished_at.lock().expect("not poisoned") = Some(Instant::now());
         let state = if ok { Generation::Done } else { Generation::Failed };
         entry.progress.send_modify(|p| p.state = state);
-        let mut entries = self.entries.lock().expect("not poisoned");
-        if !ok {
-            entries.remove(key);
-        }
-        self.expire(&mut entries);
+        // A failed entry goes with the expired ones.
+        self.expire(&mut self.entries.lock().expect("not poisoned"));
     }
 
     /// Drop what is too old, failed, or over the caps (oldest finished first). Entries being
@@ -347,7 +344,7 @@ mod tests {
         assert_eq!(&piece[..], &big[CHUNK - 7..CHUNK - 5], "a read stops at a chunk's end");
         let piece = entry.read_at(CHUNK as u64 + 3, 10).unwrap();
         assert_eq!(&piece[..], &big[CHUNK - 2..CHUNK + 8]);
-        cache.finish(&key(1, b"a"), &entry, true);
+        cache.finish(&entry, true);
         let Some(Found::Hit(hit)) = cache.find(&key(1, b"a")) else { panic!("kept") };
         assert_eq!(hit.read_all().unwrap(), [&b"hello"[..], &big].concat());
         assert!(cache.start(key(2, b"a")).is_ok(), "a new ref state is a new key");
@@ -358,7 +355,7 @@ mod tests {
     fn a_failed_generation_is_not_kept() {
         let cache = PackCache::new(settings(1 << 20, None));
         let entry = cache.start(key(1, b"a")).ok().unwrap();
-        cache.finish(&key(1, b"a"), &entry, false);
+        cache.finish(&entry, false);
         assert!(cache.find(&key(1, b"a")).is_none());
     }
 
@@ -373,7 +370,7 @@ mod tests {
         w.write_all(b"789abcdef").unwrap();
         assert_eq!(cache.memory_used(), 0, "moved to a file");
         assert_eq!(&entry.read_at(5, 6).unwrap()[..], b"56789a");
-        cache.finish(&key(1, b"a"), &entry, true);
+        cache.finish(&entry, true);
         assert_eq!(entry.read_all().unwrap(), b"0123456789abcdef");
         assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "the file is unlinked");
     }
@@ -384,7 +381,7 @@ mod tests {
         for (i, req) in [b"a", b"b", b"c"].iter().enumerate() {
             let entry = cache.start(key(1, *req)).ok().unwrap();
             cache.writer(&entry).write_all(&[i as u8; 4]).unwrap();
-            cache.finish(&key(1, *req), &entry, true);
+            cache.finish(&entry, true);
         }
         assert!(cache.find(&key(1, b"a")).is_none(), "the oldest went");
         assert!(matches!(cache.find(&key(1, b"b")), Some(Found::Hit(_))));

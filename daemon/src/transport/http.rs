@@ -466,7 +466,7 @@ async fn cached_upload_pack(state: Arc<State>, peer: SocketAddr, served: Served,
                 Ok(slot) => slot,
                 Err(response) => return response,
             };
-            match cache.start(key.clone()) {
+            match cache.start(key) {
                 // Another request started it while this one waited for its slot.
                 Err(f) => found(f),
                 Ok(entry) => {
@@ -489,7 +489,7 @@ async fn cached_upload_pack(state: Arc<State>, peer: SocketAddr, served: Served,
                         if let Err(err) = &result {
                             tracing::warn!(repo = %served.name, %err, "upload-pack failed");
                         }
-                        cache.finish(&key, &entry, result.is_ok());
+                        cache.finish(&entry, result.is_ok());
                     });
                     (entry, "miss")
                 }
