@@ -2,8 +2,9 @@
 //!
 //! - Against stock git: the same operation against `git upload-pack` (file://) gives the client
 //!   the same refs and the same objects (a difference is printed as counted lists and fails unless
-//!   it is gixd sending more objects that are reachable from the server's refs); `git fsck --full`
-//!   is clean.
+//!   it is gixd sending more objects that are reachable from the server's refs). Every clone and
+//!   fetch from gixd runs with `transfer.fsckObjects` (git's `index-pack --strict`, `--fix-thin`
+//!   for fetches, accepts each pack as it arrives) and `git fsck --full --strict` is clean after.
 //! - Snapshots (insta, one file per repository): per case the SHA-256 of gixd's response bytes with
 //!   progress (band 2) removed, their size, pack entries by type, and copied / re-deflated / added
 //!   bases. A change that moves one byte fails until re-blessed (`INSTA_UPDATE=always`), and the
@@ -195,6 +196,12 @@ fn describe(exchanges: &[Exchange], hash: Hash) -> String {
     )
 }
 
+/// Every pack the client receives is checked as it arrives: with `transfer.fsckObjects`, git's
+/// fetch runs `git index-pack --strict` on it (with `--fix-thin` for a fetch, which completes a
+/// thin pack from what the client holds), so a broken object, a bad link or a thin base the client
+/// lacks fails the clone or fetch. The result is then checked whole by [`assert_fsck_clean`].
+const CHECKED: [&str; 2] = ["-c", "transfer.fsckObjects=true"];
+
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
@@ -247,7 +254,7 @@ fn fetch_behind(recorder: &Recorder, repo: &Path, hash: Hash, urls: (&str, &str)
     }
     behind_client(repo, &theirs, hash, urls.1).unwrap();
     recorder.take();
-    git_ok(&ours, &["-c", "protocol.version=2", "fetch", "-q", "origin"]);
+    git_ok(&ours, &[&CHECKED[..], &["-c", "protocol.version=2", "fetch", "-q", "origin"]].concat());
     let line = describe(&recorder.take(), hash);
     git_ok(&theirs, &["-c", "protocol.version=2", "fetch", "-q", "origin"]);
     assert_fsck_clean(&ours);
@@ -279,11 +286,11 @@ fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String 
             let v = format!("protocol.version={version}");
             let ours = tmp.path().join(format!("clone-v{version}"));
             recorder.take();
-            git_ok(tmp.path(), &["-c", &v, "clone", "-q", "--mirror", &url, ours.to_str().unwrap()]);
+            git_ok(tmp.path(), &[&CHECKED[..], &["-c", &v, "clone", "-q", "--mirror", &url, ours.to_str().unwrap()]].concat());
             let first = describe(&recorder.take(), hash);
             // Same request, same bytes.
             let again = tmp.path().join(format!("clone-v{version}-again"));
-            git_ok(tmp.path(), &["-c", &v, "clone", "-q", "--mirror", &url, again.to_str().unwrap()]);
+            git_ok(tmp.path(), &[&CHECKED[..], &["-c", &v, "clone", "-q", "--mirror", &url, again.to_str().unwrap()]].concat());
             assert_eq!(describe(&recorder.take(), hash), first, "{case}: a second identical clone got other bytes");
             let theirs = tmp.path().join(format!("git-clone-v{version}"));
             git_ok(tmp.path(), &["-c", &v, "clone", "-q", "--mirror", "--no-local", &file_url, theirs.to_str().unwrap()]);
@@ -303,9 +310,10 @@ fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String 
                 recorder.take();
                 let mut clone_args = vec!["-c", v.as_str(), "clone", "-q", "--mirror"];
                 clone_args.extend(args);
-                git_ok(tmp.path(), &[&clone_args[..], &[&url, ours.to_str().unwrap()]].concat());
+                git_ok(tmp.path(), &[&CHECKED[..], &clone_args[..], &[&url, ours.to_str().unwrap()]].concat());
                 let line = describe(&recorder.take(), hash);
                 git_ok(tmp.path(), &[&clone_args[..], &[&file_url, theirs.to_str().unwrap()]].concat());
+                assert_fsck_clean(&ours);
                 let shallow = |dir: &Path| std::fs::read_to_string(dir.join("shallow")).unwrap_or_default();
                 let mut ours_shallow: Vec<String> = shallow(&ours).lines().map(str::to_owned).collect();
                 let mut theirs_shallow: Vec<String> = shallow(&theirs).lines().map(str::to_owned).collect();
@@ -324,8 +332,9 @@ fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String 
         let client = tmp.path().join("clone-v2");
         let before = (refs(&client, "refs"), all_objects(&client));
         recorder.take();
-        git_ok(&client, &["-c", "protocol.version=2", "fetch", "-q", "origin"]);
+        git_ok(&client, &[&CHECKED[..], &["-c", "protocol.version=2", "fetch", "-q", "origin"]].concat());
         let line = describe(&recorder.take(), hash);
+        assert_fsck_clean(&client);
         assert_eq!((refs(&client, "refs"), all_objects(&client)), before, "{case}: a fetch with nothing new changed the client");
         writeln!(snapshot, "{case}: {line}").unwrap();
 
@@ -335,7 +344,7 @@ fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String 
         let copy = bitmapped_copy(&bitmapped_base, &repo);
         let ours = tmp.path().join("clone-bitmapped");
         recorder.take();
-        git_ok(tmp.path(), &["-c", "protocol.version=2", "clone", "-q", "--mirror", &bitmapped_server.url(&url_path), ours.to_str().unwrap()]);
+        git_ok(tmp.path(), &[&CHECKED[..], &["-c", "protocol.version=2", "clone", "-q", "--mirror", &bitmapped_server.url(&url_path), ours.to_str().unwrap()]].concat());
         let line = describe(&recorder.take(), hash);
         let theirs = tmp.path().join("git-clone-bitmapped");
         git_ok(tmp.path(), &["-c", "protocol.version=2", "clone", "-q", "--mirror", "--no-local", &format!("file://{}", copy.display()), theirs.to_str().unwrap()]);
@@ -351,8 +360,9 @@ fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String 
         let ours = tmp.path().join("blob-none-bitmapped");
         let theirs = tmp.path().join("git-blob-none-bitmapped");
         recorder.take();
-        git_ok(tmp.path(), &["-c", "protocol.version=2", "clone", "-q", "--mirror", "--filter=blob:none", &bitmapped_url, ours.to_str().unwrap()]);
+        git_ok(tmp.path(), &[&CHECKED[..], &["-c", "protocol.version=2", "clone", "-q", "--mirror", "--filter=blob:none", &bitmapped_url, ours.to_str().unwrap()]].concat());
         let line = describe(&recorder.take(), hash);
+        assert_fsck_clean(&ours);
         git_ok(tmp.path(), &["-c", "protocol.version=2", "clone", "-q", "--mirror", "--filter=blob:none", &copy_url, theirs.to_str().unwrap()]);
         assert_eq!(all_objects(&ours), all_objects(&theirs), "{case}: objects differ from git's");
         writeln!(snapshot, "{case}: {line} (same objects as git)").unwrap();
