@@ -367,10 +367,11 @@ fn main() -> std::process::ExitCode {
             let git_dir = if repo.join(".git").is_dir() { repo.join(".git") } else { repo };
             gixd::maintenance::run(&git_dir).map(|r| {
                 println!(
-                    "{}: {} objects in {}, {} commit bitmaps; removed {} pack(s) and {} loose object(s) now in it",
+                    "{}: {} objects in {} ({} stored whole before, now deltas), {} commit bitmaps; removed {} pack(s) and {} loose object(s) now in it",
                     git_dir.display(),
                     r.objects,
                     r.pack.display(),
+                    r.deltas_computed,
                     r.bitmaps,
                     r.packs_removed,
                     r.loose_removed

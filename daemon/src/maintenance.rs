@@ -22,6 +22,8 @@ pub struct Report {
     pub loose_removed: usize,
     /// What earlier runs, killed before they finished, left behind and this one removed.
     pub leftovers_removed: usize,
+    /// Objects stored whole before that the new pack holds as deltas the search found.
+    pub deltas_computed: usize,
 }
 
 /// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`.
@@ -35,19 +37,19 @@ pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
     let leftovers_removed = remove_leftovers(&objects_dir, &pack_dir);
 
     // 1. Everything reachable from every ref and HEAD (hidden refs too: this is the repository,
-    //    not a client's view of it).
+    //    not a client's view of it), in walk order with each path's name hash.
     let refs = crate::repo::RefSnapshot::load_hiding_nothing(&repo)?;
     let tips = refs.tips();
-    let reachable = crate::select::reachable_from(&repo, &tips)?;
-    let mut ids: Vec<ObjectId> = reachable.into_iter().collect();
-    ids.sort();
+    let selection = crate::select::everything_reachable(&repo, &tips)?;
 
-    // 2. A pack of them (stored deltas kept, their bases being in it too), indexed into place.
+    // 2. A pack of them, indexed into place: stored deltas kept (their bases are in it too),
+    //    and a delta search among the objects stored whole (loose, or pushed as a thin pack's
+    //    completed bases), so versions of a file pushed apart become deltas of each other.
     let scratch = objects_dir.join(format!("gixd-maintenance-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
-    let result = write_pack(&repo, &ids, &scratch, &pack_dir, hash);
+    let result = write_pack(&repo, &selection, &scratch, &pack_dir, hash);
     let _ = std::fs::remove_dir_all(&scratch);
-    let (index_path, data_path) = result?;
+    let (index_path, data_path, deltas_computed) = result?;
 
     // 3. The reverse index and the bitmap.
     let index = gix_pack::index::File::at(&index_path, hash).map_err(ServeError::pack)?;
@@ -56,7 +58,7 @@ pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
     let bitmaps = write_bitmap(&repo, &index, &order, &tips, &index_path.with_extension("bitmap"), hash)?;
 
     // 4. Old packs and loose objects whose every object is in the new pack.
-    let mut report = Report { objects: ids.len(), pack: data_path.clone(), bitmaps, leftovers_removed, ..Report::default() };
+    let mut report = Report { objects: selection.objects.len(), pack: data_path.clone(), bitmaps, leftovers_removed, deltas_computed, ..Report::default() };
     for entry in std::fs::read_dir(&pack_dir)?.flatten() {
         let path = entry.path();
         if path.extension().is_none_or(|e| e != "idx") || path == index_path {
@@ -130,8 +132,7 @@ fn remove_leftovers(objects_dir: &Path, pack_dir: &Path) -> usize {
     removed
 }
 
-fn write_pack(repo: &gix::Repository, ids: &[ObjectId], scratch: &Path, pack_dir: &Path, hash: gix_hash::Kind) -> Result<(PathBuf, PathBuf), ServeError> {
-    use gix_pack::data::output;
+fn write_pack(repo: &gix::Repository, selection: &crate::select::Selection, scratch: &Path, pack_dir: &Path, hash: gix_hash::Kind) -> Result<(PathBuf, PathBuf, usize), ServeError> {
     // Every object is in: a base outside the selection is never met. Stored entries are located
     // in the pack files as read now (not inflated to find their ends); one that does not read
     // leaves it to gix-odb.
@@ -142,13 +143,10 @@ fn write_pack(repo: &gix::Repository, ids: &[ObjectId], scratch: &Path, pack_dir
             None
         }
     };
-    let (num_entries, chunks) = crate::pack::gix_entries(repo, ids.iter().copied(), false, gix::zlib::Compression::DEFAULT, packs, |_: &gix_hash::oid| output::entry::iter_from_counts::DeltaBase::Recompress)?;
     let tmp_pack = scratch.join("all.pack");
     let mut file = std::io::BufWriter::new(std::fs::File::create(&tmp_pack)?);
-    let entries = chunks.map(|chunk| chunk.map(|(_, entries)| entries));
-    for step in output::bytes::FromEntriesIter::new(entries, &mut file, num_entries as u32, gix_pack::data::Version::V2, hash) {
-        step.map_err(ServeError::pack)?;
-    }
+    let options = crate::pack::Options { thin_pack: false, ofs_delta: true, include_unselected_bases: true, packs: &|| packs.clone(), deltify: true };
+    let stats = crate::pack::write(repo, selection, options, |_| true, &mut file)?;
     file.flush()?;
     drop(file);
     let mut reader = std::io::BufReader::new(std::fs::File::open(&tmp_pack)?);
@@ -166,7 +164,7 @@ fn write_pack(repo: &gix::Repository, ids: &[ObjectId], scratch: &Path, pack_dir
         let _ = std::fs::remove_file(keep);
     }
     match (outcome.index_path, outcome.data_path) {
-        (Some(index), Some(data)) => Ok((index, data)),
+        (Some(index), Some(data)) => Ok((index, data, stats.deltas_computed)),
         _ => Err(ServeError::corrupt_pack("the new pack was not written")),
     }
 }

@@ -411,6 +411,10 @@ pub struct Options<'a> {
     /// not inflated one by one to find their ends. `None`: gix-odb locates them. Asked for only
     /// when gix-pack generates entries — a pack sent as the bitmapped pack's bytes needs none.
     pub packs: &'a dyn Fn() -> Option<std::sync::Arc<crate::packs::Packs>>,
+    /// Search deltas among the objects going out whole even when the client holds nothing
+    /// (a repack: [`crate::maintenance`]). Without it the search runs only for fetches answered
+    /// by walking — a clone's whole objects are its stored pack's delta bases already.
+    pub deltify: bool,
 }
 
 /// What went into a pack; counts, so they can be compared and snapshot.
@@ -567,7 +571,7 @@ impl<'a> DeltaSearch<'a> {
     fn new(repo: &'a gix::Repository, selection: &'a Selection, options: &Options) -> Self {
         // A fetch by walking: the client holds something to delta against, and what is sent
         // whole is new (a clone's whole objects are its pack's delta bases already).
-        let enabled = !selection.by_bitmap && !selection.client_has.is_empty() && selection.objects.len() <= Self::MAX_SEARCHED_ENTRIES;
+        let enabled = !selection.by_bitmap && (options.deltify || !selection.client_has.is_empty()) && selection.objects.len() <= Self::MAX_SEARCHED_ENTRIES;
         DeltaSearch { repo, selection, enabled, thin_allowed: options.thin_pack, budget: Self::BUDGET, found: 0, base: Vec::new() }
     }
 
@@ -805,7 +809,7 @@ mod tests {
     fn write_into(out: &mut Failing) -> Result<Stats, ServeError> {
         let (_dir, repo, id) = one_blob_repo();
         let selection = Selection { objects: vec![id], blobs: 1, ..Selection::default() };
-        let options = Options { thin_pack: false, ofs_delta: true, include_unselected_bases: false, packs: &|| None };
+        let options = Options { thin_pack: false, ofs_delta: true, include_unselected_bases: false, packs: &|| None, deltify: false };
         write(&repo, &selection, options, |_| false, out)
     }
 

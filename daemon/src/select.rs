@@ -578,8 +578,14 @@ fn include_tags(repo: &gix::Repository, refs: &RefSnapshot, selection: &mut Sele
 
 /// Every object reachable from `tips`: what a client that may read those refs may be sent.
 pub fn reachable_from(repo: &gix::Repository, tips: &[ObjectId]) -> Result<HashSet<ObjectId>, ServeError> {
-    let selection = Walker::new(&crate::repo::with_walk_cache(repo)).run(tips, &[], None)?;
-    Ok(selection.objects.into_iter().collect())
+    Ok(everything_reachable(repo, tips)?.objects.into_iter().collect())
+}
+
+/// Everything reachable from `tips` as a selection for a client that has nothing: in walk order
+/// (commits, then trees and blobs as met), with the name hash of each tree's and blob's path —
+/// what a repack writes and searches for deltas.
+pub fn everything_reachable(repo: &gix::Repository, tips: &[ObjectId]) -> Result<Selection, ServeError> {
+    Walker::new(&crate::repo::with_walk_cache(repo)).run(tips, &[], None)
 }
 
 /// The objects a client may be sent: those reachable from the refs it may read.

@@ -93,6 +93,44 @@ fn a_repository_that_only_received_pushes_ends_with_one_bitmapped_pack_and_loses
 }
 
 #[test]
+fn versions_of_a_file_pushed_whole_in_separate_pushes_become_deltas_of_each_other() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    let repo = base.join("r.git");
+    std::fs::create_dir_all(&repo).unwrap();
+    gixd_tests::git(&repo, &["init", "-q", "--bare", "-b", "main"]);
+    let server = serve_with(&base, |c| {
+        c.git_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.services.receive_pack = true;
+    });
+    let url = format!("git://{}/r.git", server.git_addr.unwrap());
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    gixd_tests::git(&work, &["init", "-q", "-b", "main"]);
+    // Three versions of a 64 KiB file, each edited a little, pushed by a client that makes no
+    // deltas (pack.window=0): every version arrives and is stored whole.
+    let mut content = gixd_tests::noise(17, 64 << 10);
+    let mut blobs = Vec::new();
+    for i in 0..3 {
+        content[i * 20_000..i * 20_000 + 32].copy_from_slice(&[b'x' + i as u8; 32]);
+        gixd_tests::commit_files(&work, &[("data.bin", &content)], &format!("v{i}"));
+        blobs.push(gixd_tests::git_out(&work, &["rev-parse", "HEAD:data.bin"]));
+        git_ok(&work, &["-c", "pack.window=0", "push", "-q", &url, "main"]);
+    }
+    let before = all_objects(&repo);
+
+    let report = gixd::maintenance::run(&repo).unwrap();
+    let (_, rows) = gixd_tests::verify_pack(&repo.join("objects"));
+    let deltas: Vec<&Vec<String>> = rows.iter().filter(|r| blobs.contains(&r[0]) && r.len() == 7).collect();
+    assert_eq!(deltas.len(), 2, "two of the three versions are deltas (verify-pack rows: {rows:?})");
+    assert!(deltas.iter().all(|r| r[3].parse::<usize>().unwrap() < 1024), "each delta is small: {deltas:?}");
+    assert_eq!(report.deltas_computed, 2, "{report:?}");
+    assert_eq!(all_objects(&repo), before);
+    assert_fsck_clean(&repo);
+    test_bitmap(&repo);
+}
+
+#[test]
 fn the_opt_in_schedule_repacks_with_a_bitmap_while_serving() {
     let tmp = tempfile::tempdir().unwrap();
     let base = tmp.path().join("base");

@@ -186,18 +186,26 @@ fn proc_peak_rss_kb(pid: u32) -> Result<i64> {
     Ok(line.split_whitespace().nth(1).context("VmHWM value")?.parse()?)
 }
 
-/// One clone served by a fresh gixd: its CPU during the clone and its peak RSS.
-pub(crate) fn clone_gixd(gixd: &Path, base: &Path, repo: &str, dest: &Path) -> Result<(i64, i64)> {
+/// A fresh `gixd serve` of `base` (every repository exported) on a free port, with `extra`
+/// arguments; the process and the address it listens on (from its first line).
+pub(crate) fn serve_gixd(gixd: &Path, base: &Path, extra: &[&std::ffi::OsStr]) -> Result<(std::process::Child, String)> {
     use std::io::BufRead;
     let mut child = Command::new(gixd)
         .args(["serve", "--listen", "127.0.0.1:0", "--export-all", "--base-path"])
         .arg(base)
+        .args(extra)
         .env("GIXD_LOG", "warn")
         .stdout(std::process::Stdio::piped())
         .spawn()?;
     let mut first = String::new();
     std::io::BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut first)?;
     let addr = first.split("http://").nth(1).and_then(|r| r.split('/').next()).context("gixd's address line")?.to_owned();
+    Ok((child, addr))
+}
+
+/// One clone served by a fresh gixd: its CPU during the clone and its peak RSS.
+pub(crate) fn clone_gixd(gixd: &Path, base: &Path, repo: &str, dest: &Path) -> Result<(i64, i64)> {
+    let (mut child, addr) = serve_gixd(gixd, base, &[])?;
     let pid = child.id();
     let before = proc_cpu_us(pid)?;
     let status = Command::new("git")

@@ -9,6 +9,7 @@ mod appliance;
 mod bench;
 mod bitmaps_bench;
 mod guards;
+mod maintenance_bench;
 mod narrow;
 mod push_bench;
 mod queue;
@@ -139,6 +140,22 @@ enum BenchCmd {
         #[arg(long)]
         repo: Option<PathBuf>,
     },
+    /// Pack bytes and CPU of `gixd maintenance` on a repository that only received pushes
+    /// (the default branch pushed in steps), vs `git repack -adf --window=10` and `git repack -ad`.
+    /// Run by hand on real repositories; not in CI.
+    Maintenance {
+        #[arg(long, default_value_t = 2)]
+        rounds: usize,
+        /// Bare repositories whose history is pushed (read only, never modified).
+        #[arg(long, required = true)]
+        repo: Vec<PathBuf>,
+        /// How many pushes the history arrives in.
+        #[arg(long, default_value_t = 40)]
+        pushes: usize,
+        /// Measure this gixd binary instead of a release build of the committed tree.
+        #[arg(long)]
+        gixd: Option<PathBuf>,
+    },
     /// Server CPU per clone at 1…32 concurrent clients, under a CPU quota and pinned.
     Ramp {
         #[arg(long, default_value_t = 3)]
@@ -246,6 +263,7 @@ fn run(cli: Cli) -> Result<()> {
         Top::Bench { command: BenchCmd::Narrow { rounds, repo } } => narrow::run(&root, rounds, repo),
         Top::Bench { command: BenchCmd::Push { rounds, repo } } => push_bench::run(&root, rounds, repo),
         Top::Bench { command: BenchCmd::Bitmaps { rounds } } => bitmaps_bench::run(&root, rounds),
+        Top::Bench { command: BenchCmd::Maintenance { rounds, repo, pushes, gixd } } => maintenance_bench::run(&root, rounds, repo, pushes, gixd),
         Top::Bench { command: BenchCmd::Real { rounds, repo, gixd } } => real_bench::run(&root, rounds, repo, gixd),
         Top::Report { check } => report::run(&root, check),
         Top::Fuzz { seconds, seed, targets } => {

@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 pub const PUSH_RESULTS: &str = "bench/results/push.json";
 
@@ -61,21 +61,10 @@ pub fn run(root: &Path, rounds: usize, repo: Option<PathBuf>) -> Result<()> {
 }
 
 fn push_gixd(gixd: &Path, base: &Path, work: &Path) -> Result<i64> {
-    use std::io::BufRead;
     let tokens = base.join("tokens.toml");
     let out = Command::new(gixd).args(["token", "add", "--user", "bench", "--write", "--token-file"]).arg(&tokens).output()?;
     let secret = String::from_utf8(out.stdout)?.trim().to_owned();
-    let mut child = Command::new(gixd)
-        .args(["serve", "--listen", "127.0.0.1:0", "--export-all", "--base-path"])
-        .arg(base)
-        .arg("--token-file")
-        .arg(&tokens)
-        .env("GIXD_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let mut first = String::new();
-    std::io::BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut first)?;
-    let addr = first.split("http://").nth(1).and_then(|r| r.split('/').next()).context("gixd's address line")?.to_owned();
+    let (mut child, addr) = crate::bench::serve_gixd(gixd, base, &["--token-file".as_ref(), tokens.as_os_str()])?;
     let pid = child.id();
     let before = crate::bench::proc_cpu_us(pid)?;
     let status = Command::new("git").current_dir(work).args(["push", "-q", &format!("http://bench:{secret}@{addr}/r.git"), "HEAD:refs/heads/main"]).status()?;

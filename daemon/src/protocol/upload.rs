@@ -281,6 +281,7 @@ fn select_and_write<W: Write>(
             ofs_delta: request.ofs_delta,
             include_unselected_bases: request.common.is_empty() && plain,
             packs: &|| crate::packs::of(ctx.repos, ctx.served, repo),
+            deltify: false,
         },
         |id| {
             // Wanting every visible tip with nothing in common, the selection is everything the

@@ -1,0 +1,132 @@
+//! `cargo xtask bench maintenance`: the pack a repository that only ever received pushes ends up
+//! with. The default branch's first-parent history is pushed to a gixd in `--pushes` steps (each
+//! a thin pack from stock git, completed by gixd as it is stored), then copies of that
+//! repository are repacked by `gixd maintenance`, by `git repack -adf --window=10` (every delta
+//! searched anew: what the issue compares against) and by `git repack -ad` (stored deltas reused,
+//! git gc's default): pack bytes, objects and CPU (of the repacking process and its children,
+//! `xtask rusage`). Run by hand on real repositories; not in CI.
+
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const MAINTENANCE_RESULTS: &str = "bench/results/maintenance.json";
+
+/// The repacking arms, by the name the report shows.
+pub const ARMS: [&str; 3] = ["gixd maintenance", "git repack -adf --window=10", "git repack -ad"];
+
+fn git(dir: &Path, args: &[&str]) -> Result<String> {
+    crate::bench::output(Command::new("git").current_dir(dir).args(["-c", "pack.threads=1"]).args(args))
+}
+
+/// Bytes of every `.pack` file of `repo`, how many there are, and its loose objects.
+fn pack_bytes(repo: &Path) -> Result<(u64, usize, usize)> {
+    let (mut bytes, mut packs) = (0, 0);
+    for entry in std::fs::read_dir(repo.join("objects/pack"))? {
+        let entry = entry?;
+        if entry.path().extension().is_some_and(|e| e == "pack") {
+            bytes += entry.metadata()?.len();
+            packs += 1;
+        }
+    }
+    let loose: usize = git(repo, &["count-objects", "-v"])?
+        .lines()
+        .find_map(|l| l.strip_prefix("count: "))
+        .context("count-objects")?
+        .parse()?;
+    Ok((bytes, packs, loose))
+}
+
+pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, pushes: usize, gixd: Option<PathBuf>) -> Result<()> {
+    let gixd = match gixd {
+        Some(g) => g.canonicalize()?,
+        None => crate::bench::build_gixd(root)?,
+    };
+    let xtask = std::env::current_exe()?;
+    let scratch = crate::tree::Scratch::new("bench-maintenance")?;
+    let mut repos_meta = Vec::new();
+    let mut runs = Vec::new();
+    for source in repos {
+        let source = source.canonicalize()?;
+        let name = source.file_name().context("repository name")?.to_string_lossy().trim_end_matches(".git").to_owned();
+        let pushed = push_history(&gixd, &source, &scratch.0.join(&name), pushes)?;
+        let (bytes, packs, loose) = pack_bytes(&pushed)?;
+        let objects: u64 = git(&pushed, &["rev-list", "--objects", "--all", "--count"])?.parse()?;
+        eprintln!("{name}: {objects} objects pushed in {pushes} pushes: {packs} packs, {bytes} bytes, {loose} loose");
+        repos_meta.push(serde_json::json!({ "repo": name, "objects": objects, "as_pushed": { "pack_bytes": bytes, "packs": packs, "loose": loose } }));
+        for round in 0..rounds {
+            for arm in crate::bench::round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
+                let copy = scratch.0.join(format!("{name}-{round}-copy"));
+                if copy.exists() {
+                    std::fs::remove_dir_all(&copy)?;
+                }
+                let status = Command::new("cp").arg("-a").arg(&pushed).arg(&copy).status()?;
+                if !status.success() {
+                    bail!("copying {}", pushed.display());
+                }
+                let command: Vec<String> = match arm {
+                    "gixd maintenance" => vec![gixd.display().to_string(), "maintenance".into(), copy.display().to_string()],
+                    "git repack -adf --window=10" => ["git", "-C", &copy.display().to_string(), "-c", "pack.threads=1", "repack", "-q", "-adf", "--window=10"].map(String::from).to_vec(),
+                    _ => ["git", "-C", &copy.display().to_string(), "-c", "pack.threads=1", "repack", "-q", "-ad"].map(String::from).to_vec(),
+                };
+                let usage = scratch.0.join("rusage.json");
+                let out = Command::new(&xtask).arg("rusage").arg("--out").arg(&usage).arg("--").args(&command).output()?;
+                if !out.status.success() {
+                    bail!("{arm} on {name} failed: {}", String::from_utf8_lossy(&out.stderr));
+                }
+                let row: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&usage)?)?;
+                let after: u64 = git(&copy, &["rev-list", "--objects", "--all", "--count"])?.parse()?;
+                if after != objects {
+                    bail!("{arm} on {name}: {after} objects reachable after, {objects} before");
+                }
+                git(&copy, &["fsck", "--strict", "--no-dangling", "--connectivity-only"]).with_context(|| format!("{arm} on {name}: fsck"))?;
+                let (bytes, packs, loose) = pack_bytes(&copy)?;
+                runs.push(serde_json::json!({
+                    "repo": name, "arm": arm, "round": round,
+                    "pack_bytes": bytes, "packs": packs, "loose": loose,
+                    "cpu_us": row["cpu_us"], "peak_rss_kb": row["peak_rss_kb"],
+                }));
+                std::fs::remove_dir_all(&copy)?;
+            }
+            eprint!(".");
+        }
+        eprintln!();
+    }
+    let conditions = crate::bench::conditions(root, serde_json::json!({
+        "rounds": rounds,
+        "pushes": pushes,
+        "repos": repos_meta,
+        "gixd": format!("release build {}", gixd.display()),
+        "how": "the default branch's first-parent history pushed to gixd over HTTP by stock git in equal steps (a thin pack each, completed as gixd stores it), then each arm on a fresh copy of that repository; git with pack.threads=1",
+    }))?;
+    crate::bench::finish(root, MAINTENANCE_RESULTS, conditions, runs)
+}
+
+/// A bare repository under `dir` that received the first-parent history of `source`'s default
+/// branch in `pushes` pushes to a gixd, and nothing else.
+fn push_history(gixd: &Path, source: &Path, dir: &Path, pushes: usize) -> Result<PathBuf> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    std::fs::create_dir_all(dir)?;
+    let branch = git(source, &["symbolic-ref", "--short", "HEAD"])?;
+    let history: Vec<String> = git(source, &["rev-list", "--first-parent", "--reverse", &branch])?.lines().map(str::to_owned).collect();
+    if history.len() < pushes {
+        bail!("{}: {} commits on {branch}, fewer than {pushes} pushes", source.display(), history.len());
+    }
+    let repo = dir.join("r.git");
+    git(dir, &["init", "-q", "--bare", "-b", "main", "r.git"])?;
+    let tokens = dir.join("tokens.toml");
+    let out = Command::new(gixd).args(["token", "add", "--user", "bench", "--write", "--token-file"]).arg(&tokens).output()?;
+    let secret = String::from_utf8(out.stdout)?.trim().to_owned();
+    let (mut child, addr) = crate::bench::serve_gixd(gixd, dir, &["--token-file".as_ref(), tokens.as_os_str()])?;
+    let url = format!("http://bench:{secret}@{addr}/r.git");
+    let result = (1..=pushes).try_for_each(|step| {
+        let commit = &history[step * history.len() / pushes - 1];
+        git(source, &["push", "-q", &url, &format!("{commit}:refs/heads/main")]).map(|_| ())
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    result?;
+    Ok(repo)
+}
