@@ -13,6 +13,54 @@ use gix_pack::data::output::entry::iter_from_counts::DeltaBase;
 use crate::error::ServeError;
 use crate::select::Selection;
 
+/// Where a pack goes: its bytes, and git's progress lines for a client waiting for them
+/// (`Counting objects:  45% (450/1000)\r` while a phase runs, `…100% (1000/1000), done.\n` at its
+/// end). A file or a buffer takes no progress.
+pub trait Sink: Write {
+    fn progress(&mut self, _line: &str) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Sink for Vec<u8> {}
+impl<W: Write> Sink for io::BufWriter<W> {}
+
+/// One phase of pack writing as git reports it: a line at most every [`Phase::EVERY`] while it
+/// runs, and one saying it is done.
+struct Phase {
+    title: &'static str,
+    total: usize,
+    done: usize,
+    last: std::time::Instant,
+}
+
+impl Phase {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+    fn new(title: &'static str, total: usize) -> Self {
+        Phase { title, total, done: 0, last: std::time::Instant::now() }
+    }
+
+    fn line(&self, end: &str) -> String {
+        let percent = if self.total == 0 { 100 } else { self.done * 100 / self.total };
+        format!("{}: {percent:3}% ({}/{}){end}", self.title, self.done, self.total)
+    }
+
+    fn advance<W: Sink>(&mut self, by: usize, out: &mut Hashed<'_, W>) -> Result<(), ServeError> {
+        self.done += by;
+        if self.last.elapsed() >= Self::EVERY {
+            self.last = std::time::Instant::now();
+            out.out.progress(&self.line("\r")).map_err(gone)?;
+        }
+        Ok(())
+    }
+
+    fn finish<W: Sink>(mut self, out: &mut Hashed<'_, W>) -> Result<(), ServeError> {
+        self.done = self.total;
+        out.out.progress(&self.line(", done.\n")).map_err(gone)
+    }
+}
+
 /// Verbatim reuse: the selection is every object of one pack (a bitmap said so) and maybe some
 /// objects outside it (`extra`, pushed since the repack). The pack file's entries go out as they
 /// are — no object decoded; the extra objects follow, as gix-pack gives them, a delta against an
@@ -438,7 +486,7 @@ pub struct Stats {
 /// Write the pack of `selection` to `out`. `may_send` answers whether the client may be sent an
 /// object that it did not ask for (it is reachable from a ref the client may read); it is asked
 /// only about delta bases outside the selection, which are then added or referred to thin.
-pub fn write<W: Write>(
+pub fn write<W: Sink>(
     repo: &gix::Repository,
     selection: &Selection,
     options: Options,
@@ -484,19 +532,28 @@ pub fn write<W: Write>(
     let mut answer = Hashed::new(out, repo.object_hash());
     answer.emit(&gix_pack::data::header::encode(gix_pack::data::Version::V2, num_entries_u32))?;
     let mut written = EntryOffsets::default();
+    // git's counting is its look-up of each object's stored entry, as gix-pack's here.
+    let mut counting = Some(Phase::new("Counting objects", num_entries));
     if search.enabled {
         let mut entries = Vec::with_capacity(num_entries);
+        let mut counting = counting.take().expect("not finished yet");
         for chunk in chunks.by_ref() {
             entries.extend(chunk.map_err(ServeError::pack)?.1);
+            counting.advance(entries.len() - counting.done, &mut answer)?;
         }
+        counting.finish(&mut answer)?;
         if entries.iter().any(|e| e.is_invalid()) {
             return Err(ServeError::corrupt_pack("an object to send is missing from the repository"));
         }
-        search.window(&mut entries);
+        let searched = search.window(&mut entries);
+        Phase::new("Compressing objects", searched).finish(&mut answer)?;
         written.emit_in_base_order(&entries, options.ofs_delta, &mut answer)?;
     }
     for chunk in chunks.by_ref() {
         let (_seq, mut entries) = chunk.map_err(ServeError::pack)?;
+        if let Some(counting) = counting.as_mut() {
+            counting.advance(entries.len(), &mut answer)?;
+        }
         for entry in &mut entries {
             if entry.is_invalid() {
                 missing.get_or_insert(entry.id);
@@ -512,6 +569,9 @@ pub fn write<W: Write>(
     }
     if missing.is_some() {
         return Err(ServeError::corrupt_pack("an object to send is missing from the repository"));
+    }
+    if let Some(counting) = counting {
+        counting.finish(&mut answer)?;
     }
     if written.offsets.len() != num_entries {
         return Err(ServeError::corrupt_pack(format!("wrote {} entries of the {num_entries} announced", written.offsets.len())));
@@ -581,8 +641,9 @@ impl<'a> DeltaSearch<'a> {
     /// held object's; [`EntryOffsets::emit_in_base_order`] orders and encodes them). What the
     /// window leaves whole may still pay as a thin delta against the client's version at its
     /// path, by a looser limit ([`Self::same_path_delta`]); an entry too large for the search's
-    /// memory is tried for that alone ([`Self::try_thin_delta`]).
-    fn window(&mut self, entries: &mut [output::Entry]) {
+    /// memory is tried for that alone ([`Self::try_thin_delta`]). Returns how many entries
+    /// it searched.
+    fn window(&mut self, entries: &mut [output::Entry]) -> usize {
         use gix_pack::data::delta::search;
         /// An object the search looks at: an entry (by index) or a held object, inflated.
         struct Candidate {
@@ -666,6 +727,7 @@ impl<'a> DeltaSearch<'a> {
         for (entry, _) in entries.iter_mut().zip(deflated).filter(|(_, done)| !done) {
             deflate_stored(entry, None);
         }
+        candidates.iter().filter(|c| c.entry.is_some()).count()
     }
 
     /// A thin delta of `target` against the client's version at its path, within the budget:
@@ -789,6 +851,8 @@ mod tests {
 
     /// A writer that fails every write with `kind`.
     struct Failing(io::ErrorKind);
+
+    impl Sink for Failing {}
 
     impl Write for Failing {
         fn write(&mut self, _: &[u8]) -> io::Result<usize> {

@@ -224,3 +224,49 @@ fn the_metrics_count_requests_by_service_version_and_status_and_pushes_by_outcom
     assert_eq!(value(&metrics, "gixd_repository_requests_total", &[("repository", "repo.git")]), 4.0, "clone, two pushes, an advertisement");
     assert_eq!(http(server.metrics_addr.unwrap(), "GET", "/other", &[], b"").status, 404);
 }
+
+/// The `remote:` lines git shows, from its stderr (progress is `\r`-separated as it updates).
+fn remote_lines(stderr: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(stderr).split(['\r', '\n']).filter_map(|l| l.strip_prefix("remote: ")).map(|l| l.trim_end().to_owned()).collect()
+}
+
+#[test]
+fn a_clone_and_a_fetch_show_gits_progress_phases_with_their_object_counts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    let repo = fixture(&base);
+    // Without a bitmap: objects are looked up one by one (git counts them), not sent as the
+    // pack's bytes.
+    for file in gixd_tests::pack_files(&repo.join("objects")) {
+        if file.extension().is_some_and(|e| e == "bitmap") {
+            std::fs::remove_file(file).unwrap();
+        }
+    }
+    let objects = all_objects(&repo).len();
+    let server = serve_with(&base, |_| {});
+    let url = server.url("repo.git");
+
+    let dest = tmp.path().join("clone.git");
+    let out = gixd_tests::server::git_client(tmp.path(), &["-c", "protocol.version=2", "clone", "--progress", "--bare", &url, dest.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines = remote_lines(&out.stderr);
+    for expected in [format!("Enumerating objects: {objects}, done."), format!("Counting objects: 100% ({objects}/{objects}), done.")] {
+        assert!(lines.contains(&expected), "a clone shows '{expected}': {lines:?}");
+    }
+
+    // A client two commits behind: the objects going out whole are searched for deltas.
+    let behind = tmp.path().join("behind.git");
+    git_ok(tmp.path(), &["clone", "-q", "--bare", "--no-local", repo.to_str().unwrap(), behind.to_str().unwrap()]);
+    git_ok(&behind, &["update-ref", "HEAD", "HEAD~2"]);
+    git_ok(&behind, &["tag", "-d", "v1"]);
+    git_ok(&behind, &["-c", "gc.auto=0", "reflog", "expire", "--expire=now", "--all"]);
+    git_ok(&behind, &["gc", "-q", "--prune=now"]);
+    let out = gixd_tests::server::git_client(&behind, &["-c", "protocol.version=2", "fetch", "--progress", &url, "+refs/heads/*:refs/heads/*"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines = remote_lines(&out.stderr);
+    let compressing = lines.iter().find(|l| l.starts_with("Compressing objects: 100% (")).unwrap_or_else(|| panic!("a fetch shows its delta search: {lines:?}"));
+    let searched: usize = compressing["Compressing objects: 100% (".len()..].split('/').next().unwrap().parse().unwrap();
+    assert!(searched > 0, "{compressing}");
+    assert!(lines.iter().any(|l| l.starts_with("Counting objects: 100% (") && l.ends_with("), done.")), "{lines:?}");
+}

@@ -1,8 +1,8 @@
 //! Side-band framing (`side-band`, `side-band-64k`, v2's packfile section): pack bytes,
 //! progress and errors multiplexed onto one stream, each packet leaving in one write with its
 //! header. Beside the pkt-line codec, as gix-packetline keeps it; the pack writer and push know
-//! nothing of it (they write to any `io::Write`, and push says its messages through
-//! [`crate::push::Messages`]).
+//! nothing of it (the pack writer writes to a [`crate::pack::Sink`], bytes and progress lines,
+//! and push says its messages through [`crate::push::Messages`]).
 
 use std::io::{self, Write};
 
@@ -106,6 +106,14 @@ impl<W: Write> Bands<W> {
     pub fn finish(mut self) -> io::Result<W> {
         self.emit_pending()?;
         Ok(self.out)
+    }
+}
+
+/// The pack writer's progress goes out on band 2 like every other (nothing if the client asked
+/// for none).
+impl<W: Write> crate::pack::Sink for Bands<W> {
+    fn progress(&mut self, line: &str) -> io::Result<()> {
+        Bands::progress(self, line)
     }
 }
 
