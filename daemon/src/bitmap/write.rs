@@ -77,6 +77,20 @@ fn select_commits(repo: &gix::Repository, tips: &[ObjectId]) -> Result<Vec<Objec
     Ok(chosen)
 }
 
+/// A commit's committer time, read once (`times` keeps it).
+fn commit_time(objects: &gix_odb::Handle, times: &mut gix::hashtable::HashMap<ObjectId, i64>, id: &ObjectId, buf: &mut Vec<u8>) -> Result<i64, ServeError> {
+    if let Some(t) = times.get(id) {
+        return Ok(*t);
+    }
+    let data = objects.try_find(id, buf)?.ok_or(ServeError::MissingObject(*id))?;
+    let time = gix_object::CommitRefIter::from_bytes(data.data, id.kind()).committer().map_or(0, |c| c.time().map_or(0, |t| t.seconds));
+    times.insert(*id, time);
+    Ok(time)
+}
+
+/// Bytes of decoded trees and commits kept while the commit closures are computed.
+const CLOSURE_OBJECT_CACHE: usize = 256 << 20;
+
 /// `technical/bitmap-format` version 1 with `BITMAP_OPT_FULL_DAG`: the four type bitmaps, then
 /// one bitmap per chosen commit (no XOR compression), then the checksum. Returns how many commit
 /// bitmaps were written.
@@ -89,17 +103,21 @@ pub fn write_bitmap(
     hash: gix_hash::Kind,
 ) -> Result<usize, ServeError> {
     let n = order.len();
-    let mut position = vec![0usize; n];
+    // Pack position by id, in one id-keyed table: the closures below ask it for every object
+    // they meet, and a binary search of the index each time (memcmp of ids) was over half of a
+    // git.git repack's bitmap writing.
+    let mut position: gix::hashtable::HashMap<ObjectId, usize> = gix::hashtable::HashMap::default();
+    position.reserve(n);
     for (pack_pos, idx_pos) in order.iter().enumerate() {
-        position[*idx_pos as usize] = pack_pos;
+        position.insert(index.oid_at_index(*idx_pos).to_owned(), pack_pos);
     }
-    let pos_of = |id: &ObjectId| index.lookup(id).map(|i| position[i as usize]);
+    let pos_of = |id: &ObjectId| position.get(id).copied();
     let mut buf = Vec::new();
-    // Type bitmaps.
+    // Type bitmaps, from each object's header (a blob is not inflated to learn it is one).
     let mut types = [Bits::new(n), Bits::new(n), Bits::new(n), Bits::new(n)];
     for (pack_pos, idx_pos) in order.iter().enumerate() {
         let id = index.oid_at_index(*idx_pos).to_owned();
-        let kind = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?.kind;
+        let kind = repo.find_header(id).map_err(|_| ServeError::MissingObject(id))?.kind();
         let slot = match kind {
             Kind::Commit => 0,
             Kind::Tree => 1,
@@ -113,10 +131,22 @@ pub fn write_bitmap(
     let time_of = |id: &ObjectId| repo.find_commit(*id).ok().and_then(|c| c.time().ok()).map_or(0, |t| t.seconds);
     chosen.sort_by_key(time_of);
     let mut closures: HashMap<ObjectId, Bits> = HashMap::new();
+    // Each commit's closure walks the trees its older closures do not hold, and the same trees
+    // come up again under later commits: decoded trees and commits stay in an object cache.
+    let mut objects = crate::repo::with_walk_cache(repo).objects;
+    objects.set_object_cache(|| Box::new(gix_pack::cache::object::MemoryCappedHashmap::new(CLOSURE_OBJECT_CACHE)));
+    // Commit times, read once for all closures (the walk below goes newest first).
+    let mut times: gix::hashtable::HashMap<ObjectId, i64> = gix::hashtable::HashMap::default();
     for commit in &chosen {
         let mut bits = Bits::new(n);
-        let mut stack = vec![*commit];
-        while let Some(id) = stack.pop() {
+        // 1. The commits, newest first: where the walk meets a chosen commit it takes that
+        //    commit's closure whole. In time order a side branch's old base is met after the
+        //    newer closure that holds it, not walked again below it (depth first, git.git's
+        //    merges of topics forked long ago had every bitmap walk thousands of commits).
+        let mut queue = std::collections::BinaryHeap::new();
+        queue.push((commit_time(&objects, &mut times, commit, &mut buf)?, *commit));
+        let mut trees = Vec::new();
+        while let Some((_, id)) = queue.pop() {
             let pos = pos_of(&id).ok_or(ServeError::MissingObject(id))?;
             if bits.get(pos) {
                 continue;
@@ -128,7 +158,26 @@ pub fn write_bitmap(
                 continue;
             }
             bits.set(pos);
-            let data = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
+            let data = objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
+            let parsed = gix_object::CommitRefIter::from_bytes(data.data, hash);
+            trees.push(parsed.clone().tree_id().map_err(|_| ServeError::MissingObject(id))?);
+            let parents: Vec<ObjectId> = parsed.parent_ids().collect();
+            for parent in parents {
+                queue.push((commit_time(&objects, &mut times, &parent, &mut buf)?, parent));
+            }
+        }
+        // 2. The trees of the commits it walked, against everything the closures it met hold.
+        let mut stack = trees;
+        while let Some(id) = stack.pop() {
+            let pos = pos_of(&id).ok_or(ServeError::MissingObject(id))?;
+            if bits.get(pos) {
+                continue;
+            }
+            bits.set(pos);
+            if types[2].get(pos) {
+                continue; // a blob has nothing below it: not read
+            }
+            let data = objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
             crate::graph::push_children(id, data.kind, data.data, &mut stack)?;
         }
         closures.insert(*commit, bits);
