@@ -545,7 +545,7 @@ pub fn write<W: Sink>(
         if entries.iter().any(|e| e.is_invalid()) {
             return Err(ServeError::corrupt_pack("an object to send is missing from the repository"));
         }
-        let searched = search.window(&mut entries);
+        let searched = if search.deltify { search.repack_window(&mut entries) } else { search.window(&mut entries) };
         Phase::new("Compressing objects", searched).finish(&mut answer)?;
         written.emit_in_base_order(&entries, options.ofs_delta, &mut answer)?;
     }
@@ -612,6 +612,8 @@ struct DeltaSearch<'a> {
     enabled: bool,
     /// Thin deltas (against what the client has) are allowed.
     thin_allowed: bool,
+    /// A repack's search ([`Options::deltify`]): every object stored whole, in batches.
+    deltify: bool,
     budget: usize,
     found: usize,
     base: Vec<u8>,
@@ -632,7 +634,7 @@ impl<'a> DeltaSearch<'a> {
         // A fetch by walking: the client holds something to delta against, and what is sent
         // whole is new (a clone's whole objects are its pack's delta bases already).
         let enabled = !selection.by_bitmap && (options.deltify || !selection.client_has.is_empty()) && selection.objects.len() <= Self::MAX_SEARCHED_ENTRIES;
-        DeltaSearch { repo, selection, enabled, thin_allowed: options.thin_pack, budget: Self::BUDGET, found: 0, base: Vec::new() }
+        DeltaSearch { repo, selection, enabled, thin_allowed: options.thin_pack, deltify: options.deltify, budget: Self::BUDGET, found: 0, base: Vec::new() }
     }
 
     /// git's window search over the entries going out whole (trees and blobs) and, as preferred
@@ -728,6 +730,66 @@ impl<'a> DeltaSearch<'a> {
             deflate_stored(entry, None);
         }
         candidates.iter().filter(|c| c.entry.is_some()).count()
+    }
+
+    /// A repack's search: every whole tree and blob, in git's search order (kind, name hash,
+    /// largest first), searched in consecutive batches of at most [`Self::MAX_SEARCHED_BYTES`]
+    /// inflated, so a repository of any size is searched whole with bounded memory (a window
+    /// spans a batch, not the boundary between two) and no byte budget. Nothing is thin. Returns
+    /// how many entries it searched.
+    fn repack_window(&mut self, entries: &mut [output::Entry]) -> usize {
+        use gix_pack::data::delta::search;
+        let name_hash = |e: &output::Entry| self.selection.name_hash.get(&e.id).copied().unwrap_or(0);
+        let mut order: Vec<(u8, u32, std::cmp::Reverse<usize>, usize)> = entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match e.kind {
+                output::entry::Kind::Base(kind @ (gix_object::Kind::Blob | gix_object::Kind::Tree)) if (Self::MIN_OBJECT..=Self::MAX_OBJECT).contains(&e.decompressed_size) => {
+                    Some((kind as u8, name_hash(e), std::cmp::Reverse(e.decompressed_size), i))
+                }
+                _ => None,
+            })
+            .collect();
+        order.sort();
+        let mut searched = 0;
+        let mut deflated = vec![false; entries.len()];
+        let mut rest = &order[..];
+        while !rest.is_empty() {
+            let mut bytes = 0;
+            let take = rest.iter().take_while(|(.., i)| {
+                bytes += entries[*i].decompressed_size;
+                bytes <= Self::MAX_SEARCHED_BYTES
+            });
+            let len = take.count().max(1);
+            let (batch, next) = rest.split_at(len);
+            rest = next;
+            let inflated: Vec<(usize, Vec<u8>)> = batch.iter().filter_map(|(.., i)| inflated(&entries[*i]).map(|data| (*i, data))).collect();
+            let objects: Vec<search::Object<'_>> = inflated
+                .iter()
+                .map(|(i, data)| {
+                    let gix_pack::data::output::entry::Kind::Base(kind) = entries[*i].kind else { unreachable!("whole entries only") };
+                    search::Object { kind, name_hash: name_hash(&entries[*i]), data, preferred_base: false }
+                })
+                .collect();
+            let options = search::Options { budget: usize::MAX, max_size: Self::MAX_OBJECT, min_size: Self::MIN_OBJECT, ..Default::default() };
+            let (deltas, _stats) = search::find(&objects, options);
+            for delta in deltas {
+                let (target, base) = (inflated[delta.target].0, inflated[delta.base].0);
+                let base_id = entries[base].id;
+                self.replace_with_delta(&mut entries[target], base_id, &delta.data);
+            }
+            for (i, data) in &inflated {
+                deflate_stored(&mut entries[*i], Some(data));
+                deflated[*i] = true;
+            }
+            searched += inflated.len();
+        }
+        // What stays stored (level 0) and was not searched is deflated now (once: a searched
+        // entry that does not deflate smaller is not tried again).
+        for (entry, _) in entries.iter_mut().zip(deflated).filter(|(_, done)| !done) {
+            deflate_stored(entry, None);
+        }
+        searched
     }
 
     /// A thin delta of `target` against the client's version at its path, within the budget:

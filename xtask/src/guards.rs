@@ -100,16 +100,28 @@ pub fn run(root: &Path, only: Option<&str>) -> Result<()> {
             failures.push(format!("{}: its Guard: header names no tests/tests/<name>.rs", p.file));
             continue;
         }
-        let others: Vec<&Patch> = queue.of_crate(&p.krate).filter(|o| o.file != p.file).collect();
+        let mut others: Vec<&Patch> = queue.of_crate(&p.krate).filter(|o| o.file != p.file).collect();
         let without = base.join("without").join(&p.krate);
-        let label = if others.is_empty() {
+        // A later patch of the crate that builds on this one (its hunks need this one's code)
+        // cannot stay without it: then the crate's patches before it only, and the label says so.
+        let mut dropped = Vec::new();
+        if let Err(err) = crate::build_tree(root, &p.krate, &p.version, &others, &without) {
+            let position = |file: &str| queue.patches.iter().position(|q| q.file == file);
+            let earlier: Vec<&Patch> = others.iter().copied().filter(|o| position(&o.file) < position(&p.file)).collect();
+            if earlier.len() == others.len() || crate::build_tree(root, &p.krate, &p.version, &earlier, &without).is_err() {
+                failures.push(format!("{}: the queue without it does not apply ({err:#}); not proven red", p.file));
+                continue;
+            }
+            dropped = others.iter().filter(|o| position(&o.file) > position(&p.file)).map(|o| o.file.clone()).collect();
+            others = earlier;
+        }
+        let mut label = if others.is_empty() {
             format!("stock {} {}", p.krate, p.version)
         } else {
             format!("{} {} + {}", p.krate, p.version, others.iter().map(|o| o.file.as_str()).collect::<Vec<_>>().join(" + "))
         };
-        if let Err(err) = crate::build_tree(root, &p.krate, &p.version, &others, &without) {
-            failures.push(format!("{}: the queue without it does not apply ({err:#}); not proven red", p.file));
-            continue;
+        if !dropped.is_empty() {
+            label.push_str(&format!(" (also without {}, which builds on it)", dropped.join(", ")));
         }
         workspace_without(root, &ws, &p.krate, &without)?;
         println!("{}: guard {} on {label} (without the patch)…", p.file, tests.join(", "));

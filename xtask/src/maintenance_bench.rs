@@ -44,6 +44,12 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, pushes: usize, gixd:
     };
     let xtask = std::env::current_exe()?;
     let scratch = crate::tree::Scratch::new("bench-maintenance")?;
+    let mut conditions = crate::bench::conditions(root, serde_json::json!({
+        "rounds": rounds,
+        "pushes": pushes,
+        "gixd": format!("release build {}", gixd.display()),
+        "how": "the default branch's first-parent history pushed to gixd over HTTP by stock git in equal steps (a thin pack each, completed as gixd stores it), then each arm on a fresh copy of that repository; git with pack.threads=1",
+    }))?;
     let mut repos_meta = Vec::new();
     let mut runs = Vec::new();
     for source in repos {
@@ -92,13 +98,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, pushes: usize, gixd:
         }
         eprintln!();
     }
-    let conditions = crate::bench::conditions(root, serde_json::json!({
-        "rounds": rounds,
-        "pushes": pushes,
-        "repos": repos_meta,
-        "gixd": format!("release build {}", gixd.display()),
-        "how": "the default branch's first-parent history pushed to gixd over HTTP by stock git in equal steps (a thin pack each, completed as gixd stores it), then each arm on a fresh copy of that repository; git with pack.threads=1",
-    }))?;
+    conditions["repos"] = repos_meta.into();
     crate::bench::finish(root, MAINTENANCE_RESULTS, conditions, runs)
 }
 

@@ -19,6 +19,7 @@ const TARGETS: &[(&str, &str)] = &[
     ("bench/README.md", "ramp"),
     ("bench/README.md", "narrow"),
     ("bench/README.md", "push"),
+    ("bench/README.md", "maintenance"),
     ("bench/README.md", "bitmaps"),
     ("bench/README.md", "real-repos"),
 ];
@@ -44,6 +45,7 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             "ramp" => ramp(root)?,
             "narrow" => narrow(root)?,
             "push" => push(root)?,
+            "maintenance" => maintenance(root)?,
             "bitmaps" => bitmaps(root)?,
             "real-repos" => real_repos(root)?,
             other => bail!("no renderer for block {other}"),
@@ -438,6 +440,52 @@ fn push(root: &Path) -> Result<String> {
     let (g, t) = (med("gixd"), med("git"));
     out.push_str("| measure | gixd | git receive-pack | gixd ÷ git |\n|---|---|---|---|\n");
     out.push_str(&format!("| server CPU per push (ms) | {g:.1} | {t:.1} | {} |\n", ratio(t, g)));
+    Ok(out)
+}
+
+/// Pack bytes after repacking a push-only repository: gixd maintenance against git's two
+/// repacks, a row per repository, the worst bytes ratio (gixd ÷ `git repack -adf`) first.
+fn maintenance(root: &Path) -> Result<String> {
+    use crate::maintenance_bench::ARMS;
+    let doc = match load(root, crate::maintenance_bench::MAINTENANCE_RESULTS, "`cargo xtask bench maintenance --repo PATH…` (by hand: it needs the repositories)")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench maintenance")?;
+    out.push_str(&format!(" {}: {} pushes. gixd: {}. Bytes: every `.pack` file after the repack (the same every round); CPU: medians.\n\n", c["how"].as_str().unwrap_or("?"), c["pushes"], c["gixd"].as_str().unwrap_or("?")));
+    out.push_str(&format!(
+        "| repository | objects | as pushed: packs, bytes | {} bytes | {} bytes | ÷ | {} bytes | ÷ | CPU ms: gixd | -adf | ÷ | -ad | ÷ |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        ARMS[0], ARMS[1], ARMS[2]
+    ));
+    let mut rows = Vec::new();
+    for repo in c["repos"].as_array().context("repos")? {
+        let name = repo["repo"].as_str().context("repo")?;
+        let of = |arm: &str| -> Vec<&Value> { runs.iter().filter(|r| r["repo"] == name && r["arm"] == arm).collect() };
+        let bytes = |arm: &str| of(arm).first().and_then(|r| r["pack_bytes"].as_f64()).unwrap_or(f64::NAN);
+        let cpu = |arm: &str| median(of(arm).iter().filter_map(|r| r["cpu_us"].as_f64()).collect()) / 1000.0;
+        let (b, c) = (ARMS.map(bytes), ARMS.map(cpu));
+        let row = format!(
+            "| {name} | {} | {}, {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {} | {:.0} | {} |\n",
+            repo["objects"],
+            repo["as_pushed"]["packs"],
+            repo["as_pushed"]["pack_bytes"],
+            count(&of(ARMS[0]), "pack_bytes"),
+            count(&of(ARMS[1]), "pack_bytes"),
+            ratio(b[1], b[0]),
+            count(&of(ARMS[2]), "pack_bytes"),
+            ratio(b[2], b[0]),
+            c[0],
+            c[1],
+            ratio(c[1], c[0]),
+            c[2],
+            ratio(c[2], c[0]),
+        );
+        rows.push((b[0] / b[1], row));
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    for (_, row) in rows {
+        out.push_str(&row);
+    }
     Ok(out)
 }
 
