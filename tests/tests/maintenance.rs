@@ -44,10 +44,18 @@ fn every_corpus_repository_gets_one_pack_with_a_bitmap_git_accepts() {
     }
 }
 
-#[test]
-fn a_repository_that_only_received_pushes_ends_with_one_bitmapped_pack_and_loses_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let base = tmp.path().join("base");
+/// An empty bare repository `r.git` served by gixd over git:// with pushes on, and a work tree
+/// to push from: a repository that will only ever receive pushes.
+struct PushOnly {
+    server: gixd::server::Running,
+    base: std::path::PathBuf,
+    repo: std::path::PathBuf,
+    url: String,
+    work: std::path::PathBuf,
+}
+
+fn push_only(tmp: &Path) -> PushOnly {
+    let base = tmp.join("base");
     let repo = base.join("r.git");
     std::fs::create_dir_all(&repo).unwrap();
     gixd_tests::git(&repo, &["init", "-q", "--bare", "-b", "main"]);
@@ -56,9 +64,16 @@ fn a_repository_that_only_received_pushes_ends_with_one_bitmapped_pack_and_loses
         c.services.receive_pack = true;
     });
     let url = format!("git://{}/r.git", server.git_addr.unwrap());
-    let work = tmp.path().join("work");
+    let work = tmp.join("work");
     std::fs::create_dir_all(&work).unwrap();
     gixd_tests::git(&work, &["init", "-q", "-b", "main"]);
+    PushOnly { server, base, repo, url, work }
+}
+
+#[test]
+fn a_repository_that_only_received_pushes_ends_with_one_bitmapped_pack_and_loses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let PushOnly { server: _server, base, repo, url, work } = push_only(tmp.path());
     for i in 0..4 {
         gixd_tests::commit_files(&work, &[("file.txt", format!("version {i}\n").repeat(40).as_bytes())], &format!("c{i}"));
         git_ok(&work, &["push", "-q", &url, "main"]);
@@ -95,18 +110,7 @@ fn a_repository_that_only_received_pushes_ends_with_one_bitmapped_pack_and_loses
 #[test]
 fn versions_of_a_file_pushed_whole_in_separate_pushes_become_deltas_of_each_other() {
     let tmp = tempfile::tempdir().unwrap();
-    let base = tmp.path().join("base");
-    let repo = base.join("r.git");
-    std::fs::create_dir_all(&repo).unwrap();
-    gixd_tests::git(&repo, &["init", "-q", "--bare", "-b", "main"]);
-    let server = serve_with(&base, |c| {
-        c.git_listen = Some("127.0.0.1:0".parse().unwrap());
-        c.services.receive_pack = true;
-    });
-    let url = format!("git://{}/r.git", server.git_addr.unwrap());
-    let work = tmp.path().join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    gixd_tests::git(&work, &["init", "-q", "-b", "main"]);
+    let PushOnly { server: _server, repo, url, work, .. } = push_only(tmp.path());
     // Three versions of a 64 KiB file, each edited a little, pushed by a client that makes no
     // deltas (pack.window=0): every version arrives and is stored whole.
     let mut content = gixd_tests::noise(17, 64 << 10);

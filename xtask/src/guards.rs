@@ -121,7 +121,8 @@ pub fn run(root: &Path, only: Option<&str>) -> Result<()> {
             format!("{} {} + {}", p.krate, p.version, others.iter().map(|o| o.file.as_str()).collect::<Vec<_>>().join(" + "))
         };
         if !dropped.is_empty() {
-            label.push_str(&format!(" (also without {}, which builds on it)", dropped.join(", ")));
+            let verb = if dropped.len() == 1 { "builds" } else { "build" };
+            label.push_str(&format!(" (also without {}, which {verb} on it)", dropped.join(", ")));
         }
         workspace_without(root, &ws, &p.krate, &without)?;
         println!("{}: guard {} on {label} (without the patch)…", p.file, tests.join(", "));
