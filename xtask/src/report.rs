@@ -452,7 +452,7 @@ fn maintenance(root: &Path) -> Result<String> {
         Err(not_measured) => return Ok(not_measured),
     };
     let (runs, c, mut out) = measured(&doc, "cargo xtask bench maintenance")?;
-    out.push_str(&format!(" {}: {} pushes. gixd: {}. Bytes: every `.pack` file after the repack (the same every round); CPU: medians.\n\n", c["how"].as_str().unwrap_or("?"), c["pushes"], c["gixd"].as_str().unwrap_or("?")));
+    out.push_str(&format!(" Setup: {}; {} pushes. gixd: {}. Bytes: every `.pack` file after the repack (the same every round); CPU: medians.\n\n", c["how"].as_str().unwrap_or("?"), c["pushes"], c["gixd"].as_str().unwrap_or("?")));
     out.push_str(&format!(
         "| repository | objects | as pushed: packs, bytes | {} bytes | {} bytes | ÷ | {} bytes | ÷ | CPU ms: gixd | -adf | ÷ | -ad | ÷ |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         ARMS[0], ARMS[1], ARMS[2]
