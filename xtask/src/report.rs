@@ -14,6 +14,7 @@ const TARGETS: &[(&str, &str)] = &[
     ("upstream/serial-delta-resolution.md", "index-costs"),
     ("upstream/delta-chain-base-cache.md", "decode-costs"),
     ("upstream/delta-search.md", "real-fetches"),
+    ("upstream/delta-search.md", "maintenance"),
     ("bench/README.md", "clone-cost"),
     ("bench/README.md", "writes"),
     ("bench/README.md", "ramp"),
