@@ -93,10 +93,14 @@ pub struct Request<'a> {
     pub filter: Filter,
     /// A shallow request's boundary (its grafts, extra wants and edges).
     pub boundary: Option<&'a Boundary>,
+    /// Told how many objects a walk has selected so far, every [`Walker::TELL_EVERY`] objects
+    /// (git's `Enumerating objects: N`); a bitmap selection is not told (it has no running count).
+    pub progress: Option<&'a dyn Fn(usize)>,
 }
 
 struct Walker<'r> {
     repo: &'r gix::Repository,
+    progress: Option<&'r dyn Fn(usize)>,
     buf: Vec<u8>,
     /// Everything met so far (an id-keyed table: hashing ids with SipHash was a fifth of a
     /// walk's CPU on git.git).
@@ -152,9 +156,12 @@ impl Path {
 }
 
 impl<'r> Walker<'r> {
+    const TELL_EVERY: usize = 4096;
+
     fn new(repo: &'r gix::Repository) -> Self {
         Walker {
             repo,
+            progress: None,
             buf: Vec::new(),
             seen: Default::default(),
             out: Selection::default(),
@@ -204,6 +211,11 @@ impl<'r> Walker<'r> {
             return false;
         }
         self.out.objects.push(id);
+        if let Some(progress) = self.progress
+            && self.out.objects.len() % Self::TELL_EVERY == 0
+        {
+            progress(self.out.objects.len());
+        }
         match kind {
             Kind::Commit => self.out.commits += 1,
             Kind::Tree => self.out.trees += 1,
@@ -469,6 +481,7 @@ pub fn select_by_walking(repo: &gix::Repository, request: &Request<'_>) -> Resul
     let walk_repo = crate::repo::with_walk_cache(repo);
     let mut walker = Walker::new(&walk_repo);
     walker.filter = request.filter;
+    walker.progress = request.progress;
     let mut selection = walker.run(request.wants, request.common, request.boundary)?;
     if request.include_tag {
         include_tags(repo, request.refs, &mut selection)?;

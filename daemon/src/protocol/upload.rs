@@ -241,6 +241,17 @@ fn select_and_write<W: Write>(
     request: &PackRequest<'_>,
     bands: &mut Bands<W>,
 ) -> Result<pack::Stats, ServeError> {
+    // git's running count while a walk selects (a line a second at most); the final count
+    // follows the selection.
+    let bands = std::cell::RefCell::new(bands);
+    let last_told = std::cell::Cell::new(std::time::Instant::now());
+    let tell = |objects: usize| {
+        if last_told.get().elapsed() >= std::time::Duration::from_secs(1) {
+            last_told.set(std::time::Instant::now());
+            // A client gone is found by the pack's next write.
+            let _ = bands.borrow_mut().progress(&format!("Enumerating objects: {objects}\r"));
+        }
+    };
     let select = |repo: &gix::Repository| {
         let bitmap = crate::bitmap::of(ctx.repos, ctx.served, repo);
         let request = select::Request {
@@ -250,6 +261,7 @@ fn select_and_write<W: Write>(
             refs,
             filter: request.filter,
             boundary: request.boundary,
+            progress: Some(&tell),
         };
         select::select(repo, &request, bitmap.as_ref())
     };
@@ -265,6 +277,7 @@ fn select_and_write<W: Write>(
         }
         selected => (repo, selected?),
     };
+    let bands = bands.into_inner();
     // A filtered or shallow client lacks objects a thin delta or an added base would assume
     // (or would get objects it did not ask for): both only for plain requests.
     let plain = request.filter.is_none() && request.boundary.is_none_or(|b| b.grafts.is_empty());
