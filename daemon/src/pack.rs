@@ -25,20 +25,38 @@ pub trait Sink: Write {
 impl Sink for Vec<u8> {}
 impl<W: Write> Sink for io::BufWriter<W> {}
 
-/// One phase of pack writing as git reports it: a line at most every [`Phase::EVERY`] while it
-/// runs, and one saying it is done.
+/// git's pace for a running progress line: at most one a second.
+pub(crate) struct Throttle(std::time::Instant);
+
+impl Throttle {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+    pub(crate) fn new() -> Self {
+        Throttle(std::time::Instant::now())
+    }
+
+    /// Whether a line is due now (and, if so, the next one a second from now).
+    pub(crate) fn due(&mut self) -> bool {
+        let due = self.0.elapsed() >= Self::EVERY;
+        if due {
+            self.0 = std::time::Instant::now();
+        }
+        due
+    }
+}
+
+/// One phase of pack writing as git reports it: a line at most every second ([`Throttle`])
+/// while it runs, and one saying it is done.
 struct Phase {
     title: &'static str,
     total: usize,
     done: usize,
-    last: std::time::Instant,
+    pace: Throttle,
 }
 
 impl Phase {
-    const EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-
     fn new(title: &'static str, total: usize) -> Self {
-        Phase { title, total, done: 0, last: std::time::Instant::now() }
+        Phase { title, total, done: 0, pace: Throttle::new() }
     }
 
     fn line(&self, end: &str) -> String {
@@ -48,8 +66,7 @@ impl Phase {
 
     fn advance<W: Sink>(&mut self, by: usize, out: &mut Hashed<'_, W>) -> Result<(), ServeError> {
         self.done += by;
-        if self.last.elapsed() >= Self::EVERY {
-            self.last = std::time::Instant::now();
+        if self.pace.due() {
             out.out.progress(&self.line("\r")).map_err(gone)?;
         }
         Ok(())

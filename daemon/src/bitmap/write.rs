@@ -126,17 +126,20 @@ pub fn write_bitmap(
         };
         types[slot].set(pack_pos);
     }
-    // Commit closures, oldest chosen commit first so later ones reuse earlier closures.
-    let mut chosen = select_commits(repo, tips)?;
-    let time_of = |id: &ObjectId| repo.find_commit(*id).ok().and_then(|c| c.time().ok()).map_or(0, |t| t.seconds);
-    chosen.sort_by_key(time_of);
-    let mut closures: HashMap<ObjectId, Bits> = HashMap::new();
     // Each commit's closure walks the trees its older closures do not hold, and the same trees
     // come up again under later commits: decoded trees and commits stay in an object cache.
     let mut objects = crate::repo::with_walk_cache(repo).objects;
     objects.set_object_cache(|| Box::new(gix_pack::cache::object::MemoryCappedHashmap::new(CLOSURE_OBJECT_CACHE)));
-    // Commit times, read once for all closures (the walk below goes newest first).
+    // Commit times, read once for the order of the closures and for every walk below.
     let mut times: gix::hashtable::HashMap<ObjectId, i64> = gix::hashtable::HashMap::default();
+    // Commit closures, oldest chosen commit first so later ones reuse earlier closures.
+    let mut chosen: Vec<(i64, ObjectId)> = select_commits(repo, tips)?
+        .into_iter()
+        .map(|id| Ok((commit_time(&objects, &mut times, &id, &mut buf)?, id)))
+        .collect::<Result<_, ServeError>>()?;
+    chosen.sort_by_key(|(time, _)| *time); // stable: equal times keep their order
+    let chosen: Vec<ObjectId> = chosen.into_iter().map(|(_, id)| id).collect();
+    let mut closures: HashMap<ObjectId, Bits> = HashMap::new();
     for commit in &chosen {
         let mut bits = Bits::new(n);
         // 1. The commits, newest first: where the walk meets a chosen commit it takes that

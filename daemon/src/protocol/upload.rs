@@ -244,10 +244,9 @@ fn select_and_write<W: Write>(
     // git's running count while a walk selects (a line a second at most); the final count
     // follows the selection.
     let bands = std::cell::RefCell::new(bands);
-    let last_told = std::cell::Cell::new(std::time::Instant::now());
+    let pace = std::cell::RefCell::new(pack::Throttle::new());
     let tell = |objects: usize| {
-        if last_told.get().elapsed() >= std::time::Duration::from_secs(1) {
-            last_told.set(std::time::Instant::now());
+        if pace.borrow_mut().due() {
             // A client gone is found by the pack's next write.
             let _ = bands.borrow_mut().progress(&format!("Enumerating objects: {objects}\r"));
         }
