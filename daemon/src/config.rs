@@ -140,6 +140,10 @@ pub struct Config {
     /// How long a client may take to send its request head or body, or to accept the next frame
     /// of a response, before the transfer is dropped: a stalled client must not hold a thread.
     pub io_timeout: std::time::Duration,
+    /// git's pace for a running progress line ("Enumerating objects: N", "Counting objects:
+    /// 45% (450/1000)"): at most one this often. One second, as git; the tests set it to zero
+    /// to see every line a long transfer would show.
+    pub progress_interval: std::time::Duration,
     /// The slowest a client may send a request or a push (bytes per second of the server's
     /// waiting, judged over `init_timeout` of waiting): per-read timeouts alone let a client that
     /// sends a byte every few seconds hold a connection and a transfer slot for ever.
@@ -205,6 +209,7 @@ impl Config {
             max_transfers_per_client: 0,
             transfer_queue_wait: std::time::Duration::from_secs(5),
             io_timeout: std::time::Duration::from_secs(120),
+            progress_interval: std::time::Duration::from_secs(1),
             min_receive_rate: 1024,
             metrics_listen: None,
             access_log: None,

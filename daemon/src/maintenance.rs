@@ -145,7 +145,7 @@ fn write_pack(repo: &gix::Repository, selection: &crate::select::Selection, scra
     };
     let tmp_pack = scratch.join("all.pack");
     let mut file = std::io::BufWriter::new(std::fs::File::create(&tmp_pack)?);
-    let options = crate::pack::Options { thin_pack: false, ofs_delta: true, include_unselected_bases: true, packs: &|| packs.clone(), deltify: true };
+    let options = crate::pack::Options { thin_pack: false, ofs_delta: true, include_unselected_bases: true, packs: &|| packs.clone(), deltify: true, progress_every: std::time::Duration::from_secs(1) };
     let stats = crate::pack::write(repo, selection, options, |_| true, &mut file)?;
     file.flush()?;
     drop(file);

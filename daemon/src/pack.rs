@@ -25,27 +25,29 @@ pub trait Sink: Write {
 impl Sink for Vec<u8> {}
 impl<W: Write> Sink for io::BufWriter<W> {}
 
-/// git's pace for a running progress line: at most one a second.
-pub(crate) struct Throttle(std::time::Instant);
+/// git's pace for a running progress line: at most one per interval (a second, as git:
+/// [`crate::config::Config::progress_interval`]).
+pub(crate) struct Throttle {
+    last: std::time::Instant,
+    every: std::time::Duration,
+}
 
 impl Throttle {
-    const EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-
-    pub(crate) fn new() -> Self {
-        Throttle(std::time::Instant::now())
+    pub(crate) fn new(every: std::time::Duration) -> Self {
+        Throttle { last: std::time::Instant::now(), every }
     }
 
-    /// Whether a line is due now (and, if so, the next one a second from now).
+    /// Whether a line is due now (and, if so, the next one an interval from now).
     pub(crate) fn due(&mut self) -> bool {
-        let due = self.0.elapsed() >= Self::EVERY;
+        let due = self.last.elapsed() >= self.every;
         if due {
-            self.0 = std::time::Instant::now();
+            self.last = std::time::Instant::now();
         }
         due
     }
 }
 
-/// One phase of pack writing as git reports it: a line at most every second ([`Throttle`])
+/// One phase of pack writing as git reports it: a line at most every interval ([`Throttle`])
 /// while it runs, and one saying it is done.
 struct Phase {
     title: &'static str,
@@ -55,8 +57,8 @@ struct Phase {
 }
 
 impl Phase {
-    fn new(title: &'static str, total: usize) -> Self {
-        Phase { title, total, done: 0, pace: Throttle::new() }
+    fn new(title: &'static str, total: usize, every: std::time::Duration) -> Self {
+        Phase { title, total, done: 0, pace: Throttle::new(every) }
     }
 
     fn line(&self, end: &str) -> String {
@@ -480,6 +482,8 @@ pub struct Options<'a> {
     /// (a repack: [`crate::maintenance`]). Without it the search runs only for fetches answered
     /// by walking — a clone's whole objects are its stored pack's delta bases already.
     pub deltify: bool,
+    /// The pace of running progress lines ([`Throttle`]).
+    pub progress_every: std::time::Duration,
 }
 
 /// What went into a pack; counts, so they can be compared and snapshot.
@@ -550,7 +554,7 @@ pub fn write<W: Sink>(
     answer.emit(&gix_pack::data::header::encode(gix_pack::data::Version::V2, num_entries_u32))?;
     let mut written = EntryOffsets::default();
     // git's counting is its look-up of each object's stored entry, as gix-pack's here.
-    let mut counting = Some(Phase::new("Counting objects", num_entries));
+    let mut counting = Some(Phase::new("Counting objects", num_entries, options.progress_every));
     if search.enabled {
         let mut entries = Vec::with_capacity(num_entries);
         let mut counting = counting.take().expect("not finished yet");
@@ -563,7 +567,7 @@ pub fn write<W: Sink>(
             return Err(ServeError::corrupt_pack("an object to send is missing from the repository"));
         }
         let searched = if search.deltify { search.repack_window(&mut entries) } else { search.window(&mut entries) };
-        Phase::new("Compressing objects", searched).finish(&mut answer)?;
+        Phase::new("Compressing objects", searched, options.progress_every).finish(&mut answer)?;
         written.emit_in_base_order(&entries, options.ofs_delta, &mut answer)?;
     }
     for chunk in chunks.by_ref() {
@@ -952,7 +956,7 @@ mod tests {
     fn write_into(out: &mut Failing) -> Result<Stats, ServeError> {
         let (_dir, repo, id) = one_blob_repo();
         let selection = Selection { objects: vec![id], blobs: 1, ..Selection::default() };
-        let options = Options { thin_pack: false, ofs_delta: true, include_unselected_bases: false, packs: &|| None, deltify: false };
+        let options = Options { thin_pack: false, ofs_delta: true, include_unselected_bases: false, packs: &|| None, deltify: false, progress_every: std::time::Duration::from_secs(1) };
         write(&repo, &selection, options, |_| false, out)
     }
 

@@ -270,3 +270,43 @@ fn a_clone_and_a_fetch_show_gits_progress_phases_with_their_object_counts() {
     assert!(searched > 0, "{compressing}");
     assert!(lines.iter().any(|l| l.starts_with("Counting objects: 100% (") && l.ends_with("), done.")), "{lines:?}");
 }
+
+/// The running counts of one phase: `Title: N` or `Title:  x% (a/b)` lines before its `done.`.
+fn running_counts(lines: &[String], title: &str) -> Vec<usize> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix(title))
+        .filter(|l| !l.ends_with("done."))
+        .map(|l| l.rsplit_once('(').map_or(l, |(_, n)| n.split('/').next().unwrap()).trim().parse().unwrap_or_else(|_| panic!("a count: {l}")))
+        .collect()
+}
+
+#[test]
+fn a_long_walk_and_count_show_running_progress_lines_before_their_final_ones() {
+    // 2500 commits, no bitmap: a walk of thousands of objects, counted one by one. git's pace
+    // (a line a second) is set to nothing, so every running count gixd offers goes out.
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    let repo = base.join("repo.git");
+    let corpus = gixd_tests::corpus::ensure("linear", gixd_tests::corpus::Hash::Sha1);
+    git(&base, &["clone", "-q", "--bare", "--no-local", corpus.to_str().unwrap(), repo.to_str().unwrap()]);
+    for file in gixd_tests::pack_files(&repo.join("objects")) {
+        if file.extension().is_some_and(|e| e == "bitmap") {
+            std::fs::remove_file(file).unwrap();
+        }
+    }
+    let objects = all_objects(&repo).len();
+    let server = serve_with(&base, |c| c.progress_interval = std::time::Duration::ZERO);
+    let dest = tmp.path().join("clone.git");
+    let out = gixd_tests::server::git_client(tmp.path(), &["-c", "protocol.version=2", "clone", "--progress", "--bare", &server.url("repo.git"), dest.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines = remote_lines(&out.stderr);
+    for title in ["Enumerating objects: ", "Counting objects: "] {
+        let counts = running_counts(&lines, title);
+        assert!(counts.len() >= 2, "'{title}' runs before it is done: {lines:?}");
+        assert!(counts.windows(2).all(|w| w[0] <= w[1]) && counts.iter().all(|n| *n <= objects) && counts[0] < objects, "'{title}' counts up to {objects}: {counts:?}");
+    }
+    assert!(lines.contains(&format!("Enumerating objects: {objects}, done.")), "{lines:?}");
+    assert!(lines.contains(&format!("Counting objects: 100% ({objects}/{objects}), done.")), "{lines:?}");
+}

@@ -244,7 +244,7 @@ fn select_and_write<W: Write>(
     // git's running count while a walk selects (a line a second at most); the final count
     // follows the selection.
     let bands = std::cell::RefCell::new(bands);
-    let pace = std::cell::RefCell::new(pack::Throttle::new());
+    let pace = std::cell::RefCell::new(pack::Throttle::new(ctx.config.progress_interval));
     let tell = |objects: usize| {
         if pace.borrow_mut().due() {
             // A client gone is found by the pack's next write.
@@ -294,6 +294,7 @@ fn select_and_write<W: Write>(
             include_unselected_bases: request.common.is_empty() && plain,
             packs: &|| crate::packs::of(ctx.repos, ctx.served, repo),
             deltify: false,
+            progress_every: ctx.config.progress_interval,
         },
         |id| {
             // Wanting every visible tip with nothing in common, the selection is everything the
