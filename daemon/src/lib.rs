@@ -12,8 +12,9 @@
 //!   starts with no configuration.
 //! - [`transport`] — bytes in, bytes out: smart HTTP on hyper (`transport::http`), git://
 //!   (`transport::git`), streamed bodies (`transport::stream`), a minimum receive rate
-//!   (`transport::pace`). It knows URLs, headers, body limits and streaming; it never parses a
-//!   request's pkt-lines. [`tap`] — a recorder of whole exchanges.
+//!   (`transport::pace`), cached packs sent from their files (`transport::zero_copy`). It
+//!   knows URLs, headers, body limits and streaming; it never parses a request's pkt-lines.
+//!   [`tap`] — a recorder of whole exchanges.
 //! - [`protocol`] — pkt-lines (`protocol::pkt`) and side-band framing (`protocol::sideband`),
 //!   the v0/v1 advertisement and negotiation (`protocol::v0`), v2's command table
 //!   (`protocol::v2`), what both share (`protocol::negotiate`, `protocol::upload`), receive-pack

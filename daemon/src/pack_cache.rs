@@ -11,6 +11,9 @@
 //! - **Slow readers**: the generator appends and never waits for a reader; each reader has its
 //!   own offset. Bytes live in memory up to `memory_bytes` (all entries together); beyond it an
 //!   entry moves to an unlinked file in `dir` (when given) and grows there.
+//! - **Zero copy**: an entry is a file (a memfd, or the file in `dir`) handed out as slices of
+//!   its mapping; the socket writer sends such a slice from the file (`transport::zero_copy`),
+//!   so a reader costs the kernel's socket work, not a copy of the pack per client.
 //! - **Invalidation**: a new ref or pack state is a new key; finished entries of the
 //!   repository's older states are dropped when a request for the new state starts.
 
@@ -52,47 +55,106 @@ pub enum Generation {
     Failed,
 }
 
-/// Bytes in memory as frozen chunks of [`CHUNK`] (a reader is handed a shared slice of one,
-/// never a copy) and the tail being filled.
-#[derive(Default)]
-struct Chunks {
-    full: Vec<Bytes>,
-    tail: bytes::BytesMut,
-}
+/// An entry's bytes live in a file — a memfd (memory) until the cache's memory is used up, then
+/// an unlinked file in `dir` — and are handed to readers as shared slices of its mapping, a
+/// [`CHUNK`] window at a time: never copied, and sent by `sendfile(2)` rather than copied into
+/// the socket ([`mapped_at`]; `transport::zero_copy`). The file only grows and a written byte
+/// never changes, so a window read while the generator appends shows what was written.
+const CHUNK: usize = 4 << 20;
 
-const CHUNK: usize = 256 * 1024;
+/// Readers are told about new bytes every this many (and for a short write, and at the end).
+const TELL_EVERY: u64 = 256 * 1024;
 
-impl Chunks {
-    fn len(&self) -> usize {
-        self.full.len() * CHUNK + self.tail.len()
-    }
-
-    fn extend(&mut self, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            let n = (CHUNK - self.tail.len()).min(bytes.len());
-            self.tail.extend_from_slice(&bytes[..n]);
-            bytes = &bytes[n..];
-            if self.tail.len() == CHUNK {
-                self.full.push(self.tail.split().freeze());
-            }
-        }
-    }
-
-    /// Up to `n` bytes from `offset` (within one chunk: a reader asks again for the rest).
-    fn read(&self, offset: usize, n: usize) -> Bytes {
-        let (index, within) = (offset / CHUNK, offset % CHUNK);
-        match self.full.get(index) {
-            Some(chunk) => chunk.slice(within..(within + n).min(CHUNK)),
-            None => Bytes::copy_from_slice(&self.tail[within..within + n]),
-        }
-    }
-}
+/// A write this short is told to readers at once: it is a progress line or the end of a burst.
+const SHORT_WRITE: usize = 1024;
 
 struct Data {
-    memory: Chunks,
-    /// Once spilled, every byte is here and `memory` is empty.
-    file: Option<std::fs::File>,
+    /// Made at the first write.
+    file: Option<Arc<std::fs::File>>,
+    /// In `dir`, not memory.
+    on_disk: bool,
     len: u64,
+    /// The file's length: whole windows, so a mapped window never reaches past the file's end.
+    size: u64,
+    windows: Vec<Option<Bytes>>,
+}
+
+impl Data {
+    fn new() -> Data {
+        Data { file: None, on_disk: false, len: 0, size: 0, windows: Vec::new() }
+    }
+
+    /// Up to `n` bytes from `offset` (within one window: a reader asks again for the rest).
+    fn read(&mut self, offset: u64, n: usize) -> std::io::Result<Bytes> {
+        let (index, within) = ((offset / CHUNK as u64) as usize, (offset % CHUNK as u64) as usize);
+        if self.windows.len() <= index {
+            self.windows.resize(index + 1, None);
+        }
+        let window = match &self.windows[index] {
+            Some(window) => window.clone(),
+            None => {
+                let file = self.file.as_ref().ok_or_else(|| std::io::Error::other("read before the first write"))?;
+                let end = (index as u64 + 1) * CHUNK as u64;
+                if self.size < end {
+                    file.set_len(end)?;
+                    self.size = end;
+                }
+                let window = map(file, index as u64 * CHUNK as u64)?;
+                self.windows[index] = Some(window.clone());
+                window
+            }
+        };
+        Ok(window.slice(within..(within + n).min(CHUNK)))
+    }
+}
+
+/// Where mapped windows lie in memory, so the socket writer can send a slice of one from its
+/// file: start address → (length, file, offset in it).
+static MAPPED: std::sync::RwLock<std::collections::BTreeMap<usize, (usize, Arc<std::fs::File>, u64)>> = std::sync::RwLock::new(std::collections::BTreeMap::new());
+
+/// A mapped window; its slices are [`Bytes`], and it is unmapped when the last is dropped.
+struct Window {
+    map: memmap2::Mmap,
+}
+
+impl AsRef<[u8]> for Window {
+    fn as_ref(&self) -> &[u8] {
+        &self.map
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        MAPPED.write().expect("not poisoned").remove(&(self.map.as_ptr() as usize));
+    }
+}
+
+fn map(file: &Arc<std::fs::File>, offset: u64) -> std::io::Result<Bytes> {
+    // SAFETY: the file is this entry's own (a memfd or an unlinked file no one else can open)
+    // and only grows by appending: no mapped byte is ever changed or truncated away.
+    let map = unsafe { memmap2::MmapOptions::new().offset(offset).len(CHUNK).map(&**file)? };
+    MAPPED.write().expect("not poisoned").insert(map.as_ptr() as usize, (CHUNK, file.clone(), offset));
+    Ok(Bytes::from_owner(Window { map }))
+}
+
+/// The file and offset `bytes` were read from, when they are a slice of a mapped window (a
+/// reader's [`Entry::read_at`] still held by the one writing it out).
+pub fn mapped_at(bytes: &[u8]) -> Option<(Arc<std::fs::File>, u64)> {
+    let at = bytes.as_ptr() as usize;
+    let mapped = MAPPED.read().expect("not poisoned");
+    let (start, (len, file, offset)) = mapped.range(..=at).next_back()?;
+    (at + bytes.len() <= start + len).then(|| (file.clone(), offset + (at - start) as u64))
+}
+
+/// An anonymous file in memory.
+fn memfd() -> std::io::Result<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a C string literal; the descriptor returned is new and owned by the File.
+    let fd = unsafe { libc::memfd_create(c"gixd-pack-cache".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
 /// What generating an entry took and made.
@@ -116,7 +178,7 @@ pub struct Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        let held = self.data.get_mut().map(|d| d.memory.len() as u64).unwrap_or(0);
+        let held = self.data.get_mut().map(|d| if d.on_disk { 0 } else { d.len }).unwrap_or(0);
         self.memory_used.fetch_sub(held, Ordering::Relaxed);
     }
 }
@@ -132,19 +194,12 @@ impl Entry {
 
     /// Up to `max` bytes from `offset`; empty when none are there yet.
     pub fn read_at(&self, offset: u64, max: usize) -> std::io::Result<Bytes> {
-        let data = self.data.lock().expect("not poisoned");
+        let mut data = self.data.lock().expect("not poisoned");
         let n = (data.len.saturating_sub(offset)).min(max as u64) as usize;
         if n == 0 {
             return Ok(Bytes::new());
         }
-        match &data.file {
-            None => Ok(data.memory.read(offset as usize, n)),
-            Some(file) => {
-                let mut buf = vec![0; n];
-                file.read_exact_at(&mut buf, offset)?;
-                Ok(Bytes::from(buf))
-            }
-        }
+        data.read(offset, n)
     }
 
     /// The whole response, once finished.
@@ -205,7 +260,7 @@ impl PackCache {
         entries.retain(|k, e| k.git_dir != key.git_dir || k.state == key.state || e.progress().state == Generation::Running);
         let (progress, _) = tokio::sync::watch::channel(Progress { len: 0, state: Generation::Running });
         let entry = Arc::new(Entry {
-            data: Mutex::new(Data { memory: Chunks::default(), file: None, len: 0 }),
+            data: Mutex::new(Data::new()),
             progress,
             finished_at: Mutex::new(None),
             generated: Mutex::new(Generated::default()),
@@ -225,7 +280,9 @@ impl PackCache {
     pub fn finish(&self, entry: &Arc<Entry>, ok: bool) {
         *entry.finished_at.lock().expect("not poisoned") = Some(Instant::now());
         let state = if ok { Generation::Done } else { Generation::Failed };
-        entry.progress.send_modify(|p| p.state = state);
+        // The length too: the last writes may not have been told ([`EntryWriter`]).
+        let len = entry.data.lock().expect("not poisoned").len;
+        entry.progress.send_modify(|p| (p.state, p.len) = (state, len));
         // A failed entry goes with the expired ones.
         self.expire(&mut self.entries.lock().expect("not poisoned"));
     }
@@ -244,7 +301,7 @@ impl PackCache {
             let (mut memory, mut disk) = (0u64, 0u64);
             for e in entries.values().filter(|e| e.progress().state == Generation::Done) {
                 let data = e.data.lock().expect("not poisoned");
-                if data.file.is_some() { disk += data.len } else { memory += data.len }
+                if data.on_disk { disk += data.len } else { memory += data.len }
             }
             (memory, disk)
         };
@@ -256,7 +313,7 @@ impl PackCache {
             let on_disk = disk > self.settings.disk_bytes;
             let oldest = entries
                 .iter()
-                .filter(|(_, e)| e.progress().state == Generation::Done && e.data.lock().expect("not poisoned").file.is_some() == on_disk)
+                .filter(|(_, e)| e.progress().state == Generation::Done && e.data.lock().expect("not poisoned").on_disk == on_disk)
                 .min_by_key(|(_, e)| finished(e))
                 .map(|(k, _)| k.clone());
             match oldest {
@@ -282,32 +339,43 @@ pub struct EntryWriter<'a> {
 impl Write for EntryWriter<'_> {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         let mut data = self.entry.data.lock().expect("not poisoned");
-        if data.file.is_none() {
-            let over = self.cache.memory_used.load(Ordering::Relaxed) + bytes.len() as u64 > self.cache.settings.memory_bytes;
-            if let (true, Some(dir)) = (over, &self.cache.settings.dir) {
-                let file = crate::unlinked_file(dir, "pack-cache")?;
+        let over = self.cache.memory_used.load(Ordering::Relaxed) + bytes.len() as u64 > self.cache.settings.memory_bytes;
+        if let (false, true, Some(dir)) = (data.on_disk, over, &self.cache.settings.dir) {
+            // To disk: what is in memory is copied over; readers holding windows of the memfd
+            // read on from those.
+            let file = crate::unlinked_file(dir, "pack-cache")?;
+            if let Some(memory) = &data.file {
                 let mut at = 0;
-                for piece in data.memory.full.iter().map(|c| &c[..]).chain(std::iter::once(&data.memory.tail[..])) {
-                    file.write_all_at(piece, at)?;
-                    at += piece.len() as u64;
+                let mut buf = vec![0; 1 << 20];
+                while at < data.len {
+                    let n = buf.len().min((data.len - at) as usize);
+                    memory.read_exact_at(&mut buf[..n], at)?;
+                    file.write_all_at(&buf[..n], at)?;
+                    at += n as u64;
                 }
-                self.cache.memory_used.fetch_sub(data.memory.len() as u64, Ordering::Relaxed);
-                data.memory = Chunks::default();
-                data.file = Some(file);
             }
+            self.cache.memory_used.fetch_sub(data.len, Ordering::Relaxed);
+            (data.file, data.on_disk, data.size, data.windows) = (Some(Arc::new(file)), true, data.len, Vec::new());
         }
-        let at = data.len;
-        match &data.file {
-            Some(file) => file.write_all_at(bytes, at)?,
-            None => {
-                data.memory.extend(bytes);
-                self.cache.memory_used.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-            }
+        if data.file.is_none() {
+            data.file = Some(Arc::new(memfd()?));
         }
+        let file = data.file.as_ref().expect("made above");
+        file.write_all_at(bytes, data.len)?;
+        data.size = data.size.max(data.len + bytes.len() as u64);
+        if !data.on_disk {
+            self.cache.memory_used.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        }
+        let before = data.len;
         data.len += bytes.len() as u64;
         let len = data.len;
         drop(data);
-        self.entry.progress.send_modify(|p| p.len = len);
+        // Readers are woken every [`TELL_EVERY`] bytes or for a short write (a progress line,
+        // the last packet), not for every packet (a clone's ~270 for each of 32 readers); the
+        // generator's `finish` wakes them for the rest.
+        if before / TELL_EVERY != len / TELL_EVERY || bytes.len() < SHORT_WRITE {
+            self.entry.progress.send_modify(|p| p.len = len);
+        }
         Ok(bytes.len())
     }
 
@@ -331,7 +399,7 @@ mod tests {
 
     #[test]
     fn identical_requests_join_the_one_being_generated_and_then_hit_it() {
-        let cache = PackCache::new(settings(1 << 20, None));
+        let cache = PackCache::new(settings(64 << 20, None));
         let entry = cache.start(key(1, b"a")).ok().unwrap();
         assert!(matches!(cache.find(&key(1, b"a")), Some(Found::Join(_))));
         assert!(matches!(cache.start(key(1, b"a")), Err(Found::Join(_))), "a second start joins");
@@ -349,6 +417,48 @@ mod tests {
         assert_eq!(hit.read_all().unwrap(), [&b"hello"[..], &big].concat());
         assert!(cache.start(key(2, b"a")).is_ok(), "a new ref state is a new key");
         assert!(cache.find(&key(1, b"a")).is_none(), "and the old state's entries are dropped");
+    }
+
+    #[test]
+    fn readers_are_told_of_new_bytes_every_256_kib_and_at_the_end_not_for_every_packet() {
+        let cache = PackCache::new(settings(64 << 20, None));
+        let entry = cache.start(key(1, b"a")).ok().unwrap();
+        let packet = vec![1u8; 65520];
+        let mut w = cache.writer(&entry);
+        w.write_all(&packet).unwrap();
+        assert_eq!(entry.progress().len, 0, "one packet is not told");
+        assert_eq!(entry.read_at(0, usize::MAX).unwrap().len(), 65520, "but a reader asking gets it");
+        for _ in 0..4 {
+            w.write_all(&packet).unwrap();
+        }
+        assert_eq!(entry.progress().len, 5 * 65520, "past 256 KiB it is");
+        let line = b"0023\x02Counting objects:  10% (1/10)\r";
+        w.write_all(line).unwrap();
+        assert_eq!(entry.progress().len, 5 * 65520 + line.len() as u64, "a progress line is told at once");
+        w.write_all(&packet).unwrap();
+        cache.finish(&entry, true);
+        assert_eq!(entry.progress().len, 6 * 65520 + line.len() as u64, "the end tells the rest");
+    }
+
+    #[test]
+    fn what_a_reader_is_handed_lies_in_the_entry_s_file_in_memory_and_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        for (memory, on_disk) in [(64 << 20, false), (0, true)] {
+            let cache = PackCache::new(settings(memory, Some(dir.path().into())));
+            let entry = cache.start(key(1, b"a")).ok().unwrap();
+            let bytes: Vec<u8> = (0..CHUNK + 100).map(|i| (i % 253) as u8).collect();
+            cache.writer(&entry).write_all(&bytes).unwrap();
+            cache.finish(&entry, true);
+            assert_eq!(entry.data.lock().unwrap().on_disk, on_disk);
+            let piece = entry.read_at(CHUNK as u64 - 10, 50).unwrap();
+            assert_eq!(&piece[..], &bytes[CHUNK - 10..CHUNK]);
+            let (file, offset) = mapped_at(&piece[3..]).expect("a slice of a mapped window");
+            assert_eq!(offset, CHUNK as u64 - 7);
+            let mut back = [0u8; 7];
+            file.read_exact_at(&mut back, offset).unwrap();
+            assert_eq!(back, piece[3..]);
+            assert!(mapped_at(&bytes[..10]).is_none(), "other memory is not");
+        }
     }
 
     #[test]

@@ -126,7 +126,7 @@ impl Server {
                     .keep_alive(true)
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(header_timeout)
-                    .serve_connection(TokioIo::new(stream), service)
+                    .serve_connection(TokioIo::new(crate::transport::zero_copy::Stream::new(stream)), service)
                     .await
                 {
                     tracing::debug!(%peer, %err, "connection ended with an error");
