@@ -107,6 +107,8 @@ pub struct Config {
     pub informative_errors: bool,
     /// Bytes per HTTP response frame: the in-flight window between the pack writer and the
     /// socket. Larger means fewer wake-ups, smaller means less memory per transfer. Floored to 1.
+    /// A pack cache reader is not bound by it: its frames are slices of the entry's mapped file
+    /// (up to a 4 MiB window's end), which cost no memory per transfer.
     pub stream_window: usize,
     /// Largest request body read as sent (gzip or not): a negotiation is wants and haves, so
     /// anything near this is not a git client.

@@ -499,10 +499,11 @@ async fn cached_upload_pack(state: Arc<State>, peer: SocketAddr, served: Served,
     state.metrics.cache(outcome);
     record.cache = Some(outcome);
     let (tx, response_body) = stream::channel();
-    let window = state.config.effective_stream_window();
     tokio::spawn(async move {
         let _share = share;
-        let (sent, complete) = read_entry(&entry, &tx, window, state.config.io_timeout).await;
+        // An entry's bytes are mapped already: a reader hands on what is there up to the end of
+        // its window of the file, not a stream window's worth at a time (fewer hand-overs).
+        let (sent, complete) = read_entry(&entry, &tx, usize::MAX, state.config.io_timeout).await;
         drop(tx);
         record.bytes = sent;
         let progress = entry.progress();
