@@ -74,6 +74,12 @@ impl Phase {
         Ok(())
     }
 
+    /// Where a phase whose total is learnt as it goes stands (the search's "Compressing").
+    fn at<W: Sink>(&mut self, done: usize, total: usize, out: &mut Hashed<'_, W>) -> Result<(), ServeError> {
+        self.total = total;
+        self.advance(done.saturating_sub(self.done), out)
+    }
+
     fn finish<W: Sink>(mut self, out: &mut Hashed<'_, W>) -> Result<(), ServeError> {
         self.done = self.total;
         out.out.progress(&self.line(", done.\n")).map_err(gone)
@@ -566,8 +572,19 @@ pub fn write<W: Sink>(
         if entries.iter().any(|e| e.is_invalid()) {
             return Err(ServeError::corrupt_pack("an object to send is missing from the repository"));
         }
-        let searched = if search.deltify { search.repack_window(&mut entries) } else { search.window(&mut entries) };
-        Phase::new("Compressing objects", searched, options.progress_every).finish(&mut answer)?;
+        // git's "Compressing objects: P% (n/N)" while the search runs, then its final line. A
+        // line that cannot be sent (the client went away) ends the pack after the search.
+        let mut compressing = Phase::new("Compressing objects", 0, options.progress_every);
+        let mut told = Ok(());
+        let mut tell = |done: usize, total: usize| {
+            if told.is_ok() {
+                told = compressing.at(done, total, &mut answer);
+            }
+        };
+        let searched = if search.deltify { search.repack_window(&mut entries, &mut tell) } else { search.window(&mut entries, &mut tell) };
+        told?;
+        compressing.total = searched;
+        compressing.finish(&mut answer)?;
         written.emit_in_base_order(&entries, options.ofs_delta, &mut answer)?;
     }
     for chunk in chunks.by_ref() {
@@ -664,9 +681,9 @@ impl<'a> DeltaSearch<'a> {
     /// held object's; [`EntryOffsets::emit_in_base_order`] orders and encodes them). What the
     /// window leaves whole may still pay as a thin delta against the client's version at its
     /// path, by a looser limit ([`Self::same_path_delta`]); an entry too large for the search's
-    /// memory is tried for that alone ([`Self::try_thin_delta`]). Returns how many entries
-    /// it searched.
-    fn window(&mut self, entries: &mut [output::Entry]) -> usize {
+    /// memory is tried for that alone ([`Self::try_thin_delta`]). `tell` hears how many it has
+    /// searched, of how many, as it goes. Returns how many entries it searched.
+    fn window(&mut self, entries: &mut [output::Entry], tell: &mut dyn FnMut(usize, usize)) -> usize {
         use gix_pack::data::delta::search;
         /// An object the search looks at: an entry (by index) or a held object, inflated.
         struct Candidate {
@@ -718,7 +735,7 @@ impl<'a> DeltaSearch<'a> {
             .map(|c| search::Object { kind: c.kind, name_hash: c.name_hash, data: &c.data, preferred_base: c.entry.is_none() })
             .collect();
         let options = search::Options { budget: self.budget, max_size: Self::MAX_OBJECT, min_size: Self::MIN_OBJECT, ..Default::default() };
-        let (deltas, _stats) = search::find(&objects, options);
+        let (deltas, _stats) = search::find_with_progress(&objects, options, tell);
         let mut has_delta = vec![false; candidates.len()];
         for delta in deltas {
             let Some(target) = candidates[delta.target].entry else { continue };
@@ -756,9 +773,9 @@ impl<'a> DeltaSearch<'a> {
     /// A repack's search: every whole tree and blob, in git's search order (kind, name hash,
     /// largest first), searched in consecutive batches of at most [`Self::MAX_SEARCHED_BYTES`]
     /// inflated, so a repository of any size is searched whole with bounded memory (a window
-    /// spans a batch, not the boundary between two) and no byte budget. Nothing is thin. Returns
-    /// how many entries it searched.
-    fn repack_window(&mut self, entries: &mut [output::Entry]) -> usize {
+    /// spans a batch, not the boundary between two) and no byte budget. Nothing is thin. `tell`
+    /// hears how many it has searched, of how many, as it goes. Returns how many it searched.
+    fn repack_window(&mut self, entries: &mut [output::Entry], tell: &mut dyn FnMut(usize, usize)) -> usize {
         use gix_pack::data::delta::search;
         let name_hash = |e: &output::Entry| self.selection.name_hash.get(&e.id).copied().unwrap_or(0);
         let mut order: Vec<(u8, u32, std::cmp::Reverse<usize>, usize)> = entries
@@ -793,7 +810,7 @@ impl<'a> DeltaSearch<'a> {
                 })
                 .collect();
             let options = search::Options { budget: usize::MAX, max_size: Self::MAX_OBJECT, min_size: Self::MIN_OBJECT, ..Default::default() };
-            let (deltas, _stats) = search::find(&objects, options);
+            let (deltas, _stats) = search::find_with_progress(&objects, options, &mut |done, _| tell(searched + done, order.len()));
             for delta in deltas {
                 let (target, base) = (inflated[delta.target].0, inflated[delta.base].0);
                 let base_id = entries[base].id;

@@ -3,6 +3,7 @@
 //! smaller than half of it, names a base of the same kind, never gives a preferred base (an
 //! object the receiver has) a delta, keeps chains within the depth limit and free of cycles, and
 //! a spent budget means no search. Versions of one file find each other through the name hash.
+//! A search tells its progress, object by object, of how many it may give a delta.
 
 use gix_pack::data::delta::{apply_to_vec, search};
 use gixd_tests::noise;
@@ -112,4 +113,19 @@ fn the_name_hash_is_gits() {
     // Only the last sixteen characters remain in the hash: one file name in two directories sorts together.
     assert_eq!(search::name_hash(b"one/dir/some_long_file_name.rs"), search::name_hash(b"another/some_long_file_name.rs"));
     assert_ne!(search::name_hash(b"src/a.rs"), search::name_hash(b"src/b.rs"));
+}
+
+#[test]
+fn the_search_tells_each_object_it_may_give_a_delta_once_in_order_of_all_of_them() {
+    let file = versions(31, 5);
+    let mut objects: Vec<search::Object<'_>> =
+        file.iter().map(|data| search::Object { kind: gix::objs::Kind::Blob, name_hash: 3, data, preferred_base: false }).collect();
+    objects[0].preferred_base = true;
+    let tiny = b"abc".to_vec();
+    objects.push(search::Object { kind: gix::objs::Kind::Blob, name_hash: 3, data: &tiny, preferred_base: false });
+    let mut told = Vec::new();
+    let (deltas, _) = search::find_with_progress(&objects, search::Options::default(), &mut |done, total| told.push((done, total)));
+    // Four objects may get a delta: not the preferred base, not the tiny one.
+    assert_eq!(told, [(1, 4), (2, 4), (3, 4), (4, 4)]);
+    assert_eq!(deltas.len(), search::find(&objects, search::Options::default()).0.len(), "telling changes no delta");
 }

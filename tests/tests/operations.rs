@@ -282,9 +282,10 @@ fn running_counts(lines: &[String], title: &str) -> Vec<usize> {
 }
 
 #[test]
-fn a_long_walk_and_count_show_running_progress_lines_before_their_final_ones() {
-    // 2500 commits, no bitmap: a walk of thousands of objects, counted one by one. git's pace
-    // (a line a second) is set to nothing, so every running count gixd offers goes out.
+fn a_long_walk_count_and_delta_search_show_running_progress_lines_before_their_final_ones() {
+    // 2500 commits, no bitmap: a walk of thousands of objects, counted one by one, and a fetch
+    // far behind searched for deltas. git's pace (a line a second) is set to nothing, so every
+    // running count gixd offers goes out.
     let tmp = tempfile::tempdir().unwrap();
     let base = tmp.path().join("base");
     std::fs::create_dir_all(&base).unwrap();
@@ -309,4 +310,18 @@ fn a_long_walk_and_count_show_running_progress_lines_before_their_final_ones() {
     }
     assert!(lines.contains(&format!("Enumerating objects: {objects}, done.")), "{lines:?}");
     assert!(lines.contains(&format!("Counting objects: 100% ({objects}/{objects}), done.")), "{lines:?}");
+
+    let behind = tmp.path().join("behind.git");
+    git_ok(tmp.path(), &["clone", "-q", "--bare", "--no-local", repo.to_str().unwrap(), behind.to_str().unwrap()]);
+    git_ok(&behind, &["update-ref", "HEAD", "HEAD~100"]);
+    git_ok(&behind, &["-c", "gc.auto=0", "reflog", "expire", "--expire=now", "--all"]);
+    git_ok(&behind, &["gc", "-q", "--prune=now"]);
+    let out = gixd_tests::server::git_client(&behind, &["-c", "protocol.version=2", "fetch", "--progress", &server.url("repo.git"), "+refs/heads/*:refs/heads/*"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines = remote_lines(&out.stderr);
+    let done = lines.iter().find_map(|l| l.strip_prefix("Compressing objects: 100% (")?.strip_suffix("), done.")).unwrap_or_else(|| panic!("{lines:?}"));
+    let searched: usize = done.split('/').next().unwrap().parse().unwrap();
+    let counts = running_counts(&lines, "Compressing objects: ");
+    assert!(counts.len() >= 2, "the search runs before it is done: {lines:?}");
+    assert!(counts.windows(2).all(|w| w[0] <= w[1]) && counts.iter().all(|n| *n <= searched) && counts[0] < searched, "it counts up to {searched}: {counts:?}");
 }

@@ -434,6 +434,16 @@ pub mod search {
     /// against an earlier object of the search order, no chain longer than `max_depth`. The
     /// chains form a forest (no object is, through others, its own base).
     pub fn find(objects: &[Object<'_>], options: Options) -> (Vec<Delta>, Statistics) {
+        find_with_progress(objects, options, &mut |_, _| {})
+    }
+
+    /// [`find()`], telling `progress` after each object it may give a delta how many of those
+    /// it has looked at, of how many (git's "Compressing objects: 45% (450/1000)").
+    pub fn find_with_progress(
+        objects: &[Object<'_>],
+        options: Options,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> (Vec<Delta>, Statistics) {
         let mut order: Vec<usize> = (0..objects.len())
             .filter(|&i| (options.min_size..=options.max_size).contains(&objects[i].data.len()))
             .collect();
@@ -443,6 +453,8 @@ pub mod search {
                 .cmp(&(y.kind as u8, y.name_hash, !y.preferred_base, std::cmp::Reverse(y.data.len())))
                 .then(a.cmp(&b))
         });
+        let total = order.iter().filter(|&&i| !objects[i].preferred_base).count();
+        let mut looked_at = 0;
         let mut depth = vec![0usize; objects.len()];
         let mut out = Vec::new();
         let mut stats = Statistics::default();
@@ -498,6 +510,8 @@ pub mod search {
                     depth[target] = depth[base] + 1;
                     out.push(Delta { target, base, data });
                 }
+                looked_at += 1;
+                progress(looked_at, total);
                 if stats.budget_exhausted {
                     break;
                 }
