@@ -501,9 +501,7 @@ async fn cached_upload_pack(state: Arc<State>, peer: SocketAddr, served: Served,
     let (tx, response_body) = stream::channel();
     tokio::spawn(async move {
         let _share = share;
-        // An entry's bytes are mapped already: a reader hands on what is there up to the end of
-        // its window of the file, not a stream window's worth at a time (fewer hand-overs).
-        let (sent, complete) = read_entry(&entry, &tx, usize::MAX, state.config.io_timeout).await;
+        let (sent, complete) = read_entry(&entry, &tx, state.config.io_timeout).await;
         drop(tx);
         record.bytes = sent;
         let progress = entry.progress();
@@ -526,12 +524,14 @@ async fn cached_upload_pack(state: Arc<State>, peer: SocketAddr, served: Served,
 
 /// Send a cache entry to one client from its start, as fast as that client reads, waiting for
 /// the generator where the client has caught up. The bytes sent, and whether the entry was
-/// sent to its end (else the client went away or stalled past `stall_timeout`).
-async fn read_entry(entry: &crate::pack_cache::Entry, tx: &tokio::sync::mpsc::Sender<Bytes>, window: usize, stall_timeout: std::time::Duration) -> (u64, bool) {
+/// sent to its end (else the client went away or stalled past `stall_timeout`). The entry's
+/// bytes are mapped already: each frame is what is there up to the end of its window of the
+/// file, not a stream window's worth (fewer hand-overs, no memory per frame).
+async fn read_entry(entry: &crate::pack_cache::Entry, tx: &tokio::sync::mpsc::Sender<Bytes>, stall_timeout: std::time::Duration) -> (u64, bool) {
     let mut progress = entry.subscribe();
     let mut offset = 0u64;
     loop {
-        let chunk = match entry.read_at(offset, window) {
+        let chunk = match entry.read_at(offset, usize::MAX) {
             Ok(chunk) => chunk,
             Err(err) => {
                 tracing::warn!(%err, "pack cache entry unreadable");

@@ -62,7 +62,8 @@ fn send(fd: i32, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
                 (sent, len)
             }
             None => {
-                let run = bufs[i..].iter().take_while(|b| crate::pack_cache::mapped_at(b).is_none()).count().min(1024);
+                // `bufs[i]` is not mapped (just asked); the run goes on to the next one that is.
+                let run = (1 + bufs[i + 1..].iter().take_while(|b| crate::pack_cache::mapped_at(b).is_none()).count()).min(1024);
                 let slices = &bufs[i..i + run];
                 i += run;
                 let len = slices.iter().map(|b| b.len()).sum();
