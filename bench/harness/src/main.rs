@@ -284,7 +284,19 @@ fn prepare_base(scratch: &Path, arm: &str, repos: &[PathBuf]) -> Result<PathBuf>
     Ok(base)
 }
 
-fn start_gixd(root: &Path, base: &Path, group: Group, pack_cache: bool) -> Result<Arm> {
+/// How an arm's gixd keeps its pack cache.
+#[derive(Clone, Copy, PartialEq)]
+enum Cache {
+    Off,
+    /// `--pack-cache`: entries in memory (memfds) up to the default cap.
+    Memory,
+    /// `--pack-cache --pack-cache-memory 0 --pack-cache-dir D`: every entry a file in D on the
+    /// disk's filesystem (target/, not the temp dir, which may be a tmpfs), read from the page
+    /// cache.
+    Disk,
+}
+
+fn start_gixd(root: &Path, base: &Path, group: Group, cache: Cache) -> Result<Arm> {
     let gixd = root.join("target/release/gixd");
     let tokens = base.join("tokens.toml");
     let secret = output(Command::new(&gixd).args(["token", "add", "--user", "bench", "--write", "--token-file"]).arg(&tokens))?;
@@ -292,12 +304,20 @@ fn start_gixd(root: &Path, base: &Path, group: Group, pack_cache: bool) -> Resul
     // The peers queue without limit (lighttpd spawns a CGI per request, git daemon a process per
     // connection); gixd's transfer limit would answer part of a 32-client rung "busy, retry",
     // which stock git does not retry. So transfers wait up to 5 minutes here instead of 5 s.
+    let cache_dir = root.join("target/bench-pack-cache").join(base.file_name().unwrap_or_default());
+    if cache == Cache::Disk {
+        std::fs::create_dir_all(&cache_dir)?;
+    }
     let child = Command::new(&gixd)
         .args(["serve", "--export-all", "--queue-wait", "300", "--listen", &format!("127.0.0.1:{port}"), "--base-path"])
         .arg(base)
         .arg("--token-file")
         .arg(&tokens)
-        .args(if pack_cache { &["--pack-cache"][..] } else { &[] })
+        .args(match cache {
+            Cache::Off => vec![],
+            Cache::Memory => vec!["--pack-cache".into()],
+            Cache::Disk => vec!["--pack-cache".into(), "--pack-cache-memory".into(), "0".into(), "--pack-cache-dir".into(), cache_dir.clone().into_os_string()],
+        })
         .env("GIXD_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()?;
@@ -306,8 +326,12 @@ fn start_gixd(root: &Path, base: &Path, group: Group, pack_cache: bool) -> Resul
     let relay = Relay::start(Upstream::Tcp(([127, 0, 0, 1], port).into()))?;
     let prefix = format!("http://bench:{secret}@127.0.0.1:{}", relay.port);
     let version = output(Command::new(&gixd).arg("--version"))?;
-    let version = format!("{version}; serve --queue-wait 300{}", if pack_cache { " --pack-cache" } else { "" });
-    let name = if pack_cache { "gixd --pack-cache" } else { "gixd" };
+    let (flags, name) = match cache {
+        Cache::Off => ("", "gixd"),
+        Cache::Memory => (" --pack-cache", "gixd --pack-cache"),
+        Cache::Disk => (" --pack-cache --pack-cache-memory 0 --pack-cache-dir D", "gixd --pack-cache-dir"),
+    };
+    let version = format!("{version}; serve --queue-wait 300{flags}");
     Ok(Arm { name, version, child, group, relay, prefix, base: base.to_owned() })
 }
 
@@ -509,13 +533,14 @@ fn bakeoff(args: &[String]) -> Result<()> {
     type Starter<'a> = Box<dyn Fn(&Path, Group) -> Result<Arm> + 'a>;
     let starters: Vec<(&str, Starter)> = if o.identical > 0 {
         vec![
-            ("gixd --pack-cache", Box::new(|base, g| start_gixd(&root, base, g, true))),
-            ("gixd", Box::new(|base, g| start_gixd(&root, base, g, false))),
+            ("gixd --pack-cache", Box::new(|base, g| start_gixd(&root, base, g, Cache::Memory))),
+            ("gixd --pack-cache-dir", Box::new(|base, g| start_gixd(&root, base, g, Cache::Disk))),
+            ("gixd", Box::new(|base, g| start_gixd(&root, base, g, Cache::Off))),
             ("git daemon", Box::new(|base, g| start_git_daemon(base, g))),
         ]
     } else {
         vec![
-            ("gixd", Box::new(|base, g| start_gixd(&root, base, g, false))),
+            ("gixd", Box::new(|base, g| start_gixd(&root, base, g, Cache::Off))),
             ("git http-backend", Box::new(|base, g| start_http_backend(base, &scratch.join("http-backend-conf"), g))),
             ("git daemon", Box::new(|base, g| start_git_daemon(base, g))),
             ("jgit daemon", Box::new(|base, g| start_jgit(&root, base, g))),

@@ -240,11 +240,20 @@ fn render_label(rows: &[Value], label: Option<&str>) -> Result<Vec<(String, Stri
         let n = identical.iter().filter_map(|r| r["clients"].as_u64()).max().unwrap_or(1);
         writeln!(md, "## Identical clones ({n} × `clone --bare` of {} at once, against one)\n", first["repo"].as_str().unwrap_or("?"))?;
         writeln!(md, "Server CPU, medians over the rounds; before every step each server's copy gets a new ref, so nothing is read back from the step before.\n")?;
-        writeln!(md, "| server | CPU, 1 clone (ms) | CPU, {n} clones (ms) | {n} ÷ 1 | bytes, {n} clones |\n|---|---|---|---|---|")?;
+        writeln!(md, "| server | CPU, 1 clone (ms) | CPU, {n} clones (ms) | {n} ÷ 1 | per round, min–max | bytes, {n} clones |\n|---|---|---|---|---|---|")?;
         for a in &arms {
-            let of = |clients: u64, field: &str| median(identical.iter().filter(|r| r["arm"] == a.as_str() && r["clients"] == clients).filter_map(|r| r[field].as_f64()).collect());
+            let of_arm = |clients: u64| identical.iter().filter(move |r| r["arm"] == a.as_str() && r["clients"] == clients);
+            let of = |clients: u64, field: &str| median(of_arm(clients).filter_map(|r| r[field].as_f64()).collect());
             let (one, many) = (of(1, "cpu_us") / 1000.0, of(n, "cpu_us") / 1000.0);
-            writeln!(md, "| {a} | {one:.1} | {many:.1} | {:.2} | {:.0} |", many / one, of(n, "bytes_down"))?;
+            // Each round's N ÷ 1 (its own two steps): how far the machine's noise moves the ratio.
+            let per_round: Vec<f64> = of_arm(1)
+                .filter_map(|o| {
+                    let m = of_arm(n).find(|m| m["round"] == o["round"])?;
+                    Some(m["cpu_us"].as_f64()? / o["cpu_us"].as_f64()?)
+                })
+                .collect();
+            let (lo, hi) = (per_round.iter().copied().fold(f64::INFINITY, f64::min), per_round.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+            writeln!(md, "| {a} | {one:.1} | {many:.1} | {:.2} | {lo:.2}–{hi:.2} | {:.0} |", many / one, of(n, "bytes_down"))?;
         }
         writeln!(md)?;
     }
