@@ -367,14 +367,15 @@ fn main() -> std::process::ExitCode {
             let git_dir = if repo.join(".git").is_dir() { repo.join(".git") } else { repo };
             gixd::maintenance::run(&git_dir).map(|r| {
                 println!(
-                    "{}: {} objects in {} ({} stored whole before, now deltas), {} commit bitmaps; removed {} pack(s) and {} loose object(s) now in it",
+                    "{}: {} objects in {} ({} stored whole before, now deltas), {} commit bitmaps; removed {} pack(s) and {} loose object(s) now in it; {} loose ref(s) packed",
                     git_dir.display(),
                     r.objects,
                     r.pack.display(),
                     r.deltas_computed,
                     r.bitmaps,
                     r.packs_removed,
-                    r.loose_removed
+                    r.loose_removed,
+                    r.refs_packed
                 )
             })
             .map_err(Into::into)

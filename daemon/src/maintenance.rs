@@ -1,8 +1,10 @@
 //! Maintenance (repository access layer): repack everything reachable from the refs into one
 //! pack, in-process, and write its reverse index (`.rev`) and bitmap (`.bitmap`) the way git
 //! reads them — so a repository that only ever received pushes gets bitmaps without an external
-//! git. Nothing is lost: an old pack is deleted only when every one of its objects is in the new
-//! pack, a loose object only when it is; objects nobody references stay where they were.
+//! git; then move loose refs into packed-refs, as `git pack-refs --all --prune` (git gc) does.
+//! Nothing is lost: an old pack is deleted only when every one of its objects is in the new
+//! pack, a loose object only when it is; objects nobody references stay where they were; a
+//! loose ref is removed only after packed-refs holds its value, under its lock.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -24,6 +26,8 @@ pub struct Report {
     pub leftovers_removed: usize,
     /// Objects stored whole before that the new pack holds as deltas the search found.
     pub deltas_computed: usize,
+    /// Loose refs moved into packed-refs.
+    pub refs_packed: usize,
 }
 
 /// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`.
@@ -87,7 +91,60 @@ pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
         }
         let _ = std::fs::remove_dir(fanout.path()); // only if empty
     }
+
+    // 5. Loose refs into packed-refs.
+    report.refs_packed = pack_refs(&repo)?;
     Ok(report)
+}
+
+/// Move every loose ref that names an object into packed-refs (with its peeled value) and
+/// remove the loose file, as `git pack-refs --all --prune`: a repository that only takes pushes
+/// keeps every pushed ref loose, and every ls-refs and fetch reads every loose ref to know the
+/// refs' state (`repo::loose_refs_state`). Symbolic refs stay loose. One gix-ref transaction
+/// with each ref's value as read as its expected value, under git's lock files (the ones a push
+/// takes): packed-refs is written first, and only then is each loose file removed, under its
+/// lock, so a reader finds the same value at every moment. A ref a push moves or locks meanwhile
+/// fails the transaction, which then changes nothing; the refs stay loose until the next run.
+fn pack_refs(repo: &gix::Repository) -> Result<usize, ServeError> {
+    use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
+    use gix::refs::Target;
+    let edits: Vec<RefEdit> = repo
+        .refs
+        .loose_iter()?
+        .flatten()
+        .filter_map(|reference| match reference.target {
+            Target::Object(id) => Some(RefEdit {
+                change: Change::Update {
+                    // Old and new are the same value: gix-ref writes no reflog line for it.
+                    log: LogChange { mode: RefLog::AndReference, force_create_reflog: false, message: "pack-refs".into() },
+                    expected: PreviousValue::MustExistAndMatch(Target::Object(id)),
+                    new: Target::Object(id),
+                },
+                name: reference.name,
+                deref: false,
+            }),
+            Target::Symbolic(_) => None,
+        })
+        .collect();
+    if edits.is_empty() {
+        return Ok(0);
+    }
+    let count = edits.len();
+    let packed = gix::refs::file::transaction::PackedRefs::DeletionsAndNonSymbolicUpdatesRemoveLooseSourceReference(Box::new(repo.objects.clone()));
+    let fail = gix::lock::acquire::Fail::Immediately;
+    let result = repo
+        .refs
+        .transaction()
+        .packed_refs(packed)
+        .prepare(edits, fail, fail)
+        .and_then(|transaction| transaction.commit(None));
+    match result {
+        Ok(_) => Ok(count),
+        Err(err) => {
+            tracing::info!(repo = %repo.git_dir().display(), %err, "loose refs left loose: a ref changed or was locked while they were packed");
+            Ok(0)
+        }
+    }
 }
 
 /// One maintenance of a repository at a time: an advisory lock (`flock`) on

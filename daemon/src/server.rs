@@ -228,7 +228,7 @@ async fn maintain(state: Arc<State>, every: std::time::Duration) {
                 match crate::maintenance::run(&git_dir) {
                     Ok(report) => {
                         state.metrics.maintenance("repacked");
-                        tracing::info!(repo = %git_dir.display(), objects = report.objects, bitmaps = report.bitmaps, deltas = report.deltas_computed, "maintenance")
+                        tracing::info!(repo = %git_dir.display(), objects = report.objects, bitmaps = report.bitmaps, deltas = report.deltas_computed, refs_packed = report.refs_packed, "maintenance")
                     }
                     Err(err) => {
                         state.metrics.maintenance("failed");

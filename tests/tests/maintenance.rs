@@ -1,7 +1,8 @@
 //! In-process maintenance: every corpus repository (SHA-1 and SHA-256) repacked by gixd into one
 //! pack whose `.bitmap` and `.rev` stock git accepts (`git rev-list --test-bitmap HEAD`), refs and
 //! reachable objects unchanged, fsck clean; a repository that only ever received pushes (a pack
-//! per push) ends with one pack and serves clones from its bitmap; nothing unreachable is deleted.
+//! per push) ends with one pack and serves clones from its bitmap, and its pushed refs in
+//! packed-refs; nothing unreachable is deleted.
 
 use std::path::Path;
 
@@ -105,6 +106,72 @@ fn a_repository_that_only_received_pushes_ends_with_one_bitmapped_pack_and_loses
     let handle = served.repo.to_thread_local();
     let bitmap = gixd::bitmap::of(&gixd::repo::Repos::new(&base, gixd::config::Exports::All).unwrap(), &served, &handle);
     assert!(bitmap.is_some(), "the bitmap gixd wrote is one gixd uses");
+}
+
+/// Loose refs below `refs/` (files), by name.
+fn loose_refs(repo: &Path) -> Vec<String> {
+    fn walk(dir: &Path, name: &str, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let child = format!("{name}/{}", entry.file_name().to_string_lossy());
+            if entry.file_type().unwrap().is_dir() {
+                walk(&entry.path(), &child, out);
+            } else {
+                out.push(child);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&repo.join("refs"), "refs", &mut out);
+    out.sort();
+    out
+}
+
+#[test]
+fn pushed_refs_end_in_packed_refs_with_their_values_and_peeled_tags_and_symbolic_refs_stay_loose() {
+    let tmp = tempfile::tempdir().unwrap();
+    let PushOnly { server: _server, repo, url, work, .. } = push_only(tmp.path());
+    gixd_tests::commit_files(&work, &[("a", b"a\n")], "one");
+    git_ok(&work, &["tag", "-a", "-m", "annotated", "v1"]);
+    git_ok(&work, &["branch", "topic/deep/x"]);
+    git_ok(&work, &["push", "-q", &url, "main", "v1", "topic/deep/x"]);
+    gixd_tests::git(&repo, &["symbolic-ref", "refs/heads/alias", "refs/heads/main"]);
+    let refs_before = gixd_tests::git_out(&repo, &["show-ref", "-d"]);
+    assert_eq!(loose_refs(&repo).len(), 4, "the pushed refs and the symbolic one are loose: {:?}", loose_refs(&repo));
+
+    let report = gixd::maintenance::run(&repo).unwrap();
+    assert_eq!(report.refs_packed, 3, "{report:?}");
+    assert_eq!(loose_refs(&repo), ["refs/heads/alias"], "only the symbolic ref is loose");
+    assert_eq!(gixd_tests::git_out(&repo, &["show-ref", "-d"]), refs_before, "every ref (and the tag's peeled value) reads the same");
+    let packed = std::fs::read_to_string(repo.join("packed-refs")).unwrap();
+    let tag = gixd_tests::git_out(&repo, &["rev-parse", "v1^{}"]);
+    assert!(packed.contains(&format!("^{tag}")), "packed-refs holds the tag's peeled value:\n{packed}");
+    assert_fsck_clean(&repo);
+    // Served from packed-refs: a clone gets every ref.
+    let clone = tmp.path().join("clone");
+    git_ok(tmp.path(), &["clone", "-q", "--mirror", &url, clone.to_str().unwrap()]);
+    assert_eq!(refs(&clone, "refs"), refs(&repo, "refs"));
+}
+
+#[test]
+fn a_ref_locked_by_a_push_leaves_the_loose_refs_as_they_were() {
+    let tmp = tempfile::tempdir().unwrap();
+    let PushOnly { server: _server, repo, url, work, .. } = push_only(tmp.path());
+    gixd_tests::commit_files(&work, &[("a", b"a\n")], "one");
+    git_ok(&work, &["branch", "other"]);
+    git_ok(&work, &["push", "-q", &url, "main", "other"]);
+    let refs_before = gixd_tests::git_out(&repo, &["show-ref"]);
+    // A push is moving `other` (git's lock file is there): packing must not touch any ref.
+    let lock = repo.join("refs/heads/other.lock");
+    std::fs::write(&lock, "").unwrap();
+    let report = gixd::maintenance::run(&repo).unwrap();
+    assert_eq!(report.refs_packed, 0, "{report:?}");
+    assert_eq!(loose_refs(&repo), ["refs/heads/main", "refs/heads/other", "refs/heads/other.lock"]);
+    assert!(!repo.join("packed-refs").exists() || !std::fs::read_to_string(repo.join("packed-refs")).unwrap().contains("refs/heads/"));
+    std::fs::remove_file(&lock).unwrap();
+    assert_eq!(gixd_tests::git_out(&repo, &["show-ref"]), refs_before);
+    // The next run packs them.
+    assert_eq!(gixd::maintenance::run(&repo).unwrap().refs_packed, 2);
+    assert_eq!(gixd_tests::git_out(&repo, &["show-ref"]), refs_before);
 }
 
 #[test]
