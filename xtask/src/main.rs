@@ -10,6 +10,7 @@ mod bench;
 mod bitmaps_bench;
 mod guards;
 mod maintenance_bench;
+mod refs_bench;
 mod narrow;
 mod push_bench;
 mod queue;
@@ -156,6 +157,21 @@ enum BenchCmd {
         #[arg(long)]
         gixd: Option<PathBuf>,
     },
+    /// What loose refs cost each request: a real repository's refs pushed to gixd (loose) and
+    /// after `gixd maintenance` (packed): server syscalls and CPU of `git ls-remote`. By hand.
+    Refs {
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Bare repositories whose heads and tags are pushed (read only, never modified).
+        #[arg(long, required = true)]
+        repo: Vec<PathBuf>,
+        /// `git ls-remote` requests per arm and round for the CPU figure.
+        #[arg(long, default_value_t = 100)]
+        requests: usize,
+        /// Measure this gixd binary instead of a release build of the committed tree.
+        #[arg(long)]
+        gixd: Option<PathBuf>,
+    },
     /// Server CPU per clone at 1…32 concurrent clients, under a CPU quota and pinned.
     Ramp {
         #[arg(long, default_value_t = 3)]
@@ -265,6 +281,7 @@ fn run(cli: Cli) -> Result<()> {
         Top::Bench { command: BenchCmd::Bitmaps { rounds } } => bitmaps_bench::run(&root, rounds),
         Top::Bench { command: BenchCmd::Maintenance { rounds, repo, pushes, gixd } } => maintenance_bench::run(&root, rounds, repo, pushes, gixd),
         Top::Bench { command: BenchCmd::Real { rounds, repo, gixd } } => real_bench::run(&root, rounds, repo, gixd),
+        Top::Bench { command: BenchCmd::Refs { rounds, repo, requests, gixd } } => refs_bench::run(&root, rounds, repo, requests, gixd),
         Top::Report { check } => report::run(&root, check),
         Top::Fuzz { seconds, seed, targets } => {
             let mut cmd = Command::new("cargo");

@@ -21,6 +21,7 @@ const TARGETS: &[(&str, &str)] = &[
     ("bench/README.md", "narrow"),
     ("bench/README.md", "push"),
     ("bench/README.md", "maintenance"),
+    ("bench/README.md", "refs"),
     ("bench/README.md", "bitmaps"),
     ("bench/README.md", "real-repos"),
 ];
@@ -47,6 +48,7 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             "narrow" => narrow(root)?,
             "push" => push(root)?,
             "maintenance" => maintenance(root)?,
+            "refs" => refs(root)?,
             "bitmaps" => bitmaps(root)?,
             "real-repos" => real_repos(root)?,
             other => bail!("no renderer for block {other}"),
@@ -482,6 +484,43 @@ fn maintenance(root: &Path) -> Result<String> {
             ratio(c[2], c[0]),
         );
         rows.push((b[0] / b[1], row));
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    for (_, row) in rows {
+        out.push_str(&row);
+    }
+    Ok(out)
+}
+
+/// What loose refs cost a request: a row per repository, the largest loose ÷ packed CPU first.
+fn refs(root: &Path) -> Result<String> {
+    use crate::refs_bench::ARMS;
+    let doc = match load(root, crate::refs_bench::REFS_RESULTS, "`cargo xtask bench refs --repo PATH…` (by hand: it needs the repositories)")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench refs")?;
+    out.push_str(&format!(" Setup: {}; {} requests per arm and round. gixd: {}. Syscalls: of one request (min–max over the rounds); CPU: medians per request.\n\n", c["how"].as_str().unwrap_or("?"), c["requests"], c["gixd"].as_str().unwrap_or("?")));
+    out.push_str(&format!(
+        "| repository | refs | loose files: {0} | {1} | syscalls per ls-remote: {0} | {1} | CPU µs per ls-remote: {0} | {1} | ÷ |\n|---|---|---|---|---|---|---|---|---|\n",
+        ARMS[0].0, ARMS[1].0
+    ));
+    let mut rows = Vec::new();
+    for repo in c["repos"].as_array().context("repos")? {
+        let name = repo["repo"].as_str().context("repo")?;
+        let of = |arm: &str| -> Vec<&Value> { runs.iter().filter(|r| r["repo"] == name && r["arm"] == arm).collect() };
+        let cpu = |arm: &str| median(of(arm).iter().filter_map(|r| Some(r["cpu_us"].as_f64()? / r["requests"].as_f64()?)).collect());
+        let (loose, packed) = (cpu(ARMS[0].0), cpu(ARMS[1].0));
+        let row = format!(
+            "| {name} | {} | {} | {} | {} | {} | {loose:.0} | {packed:.0} | {} |\n",
+            repo["refs"],
+            repo["loose_files"][ARMS[0].0],
+            repo["loose_files"][ARMS[1].0],
+            count(&of(ARMS[0].0), "syscalls"),
+            count(&of(ARMS[1].0), "syscalls"),
+            ratio(loose, packed),
+        );
+        rows.push((loose / packed, row));
     }
     rows.sort_by(|a, b| b.0.total_cmp(&a.0));
     for (_, row) in rows {

@@ -1,0 +1,124 @@
+//! `cargo xtask bench refs`: what a repository's refs cost each request while they are loose
+//! (as pushes leave them: gixd, like git receive-pack, writes a loose file per pushed ref) and
+//! after `gixd maintenance` moved them into packed-refs. Every ls-refs and fetch computes the
+//! refs' state, which reads every loose ref. A real repository's heads and tags are pushed to a
+//! gixd with `git push --mirror`; a copy is maintained; one gixd serves both. Per arm and round:
+//! the system calls of the server for one `git ls-remote` (strace -c -f) and its CPU for
+//! `--requests` of them in a row (utime + stime from /proc). Run by hand; not in CI.
+
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const REFS_RESULTS: &str = "bench/results/refs.json";
+
+/// The arms, by the name the report shows, and the repository each serves.
+pub const ARMS: [(&str, &str); 2] = [("loose refs, as pushed", "loose.git"), ("after gixd maintenance", "packed.git")];
+
+fn git(dir: &Path, args: &[&str]) -> Result<String> {
+    crate::bench::output(Command::new("git").current_dir(dir).args(args))
+}
+
+/// CPU of `pid` so far (all its threads, exited ones included), in microseconds.
+fn cpu_us(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after_name = stat.rsplit_once(')').context("stat")?.1;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    let hz: u64 = crate::bench::output(Command::new("getconf").arg("CLK_TCK"))?.parse()?;
+    Ok(ticks * 1_000_000 / hz)
+}
+
+fn ls_remote(url: &str) -> Result<()> {
+    crate::bench::output(Command::new("git").args(["-c", "protocol.version=2", "ls-remote", url])).map(|_| ())
+}
+
+/// The server's system calls for one `git ls-remote`.
+fn syscalls_of_one(pid: u32, url: &str, scratch: &Path) -> Result<u64> {
+    let out = scratch.join("strace.txt");
+    let mut strace = Command::new("strace").args(["-f", "-c", "-U", "name,calls", "-o"]).arg(&out).args(["-p", &pid.to_string()]).stderr(std::process::Stdio::null()).spawn().context("strace (apt-get install strace)")?;
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    ls_remote(url)?;
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    Command::new("kill").args(["-INT", &strace.id().to_string()]).status()?;
+    strace.wait()?;
+    let text = std::fs::read_to_string(&out)?;
+    text.lines().find_map(|l| l.strip_prefix("total").map(|r| r.trim().parse::<u64>())).context("strace total")?.map_err(Into::into)
+}
+
+pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, requests: usize, gixd: Option<PathBuf>) -> Result<()> {
+    let gixd = match gixd {
+        Some(g) => g.canonicalize()?,
+        None => crate::bench::build_gixd(root)?,
+    };
+    let scratch = crate::tree::Scratch::new("bench-refs")?;
+    let mut conditions = crate::bench::conditions(root, serde_json::json!({
+        "rounds": rounds,
+        "requests": requests,
+        "gixd": format!("release build {}", gixd.display()),
+        "how": "the repository's heads and tags pushed to gixd over HTTP by `git push --mirror` (a loose file per ref), a copy maintained by `gixd maintenance`; one gixd serves both; per arm and round: the server's system calls for one `git ls-remote` (protocol v2: ls-refs) and its CPU for a run of them",
+    }))?;
+    let mut repos_meta = Vec::new();
+    let mut runs = Vec::new();
+    for source in repos {
+        let source = source.canonicalize()?;
+        let name = source.file_name().context("repository name")?.to_string_lossy().trim_end_matches(".git").to_owned();
+        let base = scratch.0.join(&name);
+        std::fs::create_dir_all(&base)?;
+        push_mirror(&gixd, &source, &base)?;
+        let loose = base.join("loose.git");
+        let copied = Command::new("cp").arg("-a").arg(&loose).arg(base.join("packed.git")).status()?;
+        if !copied.success() {
+            bail!("copying {}", loose.display());
+        }
+        crate::bench::output(Command::new(&gixd).arg("maintenance").arg(base.join("packed.git")))?;
+        let count_files = |repo: &Path| -> Result<usize> { Ok(crate::bench::output(Command::new("find").arg(repo.join("refs")).args(["-type", "f"]))?.lines().count()) };
+        let refs = git(&loose, &["for-each-ref", "--format=x"])?.lines().count();
+        let (loose_files, packed_files) = (count_files(&loose)?, count_files(&base.join("packed.git"))?);
+        if git(&loose, &["show-ref", "-d"])? != git(&base.join("packed.git"), &["show-ref", "-d"])? {
+            bail!("{name}: maintenance changed the refs");
+        }
+        eprintln!("{name}: {refs} refs; loose files {loose_files} as pushed, {packed_files} after maintenance");
+        repos_meta.push(serde_json::json!({ "repo": name, "refs": refs, "loose_files": { ARMS[0].0: loose_files, ARMS[1].0: packed_files } }));
+        let (mut child, addr) = crate::bench::serve_gixd(&gixd, &base, &[])?;
+        let result = (|| -> Result<()> {
+            for round in 0..rounds {
+                for (arm, dir) in crate::bench::round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
+                    let url = format!("http://{addr}/{dir}");
+                    ls_remote(&url)?; // the ref snapshot cached: what follows is the steady state
+                    let syscalls = syscalls_of_one(child.id(), &url, &scratch.0)?;
+                    let before = cpu_us(child.id())?;
+                    for _ in 0..requests {
+                        ls_remote(&url)?;
+                    }
+                    let cpu = cpu_us(child.id())? - before;
+                    runs.push(serde_json::json!({ "repo": name, "arm": arm, "round": round, "syscalls": syscalls, "cpu_us": cpu, "requests": requests }));
+                }
+                eprint!(".");
+            }
+            Ok(())
+        })();
+        let _ = child.kill();
+        let _ = child.wait();
+        result?;
+        eprintln!();
+    }
+    conditions["repos"] = repos_meta.into();
+    crate::bench::finish(root, REFS_RESULTS, conditions, runs)
+}
+
+/// `base/loose.git`: an empty repository that received `source`'s heads and tags in one
+/// `git push --mirror` to a gixd.
+fn push_mirror(gixd: &Path, source: &Path, base: &Path) -> Result<()> {
+    git(base, &["init", "-q", "--bare", "loose.git"])?;
+    let tokens = base.join("tokens.toml");
+    let out = Command::new(gixd).args(["token", "add", "--user", "bench", "--write", "--token-file"]).arg(&tokens).output()?;
+    let secret = String::from_utf8(out.stdout)?.trim().to_owned();
+    let (mut child, addr) = crate::bench::serve_gixd(gixd, base, &["--token-file".as_ref(), tokens.as_os_str()])?;
+    let url = format!("http://bench:{secret}@{addr}/loose.git");
+    let result = git(source, &["push", "-q", "--mirror", &url]).map(|_| ());
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}
