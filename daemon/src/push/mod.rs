@@ -237,12 +237,13 @@ pub fn apply(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead, bands: &
     let rules = Rules::read(&repo);
     let head_target = repo.head_name().ok().flatten().map(|n| n.as_bstr().to_string());
     let mut named = std::collections::HashSet::new();
+    let mut known = Connectivity::new(&repo);
     for (command, result) in req.updates.iter().zip(results.iter_mut()) {
         // A second command for a ref would be checked against the ref as it was, not as the
         // first left it: refused, as git's ref transactions refuse it.
         if !named.insert(command.name.as_str()) {
             *result = Err(Refusal::Duplicate);
-        } else if let Err(reason) = check_command(&repo, &received, &refs, &all_refs, &rules, head_target.as_deref(), command) {
+        } else if let Err(reason) = check_command(&repo, &received, &refs, &all_refs, &rules, head_target.as_deref(), command, &mut known) {
             *result = Err(reason);
         }
     }
@@ -503,6 +504,7 @@ fn check_command(
     rules: &Rules,
     head_target: Option<&str>,
     command: &RefUpdate,
+    known: &mut Connectivity,
 ) -> Result<(), Refusal> {
     let name = command.name.as_str();
     let full: Result<gix::refs::FullName, _> = name.try_into();
@@ -533,7 +535,7 @@ fn check_command(
     if is_branch && kind != Kind::Commit {
         return Err(Refusal::NonCommitToBranch);
     }
-    connected(repo, received, command.new)?;
+    connected(repo, received, command.new, known)?;
     if rules.deny_non_fast_forwards && is_branch && !command.old.is_null() && !is_ancestor(repo, received, command.old, command.new)? {
         return Err(Refusal::NonFastForward);
     }
@@ -559,21 +561,41 @@ fn has_object(repo: &gix::Repository, fresh: &mut Option<gix::Repository>, id: O
     repo.has_object(id) || fresh.get_or_insert_with(|| repo.clone()).has_object(id)
 }
 
+/// What the connectivity checks of one push share. `complete`: objects a successful walk
+/// proved complete (each is in the repository, or received with everything it reaches), so a
+/// push of many refs into one history (`git push --mirror` of 470 refs) walks each received
+/// object once, not once per ref. `quick`: the repository through a handle that never rescans
+/// its pack directory when it misses an object — every received object is a miss there, and
+/// gix-odb's default rescans the directory (and resolves alternates) on each; its miss only
+/// means the object is walked from the quarantine, never that it counts as present.
+struct Connectivity {
+    complete: HashSet<ObjectId>,
+    quick: gix::Repository,
+}
+
+impl Connectivity {
+    fn new(repo: &gix::Repository) -> Connectivity {
+        let mut quick = repo.clone();
+        quick.objects.refresh_never();
+        Connectivity { complete: HashSet::new(), quick }
+    }
+}
+
 /// Every object the new tip needs is in the quarantine or the repository. Objects the
 /// repository already has are taken as complete (as git's quick check does), so the walk covers
-/// only what was received.
-fn connected(repo: &gix::Repository, received: &gix_odb::Handle, tip: ObjectId) -> Result<(), Refusal> {
+/// only what was received, and only what no earlier command of the push walked.
+fn connected(repo: &gix::Repository, received: &gix_odb::Handle, tip: ObjectId, known: &mut Connectivity) -> Result<(), Refusal> {
     use gix_object::FindHeader;
     let mut buf = Vec::new();
     let mut seen = HashSet::new();
     let mut stack = vec![tip];
     let mut fresh = None;
     while let Some(id) = stack.pop() {
-        if !seen.insert(id) {
+        if known.complete.contains(&id) || !seen.insert(id) {
             continue;
         }
         let in_quarantine = matches!(received.try_header(&id), Ok(Some(_)));
-        if !in_quarantine || repo.has_object(id) {
+        if !in_quarantine || known.quick.has_object(id) {
             if has_object(repo, &mut fresh, id) {
                 continue;
             }
@@ -582,6 +604,7 @@ fn connected(repo: &gix::Repository, received: &gix_odb::Handle, tip: ObjectId) 
         let data = received.try_find(&id, &mut buf).map_err(|e| Refusal::Check(e.to_string()))?.ok_or(Refusal::MissingObjects)?;
         crate::graph::push_children(id, data.kind, data.data, &mut stack).map_err(|e| Refusal::Check(e.to_string()))?;
     }
+    known.complete.extend(seen);
     Ok(())
 }
 
