@@ -100,6 +100,24 @@ pub(crate) fn round_order(arms: usize, round: usize) -> Vec<usize> {
     order
 }
 
+/// The gixd a benchmark measures: `given`, or a release build of the committed tree.
+pub(crate) fn gixd_or_build(root: &Path, given: Option<PathBuf>) -> Result<PathBuf> {
+    match given {
+        Some(gixd) => Ok(gixd.canonicalize()?),
+        None => build_gixd(root),
+    }
+}
+
+/// A fresh `gixd serve` of `base` that takes pushes: a write token made for it (in `base`), and
+/// the URL prefix that carries it (`http://bench:TOKEN@ADDR`).
+pub(crate) fn serve_gixd_taking_pushes(gixd: &Path, base: &Path) -> Result<(std::process::Child, String)> {
+    let tokens = base.join("tokens.toml");
+    let out = Command::new(gixd).args(["token", "add", "--user", "bench", "--write", "--token-file"]).arg(&tokens).output()?;
+    let secret = String::from_utf8(out.stdout)?.trim().to_owned();
+    let (child, addr) = serve_gixd(gixd, base, &["--token-file".as_ref(), tokens.as_os_str()])?;
+    Ok((child, format!("http://bench:{secret}@{addr}")))
+}
+
 pub(crate) fn build_gixd(root: &Path) -> Result<PathBuf> {
     let status = Command::new("cargo").args(["build", "--release", "--quiet", "-p", "gixd"]).current_dir(root).status()?;
     if !status.success() {

@@ -38,10 +38,7 @@ fn pack_bytes(repo: &Path) -> Result<(u64, usize, usize)> {
 }
 
 pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, pushes: usize, gixd: Option<PathBuf>) -> Result<()> {
-    let gixd = match gixd {
-        Some(g) => g.canonicalize()?,
-        None => crate::bench::build_gixd(root)?,
-    };
+    let gixd = crate::bench::gixd_or_build(root, gixd)?;
     let xtask = std::env::current_exe()?;
     let scratch = crate::tree::Scratch::new("bench-maintenance")?;
     let mut conditions = crate::bench::conditions(root, serde_json::json!({
@@ -116,11 +113,8 @@ fn push_history(gixd: &Path, source: &Path, dir: &Path, pushes: usize) -> Result
     }
     let repo = dir.join("r.git");
     git(dir, &["init", "-q", "--bare", "-b", "main", "r.git"])?;
-    let tokens = dir.join("tokens.toml");
-    let out = Command::new(gixd).args(["token", "add", "--user", "bench", "--write", "--token-file"]).arg(&tokens).output()?;
-    let secret = String::from_utf8(out.stdout)?.trim().to_owned();
-    let (mut child, addr) = crate::bench::serve_gixd(gixd, dir, &["--token-file".as_ref(), tokens.as_os_str()])?;
-    let url = format!("http://bench:{secret}@{addr}/r.git");
+    let (mut child, server) = crate::bench::serve_gixd_taking_pushes(gixd, dir)?;
+    let url = format!("{server}/r.git");
     let result = (1..=pushes).try_for_each(|step| {
         let commit = &history[step * history.len() / pushes - 1];
         git(source, &["push", "-q", &url, &format!("{commit}:refs/heads/main")]).map(|_| ())

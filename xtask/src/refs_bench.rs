@@ -4,7 +4,8 @@
 //! refs' state, which reads every loose ref. A real repository's heads and tags are pushed to a
 //! gixd with `git push --mirror`; a copy is maintained; one gixd serves both. Per arm and round:
 //! the system calls of the server for one `git ls-remote` (strace -c -f) and its CPU for
-//! `--requests` of them in a row (utime + stime from /proc). Run by hand; not in CI.
+//! `--requests` of them in a row (utime + stime from /proc); and, once per repository, the
+//! server's CPU for the mirror push itself. Run by hand; not in CI.
 
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -19,7 +20,8 @@ fn git(dir: &Path, args: &[&str]) -> Result<String> {
     crate::bench::output(Command::new("git").current_dir(dir).args(args))
 }
 
-/// CPU of `pid` so far (all its threads, exited ones included), in microseconds.
+/// CPU of `pid` so far, in microseconds: utime + stime, which count its exited threads too
+/// (`bench::proc_cpu_us` sums the live ones' schedstat), at the clock tick's resolution.
 fn cpu_us(pid: u32) -> Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let after_name = stat.rsplit_once(')').context("stat")?.1;
@@ -48,10 +50,7 @@ fn syscalls_of_one(pid: u32, url: &str, scratch: &Path) -> Result<u64> {
 }
 
 pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, requests: usize, gixd: Option<PathBuf>) -> Result<()> {
-    let gixd = match gixd {
-        Some(g) => g.canonicalize()?,
-        None => crate::bench::build_gixd(root)?,
-    };
+    let gixd = crate::bench::gixd_or_build(root, gixd)?;
     let scratch = crate::tree::Scratch::new("bench-refs")?;
     let mut conditions = crate::bench::conditions(root, serde_json::json!({
         "rounds": rounds,
@@ -66,7 +65,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, requests: usize, gix
         let name = source.file_name().context("repository name")?.to_string_lossy().trim_end_matches(".git").to_owned();
         let base = scratch.0.join(&name);
         std::fs::create_dir_all(&base)?;
-        push_mirror(&gixd, &source, &base)?;
+        let push_cpu_us = push_mirror(&gixd, &source, &base)?;
         let loose = base.join("loose.git");
         let copied = Command::new("cp").arg("-a").arg(&loose).arg(base.join("packed.git")).status()?;
         if !copied.success() {
@@ -80,7 +79,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, requests: usize, gix
             bail!("{name}: maintenance changed the refs");
         }
         eprintln!("{name}: {refs} refs; loose files {loose_files} as pushed, {packed_files} after maintenance");
-        repos_meta.push(serde_json::json!({ "repo": name, "refs": refs, "loose_files": { ARMS[0].0: loose_files, ARMS[1].0: packed_files } }));
+        repos_meta.push(serde_json::json!({ "repo": name, "refs": refs, "loose_files": { ARMS[0].0: loose_files, ARMS[1].0: packed_files }, "push_cpu_us": push_cpu_us }));
         let (mut child, addr) = crate::bench::serve_gixd(&gixd, &base, &[])?;
         let result = (|| -> Result<()> {
             for round in 0..rounds {
@@ -109,15 +108,12 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, requests: usize, gix
 }
 
 /// `base/loose.git`: an empty repository that received `source`'s heads and tags in one
-/// `git push --mirror` to a gixd.
-fn push_mirror(gixd: &Path, source: &Path, base: &Path) -> Result<()> {
+/// `git push --mirror` to a gixd; that gixd's CPU for it (microseconds).
+fn push_mirror(gixd: &Path, source: &Path, base: &Path) -> Result<u64> {
     git(base, &["init", "-q", "--bare", "loose.git"])?;
-    let tokens = base.join("tokens.toml");
-    let out = Command::new(gixd).args(["token", "add", "--user", "bench", "--write", "--token-file"]).arg(&tokens).output()?;
-    let secret = String::from_utf8(out.stdout)?.trim().to_owned();
-    let (mut child, addr) = crate::bench::serve_gixd(gixd, base, &["--token-file".as_ref(), tokens.as_os_str()])?;
-    let url = format!("http://bench:{secret}@{addr}/loose.git");
-    let result = git(source, &["push", "-q", "--mirror", &url]).map(|_| ());
+    let (mut child, server) = crate::bench::serve_gixd_taking_pushes(gixd, base)?;
+    let url = format!("{server}/loose.git");
+    let result = git(source, &["push", "-q", "--mirror", &url]).and_then(|_| cpu_us(child.id()));
     let _ = child.kill();
     let _ = child.wait();
     result

@@ -502,7 +502,7 @@ fn refs(root: &Path) -> Result<String> {
     let (runs, c, mut out) = measured(&doc, "cargo xtask bench refs")?;
     out.push_str(&format!(" Setup: {}; {} requests per arm and round. gixd: {}. Syscalls: of one request (min–max over the rounds); CPU: medians per request.\n\n", c["how"].as_str().unwrap_or("?"), c["requests"], c["gixd"].as_str().unwrap_or("?")));
     out.push_str(&format!(
-        "| repository | refs | loose files: {0} | {1} | syscalls per ls-remote: {0} | {1} | CPU µs per ls-remote: {0} | {1} | ÷ |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| repository | refs | mirror push: server CPU (ms) | loose files: {0} | {1} | syscalls per ls-remote: {0} | {1} | CPU µs per ls-remote: {0} | {1} | ÷ |\n|---|---|---|---|---|---|---|---|---|---|\n",
         ARMS[0].0, ARMS[1].0
     ));
     let mut rows = Vec::new();
@@ -512,8 +512,9 @@ fn refs(root: &Path) -> Result<String> {
         let cpu = |arm: &str| median(of(arm).iter().filter_map(|r| Some(r["cpu_us"].as_f64()? / r["requests"].as_f64()?)).collect());
         let (loose, packed) = (cpu(ARMS[0].0), cpu(ARMS[1].0));
         let row = format!(
-            "| {name} | {} | {} | {} | {} | {} | {loose:.0} | {packed:.0} | {} |\n",
+            "| {name} | {} | {:.0} | {} | {} | {} | {} | {loose:.0} | {packed:.0} | {} |\n",
             repo["refs"],
+            repo["push_cpu_us"].as_f64().unwrap_or(f64::NAN) / 1000.0,
             repo["loose_files"][ARMS[0].0],
             repo["loose_files"][ARMS[1].0],
             count(&of(ARMS[0].0), "syscalls"),
