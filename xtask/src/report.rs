@@ -502,7 +502,7 @@ fn refs(root: &Path) -> Result<String> {
     let (runs, c, mut out) = measured(&doc, "cargo xtask bench refs")?;
     out.push_str(&format!(" Setup: {}; {} requests per arm and round. gixd: {}. Syscalls: of one request (min–max over the rounds); CPU: medians per request.\n\n", c["how"].as_str().unwrap_or("?"), c["requests"], c["gixd"].as_str().unwrap_or("?")));
     out.push_str(&format!(
-        "| repository | refs | mirror push: server CPU (ms) | loose files: {0} | {1} | syscalls per ls-remote: {0} | {1} | CPU µs per ls-remote: {0} | {1} | ÷ |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "| repository | refs | mirror push: server CPU (ms) | loose files: {0} | {1} | syscalls per ls-remote: {0} | {1} | CPU µs per ls-remote: {0} | {1} | {1} ÷ {0} |\n|---|---|---|---|---|---|---|---|---|---|\n",
         ARMS[0].0, ARMS[1].0
     ));
     let mut rows = Vec::new();
