@@ -5,6 +5,7 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::os::fd::{FromRawFd, IntoRawFd};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -395,23 +396,18 @@ pub fn upload_ref_state(repo: &gix::Repository) -> Result<u64, ServeError> {
 /// iterator sorted names, validated them and read each file with about six system calls; here
 /// a file costs `openat` relative to its directory, one `read` and `close`.
 pub fn loose_refs_state(refs_dir: &Path) -> std::io::Result<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(refs_dir.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-    // SAFETY: a NUL-terminated path; the descriptor is owned below.
-    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        let err = std::io::Error::last_os_error();
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY).open(refs_dir) {
+        Ok(dir) => dir,
         // No refs directory: no loose refs (gix-ref's iterator says the same).
-        return if err.kind() == std::io::ErrorKind::NotFound { Ok(0) } else { Err(err) };
-    }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(err) => return Err(err),
+    };
     let mut state = LooseState { sum: 0, files: 0 };
     let mut prefix = b"refs/".to_vec();
-    // SAFETY: `fd` is an open directory descriptor that nothing else owns.
-    state.directory(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }, &mut prefix, 0)?;
+    state.directory(dir.into(), &mut prefix, 0)?;
     Ok(state.sum ^ state.files.rotate_left(32))
 }
-
-use std::os::fd::{FromRawFd, IntoRawFd};
 
 struct LooseState {
     sum: u64,
