@@ -37,17 +37,20 @@ fn a_mirror_push_of_many_refs_walks_each_received_object_once() {
     std::fs::create_dir_all(&repo).unwrap();
     git_ok(&repo, &["init", "-q", "--bare", "-b", "main"]);
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // Port 0: the server binds its own, and says where (a port picked here and freed could be
+    // taken by another test before the server binds it).
     let mut server = Command::new(env!("CARGO_BIN_EXE_gixd"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--export-all", "--enable", "receive-pack", "--git-listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--base-path")
+        .args(["serve", "--listen", "127.0.0.1:0", "--git-listen", "127.0.0.1:0", "--export-all", "--enable", "receive-pack", "--base-path"])
         .arg(&base)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let _ready = BufReader::new(server.stdout.take().unwrap()).lines().next();
+    let git_addr = BufReader::new(server.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| line.split("git://").nth(1).and_then(|rest| rest.split('/').next()).map(str::to_owned))
+        .expect("the server says where git:// listens");
     let counts = tmp.path().join("strace.txt");
     let mut strace = Command::new("strace")
         .args(["-f", "-c", "-U", "name,calls", "-e", "trace=openat,statx,newfstatat,getdents64,readlink", "-o"])
@@ -57,7 +60,7 @@ fn a_mirror_push_of_many_refs_walks_each_received_object_once() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(500));
-    let pushed = common::git(&work, &["push", "-q", "--mirror", &format!("git://127.0.0.1:{port}/r.git")]);
+    let pushed = common::git(&work, &["push", "-q", "--mirror", &format!("git://{git_addr}/r.git")]);
     std::thread::sleep(std::time::Duration::from_millis(100));
     let _ = Command::new("kill").args(["-INT", &strace.id().to_string()]).status();
     let _ = strace.wait();
