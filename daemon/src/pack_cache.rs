@@ -11,9 +11,10 @@
 //! - **Slow readers**: the generator appends and never waits for a reader; each reader has its
 //!   own offset. Bytes live in memory up to `memory_bytes` (all entries together); beyond it an
 //!   entry moves to an unlinked file in `dir` (when given) and grows there.
-//! - **Zero copy**: an entry is a file (a memfd, or the file in `dir`) handed out as slices of
-//!   its mapping; the socket writer sends such a slice from the file (`transport::zero_copy`),
-//!   so a reader costs the kernel's socket work, not a copy of the pack per client.
+//! - **Zero copy**: an entry is windows of memory (or of the file in `dir`) handed out as
+//!   slices; the socket writer hands a memory slice's pages to the kernel, or sends a file's
+//!   from the file (`transport::zero_copy`), so a reader costs the kernel's socket work, not a
+//!   copy of the pack per client.
 //! - **Invalidation**: a new ref or pack state is a new key; finished entries of the
 //!   repository's older states are dropped when a request for the new state starts.
 
@@ -55,12 +56,18 @@ pub enum Generation {
     Failed,
 }
 
-/// An entry's bytes live in a file — a memfd (memory) until the cache's memory is used up, then
-/// an unlinked file in `dir` — and are handed to readers as shared slices of its mapping, a
-/// [`CHUNK`] window at a time: never copied, and sent by `sendfile(2)` rather than copied into
-/// the socket ([`mapped_at`]; `transport::zero_copy`). The file only grows and a written byte
-/// never changes, so a window read while the generator appends shows what was written.
+/// An entry's bytes live in memory — anonymous windows the generator appends to, huge pages
+/// past an entry's first 2 MiB — until the cache's memory is used up, then in an unlinked file
+/// in `dir`, mapped. Readers are handed shared slices of a window, never copies: the socket
+/// writer hands a memory slice's pages to the kernel (`vmsplice(2)`) and sends a file's by
+/// `sendfile(2)` ([`mapped_at`]; `transport::zero_copy`). A written byte never changes and a
+/// window is never reused, so a slice handed out shows what was written for as long as it lives.
 const CHUNK: usize = 4 << 20;
+
+/// An entry's first this many bytes are in small pages (most responses are small: a huge page
+/// each would hold megabytes for kilobytes); the rest in huge ones, where the system has them
+/// (`madvise`), so a reader's send takes a page reference per 2 MiB, not per 4 KiB.
+const SMALL_PAGES: usize = 2 << 20;
 
 /// Readers are told about new bytes every this many (and for a short write, and at the end).
 const TELL_EVERY: u64 = 256 * 1024;
@@ -69,11 +76,15 @@ const TELL_EVERY: u64 = 256 * 1024;
 const SHORT_WRITE: usize = 1024;
 
 struct Data {
-    /// Made at the first write.
-    file: Option<Arc<std::fs::File>>,
-    /// In `dir`, not memory.
-    on_disk: bool,
     len: u64,
+    /// The entry's bytes while it is in memory: window `i` holds `i * CHUNK..`.
+    memory: Vec<Arc<MemoryWindow>>,
+    /// Once the entry moved to `dir`.
+    disk: Option<Disk>,
+}
+
+struct Disk {
+    file: Arc<std::fs::File>,
     /// The file's length: whole windows, so a mapped window never reaches past the file's end.
     size: u64,
     windows: Vec<Option<Bytes>>,
@@ -81,38 +92,134 @@ struct Data {
 
 impl Data {
     fn new() -> Data {
-        Data { file: None, on_disk: false, len: 0, size: 0, windows: Vec::new() }
+        Data { len: 0, memory: Vec::new(), disk: None }
     }
 
-    /// Up to `n` bytes from `offset` (within one window: a reader asks again for the rest).
+    fn on_disk(&self) -> bool {
+        self.disk.is_some()
+    }
+
+    /// Append `bytes` at `self.len` (the caller moves `len`).
+    fn append(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+        if let Some(disk) = &mut self.disk {
+            disk.file.write_all_at(bytes, self.len)?;
+            disk.size = disk.size.max(self.len + bytes.len() as u64);
+            return Ok(());
+        }
+        let mut at = self.len as usize;
+        while !bytes.is_empty() {
+            let (index, within) = (at / CHUNK, at % CHUNK);
+            if self.memory.len() <= index {
+                self.memory.push(MemoryWindow::new(index)?);
+            }
+            let n = bytes.len().min(CHUNK - within);
+            // SAFETY: `within..within + n` lies in the window and past every byte written to it,
+            // so no slice handed out covers it; the caller holds the entry's lock, the only
+            // writer's.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.memory[index].map.as_mut_ptr().add(within), n) };
+            (bytes, at) = (&bytes[n..], at + n);
+        }
+        Ok(())
+    }
+
+    /// Move the entry to a new file in `dir`: what is in memory is copied over; readers
+    /// holding memory slices read on from those.
+    fn spill(&mut self, dir: &std::path::Path) -> std::io::Result<()> {
+        let file = crate::unlinked_file(dir, "pack-cache")?;
+        let mut at = 0u64;
+        for window in &self.memory {
+            let n = (self.len - at).min(CHUNK as u64) as usize;
+            // SAFETY: the window's first `n` bytes were written and never change.
+            file.write_all_at(unsafe { std::slice::from_raw_parts(window.map.as_ptr(), n) }, at)?;
+            at += n as u64;
+        }
+        self.memory = Vec::new();
+        self.disk = Some(Disk { file: Arc::new(file), size: self.len, windows: Vec::new() });
+        Ok(())
+    }
+
+    /// `n` (≥ 1, written) bytes from `offset` (within one window: a reader asks again for the rest).
     fn read(&mut self, offset: u64, n: usize) -> std::io::Result<Bytes> {
         let (index, within) = ((offset / CHUNK as u64) as usize, (offset % CHUNK as u64) as usize);
-        if self.windows.len() <= index {
-            self.windows.resize(index + 1, None);
+        let n = n.min(CHUNK - within);
+        let Some(disk) = &mut self.disk else {
+            let window = self.memory[index].clone();
+            return Ok(Bytes::from_owner(Written { window, start: within, len: n }));
+        };
+        if disk.windows.len() <= index {
+            disk.windows.resize(index + 1, None);
         }
-        let window = match &self.windows[index] {
+        let window = match &disk.windows[index] {
             Some(window) => window.clone(),
             None => {
-                let file = self.file.as_ref().ok_or_else(|| std::io::Error::other("read before the first write"))?;
                 let end = (index as u64 + 1) * CHUNK as u64;
-                if self.size < end {
-                    file.set_len(end)?;
-                    self.size = end;
+                if disk.size < end {
+                    disk.file.set_len(end)?;
+                    disk.size = end;
                 }
-                let window = map(file, index as u64 * CHUNK as u64)?;
-                self.windows[index] = Some(window.clone());
+                let window = map(&disk.file, index as u64 * CHUNK as u64)?;
+                disk.windows[index] = Some(window.clone());
                 window
             }
         };
-        Ok(window.slice(within..(within + n).min(CHUNK)))
+        Ok(window.slice(within..within + n))
     }
 }
 
-/// Where mapped windows lie in memory, so the socket writer can send a slice of one from its
-/// file: start address → (length, file, offset in it).
-static MAPPED: std::sync::RwLock<std::collections::BTreeMap<usize, (usize, Arc<std::fs::File>, u64)>> = std::sync::RwLock::new(std::collections::BTreeMap::new());
+/// Where a slice handed to readers lies, so the socket writer can send it without a copy.
+pub enum Mapped {
+    /// In an entry's memory window: its pages may be handed to the kernel as they are.
+    Memory,
+    /// In the entry's file, at this offset.
+    File(Arc<std::fs::File>, u64),
+}
 
-/// A mapped window; its slices are [`Bytes`], and it is unmapped when the last is dropped.
+/// Where windows lie in memory: start address → (length, the file and offset of a file's).
+type Windows = std::collections::BTreeMap<usize, (usize, Option<(Arc<std::fs::File>, u64)>)>;
+static MAPPED: std::sync::RwLock<Windows> = std::sync::RwLock::new(std::collections::BTreeMap::new());
+
+/// A window of anonymous memory, appended to by the generator and read by everyone.
+struct MemoryWindow {
+    map: memmap2::MmapRaw,
+}
+
+impl MemoryWindow {
+    /// Window `index` of an entry.
+    fn new(index: usize) -> std::io::Result<Arc<MemoryWindow>> {
+        let map = memmap2::MmapRaw::from(memmap2::MmapOptions::new().len(CHUNK).map_anon()?);
+        let small = SMALL_PAGES.saturating_sub(index * CHUNK).min(CHUNK);
+        if small < CHUNK {
+            // Advice: where the system has no huge pages the window works the same in small ones.
+            let _ = map.advise_range(memmap2::Advice::HugePage, small, CHUNK - small);
+        }
+        MAPPED.write().expect("not poisoned").insert(map.as_ptr() as usize, (CHUNK, None));
+        Ok(Arc::new(MemoryWindow { map }))
+    }
+}
+
+impl Drop for MemoryWindow {
+    fn drop(&mut self) {
+        MAPPED.write().expect("not poisoned").remove(&(self.map.as_ptr() as usize));
+    }
+}
+
+/// Written bytes of a memory window, as handed to a reader.
+struct Written {
+    window: Arc<MemoryWindow>,
+    start: usize,
+    len: usize,
+}
+
+impl AsRef<[u8]> for Written {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: these bytes were written (under the entry's lock) before this was made and
+        // are never written again; the window lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.window.map.as_ptr().add(self.start), self.len) }
+    }
+}
+
+/// A mapped window of an entry's file; its slices are [`Bytes`], and it is unmapped when the
+/// last is dropped.
 struct Window {
     map: memmap2::Mmap,
 }
@@ -130,31 +237,23 @@ impl Drop for Window {
 }
 
 fn map(file: &Arc<std::fs::File>, offset: u64) -> std::io::Result<Bytes> {
-    // SAFETY: the file is this entry's own (a memfd or an unlinked file no one else can open)
-    // and only grows by appending: no mapped byte is ever changed or truncated away.
+    // SAFETY: the file is this entry's own (an unlinked file no one else can open) and only
+    // grows by appending: no mapped byte is ever changed or truncated away.
     let map = unsafe { memmap2::MmapOptions::new().offset(offset).len(CHUNK).map(&**file)? };
-    MAPPED.write().expect("not poisoned").insert(map.as_ptr() as usize, (CHUNK, file.clone(), offset));
+    MAPPED.write().expect("not poisoned").insert(map.as_ptr() as usize, (CHUNK, Some((file.clone(), offset))));
     Ok(Bytes::from_owner(Window { map }))
 }
 
-/// The file and offset `bytes` were read from, when they are a slice of a mapped window (a
-/// reader's [`Entry::read_at`] still held by the one writing it out).
-pub fn mapped_at(bytes: &[u8]) -> Option<(Arc<std::fs::File>, u64)> {
+/// Where `bytes` lie, when they are a slice of an entry's window (a reader's
+/// [`Entry::read_at`] still held by the one writing it out).
+pub fn mapped_at(bytes: &[u8]) -> Option<Mapped> {
     let at = bytes.as_ptr() as usize;
     let mapped = MAPPED.read().expect("not poisoned");
-    let (start, (len, file, offset)) = mapped.range(..=at).next_back()?;
-    (at + bytes.len() <= start + len).then(|| (file.clone(), offset + (at - start) as u64))
-}
-
-/// An anonymous file in memory.
-fn memfd() -> std::io::Result<std::fs::File> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: a C string literal; the descriptor returned is new and owned by the File.
-    let fd = unsafe { libc::memfd_create(c"gixd-pack-cache".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+    let (start, (len, file)) = mapped.range(..=at).next_back()?;
+    (at + bytes.len() <= start + len).then(|| match file {
+        None => Mapped::Memory,
+        Some((file, offset)) => Mapped::File(file.clone(), offset + (at - start) as u64),
+    })
 }
 
 /// What generating an entry took and made.
@@ -178,7 +277,7 @@ pub struct Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        let held = self.data.get_mut().map(|d| if d.on_disk { 0 } else { d.len }).unwrap_or(0);
+        let held = self.data.get_mut().map(|d| if d.on_disk() { 0 } else { d.len }).unwrap_or(0);
         self.memory_used.fetch_sub(held, Ordering::Relaxed);
     }
 }
@@ -301,7 +400,7 @@ impl PackCache {
             let (mut memory, mut disk) = (0u64, 0u64);
             for e in entries.values().filter(|e| e.progress().state == Generation::Done) {
                 let data = e.data.lock().expect("not poisoned");
-                if data.on_disk { disk += data.len } else { memory += data.len }
+                if data.on_disk() { disk += data.len } else { memory += data.len }
             }
             (memory, disk)
         };
@@ -313,7 +412,7 @@ impl PackCache {
             let on_disk = disk > self.settings.disk_bytes;
             let oldest = entries
                 .iter()
-                .filter(|(_, e)| e.progress().state == Generation::Done && e.data.lock().expect("not poisoned").on_disk == on_disk)
+                .filter(|(_, e)| e.progress().state == Generation::Done && e.data.lock().expect("not poisoned").on_disk() == on_disk)
                 .min_by_key(|(_, e)| finished(e))
                 .map(|(k, _)| k.clone());
             match oldest {
@@ -340,25 +439,12 @@ impl Write for EntryWriter<'_> {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         let mut data = self.entry.data.lock().expect("not poisoned");
         let over = self.cache.memory_used.load(Ordering::Relaxed) + bytes.len() as u64 > self.cache.settings.memory_bytes;
-        if let (false, true, Some(dir)) = (data.on_disk, over, &self.cache.settings.dir) {
-            // To disk: what is in memory is copied over; readers holding windows of the memfd
-            // read on from those.
-            let file = crate::unlinked_file(dir, "pack-cache")?;
-            if let Some(memory) = &data.file {
-                // Both files' positions are at 0 (every write and read is positional), so this
-                // copies the entry's bytes, not the window padding past them, in the kernel.
-                std::io::copy(&mut std::io::Read::take(&**memory, data.len), &mut &file)?;
-            }
+        if let (false, true, Some(dir)) = (data.on_disk(), over, &self.cache.settings.dir) {
+            data.spill(dir)?;
             self.cache.memory_used.fetch_sub(data.len, Ordering::Relaxed);
-            (data.file, data.on_disk, data.size, data.windows) = (Some(Arc::new(file)), true, data.len, Vec::new());
         }
-        if data.file.is_none() {
-            data.file = Some(Arc::new(memfd()?));
-        }
-        let file = data.file.as_ref().expect("made above");
-        file.write_all_at(bytes, data.len)?;
-        data.size = data.size.max(data.len + bytes.len() as u64);
-        if !data.on_disk {
+        data.append(bytes)?;
+        if !data.on_disk() {
             self.cache.memory_used.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         }
         let before = data.len;
@@ -436,7 +522,7 @@ mod tests {
     }
 
     #[test]
-    fn what_a_reader_is_handed_lies_in_the_entry_s_file_in_memory_and_on_disk() {
+    fn what_a_reader_is_handed_lies_in_the_entry_s_memory_or_its_file_on_disk() {
         let dir = tempfile::tempdir().unwrap();
         for (memory, on_disk) in [(64 << 20, false), (0, true)] {
             let cache = PackCache::new(settings(memory, Some(dir.path().into())));
@@ -444,16 +530,61 @@ mod tests {
             let bytes: Vec<u8> = (0..CHUNK + 100).map(|i| (i % 253) as u8).collect();
             cache.writer(&entry).write_all(&bytes).unwrap();
             cache.finish(&entry, true);
-            assert_eq!(entry.data.lock().unwrap().on_disk, on_disk);
+            assert_eq!(entry.data.lock().unwrap().on_disk(), on_disk);
             let piece = entry.read_at(CHUNK as u64 - 10, 50).unwrap();
             assert_eq!(&piece[..], &bytes[CHUNK - 10..CHUNK]);
-            let (file, offset) = mapped_at(&piece[3..]).expect("a slice of a mapped window");
-            assert_eq!(offset, CHUNK as u64 - 7);
-            let mut back = [0u8; 7];
-            file.read_exact_at(&mut back, offset).unwrap();
-            assert_eq!(back, piece[3..]);
+            match mapped_at(&piece[3..]).expect("a slice of a window") {
+                Mapped::Memory => assert!(!on_disk, "a memory slice of an entry in memory"),
+                Mapped::File(file, offset) => {
+                    assert!(on_disk, "a file slice of an entry on disk");
+                    assert_eq!(offset, CHUNK as u64 - 7);
+                    let mut back = [0u8; 7];
+                    file.read_exact_at(&mut back, offset).unwrap();
+                    assert_eq!(back, piece[3..]);
+                }
+            }
             assert!(mapped_at(&bytes[..10]).is_none(), "other memory is not");
         }
+    }
+
+    /// Huge pages past an entry's first 2 MiB, where the system gives them on advice: a
+    /// reader's send then hands the kernel one page reference per 2 MiB, not 512.
+    #[test]
+    fn an_entry_in_memory_lies_in_huge_pages_past_its_first_two_mib() {
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+        if thp.contains("[never]") || thp.is_empty() {
+            eprintln!("skipped: no transparent huge pages here ({thp:?})");
+            return;
+        }
+        let cache = PackCache::new(settings(64 << 20, None));
+        let entry = cache.start(key(1, b"a")).ok().unwrap();
+        let bytes: Vec<u8> = (0..3 * CHUNK).map(|i| (i % 251) as u8).collect();
+        cache.writer(&entry).write_all(&bytes).unwrap();
+        cache.finish(&entry, true);
+        let huge_kib = |address: usize| -> u64 {
+            let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+            let mut inside = false;
+            for line in smaps.lines() {
+                if let Some((range, _)) = line.split_once(' ').filter(|(r, _)| r.contains('-') && !r.ends_with(':')) {
+                    let (from, to) = range.split_once('-').unwrap();
+                    let (from, to) = (usize::from_str_radix(from, 16).unwrap(), usize::from_str_radix(to, 16).unwrap());
+                    inside = (from..to).contains(&address);
+                } else if inside && let Some(kib) = line.strip_prefix("AnonHugePages:") {
+                    return kib.trim().trim_end_matches(" kB").trim().parse().unwrap();
+                }
+            }
+            0
+        };
+        // Counted per mapping, which the kernel may merge with a neighbour of the same kind:
+        // at least the window's huge pages.
+        let first = entry.read_at(0, 1).unwrap().as_ptr() as usize;
+        let second = entry.read_at(CHUNK as u64, 1).unwrap().as_ptr() as usize;
+        if thp.contains("[madvise]") {
+            assert_eq!(huge_kib(first), 0, "an entry's first 2 MiB: small pages");
+        }
+        assert!(huge_kib(first + SMALL_PAGES) >= 2048, "the rest of the first window: a huge page");
+        assert!(huge_kib(second) >= 4096, "later windows: huge pages");
+        assert_eq!(entry.read_all().unwrap(), bytes);
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! Zero-copy sends: the HTTP connection's socket, as hyper writes to it, sends a slice of a pack
-//! cache entry's mapped file by `sendfile(2)` from that file instead of copying its bytes into
-//! the socket ([`crate::pack_cache::mapped_at`] says where a slice lies); everything else goes
-//! out by `writev(2)` as before. N clients of one cached pack then cost the kernel's socket work
-//! for each, not N copies of the pack (measured on tokio: the copy was half of a reader's CPU).
+//! cache entry without copying its bytes into the socket ([`crate::pack_cache::mapped_at`] says
+//! where a slice lies): a slice of an entry in memory by handing its pages to the kernel through
+//! a pipe (`vmsplice(2)`, then `splice(2)`), a slice of an entry on disk from its file by
+//! `sendfile(2)`; everything else goes out by `writev(2)`. N clients of one cached pack then
+//! cost the kernel's socket work for each, not N copies of the pack.
 
 use std::io::{self, IoSlice};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
@@ -13,19 +14,52 @@ use std::task::{Context, Poll, ready};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
-/// Bytes sent by `sendfile` since the start (the tests' and the metrics' count).
-static SENT_FROM_FILES: AtomicU64 = AtomicU64::new(0);
+use crate::pack_cache::Mapped;
 
-pub fn bytes_sent_from_files() -> u64 {
-    SENT_FROM_FILES.load(Ordering::Relaxed)
+/// Bytes sent without a copy (spliced from memory or sent from files) since the start.
+static SENT_ZERO_COPY: AtomicU64 = AtomicU64::new(0);
+
+pub fn bytes_sent_zero_copy() -> u64 {
+    SENT_ZERO_COPY.load(Ordering::Relaxed)
 }
 
-/// A TCP connection whose writes send mapped pack-cache slices from their files.
-pub struct Stream(TcpStream);
+/// A TCP connection whose writes send pack-cache slices without a copy.
+pub struct Stream {
+    tcp: TcpStream,
+    /// Made at the first slice of an entry in memory, kept for the connection.
+    pipe: Option<Pipe>,
+}
 
 impl Stream {
-    pub fn new(stream: TcpStream) -> Stream {
-        Stream(stream)
+    pub fn new(tcp: TcpStream) -> Stream {
+        Stream { tcp, pipe: None }
+    }
+}
+
+/// The pipe a memory slice's pages pass through on their way to the socket.
+struct Pipe {
+    read: OwnedFd,
+    write: OwnedFd,
+    /// Bytes in the pipe, not yet in the socket: where they lie in memory, and how many. They
+    /// were not reported written, so the next write starts with them (hyper writes what it was
+    /// not told went, from where it stopped).
+    pending: Option<(usize, usize)>,
+}
+
+impl Pipe {
+    /// Pages per pipe: 1 MiB of small pages (the unprivileged limit), one call's worth.
+    const SIZE: libc::c_int = 1 << 20;
+
+    fn new() -> io::Result<Pipe> {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors, which the OwnedFds then own.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // A smaller pipe (the default 64 KiB where the limit is lower) only means more calls.
+        unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, Pipe::SIZE) };
+        Ok(Pipe { read, write, pending: None })
     }
 }
 
@@ -43,21 +77,71 @@ fn syscall(mut call: impl FnMut() -> isize) -> io::Result<usize> {
     }
 }
 
-/// Write `bufs` in order to the socket `fd`, mapped slices by `sendfile`, runs of others by one
-/// `writev`; stops at the first short write. The bytes written (an error only if none were).
-fn send(fd: i32, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+/// Send `buf`, a slice of a pack cache entry's memory, to the socket `fd` through `pipe`: its
+/// pages are handed to the pipe (the memory is never written again and the kernel holds the
+/// pages for as long as it needs them), then moved on to the socket. The bytes that reached the
+/// socket; those that did not stay in the pipe for the next call.
+fn send_memory(fd: i32, pipe: &mut Option<Pipe>, buf: &[u8]) -> io::Result<usize> {
+    let at = buf.as_ptr() as usize;
+    if pipe.as_ref().and_then(|p| p.pending).is_some_and(|(pending, n)| pending != at || n > buf.len()) {
+        // Not the bytes left in the pipe: never expected (hyper writes on from where it was
+        // told it stopped), but those bytes must not go out, so the pipe goes with them.
+        *pipe = None;
+    }
+    if pipe.is_none() {
+        match Pipe::new() {
+            Ok(new) => *pipe = Some(new),
+            // No descriptors left for a pipe: copy, as for any other bytes.
+            Err(_) => return syscall(|| unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) }),
+        }
+    }
+    let pipe = pipe.as_mut().expect("made above");
+    let n = match pipe.pending {
+        Some((_, n)) => n,
+        None => {
+            let iov = libc::iovec { iov_base: buf.as_ptr() as *mut libc::c_void, iov_len: buf.len() };
+            // SAFETY: `iov` describes `buf`, alive for the call; the pipe is empty, so this
+            // takes as much as fits and does not block.
+            let n = syscall(|| unsafe { libc::vmsplice(pipe.write.as_raw_fd(), &iov, 1, libc::SPLICE_F_NONBLOCK) })?;
+            pipe.pending = Some((at, n));
+            n
+        }
+    };
+    // SAFETY: both descriptors are open; no offsets (a pipe and a socket).
+    let sent = syscall(|| unsafe {
+        libc::splice(
+            pipe.read.as_raw_fd(),
+            std::ptr::null_mut(),
+            fd,
+            std::ptr::null_mut(),
+            n,
+            libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MOVE,
+        )
+    })?;
+    pipe.pending = (sent < n).then_some((at + sent, n - sent));
+    Ok(sent)
+}
+
+/// Write `bufs` in order to the socket `fd`, entry slices without a copy, runs of others by
+/// one `writev`; stops at the first short write. The bytes written (an error only if none were).
+fn send(fd: i32, pipe: &mut Option<Pipe>, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
     let mut total = 0;
     let mut i = 0;
     while i < bufs.len() {
         let (result, wanted) = match crate::pack_cache::mapped_at(&bufs[i]) {
-            Some((file, offset)) => {
+            Some(mapped) => {
                 let len = bufs[i].len();
+                let sent = match mapped {
+                    Mapped::Memory => send_memory(fd, pipe, &bufs[i]),
+                    Mapped::File(file, offset) => {
+                        let mut offset = offset as libc::off_t;
+                        // SAFETY: both descriptors are open for the call; `offset` is ours.
+                        syscall(|| unsafe { libc::sendfile(fd, file.as_raw_fd(), &mut offset, len) })
+                    }
+                };
                 i += 1;
-                let mut offset = offset as libc::off_t;
-                // SAFETY: both descriptors are open for the call; `offset` is ours.
-                let sent = syscall(|| unsafe { libc::sendfile(fd, file.as_raw_fd(), &mut offset, len) });
                 if let Ok(n) = sent {
-                    SENT_FROM_FILES.fetch_add(n as u64, Ordering::Relaxed);
+                    SENT_ZERO_COPY.fetch_add(n as u64, Ordering::Relaxed);
                 }
                 (sent, len)
             }
@@ -87,7 +171,7 @@ fn send(fd: i32, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
 
 impl AsyncRead for Stream {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
+        Pin::new(&mut self.tcp).poll_read(cx, buf)
     }
 }
 
@@ -97,10 +181,10 @@ impl AsyncWrite for Stream {
     }
 
     fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
-        let stream = &self.0;
+        let Stream { tcp, pipe } = self.get_mut();
         loop {
-            ready!(stream.poll_write_ready(cx))?;
-            match stream.try_io(Interest::WRITABLE, || send(stream.as_raw_fd(), bufs)) {
+            ready!(tcp.poll_write_ready(cx))?;
+            match tcp.try_io(Interest::WRITABLE, || send(tcp.as_raw_fd(), pipe, bufs)) {
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
                 done => return Poll::Ready(done),
             }
@@ -112,11 +196,11 @@ impl AsyncWrite for Stream {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
+        Pin::new(&mut self.tcp).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
     }
 }
 
@@ -127,57 +211,76 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A pack cache entry's slices and plain bytes, written together as hyper writes a chunked
-    /// body, arrive whole and in order, the entry's from its file.
+    /// body, arrive whole and in order, the entry's without a copy: from memory and, once the
+    /// entry moved to disk, from its file. The reader starts late and reads in small pieces, so
+    /// the socket fills and writes stop short with bytes left in the pipe.
     #[tokio::test]
-    async fn mapped_slices_go_out_from_their_file_and_the_rest_as_written() {
-        let cache = crate::pack_cache::PackCache::new(crate::pack_cache::Settings {
-            memory_bytes: 64 << 20,
-            dir: None,
-            disk_bytes: 0,
-            max_age: std::time::Duration::from_secs(60),
-        });
-        let key = crate::pack_cache::Key { git_dir: "/r.git".into(), state: 1, version: 2, request: b"x".to_vec() };
-        let entry = cache.start(key).ok().unwrap();
-        let pack: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
-        cache.writer(&entry).write_all(&pack).unwrap();
-        cache.finish(&entry, true);
+    async fn entry_slices_go_out_without_a_copy_from_memory_and_from_disk_and_the_rest_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        for memory_bytes in [64 << 20, 0] {
+            let cache = crate::pack_cache::PackCache::new(crate::pack_cache::Settings {
+                memory_bytes,
+                dir: Some(dir.path().into()),
+                disk_bytes: 64 << 20,
+                max_age: std::time::Duration::from_secs(60),
+            });
+            let key = crate::pack_cache::Key { git_dir: "/r.git".into(), state: 1, version: 2, request: b"x".to_vec() };
+            let entry = cache.start(key).ok().unwrap();
+            let pack: Vec<u8> = (0..9_000_000u32).map(|i| (i % 251) as u8).collect();
+            cache.writer(&entry).write_all(&pack).unwrap();
+            cache.finish(&entry, true);
+            let first = entry.read_at(0, 1).unwrap();
+            assert_eq!(
+                matches!(crate::pack_cache::mapped_at(&first), Some(Mapped::File(..))),
+                memory_bytes == 0,
+                "the entry is where this round wants it"
+            );
 
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let reader = tokio::spawn(async move {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let mut got = Vec::new();
-            socket.read_to_end(&mut got).await.unwrap();
-            got
-        });
-        let mut stream = Stream::new(TcpStream::connect(addr).await.unwrap());
-        let before = bytes_sent_from_files();
-        let (mut expected, mut offset) = (Vec::new(), 0u64);
-        while offset < pack.len() as u64 {
-            let piece = entry.read_at(offset, 256 * 1024).unwrap();
-            let header = format!("{:x}\r\n", piece.len());
-            let mut parts: Vec<&[u8]> = vec![header.as_bytes(), &piece, b"\r\n"];
-            expected.extend(parts.concat());
-            // Like hyper: write what is left until all of it went.
-            while !parts.is_empty() {
-                let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
-                let mut n = stream.write_vectored(&slices).await.unwrap();
-                while n > 0 {
-                    let take = n.min(parts[0].len());
-                    parts[0] = &parts[0][take..];
-                    n -= take;
-                    if parts[0].is_empty() {
-                        parts.remove(0);
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let reader = tokio::spawn(async move {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                let (mut got, mut piece) = (Vec::new(), vec![0u8; 7000]);
+                loop {
+                    let n = socket.read(&mut piece).await.unwrap();
+                    if n == 0 {
+                        return got;
                     }
+                    got.extend_from_slice(&piece[..n]);
                 }
-                parts.retain(|p| !p.is_empty());
+            });
+            let mut stream = Stream::new(TcpStream::connect(addr).await.unwrap());
+            let before = bytes_sent_zero_copy();
+            let (mut expected, mut offset, mut short) = (Vec::new(), 0u64, 0);
+            while offset < pack.len() as u64 {
+                let piece = entry.read_at(offset, usize::MAX).unwrap();
+                let header = format!("{:x}\r\n", piece.len());
+                let mut parts: Vec<&[u8]> = vec![header.as_bytes(), &piece, b"\r\n"];
+                expected.extend(parts.concat());
+                // Like hyper: write what is left until all of it went.
+                while !parts.is_empty() {
+                    let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+                    let mut n = stream.write_vectored(&slices).await.unwrap();
+                    short += usize::from(n < parts.iter().map(|p| p.len()).sum());
+                    while n > 0 {
+                        let take = n.min(parts[0].len());
+                        parts[0] = &parts[0][take..];
+                        n -= take;
+                        if parts[0].is_empty() {
+                            parts.remove(0);
+                        }
+                    }
+                    parts.retain(|p| !p.is_empty());
+                }
+                offset += piece.len() as u64;
             }
-            offset += piece.len() as u64;
+            stream.shutdown().await.unwrap();
+            drop(stream);
+            let got = reader.await.unwrap();
+            assert!(got == expected, "{} bytes arrived, {} sent", got.len(), expected.len());
+            assert!(bytes_sent_zero_copy() - before >= pack.len() as u64, "the entry's bytes went without a copy");
+            assert!(short > 0, "some writes stopped short (the socket was full)");
         }
-        stream.shutdown().await.unwrap();
-        drop(stream);
-        let got = reader.await.unwrap();
-        assert!(got == expected, "{} bytes arrived, {} sent", got.len(), expected.len());
-        assert!(bytes_sent_from_files() - before >= pack.len() as u64, "the entry's bytes went by sendfile");
     }
 }
