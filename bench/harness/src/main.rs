@@ -276,6 +276,12 @@ fn prepare_base(scratch: &Path, arm: &str, repos: &[PathBuf]) -> Result<PathBuf>
     let base = scratch.join(arm);
     std::fs::create_dir_all(&base)?;
     for repo in repos {
+        // A hand run's or an interrupted bench's refs would be copied into every arm and read by
+        // every request (loose, one file each): the repository is not the one measured before.
+        let left = git(repo, &["for-each-ref", "--format=%(refname)", "refs/bench/"])?;
+        if !left.trim().is_empty() {
+            bail!("{} has refs under refs/bench/ left from an earlier run; delete them first:\n{left}", repo.display());
+        }
         let dest = base.join(repo.file_name().context("repo name")?);
         output(Command::new("cp").arg("-a").arg(repo).arg(&dest))?;
         git(&dest, &["config", "uploadpack.allowFilter", "true"])?;
@@ -653,6 +659,7 @@ fn bakeoff(args: &[String]) -> Result<()> {
             for round in 0..o.rounds {
                 for i in round_order(arms.len(), round) {
                     let arm = &arms[i];
+                    clear_burst(&work, "ramp")?;
                     let cpu0 = arm.begin()?;
                     let url = format!("{}/{ramp_name}", arm.prefix);
                     let (walls, elapsed) = burst(&url, clients, &work, "ramp").with_context(|| format!("{} ramp {clients}", arm.name))?;
@@ -697,12 +704,17 @@ fn finish_run(mut out: std::fs::File, run_id: &str, partial: PathBuf, results: P
 /// `clients` clones of `url` at once; each client's wall time and the burst's.
 fn burst(url: &str, clients: usize, work: &Path, tag: &str) -> Result<(Vec<Duration>, Duration)> {
     let start = Instant::now();
+    for c in 0..clients {
+        let dest = work.join(format!("{tag}-{c}"));
+        if dest.exists() {
+            bail!("{} is left from an earlier step: clear_burst first", dest.display());
+        }
+    }
     let walls: Vec<Result<Duration>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..clients)
             .map(|c| {
                 let dest = work.join(format!("{tag}-{c}"));
                 s.spawn(move || {
-                    let _ = std::fs::remove_dir_all(&dest);
                     client(dest.parent().unwrap(), &["-c", "protocol.version=2", "clone", "-q", "--bare", url, dest.to_str().unwrap()])
                 })
             })
@@ -711,6 +723,21 @@ fn burst(url: &str, clients: usize, work: &Path, tag: &str) -> Result<(Vec<Durat
     });
     let elapsed = start.elapsed();
     Ok((walls.into_iter().collect::<Result<_>>()?, elapsed))
+}
+
+/// Remove what the clients of an earlier [`burst`] left, and wait until the kernel has written
+/// back what they wrote: before a step's measurement starts, so the step's server does not share
+/// the machine with deleting and writing back hundreds of megabytes of clones.
+fn clear_burst(work: &Path, tag: &str) -> Result<()> {
+    for entry in std::fs::read_dir(work)? {
+        let path = entry?.path();
+        if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.strip_prefix(tag).is_some_and(|rest| rest.starts_with('-'))) {
+            std::fs::remove_dir_all(&path)?;
+        }
+    }
+    // SAFETY: no arguments; flushes every file system's dirty data.
+    unsafe { libc::sync() };
+    Ok(())
 }
 
 /// Identical clones (issue 18's fleet): the server CPU of `o.identical` concurrent clones of the
@@ -738,6 +765,7 @@ fn identical_clones(o: &Options, arms: &[Arm], repos: &[PathBuf], work: &Path, r
             for clients in [1, o.identical] {
                 step += 1;
                 git(&arm.base.join(&name), &["update-ref", &format!("refs/bench/step-{step}"), "HEAD"])?;
+                clear_burst(work, "identical")?;
                 let cpu0 = arm.begin()?;
                 let (walls, _) = burst(&format!("{}/{name}", arm.prefix), clients, work, "identical").with_context(|| format!("{} {clients} identical clones", arm.name))?;
                 let (cpu_us, bytes) = arm.end(cpu0)?;
