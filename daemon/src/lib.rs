@@ -12,7 +12,7 @@
 //!   starts with no configuration.
 //! - [`transport`] — bytes in, bytes out: smart HTTP on hyper (`transport::http`), git://
 //!   (`transport::git`), streamed bodies (`transport::stream`), a minimum receive rate
-//!   (`transport::pace`), cached packs sent from their files (`transport::zero_copy`). It
+//!   (`transport::pace`), cached packs sent without a copy (`transport::zero_copy`). It
 //!   knows URLs, headers, body limits and streaming; it never parses a request's pkt-lines.
 //!   [`tap`] — a recorder of whole exchanges.
 //! - [`protocol`] — pkt-lines (`protocol::pkt`) and side-band framing (`protocol::sideband`),

@@ -294,7 +294,7 @@ fn prepare_base(scratch: &Path, arm: &str, repos: &[PathBuf]) -> Result<PathBuf>
 #[derive(Clone, Copy, PartialEq)]
 enum Cache {
     Off,
-    /// `--pack-cache`: entries in memory (memfds) up to the default cap.
+    /// `--pack-cache`: entries in memory (anonymous windows) up to the default cap.
     Memory,
     /// `--pack-cache --pack-cache-memory 0 --pack-cache-dir D`: every entry a file in D on the
     /// disk's filesystem (target/, not the temp dir, which may be a tmpfs), read from the page
