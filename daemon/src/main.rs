@@ -543,12 +543,18 @@ fn run(defaults: Config, layers: Overrides, url_path: Option<String>, announce_h
     rt.block_on(async move {
         let server = gixd::server::Server::bind(config).await?;
         let addr = server.local_addr();
+        // Where it serves, for whoever started it. A stdout closed meanwhile (a supervisor or a
+        // test that read what it needed) is no reason to stop serving: `println!` would panic.
+        let announce = |line: String| {
+            use std::io::Write;
+            let _ = writeln!(std::io::stdout(), "{line}");
+        };
         if let Some(git) = server.git_addr() {
-            println!("gixd: serving git://{git}/<repository>");
+            announce(format!("gixd: serving git://{git}/<repository>"));
         }
         match url_path {
-            Some(path) => println!("gixd: serving http://{addr}/{path}\n  try: git clone http://{addr}/{path}"),
-            None if announce_http => println!("gixd: serving http://{addr}/<repository>"),
+            Some(path) => announce(format!("gixd: serving http://{addr}/{path}\n  try: git clone http://{addr}/{path}")),
+            None if announce_http => announce(format!("gixd: serving http://{addr}/<repository>")),
             None => {}
         }
         server
