@@ -91,7 +91,8 @@ fn send_memory(fd: i32, pipe: &mut Option<Pipe>, buf: &[u8]) -> io::Result<usize
     if pipe.is_none() {
         match Pipe::new() {
             Ok(new) => *pipe = Some(new),
-            // No descriptors left for a pipe: copy, as for any other bytes.
+            // No descriptors left for a pipe: copy, as for any other bytes (and not counted
+            // as sent without a copy).
             Err(_) => return syscall(|| unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) }),
         }
     }
@@ -119,6 +120,7 @@ fn send_memory(fd: i32, pipe: &mut Option<Pipe>, buf: &[u8]) -> io::Result<usize
         )
     })?;
     pipe.pending = (sent < n).then_some((at + sent, n - sent));
+    SENT_ZERO_COPY.fetch_add(sent as u64, Ordering::Relaxed);
     Ok(sent)
 }
 
@@ -136,13 +138,14 @@ fn send(fd: i32, pipe: &mut Option<Pipe>, bufs: &[IoSlice<'_>]) -> io::Result<us
                     Mapped::File(file, offset) => {
                         let mut offset = offset as libc::off_t;
                         // SAFETY: both descriptors are open for the call; `offset` is ours.
-                        syscall(|| unsafe { libc::sendfile(fd, file.as_raw_fd(), &mut offset, len) })
+                        let sent = syscall(|| unsafe { libc::sendfile(fd, file.as_raw_fd(), &mut offset, len) });
+                        if let Ok(n) = sent {
+                            SENT_ZERO_COPY.fetch_add(n as u64, Ordering::Relaxed);
+                        }
+                        sent
                     }
                 };
                 i += 1;
-                if let Ok(n) = sent {
-                    SENT_ZERO_COPY.fetch_add(n as u64, Ordering::Relaxed);
-                }
                 (sent, len)
             }
             None => {
