@@ -703,13 +703,13 @@ fn finish_run(mut out: std::fs::File, run_id: &str, partial: PathBuf, results: P
 
 /// `clients` clones of `url` at once; each client's wall time and the burst's.
 fn burst(url: &str, clients: usize, work: &Path, tag: &str) -> Result<(Vec<Duration>, Duration)> {
-    let start = Instant::now();
     for c in 0..clients {
         let dest = work.join(format!("{tag}-{c}"));
         if dest.exists() {
             bail!("{} is left from an earlier step: clear_burst first", dest.display());
         }
     }
+    let start = Instant::now();
     let walls: Vec<Result<Duration>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..clients)
             .map(|c| {
