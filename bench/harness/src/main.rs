@@ -223,6 +223,9 @@ struct Arm {
     /// URL prefix through the relay; a repository's URL is `<prefix>/<name>`.
     prefix: String,
     base: PathBuf,
+    /// gixd's access log (`--access-log`), for the arms with a pack cache: which requests
+    /// generated a pack and the CPU each used.
+    access_log: Option<PathBuf>,
 }
 
 impl Arm {
@@ -314,6 +317,7 @@ fn start_gixd(root: &Path, base: &Path, group: Group, cache: Cache) -> Result<Ar
     if cache == Cache::Disk {
         std::fs::create_dir_all(&cache_dir)?;
     }
+    let access_log = (cache != Cache::Off).then(|| base.with_extension("access.jsonl"));
     let child = Command::new(&gixd)
         .args(["serve", "--export-all", "--queue-wait", "300", "--listen", &format!("127.0.0.1:{port}"), "--base-path"])
         .arg(base)
@@ -324,6 +328,7 @@ fn start_gixd(root: &Path, base: &Path, group: Group, cache: Cache) -> Result<Ar
             Cache::Memory => vec!["--pack-cache".into()],
             Cache::Disk => vec!["--pack-cache".into(), "--pack-cache-memory".into(), "0".into(), "--pack-cache-dir".into(), cache_dir.clone().into_os_string()],
         })
+        .args(access_log.iter().flat_map(|log| [std::ffi::OsStr::new("--access-log"), log.as_os_str()]))
         .env("GIXD_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()?;
@@ -338,7 +343,7 @@ fn start_gixd(root: &Path, base: &Path, group: Group, cache: Cache) -> Result<Ar
         Cache::Disk => (" --pack-cache --pack-cache-memory 0 --pack-cache-dir D", "gixd --pack-cache-dir"),
     };
     let version = format!("{version}; serve --queue-wait 300{flags}");
-    Ok(Arm { name, version, child, group, relay, prefix, base: base.to_owned() })
+    Ok(Arm { name, version, child, group, relay, prefix, base: base.to_owned(), access_log })
 }
 
 fn start_http_backend(base: &Path, scratch: &Path, group: Group) -> Result<Arm> {
@@ -352,7 +357,7 @@ fn start_http_backend(base: &Path, scratch: &Path, group: Group) -> Result<Arm> 
     let relay = Relay::start(Upstream::Tcp(([127, 0, 0, 1], port).into()))?;
     let version = format!("{} + {}", output(Command::new("lighttpd").arg("-v"))?.lines().next().unwrap_or("lighttpd"), output(Command::new("git").arg("--version"))?);
     let prefix = format!("http://127.0.0.1:{}/git", relay.port);
-    Ok(Arm { name: "git http-backend", version, child, group, relay, prefix, base: base.to_owned() })
+    Ok(Arm { name: "git http-backend", version, child, group, relay, prefix, base: base.to_owned(), access_log: None })
 }
 
 fn start_git_daemon(base: &Path, group: Group) -> Result<Arm> {
@@ -367,7 +372,7 @@ fn start_git_daemon(base: &Path, group: Group) -> Result<Arm> {
     wait_for_port(port)?;
     let relay = Relay::start(Upstream::Tcp(([127, 0, 0, 1], port).into()))?;
     let prefix = format!("git://127.0.0.1:{}", relay.port);
-    Ok(Arm { name: "git daemon", version: output(Command::new("git").arg("--version"))?, child, group, relay, prefix, base: base.to_owned() })
+    Ok(Arm { name: "git daemon", version: output(Command::new("git").arg("--version"))?, child, group, relay, prefix, base: base.to_owned(), access_log: None })
 }
 
 /// JGit's daemon (org.eclipse.jgit.transport.Daemon) from Debian's libjgit-java, through a small
@@ -403,7 +408,7 @@ fn start_jgit(root: &Path, base: &Path, group: Group) -> Result<Arm> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .find(|n| n.starts_with("org.eclipse.jgit-") && n.ends_with(".jar"))
         .unwrap_or_else(|| "jgit".into());
-    Ok(Arm { name: "jgit daemon", version, child, group, relay, prefix, base: base.to_owned() })
+    Ok(Arm { name: "jgit daemon", version, child, group, relay, prefix, base: base.to_owned(), access_log: None })
 }
 
 fn install(packages: &[&str]) {
@@ -766,9 +771,14 @@ fn identical_clones(o: &Options, arms: &[Arm], repos: &[PathBuf], work: &Path, r
                 step += 1;
                 git(&arm.base.join(&name), &["update-ref", &format!("refs/bench/step-{step}"), "HEAD"])?;
                 clear_burst(work, "identical")?;
+                let logged = arm.access_log.as_ref().map(|log| std::fs::metadata(log).map(|m| m.len()).unwrap_or(0));
                 let cpu0 = arm.begin()?;
                 let (walls, _) = burst(&format!("{}/{name}", arm.prefix), clients, work, "identical").with_context(|| format!("{} {clients} identical clones", arm.name))?;
                 let (cpu_us, bytes) = arm.end(cpu0)?;
+                let fetches = match (&arm.access_log, logged) {
+                    (Some(log), Some(from)) => Some(cache_outcomes(log, from, clients).with_context(|| format!("{} access log", arm.name))?),
+                    _ => None,
+                };
                 let mut sorted: Vec<u64> = walls.iter().map(|w| w.as_micros() as u64).collect();
                 sorted.sort();
                 let r = row(
@@ -776,6 +786,9 @@ fn identical_clones(o: &Options, arms: &[Arm], repos: &[PathBuf], work: &Path, r
                     serde_json::json!({
                         "run": run_id, "repo": name, "objects": objects, "arm": arm.name, "round": round, "clients": clients,
                         "cpu_us": cpu_us, "bytes_down": bytes, "wall_p50_us": sorted[sorted.len() / 2],
+                        "generations": fetches.as_ref().map(|f| f.generations),
+                        "generator_cpu_us": fetches.as_ref().map(|f| f.generator_cpu_us),
+                        "read_back": fetches.as_ref().map(|f| f.read_back),
                     }),
                 );
                 writeln!(out, "{r}")?;
@@ -785,6 +798,46 @@ fn identical_clones(o: &Options, arms: &[Arm], repos: &[PathBuf], work: &Path, r
     }
     eprintln!();
     Ok(())
+}
+
+/// The fetches of one identical-clones step, from gixd's access log past byte `from`.
+struct CacheOutcomes {
+    /// Requests that generated their pack (`"cache": "miss"`): one, if the step shared it.
+    generations: u64,
+    /// Their CPU, as the access log has it (the generating request's thread).
+    generator_cpu_us: u64,
+    /// Requests that read a pack another request generated (`join`, `hit`).
+    read_back: u64,
+}
+
+/// Read the fetches `clients` clones logged past byte `from` of `log`. A request's line is
+/// written when its response ends, a moment after its client may have exited, so this waits
+/// (at most 10 s) until every clone's fetch is there.
+fn cache_outcomes(log: &Path, from: u64, clients: usize) -> Result<CacheOutcomes> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read(log)?;
+        let tail = text.get(from as usize..).unwrap_or_default();
+        let mut outcomes = CacheOutcomes { generations: 0, generator_cpu_us: 0, read_back: 0 };
+        for line in tail.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let record: serde_json::Value = serde_json::from_slice(line).context("an access-log line")?;
+            match record["cache"].as_str() {
+                Some("miss") => {
+                    outcomes.generations += 1;
+                    outcomes.generator_cpu_us += (record["cpu_ms"].as_f64().unwrap_or(0.0) * 1000.0) as u64;
+                }
+                Some("join" | "hit") => outcomes.read_back += 1,
+                _ => {}
+            }
+        }
+        if outcomes.generations + outcomes.read_back >= clients as u64 {
+            return Ok(outcomes);
+        }
+        if Instant::now() > deadline {
+            bail!("{} fetches logged after 10 s, {clients} expected", outcomes.generations + outcomes.read_back);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Wait until the server's process tree is back to the server alone (children reaped), at most

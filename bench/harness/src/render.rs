@@ -256,6 +256,38 @@ fn render_label(rows: &[Value], label: Option<&str>) -> Result<Vec<(String, Stri
             writeln!(md, "| {a} | {one:.1} | {many:.1} | {:.2} | {lo:.2}–{hi:.2} | {:.0} |", many / one, of(n, "bytes_down"))?;
         }
         writeln!(md)?;
+
+        // The arms with an access log: the generating request's own CPU apart from the rest.
+        let logged: Vec<&String> = arms.iter().filter(|a| identical.iter().any(|r| r["arm"] == a.as_str() && r["generator_cpu_us"].is_u64())).collect();
+        if !logged.is_empty() {
+            writeln!(md, "### Generation and reading apart (gixd's access log)\n")?;
+            writeln!(md, "The generating request's CPU is its thread's, from the access log; the rest of a step's server CPU is everything else (ls-refs, requests, sending). \
+\
+                \"Readers per extra clone\" is each round's (rest with {n} − rest with 1) ÷ {}. \
+\
+                \"{n} ÷ 1, generation as in the 1-clone step\" is each round's ratio with the {n}-clone step's generation CPU replaced by the 1-clone step's: what the ratio would be if generating the same pack cost the same CPU in both steps.\n", n - 1)?;
+            writeln!(md, "| server | generations per step, 1 / {n} clones | generation CPU, 1 / {n} clones (ms) | readers per extra clone (ms) | {n} ÷ 1, generation as in the 1-clone step (per round, min–max) |\n|---|---|---|---|---|")?;
+            for a in logged {
+                let of_arm = |clients: u64| identical.iter().filter(move |r| r["arm"] == a.as_str() && r["clients"] == clients);
+                let of = |clients: u64, field: &str| median(of_arm(clients).filter_map(|r| r[field].as_f64()).collect());
+                let paired: Vec<(&Value, &Value)> = of_arm(1).filter_map(|o| Some((**o, **of_arm(n).find(|m| m["round"] == o["round"])?))).collect();
+                let f = |r: &Value, k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+                let readers: Vec<f64> = paired.iter().map(|(o, m)| ((f(m, "cpu_us") - f(m, "generator_cpu_us")) - (f(o, "cpu_us") - f(o, "generator_cpu_us"))) / (n - 1) as f64 / 1000.0).collect();
+                let same_generation: Vec<f64> = paired.iter().map(|(o, m)| (f(o, "generator_cpu_us") + f(m, "cpu_us") - f(m, "generator_cpu_us")) / f(o, "cpu_us")).collect();
+                let (lo, hi) = (same_generation.iter().copied().fold(f64::INFINITY, f64::min), same_generation.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+                writeln!(
+                    md,
+                    "| {a} | {:.0} / {:.0} | {:.1} / {:.1} | {:.2} | {:.2} ({lo:.2}–{hi:.2}) |",
+                    of(1, "generations"),
+                    of(n, "generations"),
+                    of(1, "generator_cpu_us") / 1000.0,
+                    of(n, "generator_cpu_us") / 1000.0,
+                    median(readers),
+                    median(same_generation),
+                )?;
+            }
+            writeln!(md)?;
+        }
     }
 
     // Where gixd is furthest behind (CPU).
