@@ -7,7 +7,7 @@
 //! (a `conditions` line, then one line per measurement) to `bench/results/bakeoff/<run>.jsonl`;
 //! `render` writes `bench/bakeoff.md` and `bench/bakeoff.svg` from that file only.
 //!
-//! `cargo run -p bench --release -- bakeoff [--quick] [--rounds N] [--repo PATH]… [--label NAME]`
+//! `cargo run -p bench --release -- bakeoff [--quick] [--rounds N] [--repo PATH]… [--label NAME] [--identical N [--split-cpus]]`
 //! `cargo run -p bench --release -- render`
 
 mod render;
@@ -30,7 +30,7 @@ fn main() {
         Some("bakeoff") => bakeoff(&args[1..]),
         Some("render") => render::run(&root(), args.get(1).map(String::as_str) == Some("--check")),
         _ => {
-            eprintln!("usage: bench bakeoff [--quick] [--rounds N] [--repo PATH]… | bench render [--check]");
+            eprintln!("usage: bench bakeoff [--quick] [--rounds N] [--repo PATH]… [--label NAME] [--identical N [--split-cpus]] | bench render [--check]");
             std::process::exit(2);
         }
     };
@@ -78,11 +78,15 @@ struct Options {
     /// `--identical N`: instead of the operations and the ramp, N identical concurrent clones
     /// against one, for gixd with its pack cache, gixd without it and git daemon.
     identical: usize,
+    /// `--split-cpus` (with `--identical`): every server pinned to the first CPU, the clients
+    /// (and the relay) to the others, so a server's CPU is not what sharing its cores with the
+    /// clients' `index-pack`s costs it. Without it servers and clients share every CPU.
+    split_cpus: bool,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
     let quick = args.iter().any(|a| a == "--quick");
-    let mut o = Options { quick, label: None, rounds: if quick { 2 } else { 3 }, repos: Vec::new(), rungs: if quick { vec![1, 4] } else { vec![1, 2, 4, 8, 16, 32] }, identical: 0 };
+    let mut o = Options { quick, label: None, rounds: if quick { 2 } else { 3 }, repos: Vec::new(), rungs: if quick { vec![1, 4] } else { vec![1, 2, 4, 8, 16, 32] }, identical: 0, split_cpus: false };
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -99,6 +103,7 @@ fn parse(args: &[String]) -> Result<Options> {
                 i += 1;
                 o.identical = args.get(i).context("--identical N")?.parse()?;
             }
+            "--split-cpus" => o.split_cpus = true,
             "--label" => {
                 i += 1;
                 let label = args.get(i).context("--label NAME")?;
@@ -111,9 +116,12 @@ fn parse(args: &[String]) -> Result<Options> {
         }
         i += 1;
     }
+    if o.split_cpus && o.identical == 0 {
+        bail!("--split-cpus goes with --identical N");
+    }
     if o.identical > 0 && o.label.is_none() {
         // Its own report: the default one shows the operations and the ramp.
-        o.label = Some("identical".into());
+        o.label = Some(if o.split_cpus { "identical-split" } else { "identical" }.into());
     }
     Ok(o)
 }
@@ -760,9 +768,26 @@ fn identical_clones(o: &Options, arms: &[Arm], repos: &[PathBuf], work: &Path, r
     }
     let (objects, repo) = largest;
     let name = repo.file_name().unwrap().to_string_lossy().into_owned();
-    for arm in arms {
-        arm.group.limit(None, None)?;
-    }
+    let placement = if o.split_cpus {
+        let cpus = std::thread::available_parallelism()?.get();
+        if cpus < 2 {
+            bail!("--split-cpus needs two CPUs, this machine has {cpus}");
+        }
+        let rest = if cpus == 2 { "1".to_owned() } else { format!("1-{}", cpus - 1) };
+        for arm in arms {
+            arm.group.limit(None, Some("0"))?;
+        }
+        // This process (its relay threads) and every client it starts from here on.
+        let clients = Group::create("clients")?;
+        clients.limit(None, Some(&rest))?;
+        clients.enter(std::process::id())?;
+        format!("split: servers on CPU 0, clients and relay on CPU {rest}")
+    } else {
+        for arm in arms {
+            arm.group.limit(None, None)?;
+        }
+        "shared: servers, clients and relay on every CPU".to_owned()
+    };
     let mut step = 0;
     for round in 0..o.rounds {
         for i in round_order(arms.len(), round) {
@@ -785,7 +810,7 @@ fn identical_clones(o: &Options, arms: &[Arm], repos: &[PathBuf], work: &Path, r
                     "identical",
                     serde_json::json!({
                         "run": run_id, "repo": name, "objects": objects, "arm": arm.name, "round": round, "clients": clients,
-                        "cpu_us": cpu_us, "bytes_down": bytes, "wall_p50_us": sorted[sorted.len() / 2],
+                        "placement": placement, "cpu_us": cpu_us, "bytes_down": bytes, "wall_p50_us": sorted[sorted.len() / 2],
                         "generations": fetches.as_ref().map(|f| f.generations),
                         "generator_cpu_us": fetches.as_ref().map(|f| f.generator_cpu_us),
                         "read_back": fetches.as_ref().map(|f| f.read_back),

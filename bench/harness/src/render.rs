@@ -240,6 +240,9 @@ fn render_label(rows: &[Value], label: Option<&str>) -> Result<Vec<(String, Stri
         let n = identical.iter().filter_map(|r| r["clients"].as_u64()).max().unwrap_or(1);
         writeln!(md, "## Identical clones ({n} × `clone --bare` of {} at once, against one)\n", first["repo"].as_str().unwrap_or("?"))?;
         writeln!(md, "Server CPU, medians over the rounds; before every step each server's copy gets a new ref, so nothing is read back from the step before.\n")?;
+        if let Some(placement) = first["placement"].as_str() {
+            writeln!(md, "CPUs: {placement}.\n")?;
+        }
         writeln!(md, "| server | CPU, 1 clone (ms) | CPU, {n} clones (ms) | {n} ÷ 1 | per round, min–max | bytes, {n} clones |\n|---|---|---|---|---|---|")?;
         for a in &arms {
             let of_arm = |clients: u64| identical.iter().filter(move |r| r["arm"] == a.as_str() && r["clients"] == clients);
