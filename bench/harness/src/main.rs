@@ -7,7 +7,7 @@
 //! (a `conditions` line, then one line per measurement) to `bench/results/bakeoff/<run>.jsonl`;
 //! `render` writes `bench/bakeoff.md` and `bench/bakeoff.svg` from that file only.
 //!
-//! `cargo run -p bench --release -- bakeoff [--quick] [--rounds N] [--repo PATH]… [--label NAME] [--identical N [--split-cpus]]`
+//! `cargo run -p bench --release -- bakeoff [--quick] [--rounds N] [--repo PATH]… [--label NAME] [--identical N [--split-cpus | --placements shared,split]]`
 //! `cargo run -p bench --release -- render`
 
 mod render;
@@ -30,7 +30,7 @@ fn main() {
         Some("bakeoff") => bakeoff(&args[1..]),
         Some("render") => render::run(&root(), args.get(1).map(String::as_str) == Some("--check")),
         _ => {
-            eprintln!("usage: bench bakeoff [--quick] [--rounds N] [--repo PATH]… [--label NAME] [--identical N [--split-cpus]] | bench render [--check]");
+            eprintln!("usage: bench bakeoff [--quick] [--rounds N] [--repo PATH]… [--label NAME] [--identical N [--split-cpus | --placements shared,split]] | bench render [--check]");
             std::process::exit(2);
         }
     };
@@ -78,15 +78,37 @@ struct Options {
     /// `--identical N`: instead of the operations and the ramp, N identical concurrent clones
     /// against one, for gixd with its pack cache, gixd without it and git daemon.
     identical: usize,
-    /// `--split-cpus` (with `--identical`): every server pinned to the first CPU, the clients
-    /// (and the relay) to the others, so a server's CPU is not what sharing its cores with the
-    /// clients' `index-pack`s costs it. Without it servers and clients share every CPU.
-    split_cpus: bool,
+    /// `--placements shared,split` (with `--identical`): where servers and clients run, each
+    /// round in every placement given ([`Placement`]). `--split-cpus` is `--placements split`.
+    placements: Vec<Placement>,
+}
+
+/// Where the identical-clones servers and their clients run.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Placement {
+    /// Servers, clients and the relay on every CPU (the default).
+    Shared,
+    /// Every server pinned to the first CPU, the clients and the relay to the others: a
+    /// server's CPU is then not also what sharing its cores with the clients' `index-pack`s
+    /// costs it.
+    Split,
+}
+
+impl Placement {
+    fn parse(list: &str) -> Result<Vec<Placement>> {
+        list.split(',')
+            .map(|p| match p {
+                "shared" => Ok(Placement::Shared),
+                "split" => Ok(Placement::Split),
+                other => bail!("unknown placement {other:?} (shared, split)"),
+            })
+            .collect()
+    }
 }
 
 fn parse(args: &[String]) -> Result<Options> {
     let quick = args.iter().any(|a| a == "--quick");
-    let mut o = Options { quick, label: None, rounds: if quick { 2 } else { 3 }, repos: Vec::new(), rungs: if quick { vec![1, 4] } else { vec![1, 2, 4, 8, 16, 32] }, identical: 0, split_cpus: false };
+    let mut o = Options { quick, label: None, rounds: if quick { 2 } else { 3 }, repos: Vec::new(), rungs: if quick { vec![1, 4] } else { vec![1, 2, 4, 8, 16, 32] }, identical: 0, placements: vec![Placement::Shared] };
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -103,7 +125,11 @@ fn parse(args: &[String]) -> Result<Options> {
                 i += 1;
                 o.identical = args.get(i).context("--identical N")?.parse()?;
             }
-            "--split-cpus" => o.split_cpus = true,
+            "--split-cpus" => o.placements = vec![Placement::Split],
+            "--placements" => {
+                i += 1;
+                o.placements = Placement::parse(args.get(i).context("--placements shared,split")?)?;
+            }
             "--label" => {
                 i += 1;
                 let label = args.get(i).context("--label NAME")?;
@@ -116,12 +142,19 @@ fn parse(args: &[String]) -> Result<Options> {
         }
         i += 1;
     }
-    if o.split_cpus && o.identical == 0 {
-        bail!("--split-cpus goes with --identical N");
+    if o.placements != [Placement::Shared] && o.identical == 0 {
+        bail!("--split-cpus and --placements go with --identical N");
     }
     if o.identical > 0 && o.label.is_none() {
         // Its own report: the default one shows the operations and the ramp.
-        o.label = Some(if o.split_cpus { "identical-split" } else { "identical" }.into());
+        o.label = Some(
+            match o.placements[..] {
+                [Placement::Shared] => "identical",
+                [Placement::Split] => "identical-split",
+                _ => "identical-placements",
+            }
+            .into(),
+        );
     }
     Ok(o)
 }
@@ -755,7 +788,8 @@ fn clear_burst(work: &Path, tag: &str) -> Result<()> {
 
 /// Identical clones (issue 18's fleet): the server CPU of `o.identical` concurrent clones of the
 /// largest repository against one clone's, per arm. Before every step each arm's copy gets a new
-/// ref (the same commit), so no step reads a pack the cache kept from the step before.
+/// ref (the same commit), so no step reads a pack the cache kept from the step before. Each round
+/// measures every arm in every placement in `o.placements`, their orders swapped every round.
 fn identical_clones(o: &Options, arms: &[Arm], repos: &[PathBuf], work: &Path, run_id: &str, out: &mut std::fs::File) -> Result<()> {
     use std::io::Write;
     std::fs::create_dir_all(work)?;
@@ -768,57 +802,75 @@ fn identical_clones(o: &Options, arms: &[Arm], repos: &[PathBuf], work: &Path, r
     }
     let (objects, repo) = largest;
     let name = repo.file_name().unwrap().to_string_lossy().into_owned();
-    let placement = if o.split_cpus {
-        let cpus = std::thread::available_parallelism()?.get();
+    let cpus = std::thread::available_parallelism()?.get();
+    let rest = if cpus == 2 { "1".to_owned() } else { format!("1-{}", cpus.saturating_sub(1)) };
+    let all = format!("0-{}", cpus - 1);
+    // This process (its relay threads) and every client it starts, in a group of their own.
+    let client_group = if o.placements.contains(&Placement::Split) {
         if cpus < 2 {
-            bail!("--split-cpus needs two CPUs, this machine has {cpus}");
+            bail!("the split placement needs two CPUs, this machine has {cpus}");
         }
-        let rest = if cpus == 2 { "1".to_owned() } else { format!("1-{}", cpus - 1) };
-        for arm in arms {
-            arm.group.limit(None, Some("0"))?;
-        }
-        // This process (its relay threads) and every client it starts from here on.
-        let clients = Group::create("clients")?;
-        clients.limit(None, Some(&rest))?;
-        clients.enter(std::process::id())?;
-        format!("split: servers on CPU 0, clients and relay on CPU {rest}")
+        let group = Group::create("clients")?;
+        group.limit(None, None)?;
+        group.enter(std::process::id())?;
+        Some(group)
     } else {
-        for arm in arms {
-            arm.group.limit(None, None)?;
+        None
+    };
+    let place = |placement: Placement| -> Result<String> {
+        match placement {
+            Placement::Shared => {
+                for arm in arms {
+                    arm.group.limit(None, None)?;
+                }
+                if let Some(group) = &client_group {
+                    group.limit(None, None)?;
+                }
+                Ok(format!("shared: servers, clients and relay on every CPU ({all})"))
+            }
+            Placement::Split => {
+                for arm in arms {
+                    arm.group.limit(None, Some("0"))?;
+                }
+                client_group.as_ref().expect("made for the split placement").limit(None, Some(&rest))?;
+                Ok(format!("split: servers on CPU 0, clients and relay on CPU {rest}"))
+            }
         }
-        "shared: servers, clients and relay on every CPU".to_owned()
     };
     let mut step = 0;
     for round in 0..o.rounds {
-        for i in round_order(arms.len(), round) {
-            let arm = &arms[i];
-            for clients in [1, o.identical] {
-                step += 1;
-                git(&arm.base.join(&name), &["update-ref", &format!("refs/bench/step-{step}"), "HEAD"])?;
-                clear_burst(work, "identical")?;
-                let logged = arm.access_log.as_ref().map(|log| std::fs::metadata(log).map(|m| m.len()).unwrap_or(0));
-                let cpu0 = arm.begin()?;
-                let (walls, _) = burst(&format!("{}/{name}", arm.prefix), clients, work, "identical").with_context(|| format!("{} {clients} identical clones", arm.name))?;
-                let (cpu_us, bytes) = arm.end(cpu0)?;
-                let fetches = match (&arm.access_log, logged) {
-                    (Some(log), Some(from)) => Some(cache_outcomes(log, from, clients).with_context(|| format!("{} access log", arm.name))?),
-                    _ => None,
-                };
-                let mut sorted: Vec<u64> = walls.iter().map(|w| w.as_micros() as u64).collect();
-                sorted.sort();
-                let r = row(
-                    "identical",
-                    serde_json::json!({
-                        "run": run_id, "repo": name, "objects": objects, "arm": arm.name, "round": round, "clients": clients,
-                        "placement": placement, "cpu_us": cpu_us, "bytes_down": bytes, "wall_p50_us": sorted[sorted.len() / 2],
-                        "generations": fetches.as_ref().map(|f| f.generations),
-                        "generator_cpu_us": fetches.as_ref().map(|f| f.generator_cpu_us),
-                        "read_back": fetches.as_ref().map(|f| f.read_back),
-                    }),
-                );
-                writeln!(out, "{r}")?;
+        for p in round_order(o.placements.len(), round) {
+            let placement = place(o.placements[p])?;
+            for i in round_order(arms.len(), round) {
+                let arm = &arms[i];
+                for clients in [1, o.identical] {
+                    step += 1;
+                    git(&arm.base.join(&name), &["update-ref", &format!("refs/bench/step-{step}"), "HEAD"])?;
+                    clear_burst(work, "identical")?;
+                    let logged = arm.access_log.as_ref().map(|log| std::fs::metadata(log).map(|m| m.len()).unwrap_or(0));
+                    let cpu0 = arm.begin()?;
+                    let (walls, _) = burst(&format!("{}/{name}", arm.prefix), clients, work, "identical").with_context(|| format!("{} {clients} identical clones", arm.name))?;
+                    let (cpu_us, bytes) = arm.end(cpu0)?;
+                    let fetches = match (&arm.access_log, logged) {
+                        (Some(log), Some(from)) => Some(cache_outcomes(log, from, clients).with_context(|| format!("{} access log", arm.name))?),
+                        _ => None,
+                    };
+                    let mut sorted: Vec<u64> = walls.iter().map(|w| w.as_micros() as u64).collect();
+                    sorted.sort();
+                    let r = row(
+                        "identical",
+                        serde_json::json!({
+                            "run": run_id, "repo": name, "objects": objects, "arm": arm.name, "round": round, "clients": clients,
+                            "placement": placement, "cpu_us": cpu_us, "bytes_down": bytes, "wall_p50_us": sorted[sorted.len() / 2],
+                            "generations": fetches.as_ref().map(|f| f.generations),
+                            "generator_cpu_us": fetches.as_ref().map(|f| f.generator_cpu_us),
+                            "read_back": fetches.as_ref().map(|f| f.read_back),
+                        }),
+                    );
+                    writeln!(out, "{r}")?;
+                }
+                eprint!(".");
             }
-            eprint!(".");
         }
     }
     eprintln!();
