@@ -244,63 +244,8 @@ fn render_label(rows: &[Value], label: Option<&str>) -> Result<Vec<(String, Stri
         }
     }
     for placement in placements {
-        let identical: Vec<&&Value> = of_run.iter().filter(|r| r["kind"] == "identical" && r["placement"] == *placement).collect();
-        if let Some(first) = identical.first() {
-            let n = identical.iter().filter_map(|r| r["clients"].as_u64()).max().unwrap_or(1);
-            writeln!(md, "## Identical clones ({n} × `clone --bare` of {} at once, against one)\n", first["repo"].as_str().unwrap_or("?"))?;
-            writeln!(md, "Server CPU, medians over the rounds; before every step each server's copy gets a new ref, so nothing is read back from the step before.\n")?;
-            if let Some(placement) = first["placement"].as_str() {
-                writeln!(md, "CPUs: {placement}.\n")?;
-            }
-            writeln!(md, "| server | CPU, 1 clone (ms) | CPU, {n} clones (ms) | {n} ÷ 1 | per round, min–max | bytes, {n} clones |\n|---|---|---|---|---|---|")?;
-            for a in &arms {
-                let of_arm = |clients: u64| identical.iter().filter(move |r| r["arm"] == a.as_str() && r["clients"] == clients);
-                let of = |clients: u64, field: &str| median(of_arm(clients).filter_map(|r| r[field].as_f64()).collect());
-                let (one, many) = (of(1, "cpu_us") / 1000.0, of(n, "cpu_us") / 1000.0);
-                // Each round's N ÷ 1 (its own two steps): how far the machine's noise moves the ratio.
-                let per_round: Vec<f64> = of_arm(1)
-                    .filter_map(|o| {
-                        let m = of_arm(n).find(|m| m["round"] == o["round"])?;
-                        Some(m["cpu_us"].as_f64()? / o["cpu_us"].as_f64()?)
-                    })
-                    .collect();
-                let (lo, hi) = (per_round.iter().copied().fold(f64::INFINITY, f64::min), per_round.iter().copied().fold(f64::NEG_INFINITY, f64::max));
-                writeln!(md, "| {a} | {one:.1} | {many:.1} | {:.2} | {lo:.2}–{hi:.2} | {:.0} |", many / one, of(n, "bytes_down"))?;
-            }
-            writeln!(md)?;
-
-            // The arms with an access log: the generating request's own CPU apart from the rest.
-            let logged: Vec<&String> = arms.iter().filter(|a| identical.iter().any(|r| r["arm"] == a.as_str() && r["generator_cpu_us"].is_u64())).collect();
-            if !logged.is_empty() {
-                writeln!(md, "### Generation and reading apart (gixd's access log)\n")?;
-                writeln!(md, "The generating request's CPU is its thread's, from the access log; the rest of a step's server CPU is everything else (ls-refs, requests, sending). \
-    \
-                    \"Readers per extra clone\" is each round's (rest with {n} − rest with 1) ÷ {}. \
-    \
-                    \"{n} ÷ 1, generation as in the 1-clone step\" is each round's ratio with the {n}-clone step's generation CPU replaced by the 1-clone step's: what the ratio would be if generating the same pack cost the same CPU in both steps.\n", n - 1)?;
-                writeln!(md, "| server | generations per step, 1 / {n} clones | generation CPU, 1 / {n} clones (ms) | readers per extra clone (ms) | {n} ÷ 1, generation as in the 1-clone step (per round, min–max) |\n|---|---|---|---|---|")?;
-                for a in logged {
-                    let of_arm = |clients: u64| identical.iter().filter(move |r| r["arm"] == a.as_str() && r["clients"] == clients);
-                    let of = |clients: u64, field: &str| median(of_arm(clients).filter_map(|r| r[field].as_f64()).collect());
-                    let paired: Vec<(&Value, &Value)> = of_arm(1).filter_map(|o| Some((**o, **of_arm(n).find(|m| m["round"] == o["round"])?))).collect();
-                    let f = |r: &Value, k: &str| r[k].as_f64().unwrap_or(f64::NAN);
-                    let readers: Vec<f64> = paired.iter().map(|(o, m)| ((f(m, "cpu_us") - f(m, "generator_cpu_us")) - (f(o, "cpu_us") - f(o, "generator_cpu_us"))) / (n - 1) as f64 / 1000.0).collect();
-                    let same_generation: Vec<f64> = paired.iter().map(|(o, m)| (f(o, "generator_cpu_us") + f(m, "cpu_us") - f(m, "generator_cpu_us")) / f(o, "cpu_us")).collect();
-                    let (lo, hi) = (same_generation.iter().copied().fold(f64::INFINITY, f64::min), same_generation.iter().copied().fold(f64::NEG_INFINITY, f64::max));
-                    writeln!(
-                        md,
-                        "| {a} | {:.0} / {:.0} | {:.1} / {:.1} | {:.2} | {:.2} ({lo:.2}–{hi:.2}) |",
-                        of(1, "generations"),
-                        of(n, "generations"),
-                        of(1, "generator_cpu_us") / 1000.0,
-                        of(n, "generator_cpu_us") / 1000.0,
-                        median(readers),
-                        median(same_generation),
-                    )?;
-                }
-                writeln!(md)?;
-            }
-        }
+        let identical: Vec<&Value> = of_run.iter().filter(|r| r["kind"] == "identical" && r["placement"] == *placement).map(|r| &**r).collect();
+        identical_section(&mut md, &arms, &identical)?;
     }
 
     // Where gixd is furthest behind (CPU).
@@ -317,6 +262,68 @@ fn render_label(rows: &[Value], label: Option<&str>) -> Result<Vec<(String, Stri
     writeln!(md, "\n![gixd's server CPU over the best peer's, per row]({stem}.svg)")?;
     let svg = svg(&cpu_rows.iter().chain(ramp_rows.iter()).collect::<Vec<_>>());
     Ok(vec![(format!("bench/{stem}.md"), md), (format!("bench/{stem}.svg"), svg)])
+}
+
+
+/// One placement's identical-clones section: each arm's CPU for N clones against one, and for
+/// the arms with an access log, the generation apart from the reading. `identical` is not empty.
+fn identical_section(md: &mut String, arms: &[String], identical: &[&Value]) -> Result<()> {
+    let first = identical[0];
+    let n = identical.iter().filter_map(|r| r["clients"].as_u64()).max().unwrap_or(1);
+    writeln!(md, "## Identical clones ({n} × `clone --bare` of {} at once, against one)\n", first["repo"].as_str().unwrap_or("?"))?;
+    writeln!(md, "Server CPU, medians over the rounds; before every step each server's copy gets a new ref, so nothing is read back from the step before.\n")?;
+    if let Some(placement) = first["placement"].as_str() {
+        writeln!(md, "CPUs: {placement}.\n")?;
+    }
+    writeln!(md, "| server | CPU, 1 clone (ms) | CPU, {n} clones (ms) | {n} ÷ 1 | per round, min–max | bytes, {n} clones |\n|---|---|---|---|---|---|")?;
+    for a in arms {
+        let of_arm = |clients: u64| identical.iter().filter(move |r| r["arm"] == a.as_str() && r["clients"] == clients);
+        let of = |clients: u64, field: &str| median(of_arm(clients).filter_map(|r| r[field].as_f64()).collect());
+        let (one, many) = (of(1, "cpu_us") / 1000.0, of(n, "cpu_us") / 1000.0);
+        // Each round's N ÷ 1 (its own two steps): how far the machine's noise moves the ratio.
+        let per_round: Vec<f64> = of_arm(1)
+            .filter_map(|o| {
+                let m = of_arm(n).find(|m| m["round"] == o["round"])?;
+                Some(m["cpu_us"].as_f64()? / o["cpu_us"].as_f64()?)
+            })
+            .collect();
+        let (lo, hi) = (per_round.iter().copied().fold(f64::INFINITY, f64::min), per_round.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+        writeln!(md, "| {a} | {one:.1} | {many:.1} | {:.2} | {lo:.2}–{hi:.2} | {:.0} |", many / one, of(n, "bytes_down"))?;
+    }
+    writeln!(md)?;
+
+    // The arms with an access log: the generating request's own CPU apart from the rest.
+    let logged: Vec<&String> = arms.iter().filter(|a| identical.iter().any(|r| r["arm"] == a.as_str() && r["generator_cpu_us"].is_u64())).collect();
+    if !logged.is_empty() {
+        writeln!(md, "### Generation and reading apart (gixd's access log)\n")?;
+        writeln!(md, "The generating request's CPU is its thread's, from the access log; the rest of a step's server CPU is everything else (ls-refs, requests, sending). \
+\
+            \"Readers per extra clone\" is each round's (rest with {n} − rest with 1) ÷ {}. \
+\
+            \"{n} ÷ 1, generation as in the 1-clone step\" is each round's ratio with the {n}-clone step's generation CPU replaced by the 1-clone step's: what the ratio would be if generating the same pack cost the same CPU in both steps.\n", n - 1)?;
+        writeln!(md, "| server | generations per step, 1 / {n} clones | generation CPU, 1 / {n} clones (ms) | readers per extra clone (ms) | {n} ÷ 1, generation as in the 1-clone step (per round, min–max) |\n|---|---|---|---|---|")?;
+        for a in logged {
+            let of_arm = |clients: u64| identical.iter().filter(move |r| r["arm"] == a.as_str() && r["clients"] == clients);
+            let of = |clients: u64, field: &str| median(of_arm(clients).filter_map(|r| r[field].as_f64()).collect());
+            let paired: Vec<(&Value, &Value)> = of_arm(1).filter_map(|o| Some((*o, *of_arm(n).find(|m| m["round"] == o["round"])?))).collect();
+            let f = |r: &Value, k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+            let readers: Vec<f64> = paired.iter().map(|(o, m)| ((f(m, "cpu_us") - f(m, "generator_cpu_us")) - (f(o, "cpu_us") - f(o, "generator_cpu_us"))) / (n - 1) as f64 / 1000.0).collect();
+            let same_generation: Vec<f64> = paired.iter().map(|(o, m)| (f(o, "generator_cpu_us") + f(m, "cpu_us") - f(m, "generator_cpu_us")) / f(o, "cpu_us")).collect();
+            let (lo, hi) = (same_generation.iter().copied().fold(f64::INFINITY, f64::min), same_generation.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+            writeln!(
+                md,
+                "| {a} | {:.0} / {:.0} | {:.1} / {:.1} | {:.2} | {:.2} ({lo:.2}–{hi:.2}) |",
+                of(1, "generations"),
+                of(n, "generations"),
+                of(1, "generator_cpu_us") / 1000.0,
+                of(n, "generator_cpu_us") / 1000.0,
+                median(readers),
+                median(same_generation),
+            )?;
+        }
+        writeln!(md)?;
+    }
+    Ok(())
 }
 
 /// Horizontal bars on a log scale around 1: gixd's CPU ÷ the best peer's, per row.
