@@ -2,7 +2,8 @@
 //! check-config` says exactly what is wrong; `gixd token add|list|revoke` shows a secret once and
 //! stores only its hash; `gixd serve --config` serves with it; a gixd killed mid-push leaves the
 //! repository fsck-clean with the ref at its old value (or, killed after the update, its new one;
-//! fifty kills at points spread over a push), and the next start removes the quarantine.
+//! fifty kills at points spread over a push), and the next start removes the quarantine and the
+//! ref locks that push held.
 
 mod common;
 use common::{git, git_ok};
@@ -79,9 +80,14 @@ impl Drop for Server {
 }
 
 fn serve(config: &Path) -> Server {
+    serve_with(config, &[])
+}
+
+fn serve_with(config: &Path, env: &[(&str, &str)]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_gixd"))
         .args(["serve", "--config", config.to_str().unwrap()])
         .env("GIXD_WORKER_THREADS", "1")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -185,6 +191,61 @@ fn a_push_cut_by_kill_9_leaves_the_old_ref_and_the_next_start_cleans_up() {
     let url = format!("http://ci:{secret}@{}/r.git", server.addr);
     git_ok(&work, &["push", "-q", &url, "main"]);
     assert_eq!(git_ok(&repo, &["rev-parse", "main"]), new);
+}
+
+/// gixd killed while it holds a push's ref locks (stopped there by its test hook, not by timing):
+/// the ref stays old and the lock files stay, as they would after git's receive-pack; the next
+/// start removes exactly the ones that push took (`<ref>.lock` and, with a `packed-refs`,
+/// `packed-refs.lock`), and the same push then goes through. A lock file another process made
+/// since, even at the same path, stays. Before, every later push to that ref was refused until
+/// someone deleted the lock by hand.
+#[test]
+fn a_push_killed_holding_its_ref_locks_leaves_none_after_the_next_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, config, work, secret) = setup(tmp.path());
+    let server = serve(&config);
+    git_ok(&work, &["push", "-q", &format!("http://ci:{secret}@{}/r.git", server.addr), "main"]);
+    drop(server);
+    git_ok(&repo, &["pack-refs", "--all"]);
+    let old = git_ok(&repo, &["rev-parse", "main"]);
+    std::fs::write(work.join("b"), "b\n").unwrap();
+    git_ok(&work, &["add", "b"]);
+    git_ok(&work, &["commit", "-q", "-m", "two"]);
+    let new = git_ok(&work, &["rev-parse", "main"]);
+    let (ref_lock, packed_lock) = (repo.join("refs/heads/main.lock"), repo.join("packed-refs.lock"));
+    let killed_push = || {
+        let mut server = serve_with(&config, &[("GIXD_TEST_KILL_AT", "push-refs-locked")]);
+        let pushed = git(&work, &["push", &format!("http://ci:{secret}@{}/r.git", server.addr), "main"]);
+        assert!(!pushed.status.success(), "the server died inside the push");
+        let status = server.child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "killed at its kill point: {status:?}");
+        assert_eq!(git_ok(&repo, &["rev-parse", "main"]), old, "the ref did not move");
+        for lock in [&ref_lock, &packed_lock] {
+            assert!(lock.is_file(), "killed inside the lock window: {} is there", lock.display());
+        }
+    };
+
+    killed_push();
+    drop(serve(&config));
+    for lock in [&ref_lock, &packed_lock] {
+        assert!(!lock.exists(), "the next start removed the killed push's {}", lock.display());
+    }
+
+    killed_push();
+    // The killed push's lock gone, and one at the same path from another writer since (a git
+    // process still at work): a new file, whatever inode it gets.
+    std::fs::remove_file(&ref_lock).unwrap();
+    std::fs::write(&ref_lock, "").unwrap();
+    let server = serve(&config);
+    assert!(!packed_lock.exists(), "the killed push's packed-refs.lock is removed");
+    assert!(ref_lock.is_file(), "the other writer's main.lock is left");
+    std::fs::remove_file(&ref_lock).unwrap();
+
+    git_ok(&work, &["push", "-q", &format!("http://ci:{secret}@{}/r.git", server.addr), "main"]);
+    assert_eq!(git_ok(&repo, &["rev-parse", "main"]), new, "the push goes through");
+    let fsck = git(&repo, &["fsck", "--full", "--strict", "--no-dangling"]);
+    assert!(fsck.status.success() && fsck.stdout.is_empty(), "{}", String::from_utf8_lossy(&fsck.stdout));
 }
 
 /// What the configuration file says stands unless a flag says otherwise: a boolean flag that is

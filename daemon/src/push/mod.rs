@@ -3,7 +3,9 @@
 //! repository's `receive.deny*` settings, fast-forward, connectivity of the new tip), the
 //! [`hooks`], then the objects made visible and only after that the refs moved, each under its
 //! lock with a compare-and-swap on its old value (all in one transaction with `atomic`).
-//! Readers see the old or the new state, never a ref whose objects are missing.
+//! Readers see the old or the new state, never a ref whose objects are missing. While a push
+//! holds ref locks its quarantine notes them, so that a start after a kill removes them.
+//! `GIXD_TEST_KILL_AT` (`kill_point`) lets tests kill gixd inside that window.
 
 pub mod hooks;
 pub mod quarantine;
@@ -307,7 +309,7 @@ pub fn apply(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead, bands: &
     let edit = |command: &RefUpdate| edit_for(command, who);
     if req.atomic {
         let edits: Vec<_> = req.updates.iter().map(edit).collect();
-        if let Err(err) = repo.edit_references_as(edits, Some(committer)) {
+        if let Err(err) = edit_refs(&repo, &quarantine, edits, committer) {
             // The commands that broke a rule say which; the others failed with them.
             for (command, result) in req.updates.iter().zip(results.iter_mut()) {
                 *result = Err(ref_refusal(&repo, command).unwrap_or(Refusal::Atomic));
@@ -319,7 +321,7 @@ pub fn apply(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead, bands: &
     } else {
         for (command, result) in req.updates.iter().zip(results.iter_mut()) {
             if result.is_ok()
-                && let Err(err) = repo.edit_references_as(Some(edit(command)), Some(committer))
+                && let Err(err) = edit_refs(&repo, &quarantine, vec![edit(command)], committer)
             {
                 *result = Err(ref_refusal(&repo, command).unwrap_or_else(|| Refusal::Update(error_chain(&err))));
             }
@@ -348,6 +350,62 @@ pub fn apply(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead, bands: &
         "push"
     );
     Ok(Outcome { unpack_error: None, results, objects: quarantine.objects })
+}
+
+/// One ref transaction: every lock taken (with the compare-and-swap checked under it), then all
+/// changes made. Between the two the quarantine records which lock files are this push's, so a
+/// start after this process was killed there removes them (and no one else's).
+fn edit_refs(
+    repo: &gix::Repository,
+    quarantine: &Quarantine,
+    edits: Vec<gix::refs::transaction::RefEdit>,
+    committer: gix::actor::SignatureRef<'_>,
+) -> Result<(), gix_error::Error> {
+    let timeout = |key: &str, default_ms: u64| {
+        use gix::lock::acquire::Fail;
+        match repo.config_snapshot().integer(key) {
+            Some(ms) if ms < 0 => Fail::AfterDurationWithBackoff(std::time::Duration::from_secs(u64::MAX)),
+            Some(0) => Fail::Immediately,
+            Some(ms) => Fail::AfterDurationWithBackoff(std::time::Duration::from_millis(ms as u64)),
+            None => Fail::AfterDurationWithBackoff(std::time::Duration::from_millis(default_ms)),
+        }
+    };
+    let names: Vec<String> = edits.iter().map(|e| e.name.as_bstr().to_string()).collect();
+    let locked = repo.refs.transaction().prepare(edits, timeout("core.filesRefLockTimeout", 100), timeout("core.packedRefsTimeout", 1000))?;
+    quarantine.record_ref_locks(&ref_lock_paths(repo, &names));
+    kill_point("push-refs-locked");
+    let committed = locked.commit(Some(committer));
+    quarantine.forget_ref_locks();
+    committed.map(drop)
+}
+
+/// The lock files a prepared transaction over `names` holds: `<ref>.lock` for each, and
+/// `packed-refs.lock` when there is a `packed-refs` (gix-ref locks it to compare and to delete).
+fn ref_lock_paths(repo: &gix::Repository, names: &[String]) -> Vec<std::path::PathBuf> {
+    let per_worktree = |name: &str| ["refs/worktree/", "refs/bisect/", "refs/rewritten/"].iter().any(|p| name.starts_with(p));
+    let mut paths: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let base = if per_worktree(name) { repo.git_dir() } else { repo.common_dir() };
+            base.join(format!("{name}.lock"))
+        })
+        .collect();
+    if repo.common_dir().join("packed-refs").is_file() {
+        paths.push(repo.common_dir().join("packed-refs.lock"));
+    }
+    paths
+}
+
+/// A test hook: with `GIXD_TEST_KILL_AT=<point>` in its environment, gixd kills itself (SIGKILL,
+/// as an operator's `kill -9` or the OOM killer would) when it reaches that point, so a test can
+/// stop it inside a window too short to hit by timing.
+fn kill_point(point: &str) {
+    static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    if AT.get_or_init(|| std::env::var("GIXD_TEST_KILL_AT").ok()).as_deref() == Some(point) {
+        tracing::warn!(point, "GIXD_TEST_KILL_AT: killing this process");
+        // SAFETY: signalling ourselves; nothing after this runs.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
 }
 
 /// Which rule a refused ref update broke, read from the refs as they are now (the transaction's
