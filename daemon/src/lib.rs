@@ -32,7 +32,8 @@
 //!   [`bitmap`] — git's pack bitmaps, for selection without a walk.
 //! - [`repo`] — repository access: URL path to repository under the base path, export rules,
 //!   the ref snapshot, per-repository caches; [`packs`] — the pack files, so an entry is copied
-//!   without being inflated to find its end.
+//!   without being inflated to find its end; [`ref_locks`] — the ref lock files a push or a
+//!   maintenance run holds, noted so that a kill does not leave them for good.
 //! - [`graph`] — the object graph: an object's children, peeling.
 //! - [`config`] — every limit, with why it exists; [`error`] — the typed errors, each reported
 //!   once, where the request's answer is written; [`filter`] — partial-clone filter specs and
@@ -54,6 +55,7 @@ pub mod pack_cache;
 pub mod packs;
 pub mod protocol;
 pub mod push;
+pub mod ref_locks;
 pub mod repo;
 pub mod select;
 pub mod server;
@@ -76,4 +78,16 @@ pub(crate) fn unlinked_file(dir: &std::path::Path, purpose: &str) -> std::io::Re
     let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
     std::fs::remove_file(&path)?;
     Ok(file)
+}
+
+/// A test hook: with `GIXD_TEST_KILL_AT=<point>` in its environment, gixd kills itself (SIGKILL,
+/// as an operator's `kill -9` or the OOM killer would) when it reaches that point, so a test can
+/// stop it inside a window too short to hit by timing.
+pub fn kill_point(point: &str) {
+    static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    if AT.get_or_init(|| std::env::var("GIXD_TEST_KILL_AT").ok()).as_deref() == Some(point) {
+        tracing::warn!(point, "GIXD_TEST_KILL_AT: killing this process");
+        // SAFETY: signalling ourselves; nothing after this runs.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
 }

@@ -92,8 +92,11 @@ pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
         let _ = std::fs::remove_dir(fanout.path()); // only if empty
     }
 
-    // 5. Loose refs into packed-refs.
-    report.refs_packed = pack_refs(&repo)?;
+    // 5. Loose refs into packed-refs (their locks noted in the scratch directory meanwhile).
+    std::fs::create_dir_all(&scratch)?;
+    let packed = pack_refs(&repo, &scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
+    report.refs_packed = packed?;
     Ok(report)
 }
 
@@ -105,7 +108,10 @@ pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
 /// takes): packed-refs is written first, and only then is each loose file removed, under its
 /// lock, so a reader finds the same value at every moment. A ref a push moves or locks meanwhile
 /// fails the transaction, which then changes nothing; the refs stay loose until the next run.
-fn pack_refs(repo: &gix::Repository) -> Result<usize, ServeError> {
+///
+/// Between taking the locks and committing, `scratch` notes them ([`crate::ref_locks`]): a run
+/// killed there leaves them, and the next run, or the next gixd start, removes them.
+fn pack_refs(repo: &gix::Repository, scratch: &Path) -> Result<usize, ServeError> {
     use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
     use gix::refs::Target;
     let edits: Vec<RefEdit> = repo
@@ -130,14 +136,16 @@ fn pack_refs(repo: &gix::Repository) -> Result<usize, ServeError> {
         return Ok(0);
     }
     let count = edits.len();
+    let names: Vec<String> = edits.iter().map(|e| e.name.as_bstr().to_string()).collect();
     let packed = gix::refs::file::transaction::PackedRefs::DeletionsAndNonSymbolicUpdatesRemoveLooseSourceReference(Box::new(repo.objects.clone()));
     let fail = gix::lock::acquire::Fail::Immediately;
-    let result = repo
-        .refs
-        .transaction()
-        .packed_refs(packed)
-        .prepare(edits, fail, fail)
-        .and_then(|transaction| transaction.commit(None));
+    let result = repo.refs.transaction().packed_refs(packed).prepare(edits, fail, fail).and_then(|locked| {
+        crate::ref_locks::note(scratch, &crate::ref_locks::held_for(repo, &names));
+        crate::kill_point("maintenance-refs-locked");
+        let committed = locked.commit(None);
+        crate::ref_locks::forget(scratch);
+        committed
+    });
     match result {
         Ok(_) => Ok(count),
         Err(err) => {
@@ -165,20 +173,25 @@ impl Lock {
 }
 
 /// Remove what runs killed before they finished left: their scratch directories
-/// (`objects/gixd-maintenance-<pid>`), the temporary files of their pack and index (gix-tempfile's
-/// `.tmp*` in the pack directory) and of their `.rev` and `.bitmap` (`pack-*.tmp`). Only
+/// (`objects/gixd-maintenance-<pid>`) and the ref locks noted there, the temporary files of
+/// their pack and index (gix-tempfile's `.tmpXXXXXX` in the pack directory; git's repack writes
+/// `.tmp-<pid>-pack-…`, left alone) and of their `.rev` and `.bitmap` (`pack-*.tmp`). Only
 /// maintenance writes these names there (a push indexes inside its quarantine), and holding the
 /// lock means no other run is alive. Returns how many were removed.
 fn remove_leftovers(objects_dir: &Path, pack_dir: &Path) -> usize {
     let mut removed = 0;
     for entry in std::fs::read_dir(objects_dir).into_iter().flatten().flatten() {
-        if entry.file_name().to_string_lossy().starts_with("gixd-maintenance-") && entry.path().is_dir() && std::fs::remove_dir_all(entry.path()).is_ok() {
-            removed += 1;
+        if entry.file_name().to_string_lossy().starts_with("gixd-maintenance-") && entry.path().is_dir() {
+            removed += crate::ref_locks::remove_noted(&entry.path(), crate::ref_locks::Gone::Anywhere);
+            if std::fs::remove_dir_all(entry.path()).is_ok() {
+                removed += 1;
+            }
         }
     }
     for entry in std::fs::read_dir(pack_dir).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let temporary = name.starts_with(".tmp") || (name.starts_with("pack-") && name.ends_with(".tmp"));
+        // gix-tempfile's `.tmpXXXXXX`, never git's `.tmp-<pid>-pack-…` (a `git repack` at work).
+        let temporary = (name.starts_with(".tmp") && !name.starts_with(".tmp-")) || (name.starts_with("pack-") && name.ends_with(".tmp"));
         if temporary && std::fs::remove_file(entry.path()).is_ok() {
             removed += 1;
         }
@@ -187,6 +200,19 @@ fn remove_leftovers(objects_dir: &Path, pack_dir: &Path) -> usize {
         tracing::info!(removed, dir = %objects_dir.display(), "maintenance removed what a killed run left");
     }
     removed
+}
+
+/// At a start: if no maintenance of `git_dir` is running (its lock is free), remove what killed
+/// runs left, their ref locks first (until then every push to a ref they held fails). Returns how
+/// many files and directories were removed.
+pub fn clean_after_kill(git_dir: &Path) -> usize {
+    let objects_dir = git_dir.join("objects");
+    let scratch_left = std::fs::read_dir(&objects_dir).into_iter().flatten().flatten().any(|e| e.file_name().to_string_lossy().starts_with("gixd-maintenance-") && e.path().is_dir());
+    if !scratch_left {
+        return 0; // nothing to do, and no lock file made in a repository maintenance never ran in
+    }
+    let Ok(_lock) = Lock::take(&objects_dir) else { return 0 };
+    remove_leftovers(&objects_dir, &objects_dir.join("pack"))
 }
 
 fn write_pack(repo: &gix::Repository, selection: &crate::select::Selection, scratch: &Path, pack_dir: &Path, hash: gix_hash::Kind) -> Result<(PathBuf, PathBuf, usize), ServeError> {

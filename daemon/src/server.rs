@@ -37,10 +37,18 @@ impl Server {
 
     pub async fn bind_with(config: Config, options: Options) -> std::io::Result<Server> {
         let repos = Repos::new(&config.base_path, config.exports.clone())?.with_rules(config.paths.clone())?;
-        // Pushes a killed gixd left half-done: their quarantines go now.
-        let stale = crate::push::quarantine::clean_below(repos.base(), 6);
+        // Pushes and maintenance runs a killed gixd left half-done: their quarantines and scratch
+        // go now, and the ref locks they held with them.
+        let (mut stale, mut leftovers) = (0, 0);
+        for git_dir in crate::push::quarantine::repositories_below(repos.base(), 6) {
+            stale += crate::push::quarantine::clean_stale(&git_dir.join("objects"));
+            leftovers += crate::maintenance::clean_after_kill(&git_dir);
+        }
         if stale > 0 {
             tracing::warn!(stale, "removed quarantines of interrupted pushes");
+        }
+        if leftovers > 0 {
+            tracing::warn!(leftovers, "removed what interrupted maintenance runs left");
         }
         let listener = TcpListener::bind(config.listen).await?;
         let git_listener = match config.git_listen {

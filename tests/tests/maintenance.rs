@@ -289,3 +289,70 @@ fn maintenance_killed_at_any_point_loses_nothing_and_the_next_run_clears_what_it
     assert_eq!(rev_list_objects(&repo, &["--all"]), reachable_before);
     println!("16 maintenance runs killed over {whole:?} each; {left_something} left files behind, all removed by the next run");
 }
+
+/// gixd maintenance, killed holding the ref locks of the loose refs it packs (stopped there by
+/// its test hook): the refs are as before; a gixd started then removes exactly those locks (and
+/// the run's scratch), so a push to one of those refs goes through, and the next run packs them.
+/// Before, every push to any of those refs failed until someone deleted the locks by hand.
+#[test]
+fn maintenance_killed_holding_ref_locks_leaves_none_after_the_next_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let PushOnly { server, base, repo, url, work } = push_only(tmp.path());
+    gixd_tests::commit_files(&work, &[("a", b"a\n")], "one");
+    git_ok(&work, &["branch", "other"]);
+    git_ok(&work, &["push", "-q", &url, "main", "other"]);
+    drop(server);
+    git_ok(&repo, &["pack-refs", "--all", "--no-prune"]); // a packed-refs, and the refs loose too
+    let refs_before = gixd_tests::git_out(&repo, &["show-ref"]);
+
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "inner_maintenance_of_the_named_repository", "--ignored", "--test-threads=1", "-q"])
+        .env("GIXD_MAINTAIN", &repo)
+        .env("GIXD_TEST_KILL_AT", "maintenance-refs-locked")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "killed (SIGKILL) at its kill point: {status:?}");
+    let locks = ["refs/heads/main.lock", "refs/heads/other.lock", "packed-refs.lock"].map(|l| repo.join(l));
+    for lock in &locks {
+        assert!(lock.is_file(), "killed inside the lock window: {} is there", lock.display());
+    }
+    assert_eq!(gixd_tests::git_out(&repo, &["show-ref"]), refs_before);
+
+    let server = serve_with(&base, |c| {
+        c.git_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.services.receive_pack = true;
+    });
+    for lock in &locks {
+        assert!(!lock.exists(), "the start removed the killed run's {}", lock.display());
+    }
+    let scratch = std::fs::read_dir(repo.join("objects")).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("gixd-maintenance-")).count();
+    assert_eq!(scratch, 0, "and its scratch");
+    gixd_tests::commit_files(&work, &[("b", b"b\n")], "two");
+    let url = format!("git://{}/r.git", server.git_addr.unwrap());
+    git_ok(&work, &["push", "-q", &url, "main"]);
+    assert_eq!(gixd_tests::git_out(&repo, &["rev-parse", "main"]), gixd_tests::git_out(&work, &["rev-parse", "main"]));
+    assert_eq!(gixd::maintenance::run(&repo).unwrap().refs_packed, 2);
+    assert_fsck_clean(&repo);
+}
+
+/// A pack being written by git beside gixd's maintenance (`git repack` names its files
+/// `objects/pack/.tmp-<pid>-pack-…`) is not taken for a killed run's leftover: maintenance
+/// removes only its own temporary names (gix-tempfile's `.tmpXXXXXX`, `pack-*.tmp`).
+#[test]
+fn maintenance_leaves_a_pack_git_is_writing_beside_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let PushOnly { server: _server, repo, url, work, .. } = push_only(tmp.path());
+    gixd_tests::commit_files(&work, &[("a", b"a\n")], "one");
+    git_ok(&work, &["push", "-q", &url, "main"]);
+    let gits = repo.join("objects/pack/.tmp-4242-pack-0123456789abcdef0123456789abcdef01234567.pack");
+    std::fs::write(&gits, b"PACK").unwrap();
+    let ours = repo.join("objects/pack/.tmpAb3dE9");
+    std::fs::write(&ours, b"").unwrap();
+    let report = gixd::maintenance::run(&repo).unwrap();
+    assert!(gits.is_file(), "git's pack in the making is left: {report:?}");
+    assert!(!ours.exists(), "a temporary file of a killed gixd run is removed");
+}

@@ -5,7 +5,7 @@
 //! lock with a compare-and-swap on its old value (all in one transaction with `atomic`).
 //! Readers see the old or the new state, never a ref whose objects are missing. While a push
 //! holds ref locks its quarantine notes them, so that a start after a kill removes them.
-//! `GIXD_TEST_KILL_AT` (`kill_point`) lets tests kill gixd inside that window.
+//! `GIXD_TEST_KILL_AT=push-refs-locked` ([`crate::kill_point`]) kills gixd inside that window.
 
 pub mod hooks;
 pub mod quarantine;
@@ -372,40 +372,11 @@ fn edit_refs(
     };
     let names: Vec<String> = edits.iter().map(|e| e.name.as_bstr().to_string()).collect();
     let locked = repo.refs.transaction().prepare(edits, timeout("core.filesRefLockTimeout", 100), timeout("core.packedRefsTimeout", 1000))?;
-    quarantine.record_ref_locks(&ref_lock_paths(repo, &names));
-    kill_point("push-refs-locked");
+    quarantine.note_ref_locks(&crate::ref_locks::held_for(repo, &names));
+    crate::kill_point("push-refs-locked");
     let committed = locked.commit(Some(committer));
     quarantine.forget_ref_locks();
     committed.map(drop)
-}
-
-/// The lock files a prepared transaction over `names` holds: `<ref>.lock` for each, and
-/// `packed-refs.lock` when there is a `packed-refs` (gix-ref locks it to compare and to delete).
-fn ref_lock_paths(repo: &gix::Repository, names: &[String]) -> Vec<std::path::PathBuf> {
-    let per_worktree = |name: &str| ["refs/worktree/", "refs/bisect/", "refs/rewritten/"].iter().any(|p| name.starts_with(p));
-    let mut paths: Vec<_> = names
-        .iter()
-        .map(|name| {
-            let base = if per_worktree(name) { repo.git_dir() } else { repo.common_dir() };
-            base.join(format!("{name}.lock"))
-        })
-        .collect();
-    if repo.common_dir().join("packed-refs").is_file() {
-        paths.push(repo.common_dir().join("packed-refs.lock"));
-    }
-    paths
-}
-
-/// A test hook: with `GIXD_TEST_KILL_AT=<point>` in its environment, gixd kills itself (SIGKILL,
-/// as an operator's `kill -9` or the OOM killer would) when it reaches that point, so a test can
-/// stop it inside a window too short to hit by timing.
-fn kill_point(point: &str) {
-    static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    if AT.get_or_init(|| std::env::var("GIXD_TEST_KILL_AT").ok()).as_deref() == Some(point) {
-        tracing::warn!(point, "GIXD_TEST_KILL_AT: killing this process");
-        // SAFETY: signalling ourselves; nothing after this runs.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-    }
 }
 
 /// Which rule a refused ref update broke, read from the refs as they are now (the transaction's

@@ -3,7 +3,7 @@
 //! [`Quarantine::migrate`] moves the pack (then its index: readers find packs by their index)
 //! into `objects/pack/`; dropping a quarantine removes it, and a quarantine left by a killed
 //! process is removed by [`clean_stale`], with the ref lock files that push noted while it held
-//! them ([`Quarantine::record_ref_locks`]).
+//! them ([`Quarantine::note_ref_locks`]).
 
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
@@ -11,11 +11,6 @@ use std::sync::atomic::AtomicBool;
 
 /// Quarantine directories are named `gixd-quarantine-<pid>-<unique>`.
 pub const PREFIX: &str = "gixd-quarantine-";
-/// In a quarantine, while its push holds ref locks: `host <name>` (a process id says whether
-/// the push is alive only on its own host; replicas may share the base path over a network
-/// filesystem), then one line per lock file, `dev ino ctime ctime_nsec path`.
-const REF_LOCKS: &str = "ref-locks";
-const REF_LOCKS_TMP: &str = "ref-locks.tmp";
 
 pub struct Quarantine {
     /// `objects/gixd-quarantine-…`: an object directory of its own (with `pack/` inside).
@@ -89,28 +84,15 @@ impl Quarantine {
         gix_odb::at(&self.dir, hash)
     }
 
-    /// Note the ref lock files this push holds, each with its device, inode and change time, so
-    /// that [`clean_stale`] can tell them from a lock another process took later. Best effort:
-    /// a push whose note could not be written goes on (and a kill would leave its locks, as
-    /// git's receive-pack leaves them).
-    pub fn record_ref_locks(&self, paths: &[PathBuf]) {
-        use std::os::unix::fs::MetadataExt;
-        let mut text = format!("host {}\n", host_name());
-        for path in paths {
-            if let Ok(meta) = std::fs::symlink_metadata(path) {
-                text.push_str(&format!("{} {} {} {} {}\n", meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec(), path.display()));
-            }
-        }
-        let (tmp, record) = (self.dir.join(REF_LOCKS_TMP), self.dir.join(REF_LOCKS));
-        if let Err(err) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &record)) {
-            tracing::warn!(dir = %self.dir.display(), %err, "could not note the push's ref locks");
-        }
+    /// Note the ref lock files this push holds ([`crate::ref_locks::note`]), so that a start
+    /// after this process was killed removes them with the quarantine.
+    pub fn note_ref_locks(&self, paths: &[PathBuf]) {
+        crate::ref_locks::note(&self.dir, paths);
     }
 
-    /// The ref transaction is over (committed or rolled back): its locks are gone, and so is the
-    /// note of them.
+    /// The ref transaction is over: its locks are gone.
     pub fn forget_ref_locks(&self) {
-        let _ = std::fs::remove_file(self.dir.join(REF_LOCKS));
+        crate::ref_locks::forget(&self.dir);
     }
 
     /// Make the objects visible: pack first, then index, into `objects/pack/` (a pack that is
@@ -155,56 +137,13 @@ pub fn clean_stale(objects_dir: &Path) -> usize {
         if alive {
             continue;
         }
-        remove_recorded_locks(&entry.path());
+        crate::ref_locks::remove_noted(&entry.path(), crate::ref_locks::Gone::OnThisHost);
         if std::fs::remove_dir_all(entry.path()).is_ok() {
             tracing::warn!(dir = %entry.path().display(), "removed the quarantine of an interrupted push");
             removed += 1;
         }
     }
     removed
-}
-
-/// The ref locks a killed push noted in its quarantine `dir`, removed where the file is still the
-/// one it took (same device, inode and change time): a lock another process took since is left.
-fn remove_recorded_locks(dir: &Path) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(text) = std::fs::read_to_string(dir.join(REF_LOCKS)) else { return };
-    let mut lines = text.lines();
-    if lines.next().and_then(|l| l.strip_prefix("host ")) != Some(host_name().as_str()) {
-        tracing::warn!(dir = %dir.display(), "left the ref locks of a push from another host");
-        return;
-    }
-    for line in lines {
-        let mut fields = line.splitn(5, ' ');
-        let mut number = || fields.next().and_then(|f| f.parse::<i64>().ok());
-        let (Some(dev), Some(ino), Some(ctime), Some(nsec)) = (number(), number(), number(), number()) else { continue };
-        let Some(path) = fields.next().map(Path::new) else { continue };
-        if !path.file_name().is_some_and(|n| n.to_string_lossy().ends_with(".lock")) {
-            continue;
-        }
-        let same = std::fs::symlink_metadata(path)
-            .is_ok_and(|m| m.dev() as i64 == dev && m.ino() as i64 == ino && m.ctime() == ctime && m.ctime_nsec() == nsec);
-        if same && std::fs::remove_file(path).is_ok() {
-            tracing::warn!(lock = %path.display(), "removed a ref lock of an interrupted push");
-        }
-    }
-}
-
-/// This machine's name (its UTS namespace's: each container has its own).
-fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is writable for its length; the name is cut to it.
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
-/// At startup: every repository below `base` (a bounded walk) loses the quarantines of pushes
-/// that a killed gixd left behind.
-pub fn clean_below(base: &Path, max_depth: usize) -> usize {
-    repositories_below(base, max_depth).iter().map(|dir| clean_stale(&dir.join("objects"))).sum()
 }
 
 /// The git directories below `base`, at most `max_depth` directories down.
@@ -228,47 +167,4 @@ pub fn repositories_below(base: &Path, max_depth: usize) -> Vec<std::path::PathB
     }
     found.sort();
     found
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A quarantine left by a process that is gone, holding `lock` as noted by its push, its
-    /// note's host line replaced by `host` when given.
-    fn killed_push_holding(objects: &Path, lock: &Path, host: Option<&str>) -> PathBuf {
-        std::fs::write(lock, "").unwrap();
-        let quarantine = Quarantine::create(objects).unwrap();
-        quarantine.record_ref_locks(&[lock.to_owned()]);
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let dead = child.id();
-        child.wait().unwrap();
-        let left = objects.join(format!("{PREFIX}{dead}-0-0"));
-        std::fs::rename(&quarantine.dir, &left).unwrap();
-        if let Some(host) = host {
-            let record = left.join(REF_LOCKS);
-            let text = std::fs::read_to_string(&record).unwrap();
-            let rest = text.split_once('\n').unwrap().1;
-            std::fs::write(&record, format!("host {host}\n{rest}")).unwrap();
-        }
-        left
-    }
-
-    #[test]
-    fn a_killed_push_s_ref_lock_is_removed_only_on_the_host_that_took_it() {
-        let tmp = tempfile::tempdir().unwrap();
-        let objects = tmp.path().join("objects");
-        std::fs::create_dir_all(&objects).unwrap();
-        let lock = tmp.path().join("main.lock");
-
-        let left = killed_push_holding(&objects, &lock, Some("another-host"));
-        assert_eq!(clean_stale(&objects), 1);
-        assert!(!left.exists(), "the quarantine goes");
-        assert!(lock.is_file(), "a lock noted on another host stays: its push may be alive there");
-
-        std::fs::remove_file(&lock).unwrap();
-        let left = killed_push_holding(&objects, &lock, None);
-        assert_eq!(clean_stale(&objects), 1);
-        assert!(!left.exists() && !lock.exists(), "noted on this host, by a process that is gone: removed");
-    }
 }
