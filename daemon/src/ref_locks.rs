@@ -4,6 +4,8 @@
 //! maintenance run note theirs in a directory of their own ([`note`]), each with its device,
 //! inode and change time; once that process is known to be gone, [`remove_noted`] removes the
 //! files that are still the ones it took, and leaves any lock another writer made since.
+//! Not covered: a kill inside gix-ref's prepare itself, before the note is written
+//! (microseconds), and a power loss (the note is not synced); both leave the locks as git would.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -92,7 +94,7 @@ pub fn remove_noted(dir: &Path, gone: Gone) -> usize {
 }
 
 /// This machine's name (its UTS namespace's: each container has its own).
-fn host_name() -> String {
+pub fn host_name() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is writable for its length; the name is cut to it.
     if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {

@@ -11,6 +11,9 @@ use std::sync::atomic::AtomicBool;
 
 /// Quarantine directories are named `gixd-quarantine-<pid>-<unique>`.
 pub const PREFIX: &str = "gixd-quarantine-";
+/// In a quarantine: the name of the host whose process the pid is (replicas may share a base
+/// path over a network filesystem, and a pid says nothing about another host's processes).
+const HOST: &str = "host";
 
 pub struct Quarantine {
     /// `objects/gixd-quarantine-…`: an object directory of its own (with `pack/` inside).
@@ -27,6 +30,9 @@ impl Quarantine {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
         let dir = objects_dir.join(format!("{PREFIX}{}-{nanos}-{n}", std::process::id()));
         std::fs::create_dir_all(dir.join("pack"))?;
+        // Best effort (a full disk has room for a directory, not always for a file): without
+        // it, a start judges the quarantine by its pid alone, as before it had one.
+        let _ = std::fs::write(dir.join(HOST), crate::ref_locks::host_name());
         Ok(Quarantine { dir, pack: None, objects: 0 })
     }
 
@@ -120,7 +126,8 @@ impl Drop for Quarantine {
     }
 }
 
-/// Remove quarantines in `objects_dir` whose process is gone (killed mid-push).
+/// Remove quarantines in `objects_dir` whose process is gone (killed mid-push), those made on
+/// this host only.
 pub fn clean_stale(objects_dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(objects_dir) else { return 0 };
     let mut removed = 0;
@@ -136,6 +143,9 @@ pub fn clean_stale(objects_dir: &Path) -> usize {
         };
         if alive {
             continue;
+        }
+        if std::fs::read_to_string(entry.path().join(HOST)).is_ok_and(|host| host != crate::ref_locks::host_name()) {
+            continue; // another host's push: whether it is alive cannot be told from here
         }
         crate::ref_locks::remove_noted(&entry.path(), crate::ref_locks::Gone::OnThisHost);
         if std::fs::remove_dir_all(entry.path()).is_ok() {
@@ -167,4 +177,34 @@ pub fn repositories_below(base: &Path, max_depth: usize) -> Vec<std::path::PathB
     }
     found.sort();
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A quarantine of this process, renamed to look like one a process that is gone left,
+    /// its host file saying `host`.
+    fn left_by_a_dead_process(objects: &Path, host: &str) -> PathBuf {
+        let quarantine = Quarantine::create(objects).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let left = objects.join(format!("{PREFIX}{dead}-0-{host}"));
+        std::fs::rename(&quarantine.dir, &left).unwrap();
+        std::fs::write(left.join(HOST), host).unwrap();
+        left
+    }
+
+    #[test]
+    fn a_dead_push_s_quarantine_is_removed_only_on_the_host_it_was_made_on() {
+        let tmp = tempfile::tempdir().unwrap();
+        let objects = tmp.path().join("objects");
+        std::fs::create_dir_all(&objects).unwrap();
+        let theirs = left_by_a_dead_process(&objects, "another-host");
+        let ours = left_by_a_dead_process(&objects, &crate::ref_locks::host_name());
+        assert_eq!(clean_stale(&objects), 1);
+        assert!(theirs.is_dir(), "another host's push may be alive there: its quarantine stays");
+        assert!(!ours.exists(), "this host's, whose process is gone, is removed");
+    }
 }
