@@ -390,6 +390,62 @@ impl Drop for Mounted {
     }
 }
 
+/// The filesystem under the repositories has no inodes left (a tmpfs with 256, used up): a
+/// push cannot even make its quarantine directory, and git shows why (the `unpack` reason, not
+/// "the remote end hung up"); the ref stays, nothing of the push is left, and once inodes are
+/// freed the same push goes through. Needs to mount a tmpfs; skipped with a note otherwise.
+#[test]
+fn a_push_with_no_inodes_left_fails_with_the_reason_and_goes_through_once_some_are_freed() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: mounting a tmpfs needs root");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let repos = tmp.path().join("repos");
+    std::fs::create_dir_all(&repos).unwrap();
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=8m,nr_inodes=256", "tmpfs"]).arg(&repos).output().unwrap();
+    if !mounted.status.success() {
+        eprintln!("SKIP: cannot mount a tmpfs here: {}", String::from_utf8_lossy(&mounted.stderr).trim());
+        return;
+    }
+    let _mount = Mounted(repos.clone());
+    let (repo, config, work, secret) = setup(tmp.path());
+    let server = serve(&config);
+    let url = format!("http://ci:{secret}@{}/r.git", server.addr);
+    git_ok(&work, &["push", "-q", &url, "main"]);
+    let old = git_ok(&repo, &["rev-parse", "main"]);
+    std::fs::write(work.join("b"), "b\n").unwrap();
+    git_ok(&work, &["add", "b"]);
+    git_ok(&work, &["commit", "-q", "-m", "two"]);
+    let new = git_ok(&work, &["rev-parse", "main"]);
+
+    let fillers = repos.join("fillers");
+    std::fs::create_dir(&fillers).unwrap();
+    for i in 0.. {
+        match std::fs::File::create(fillers.join(i.to_string())) {
+            Ok(_) => {}
+            Err(err) => {
+                assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "out of inodes, not something else: {err}");
+                break;
+            }
+        }
+    }
+    let refused = git(&work, &["push", &url, "main"]);
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(!refused.status.success(), "{said}");
+    assert!(said.contains("No space left on device"), "git shows why: {said}");
+    assert!(!said.contains(repos.to_str().unwrap()), "and no server path: {said}");
+    println!("git said: {}", said.trim());
+    assert_eq!(git_ok(&repo, &["rev-parse", "main"]), old, "the ref did not move");
+    let left = std::fs::read_dir(repo.join("objects")).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("gixd-quarantine-")).count();
+    assert_eq!(left, 0, "nothing of the refused push is left");
+
+    std::fs::remove_dir_all(&fillers).unwrap();
+    git_ok(&work, &["push", "-q", &url, "main"]);
+    assert_eq!(git_ok(&repo, &["rev-parse", "main"]), new, "with inodes again the push goes through, no restart");
+}
+
 /// Fill the filesystem holding `dir` until a write fails for want of space; the filler file.
 fn fill_disk(dir: &Path) -> PathBuf {
     let filler = dir.join("filler");

@@ -107,6 +107,8 @@ pub enum UnpackError {
     Index(Box<dyn std::error::Error + Send + Sync>),
     #[error("reading the received objects: {}", with_causes(.0.as_ref()))]
     Read(Box<dyn std::error::Error + Send + Sync>),
+    #[error("no quarantine for the objects: {}", with_causes(.0))]
+    Quarantine(std::io::Error),
     #[error("object {0} vanished")]
     Vanished(ObjectId),
     #[error("invalid {kind} {id}: {reason}")]
@@ -208,7 +210,13 @@ pub fn apply(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead, bands: &
     };
 
     // 1. The pack, into quarantine (only deletes: no pack follows).
-    let mut quarantine = Quarantine::create(&objects_dir)?;
+    let mut quarantine = match Quarantine::create(&objects_dir) {
+        Ok(quarantine) => quarantine,
+        Err(err) => {
+            fail_all(&mut results, Refusal::Unpacker);
+            return Ok(Outcome { unpack_error: Some(UnpackError::Quarantine(err)), results, objects: 0 });
+        }
+    };
     if req.updates.iter().any(|c| !c.is_delete()) {
         let mut limited = LimitedRead { inner: input, left: ctx.config.max_push_bytes };
         let max_object = ctx.config.max_object_bytes.min(usize::try_from(ctx.config.max_push_bytes).unwrap_or(usize::MAX));

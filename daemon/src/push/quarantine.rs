@@ -29,10 +29,16 @@ impl Quarantine {
         let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
         let dir = objects_dir.join(format!("{PREFIX}{}-{nanos}-{n}", std::process::id()));
-        std::fs::create_dir_all(dir.join("pack"))?;
-        // Best effort (a full disk has room for a directory, not always for a file): without
-        // it, a start judges the quarantine by its pid alone, as before it had one.
-        let _ = std::fs::write(dir.join(HOST), crate::ref_locks::host_name());
+        if let Err(err) = std::fs::create_dir_all(dir.join("pack")) {
+            let _ = std::fs::remove_dir_all(&dir); // the outer one may have been made
+            return Err(err);
+        }
+        // Written whole or not at all (a kill between creating and writing would leave an
+        // empty name, taken for another host's). Best effort (a full disk has room for a
+        // directory, not always for a file): without it, a start judges the quarantine by its
+        // pid alone, as before it had one.
+        let tmp = dir.join(format!("{HOST}.tmp"));
+        let _ = std::fs::write(&tmp, crate::ref_locks::host_name()).and_then(|()| std::fs::rename(&tmp, dir.join(HOST)));
         Ok(Quarantine { dir, pack: None, objects: 0 })
     }
 
@@ -144,7 +150,8 @@ pub fn clean_stale(objects_dir: &Path) -> usize {
         if alive {
             continue;
         }
-        if std::fs::read_to_string(entry.path().join(HOST)).is_ok_and(|host| host != crate::ref_locks::host_name()) {
+        // An empty name says nothing (a gixd of 5c06bee killed while it wrote it).
+        if std::fs::read_to_string(entry.path().join(HOST)).is_ok_and(|host| !host.is_empty() && host != crate::ref_locks::host_name()) {
             continue; // another host's push: whether it is alive cannot be told from here
         }
         crate::ref_locks::remove_noted(&entry.path(), crate::ref_locks::Gone::OnThisHost);
@@ -203,8 +210,11 @@ mod tests {
         std::fs::create_dir_all(&objects).unwrap();
         let theirs = left_by_a_dead_process(&objects, "another-host");
         let ours = left_by_a_dead_process(&objects, &crate::ref_locks::host_name());
-        assert_eq!(clean_stale(&objects), 1);
+        // Killed between making the file and writing the name (the fifty-kills test met it).
+        let unnamed = left_by_a_dead_process(&objects, "");
+        assert_eq!(clean_stale(&objects), 2);
         assert!(theirs.is_dir(), "another host's push may be alive there: its quarantine stays");
         assert!(!ours.exists(), "this host's, whose process is gone, is removed");
+        assert!(!unnamed.exists(), "one whose host file is empty is judged by its pid");
     }
 }
