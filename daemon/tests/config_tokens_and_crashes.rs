@@ -381,6 +381,27 @@ fn incompressible(x: &mut u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// A temporary directory whose `repos/` is a tmpfs mounted with `options`, or None (with a
+/// SKIP note) where mounting is not possible: not root, or root without the capability (some
+/// containers).
+fn repositories_on_tmpfs(options: &str) -> Option<(tempfile::TempDir, PathBuf, Mounted)> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: mounting a tmpfs needs root");
+        return None;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let repos = tmp.path().join("repos");
+    std::fs::create_dir_all(&repos).unwrap();
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", options, "tmpfs"]).arg(&repos).output().unwrap();
+    if !mounted.status.success() {
+        eprintln!("SKIP: cannot mount a tmpfs here: {}", String::from_utf8_lossy(&mounted.stderr).trim());
+        return None;
+    }
+    let mount = Mounted(repos.clone());
+    Some((tmp, repos, mount))
+}
+
 /// A tmpfs mounted for one test, unmounted when dropped.
 struct Mounted(PathBuf);
 
@@ -396,20 +417,7 @@ impl Drop for Mounted {
 /// freed the same push goes through. Needs to mount a tmpfs; skipped with a note otherwise.
 #[test]
 fn a_push_with_no_inodes_left_fails_with_the_reason_and_goes_through_once_some_are_freed() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP: mounting a tmpfs needs root");
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let repos = tmp.path().join("repos");
-    std::fs::create_dir_all(&repos).unwrap();
-    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=8m,nr_inodes=256", "tmpfs"]).arg(&repos).output().unwrap();
-    if !mounted.status.success() {
-        eprintln!("SKIP: cannot mount a tmpfs here: {}", String::from_utf8_lossy(&mounted.stderr).trim());
-        return;
-    }
-    let _mount = Mounted(repos.clone());
+    let Some((tmp, repos, _mount)) = repositories_on_tmpfs("size=8m,nr_inodes=256") else { return };
     let (repo, config, work, secret) = setup(tmp.path());
     let server = serve(&config);
     let url = format!("http://ci:{secret}@{}/r.git", server.addr);
@@ -470,21 +478,7 @@ fn fill_disk(dir: &Path) -> PathBuf {
 /// skipped with a note otherwise.
 #[test]
 fn a_push_and_maintenance_on_a_full_disk_fail_with_the_reason_and_recover_when_space_is_freed() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP: mounting a tmpfs needs root");
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let repos = tmp.path().join("repos");
-    std::fs::create_dir_all(&repos).unwrap();
-    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"]).arg(&repos).output().unwrap();
-    if !mounted.status.success() {
-        // Root without the capability to mount (some containers).
-        eprintln!("SKIP: cannot mount a tmpfs here: {}", String::from_utf8_lossy(&mounted.stderr).trim());
-        return;
-    }
-    let _mount = Mounted(repos.clone());
+    let Some((tmp, repos, _mount)) = repositories_on_tmpfs("size=4m") else { return };
     let (repo, config, work, secret) = setup(tmp.path());
     let server = serve(&config);
     let url = format!("http://ci:{secret}@{}/r.git", server.addr);
