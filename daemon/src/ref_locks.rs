@@ -16,9 +16,9 @@ const NOTE: &str = "ref-locks";
 const NOTE_TMP: &str = "ref-locks.tmp";
 
 /// The lock files a prepared gix-ref transaction over `names` holds: `<ref>.lock` for each, and
-/// `packed-refs.lock` when there is a `packed-refs` (gix-ref locks it to compare, to delete and
-/// to pack).
-pub fn held_for(repo: &gix::Repository, names: impl IntoIterator<Item = impl AsRef<str>>) -> Vec<PathBuf> {
+/// `packed-refs.lock` when it packs refs (`packing`: gix-ref locks it to create or rewrite
+/// packed-refs) or when there is a `packed-refs` (locked to compare and to delete).
+pub fn held_for(repo: &gix::Repository, names: impl IntoIterator<Item = impl AsRef<str>>, packing: bool) -> Vec<PathBuf> {
     let per_worktree = |name: &str| ["refs/worktree/", "refs/bisect/", "refs/rewritten/"].iter().any(|p| name.starts_with(p));
     let mut paths: Vec<_> = names
         .into_iter()
@@ -28,7 +28,7 @@ pub fn held_for(repo: &gix::Repository, names: impl IntoIterator<Item = impl AsR
             base.join(format!("{name}.lock"))
         })
         .collect();
-    if repo.common_dir().join("packed-refs").is_file() {
+    if packing || repo.common_dir().join("packed-refs").is_file() {
         paths.push(repo.common_dir().join("packed-refs.lock"));
     }
     paths

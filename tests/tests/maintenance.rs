@@ -302,7 +302,8 @@ fn maintenance_killed_holding_ref_locks_leaves_none_after_the_next_start() {
     git_ok(&work, &["branch", "other"]);
     git_ok(&work, &["push", "-q", &url, "main", "other"]);
     drop(server);
-    git_ok(&repo, &["pack-refs", "--all", "--no-prune"]); // a packed-refs, and the refs loose too
+    // No packed-refs yet: packing locks `packed-refs.lock` all the same, to create it.
+    assert!(!repo.join("packed-refs").exists());
     let refs_before = gixd_tests::git_out(&repo, &["show-ref"]);
 
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())

@@ -380,7 +380,7 @@ fn edit_refs(
     };
     let names: Vec<String> = edits.iter().map(|e| e.name.as_bstr().to_string()).collect();
     let locked = repo.refs.transaction().prepare(edits, timeout("core.filesRefLockTimeout", 100), timeout("core.packedRefsTimeout", 1000))?;
-    quarantine.note_ref_locks(&crate::ref_locks::held_for(repo, &names));
+    quarantine.note_ref_locks(&crate::ref_locks::held_for(repo, &names, false));
     crate::kill_point("push-refs-locked");
     let committed = locked.commit(Some(committer));
     quarantine.forget_ref_locks();
