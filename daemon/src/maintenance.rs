@@ -182,7 +182,7 @@ fn remove_leftovers(objects_dir: &Path, pack_dir: &Path) -> usize {
     let mut removed = 0;
     for entry in std::fs::read_dir(objects_dir).into_iter().flatten().flatten() {
         if entry.file_name().to_string_lossy().starts_with("gixd-maintenance-") && entry.path().is_dir() {
-            removed += crate::ref_locks::remove_noted(&entry.path(), crate::ref_locks::Gone::Anywhere);
+            removed += crate::ref_locks::remove_noted(&entry.path());
             if std::fs::remove_dir_all(entry.path()).is_ok() {
                 removed += 1;
             }

@@ -38,7 +38,7 @@ impl Quarantine {
         // directory, not always for a file): without it, a start judges the quarantine by its
         // pid alone, as before it had one.
         let tmp = dir.join(format!("{HOST}.tmp"));
-        let _ = std::fs::write(&tmp, crate::ref_locks::host_name()).and_then(|()| std::fs::rename(&tmp, dir.join(HOST)));
+        let _ = std::fs::write(&tmp, host_name()).and_then(|()| std::fs::rename(&tmp, dir.join(HOST)));
         Ok(Quarantine { dir, pack: None, objects: 0 })
     }
 
@@ -151,16 +151,27 @@ pub fn clean_stale(objects_dir: &Path) -> usize {
             continue;
         }
         // An empty name says nothing (a gixd of 5c06bee killed while it wrote it).
-        if std::fs::read_to_string(entry.path().join(HOST)).is_ok_and(|host| !host.is_empty() && host != crate::ref_locks::host_name()) {
+        if std::fs::read_to_string(entry.path().join(HOST)).is_ok_and(|host| !host.is_empty() && host != host_name()) {
             continue; // another host's push: whether it is alive cannot be told from here
         }
-        crate::ref_locks::remove_noted(&entry.path(), crate::ref_locks::Gone::OnThisHost);
+        crate::ref_locks::remove_noted(&entry.path());
         if std::fs::remove_dir_all(entry.path()).is_ok() {
             tracing::warn!(dir = %entry.path().display(), "removed the quarantine of an interrupted push");
             removed += 1;
         }
     }
     removed
+}
+
+/// This machine's name (its UTS namespace's: each container has its own).
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is writable for its length; the name is cut to it.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// The git directories below `base`, at most `max_depth` directories down.
@@ -194,6 +205,9 @@ mod tests {
     /// its host file saying `host`.
     fn left_by_a_dead_process(objects: &Path, host: &str) -> PathBuf {
         let quarantine = Quarantine::create(objects).unwrap();
+        let lock = objects.join(format!("main-{host}.lock"));
+        std::fs::write(&lock, "").unwrap();
+        quarantine.note_ref_locks(&[lock]);
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let dead = child.id();
         child.wait().unwrap();
@@ -209,12 +223,14 @@ mod tests {
         let objects = tmp.path().join("objects");
         std::fs::create_dir_all(&objects).unwrap();
         let theirs = left_by_a_dead_process(&objects, "another-host");
-        let ours = left_by_a_dead_process(&objects, &crate::ref_locks::host_name());
+        let ours = left_by_a_dead_process(&objects, &host_name());
         // Killed between making the file and writing the name (the fifty-kills test met it).
         let unnamed = left_by_a_dead_process(&objects, "");
         assert_eq!(clean_stale(&objects), 2);
         assert!(theirs.is_dir(), "another host's push may be alive there: its quarantine stays");
+        assert!(objects.join("main-another-host.lock").is_file(), "and so does the ref lock it noted");
         assert!(!ours.exists(), "this host's, whose process is gone, is removed");
+        assert!(!objects.join(format!("main-{}.lock", host_name())).exists(), "with the ref lock it noted");
         assert!(!unnamed.exists(), "one whose host file is empty is judged by its pid");
     }
 }
