@@ -100,7 +100,6 @@ impl Server {
 
     /// Accept connections until `shutdown` completes.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-        tokio::pin!(shutdown);
         if let Some(git) = self.git_listener {
             tokio::spawn(accept_git(git, self.state.clone()));
         }
@@ -110,37 +109,45 @@ impl Server {
         if let Some(every) = self.state.config.maintenance_interval {
             tokio::spawn(maintain(self.state.clone(), every));
         }
-        loop {
-            let (stream, peer) = tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok(conn) => conn,
-                    Err(err) => {
-                        // Out of file descriptors and the like: report, pause, go on serving.
-                        tracing::warn!(%err, "accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                () = &mut shutdown => return Ok(()),
-            };
-            // Responses leave in few, large writes; small ones (an ACK round, a short reply) must
-            // not wait for the client's delayed ACK.
-            let _ = stream.set_nodelay(true);
-            let state = self.state.clone();
-            let header_timeout = state.config.io_timeout;
-            tokio::spawn(async move {
-                let service = service_fn(move |req| http::handle(state.clone(), peer, req));
-                if let Err(err) = hyper::server::conn::http1::Builder::new()
-                    .keep_alive(true)
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(header_timeout)
-                    .serve_connection(TokioIo::new(crate::transport::zero_copy::Stream::new(stream)), service)
-                    .await
-                {
-                    tracing::debug!(%peer, %err, "connection ended with an error");
-                }
-            });
-        }
+        // The accept loop runs on a worker, not on the thread that drives this future: a
+        // connection's task then starts on the worker that accepted it, with no hand-over to
+        // another thread (and no wake-up of one) per connection.
+        let accepting = tokio::spawn(accept_http(self.listener, self.state));
+        shutdown.await;
+        accepting.abort();
+        Ok(())
+    }
+}
+
+/// Serve smart HTTP on `listener`, a task per connection.
+async fn accept_http(listener: TcpListener, state: Arc<State>) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(conn) => conn,
+            Err(err) => {
+                // Out of file descriptors and the like: report, pause, go on serving.
+                tracing::warn!(%err, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // Responses leave in few, large writes; small ones (an ACK round, a short reply) must
+        // not wait for the client's delayed ACK.
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        let header_timeout = state.config.io_timeout;
+        tokio::spawn(async move {
+            let service = service_fn(move |req| http::handle(state.clone(), peer, req));
+            if let Err(err) = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .serve_connection(TokioIo::new(crate::transport::zero_copy::Stream::new(stream)), service)
+                .await
+            {
+                tracing::debug!(%peer, %err, "connection ended with an error");
+            }
+        });
     }
 }
 
