@@ -119,18 +119,24 @@ impl Server {
     }
 }
 
+/// The next connection on `listener`. A failure (out of file descriptors and the like) is
+/// reported, and accepting goes on after a pause.
+async fn accept(listener: &TcpListener, transport: &str) -> (tokio::net::TcpStream, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok(conn) => return conn,
+            Err(err) => {
+                tracing::warn!(%err, transport, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 /// Serve smart HTTP on `listener`, a task per connection.
 async fn accept_http(listener: TcpListener, state: Arc<State>) {
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(conn) => conn,
-            Err(err) => {
-                // Out of file descriptors and the like: report, pause, go on serving.
-                tracing::warn!(%err, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+        let (stream, peer) = accept(&listener, "http").await;
         // Responses leave in few, large writes; small ones (an ACK round, a short reply) must
         // not wait for the client's delayed ACK.
         let _ = stream.set_nodelay(true);
@@ -174,14 +180,7 @@ async fn serve_metrics(listener: TcpListener, state: Arc<State>) {
 async fn accept_git(listener: TcpListener, state: Arc<State>) {
     let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(conn) => conn,
-            Err(err) => {
-                tracing::warn!(%err, "git:// accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+        let (stream, peer) = accept(&listener, "git://").await;
         let state = state.clone();
         let limit = state.config.max_connections;
         let guard = ConnectionCount::enter(&open);

@@ -29,15 +29,28 @@ fn free_port() -> u16 {
 
 /// Start `gixd daemon --listen 127.0.0.1 --port <free> <args>` and wait for its "serving" lines.
 fn daemon(args: &[&str]) -> Daemon {
+    daemon_with_files(args, None)
+}
+
+/// [`daemon`], the process allowed at most `open_files` descriptors when given.
+fn daemon_with_files(args: &[&str], open_files: Option<u64>) -> Daemon {
+    use std::os::unix::process::CommandExt;
     let port = free_port().to_string();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gixd"))
-        .args(["daemon", "--listen", "127.0.0.1", "--port", &port])
-        .args(args)
-        .env("GIXD_WORKER_THREADS", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("gixd starts");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gixd"));
+    command.args(["daemon", "--listen", "127.0.0.1", "--port", &port]).args(args).env("GIXD_WORKER_THREADS", "1").stdout(Stdio::piped()).stderr(Stdio::null());
+    if let Some(limit) = open_files {
+        // SAFETY: setrlimit is async-signal-safe; it only lowers the child's own limit.
+        unsafe {
+            command.pre_exec(move || {
+                let rlim = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &rlim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut child = command.spawn().expect("gixd starts");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut git = None;
     let mut http = None;
@@ -182,6 +195,41 @@ fn max_connections_turns_the_one_too_many_away_and_init_timeout_closes_silent_on
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
     result.unwrap();
+}
+
+#[test]
+fn a_server_out_of_file_descriptors_refuses_no_one_for_good_and_serves_again_once_some_are_free() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    bare_repo(&base.join("r.git"));
+    let d = daemon_with_files(&["--base-path", base.to_str().unwrap(), "--export-all", "--http-listen", "127.0.0.1:0"], Some(48));
+    let git_addr = d.git.trim_start_matches("git://").to_owned();
+    let http_addr = d.http.as_ref().unwrap().trim_start_matches("http://").to_owned();
+    // More idle connections than the server has descriptors: its accepts fail with EMFILE
+    // (the rest wait in the listen backlog) on both listeners.
+    let mut idle = Vec::new();
+    for addr in [&http_addr, &git_addr] {
+        for _ in 0..40 {
+            idle.push(TcpStream::connect(addr).unwrap());
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", d.child.id())).unwrap().count();
+    assert!(fds >= 46, "the server ran out of descriptors ({fds} open)");
+    drop(idle);
+    // Once they are closed, both transports serve again, without a restart.
+    for url in [&d.git, d.http.as_ref().unwrap()] {
+        let mut result = Err(String::new());
+        for _ in 0..40 {
+            result = clone(tmp.path(), &format!("{url}/r.git"));
+            if result.is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        result.unwrap_or_else(|err| panic!("{url} serves again: {err}"));
+    }
+    assert!(d.child.id() > 0 && std::fs::metadata(format!("/proc/{}", d.child.id())).is_ok(), "the server is still running");
 }
 
 #[test]
