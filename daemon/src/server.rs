@@ -160,10 +160,7 @@ async fn accept_http(listener: TcpListener, state: Arc<State>) {
 /// `GET /metrics` (the Prometheus text) on a listener of its own; anything else is a 404.
 async fn serve_metrics(listener: TcpListener, state: Arc<State>) {
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            continue;
-        };
+        let (stream, _) = accept(&listener, "metrics").await;
         let state = state.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
