@@ -240,13 +240,7 @@ fn render_label(rows: &[Value], label: Option<&str>) -> Result<Vec<(String, Stri
     // Identical clones: each server's CPU for N at once against one.
     // One section per placement (servers and clients sharing the CPUs, or apart), in the
     // order the run measured them first; a run from before placements were recorded is one.
-    let mut placements: Vec<&Value> = Vec::new();
-    for r in of_run.iter().filter(|r| r["kind"] == "identical") {
-        if !placements.contains(&&r["placement"]) {
-            placements.push(&r["placement"]);
-        }
-    }
-    for placement in placements {
+    for placement in placements(of_run.iter().copied().filter(|r| r["kind"] == "identical")) {
         let identical: Vec<&Value> = of_run.iter().filter(|r| r["kind"] == "identical" && r["placement"] == *placement).map(|r| &**r).collect();
         identical_section(&mut md, &arms, &identical)?;
     }
@@ -284,12 +278,7 @@ fn identical_section(md: &mut String, arms: &[String], identical: &[&Value]) -> 
         let of = |clients: u64, field: &str| median(of_arm(clients).filter_map(|r| r[field].as_f64()).collect());
         let (one, many) = (of(1, "cpu_us") / 1000.0, of(n, "cpu_us") / 1000.0);
         // Each round's N ÷ 1 (its own two steps): how far the machine's noise moves the ratio.
-        let per_round: Vec<f64> = of_arm(1)
-            .filter_map(|o| {
-                let m = of_arm(n).find(|m| m["round"] == o["round"])?;
-                Some(m["cpu_us"].as_f64()? / o["cpu_us"].as_f64()?)
-            })
-            .collect();
+        let per_round = ratios(&rounds(identical, a, n));
         writeln!(md, "| {a} | {one:.1} | {many:.1} | {:.2} | {} | {:.0} |", many / one, spread(&per_round), of(n, "bytes_down"))?;
     }
     writeln!(md)?;
@@ -307,25 +296,47 @@ fn identical_section(md: &mut String, arms: &[String], identical: &[&Value]) -> 
         for a in logged {
             let of_arm = |clients: u64| identical.iter().filter(move |r| r["arm"] == a.as_str() && r["clients"] == clients);
             let of = |clients: u64, field: &str| median(of_arm(clients).filter_map(|r| r[field].as_f64()).collect());
-            let paired: Vec<(&Value, &Value)> = of_arm(1).filter_map(|o| Some((*o, *of_arm(n).find(|m| m["round"] == o["round"])?))).collect();
+            let paired = rounds(identical, a, n);
             let f = |r: &Value, k: &str| r[k].as_f64().unwrap_or(f64::NAN);
             let readers: Vec<f64> = paired.iter().map(|(o, m)| ((f(m, "cpu_us") - f(m, "generator_cpu_us")) - (f(o, "cpu_us") - f(o, "generator_cpu_us"))) / (n - 1) as f64 / 1000.0).collect();
             let same_generation: Vec<f64> = paired.iter().map(|(o, m)| (f(o, "generator_cpu_us") + f(m, "cpu_us") - f(m, "generator_cpu_us")) / f(o, "cpu_us")).collect();
-            let (lo, hi) = (same_generation.iter().copied().fold(f64::INFINITY, f64::min), same_generation.iter().copied().fold(f64::NEG_INFINITY, f64::max));
             writeln!(
                 md,
-                "| {a} | {:.0} / {:.0} | {:.1} / {:.1} | {:.2} | {:.2} ({lo:.2}–{hi:.2}) |",
+                "| {a} | {:.0} / {:.0} | {:.1} / {:.1} | {:.2} | {} |",
                 of(1, "generations"),
                 of(n, "generations"),
                 of(1, "generator_cpu_us") / 1000.0,
                 of(n, "generator_cpu_us") / 1000.0,
                 median(readers),
-                median(same_generation),
+                spread(&same_generation),
             )?;
         }
         writeln!(md)?;
     }
     Ok(())
+}
+
+/// The distinct placements of `steps`, in the order first met (a run from before placements
+/// were recorded has one, null).
+fn placements<'a>(steps: impl Iterator<Item = &'a Value>) -> Vec<&'a Value> {
+    let mut found: Vec<&Value> = Vec::new();
+    for r in steps {
+        if !found.contains(&&r["placement"]) {
+            found.push(&r["placement"]);
+        }
+    }
+    found
+}
+
+/// `arm`'s rounds in `steps` (one placement's): each round's 1-clone step with its N-clone step.
+fn rounds<'a>(steps: &[&'a Value], arm: &str, n: u64) -> Vec<(&'a Value, &'a Value)> {
+    let of = |clients: u64| steps.iter().copied().filter(move |r| r["arm"] == arm && r["clients"] == clients);
+    of(1).filter_map(|o| Some((o, of(n).find(|m| m["round"] == o["round"])?))).collect()
+}
+
+/// Each round's N ÷ 1 server CPU.
+fn ratios(rounds: &[(&Value, &Value)]) -> Vec<f64> {
+    rounds.iter().filter_map(|(o, m)| Some(m["cpu_us"].as_f64()? / o["cpu_us"].as_f64()?)).collect()
 }
 
 /// Per-round ratios as "median (min–max)".
@@ -357,23 +368,18 @@ fn identical_history(rows: &[Value]) -> Option<(String, String)> {
         let run = conditions["run"].as_str().unwrap_or_default();
         let n = conditions["identical"].as_u64().unwrap_or(0);
         let steps: Vec<&Value> = rows.iter().filter(|r| r["run"] == run && r["kind"] == "identical").collect();
-        let mut placements: Vec<&Value> = Vec::new();
-        for r in &steps {
-            if !placements.contains(&&r["placement"]) {
-                placements.push(&r["placement"]);
-            }
-        }
-        for placement in placements {
+        for placement in placements(steps.iter().copied()) {
             let cpus = placement.as_str().and_then(|p| p.split(':').next()).unwrap_or("shared");
+            let steps: Vec<&Value> = steps.iter().copied().filter(|r| r["placement"] == *placement).collect();
             let mut arms: Vec<&str> = Vec::new();
-            for r in steps.iter().filter(|r| r["placement"] == *placement) {
+            for r in &steps {
                 if let Some(a) = r["arm"].as_str().filter(|a| a.contains("pack-cache") && !arms.contains(a)) {
                     arms.push(a);
                 }
             }
             for arm in arms {
-                let of = |clients: u64| steps.iter().filter(move |r| r["placement"] == *placement && r["arm"] == arm && r["clients"] == clients);
-                let per_round: Vec<f64> = of(1).filter_map(|o| Some(of(n).find(|m| m["round"] == o["round"])?["cpu_us"].as_f64()? / o["cpu_us"].as_f64()?)).collect();
+                let of = |clients: u64| steps.iter().filter(move |r| r["arm"] == arm && r["clients"] == clients);
+                let per_round = ratios(&rounds(&steps, arm, n));
                 let one = median(of(1).filter_map(|r| r["cpu_us"].as_f64()).collect());
                 let many = median(of(n).filter_map(|r| r["cpu_us"].as_f64()).collect());
                 let within = per_round.iter().filter(|r| **r <= IDENTICAL_TARGET).count();
