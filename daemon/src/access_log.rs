@@ -59,7 +59,8 @@ impl AccessLog {
 
     /// Write one line; a failed write is reported to the tracing log, never to the client.
     pub fn write(&self, mut record: Record) {
-        record.time_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        record.time_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         let mut line = serde_json::to_vec(&record).expect("a record serializes");
         line.push(b'\n');
         let mut out = self.out.lock().expect("not poisoned");
@@ -94,7 +95,23 @@ mod tests {
         assert_eq!(text.lines().count(), 1);
         let value: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
         let fields: Vec<&str> = value.as_object().unwrap().keys().map(String::as_str).collect();
-        for field in ["time_ms", "peer", "transport", "repository", "service", "version", "user", "wants", "haves", "objects", "bytes", "cpu_ms", "duration_ms", "cache", "status"] {
+        for field in [
+            "time_ms",
+            "peer",
+            "transport",
+            "repository",
+            "service",
+            "version",
+            "user",
+            "wants",
+            "haves",
+            "objects",
+            "bytes",
+            "cpu_ms",
+            "duration_ms",
+            "cache",
+            "status",
+        ] {
             assert!(fields.contains(&field), "{field} missing from {text}");
         }
         assert_eq!(value["wants"], 3);

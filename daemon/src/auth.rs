@@ -63,7 +63,8 @@ impl TokenStore {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(source) => return Err(AuthError::Read { path: path.to_owned(), source }),
         };
-        let state: StateFile = toml::from_str(&text).map_err(|e| AuthError::Parse { path: path.to_owned(), message: e.to_string() })?;
+        let state: StateFile =
+            toml::from_str(&text).map_err(|e| AuthError::Parse { path: path.to_owned(), message: e.to_string() })?;
         Ok(TokenStore { path: path.to_owned(), tokens: state.tokens })
     }
 
@@ -78,8 +79,15 @@ impl TokenStore {
         }
         let text = toml::to_string(&StateFile { tokens: self.tokens.clone() }).expect("tokens serialize");
         let tmp = self.path.with_extension(format!("tmp-{}", std::process::id()));
-        let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).map_err(write_err)?;
-        file.write_all(b"# gixd tokens: hashes only; manage with `gixd token add|list|revoke`.\n").map_err(write_err)?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(write_err)?;
+        file.write_all(b"# gixd tokens: hashes only; manage with `gixd token add|list|revoke`.\n")
+            .map_err(write_err)?;
         file.write_all(text.as_bytes()).map_err(write_err)?;
         file.sync_all().map_err(write_err)?;
         std::fs::rename(&tmp, &self.path).map_err(write_err)
@@ -95,7 +103,10 @@ impl TokenStore {
             repos: repos.to_owned(),
             write,
             sha256: sha256_hex(secret.as_bytes()),
-            created: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0),
+            created: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as i64)
+                .unwrap_or(0),
         };
         self.tokens.push(token.clone());
         Ok((token, secret))
@@ -298,11 +309,7 @@ pub struct Access {
 
 impl Access {
     pub fn new(path: Option<PathBuf>, anonymous_read: bool) -> Access {
-        Access {
-            path,
-            anonymous_read,
-            cached: Mutex::new((None, std::sync::Arc::new(TokenStore::default()))),
-        }
+        Access { path, anonymous_read, cached: Mutex::new((None, std::sync::Arc::new(TokenStore::default()))) }
     }
 
     fn store(&self) -> std::sync::Arc<TokenStore> {
@@ -353,7 +360,16 @@ mod tests {
 
     #[test]
     fn decisions_follow_the_rules() {
-        let token = |repos: &str, write: bool| Identity::User(Token { id: "i".into(), user: "u".into(), repos: repos.into(), write, sha256: String::new(), created: 0 });
+        let token = |repos: &str, write: bool| {
+            Identity::User(Token {
+                id: "i".into(),
+                user: "u".into(),
+                repos: repos.into(),
+                write,
+                sha256: String::new(),
+                created: 0,
+            })
+        };
         // anonymous
         assert_eq!(decide(&Identity::Anonymous, "r", true, true, false), Decision::Allow);
         assert_eq!(decide(&Identity::Anonymous, "r", false, true, false), Decision::NotFound);

@@ -124,10 +124,7 @@ pub fn parse_v1_quota(quota: &str, period: &str) -> Result<Option<Quota>, ()> {
     if period_us == 0 {
         return Err(());
     }
-    Ok(Some(Quota {
-        quota_us: quota as u64,
-        period_us,
-    }))
+    Ok(Some(Quota { quota_us: quota as u64, period_us }))
 }
 
 /// The cgroup paths of this process from `/proc/self/cgroup`: the v2 path (`0::/path`) and the
@@ -265,7 +262,8 @@ mod tests {
 
     #[test]
     fn proc_cgroup_finds_the_v2_path_and_the_v1_cpu_path() {
-        let hybrid = "12:cpuset:/\n5:cpu,cpuacct:/gixd/limited\n1:name=systemd:/user.slice\n0::/user.slice/session-1.scope\n";
+        let hybrid =
+            "12:cpuset:/\n5:cpu,cpuacct:/gixd/limited\n1:name=systemd:/user.slice\n0::/user.slice/session-1.scope\n";
         assert_eq!(
             parse_proc_cgroup(hybrid),
             (Some("/user.slice/session-1.scope".into()), Some("/gixd/limited".into()))
@@ -291,7 +289,10 @@ mod tests {
     #[test]
     fn a_nested_cgroup_is_limited_by_any_ancestor_and_the_tightest_wins() {
         let chain = cgroup_chain(Path::new("/cg"), "/a/b/c");
-        assert_eq!(chain, vec![PathBuf::from("/cg/a/b/c"), PathBuf::from("/cg/a/b"), PathBuf::from("/cg/a"), PathBuf::from("/cg")]);
+        assert_eq!(
+            chain,
+            vec![PathBuf::from("/cg/a/b/c"), PathBuf::from("/cg/a/b"), PathBuf::from("/cg/a"), PathBuf::from("/cg")]
+        );
         let q = |quota_us| Quota { quota_us, period_us: 100_000 };
         let limits = |d: &Path| match d.to_str().unwrap() {
             "/cg/a" => Some(q(300_000)),

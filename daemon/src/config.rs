@@ -3,7 +3,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-
 /// Which repositories under the base path may be served.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Exports {
@@ -26,11 +25,7 @@ pub struct Services {
 
 impl Default for Services {
     fn default() -> Self {
-        Services {
-            upload_pack: true,
-            receive_pack: false,
-            upload_archive: false,
-        }
+        Services { upload_pack: true, receive_pack: false, upload_archive: false }
     }
 }
 
@@ -329,14 +324,17 @@ impl File {
     /// Parse `path`; the error names the file, the line and the key.
     pub fn load(path: &std::path::Path) -> Result<File, FileError> {
         let text = std::fs::read_to_string(path).map_err(|source| FileError::Read { path: path.to_owned(), source })?;
-        toml::from_str(&text).map_err(|e| FileError::Invalid { path: path.to_owned(), message: e.to_string().trim_end().to_owned() })
+        toml::from_str(&text)
+            .map_err(|e| FileError::Invalid { path: path.to_owned(), message: e.to_string().trim_end().to_owned() })
     }
 
     /// What is wrong beyond the syntax: each problem, one line each.
     pub fn problems(&self, dir: &std::path::Path) -> Vec<String> {
         let mut out = Vec::new();
         match &self.base_path {
-            Some(base) if !dir.join(base).is_dir() => out.push(format!("base_path: {} is not a directory", dir.join(base).display())),
+            Some(base) if !dir.join(base).is_dir() => {
+                out.push(format!("base_path: {} is not a directory", dir.join(base).display()))
+            }
             _ => {}
         }
         let mut services = Services::default();
@@ -357,7 +355,11 @@ impl File {
             out.push("listen and git_listen: the same address twice".into());
         }
         if let Some(limits) = &self.limits {
-            for (key, value) in [("max_transfers", limits.max_transfers), ("worker_threads", limits.worker_threads), ("max_wants", limits.max_wants)] {
+            for (key, value) in [
+                ("max_transfers", limits.max_transfers),
+                ("worker_threads", limits.worker_threads),
+                ("max_wants", limits.max_wants),
+            ] {
                 if value == Some(0) {
                     out.push(format!("limits.{key}: must be at least 1"));
                 }
@@ -481,11 +483,41 @@ impl Overrides {
             ($($field:ident),* $(,)?) => { Overrides { $( $field: self.$field.or(below.$field), )* services: below.services.into_iter().chain(self.services).collect() } };
         }
         pick!(
-            listen, git_listen, base_path, exports, token_file, anonymous_read, stream_window, informative_errors, strict_paths, user_path,
-            whitelist, max_connections, maintenance_interval, max_request_body, max_inflated_body, max_push_bytes, max_object_bytes, max_wants,
-            max_haves, min_receive_rate, worker_threads, blocking_threads, max_transfers, max_transfers_per_repository, max_transfers_per_client,
-            transfer_queue_wait, io_timeout, init_timeout, metrics_listen, access_log, pack_cache, pack_cache_memory, pack_cache_dir,
-            pack_cache_disk, pack_cache_max_age,
+            listen,
+            git_listen,
+            base_path,
+            exports,
+            token_file,
+            anonymous_read,
+            stream_window,
+            informative_errors,
+            strict_paths,
+            user_path,
+            whitelist,
+            max_connections,
+            maintenance_interval,
+            max_request_body,
+            max_inflated_body,
+            max_push_bytes,
+            max_object_bytes,
+            max_wants,
+            max_haves,
+            min_receive_rate,
+            worker_threads,
+            blocking_threads,
+            max_transfers,
+            max_transfers_per_repository,
+            max_transfers_per_client,
+            transfer_queue_wait,
+            io_timeout,
+            init_timeout,
+            metrics_listen,
+            access_log,
+            pack_cache,
+            pack_cache_memory,
+            pack_cache_dir,
+            pack_cache_disk,
+            pack_cache_max_age,
         )
     }
 
@@ -496,8 +528,25 @@ impl Overrides {
         macro_rules! set {
             ($($field:ident),* $(,)?) => { $( if let Some(v) = self.$field.clone() { config.$field = v; } )* };
         }
-        set!(listen, base_path, exports, anonymous_read, stream_window, informative_errors, max_connections, max_request_body, max_inflated_body);
-        set!(max_push_bytes, max_object_bytes, min_receive_rate, transfer_queue_wait, max_transfers_per_repository, max_transfers_per_client);
+        set!(
+            listen,
+            base_path,
+            exports,
+            anonymous_read,
+            stream_window,
+            informative_errors,
+            max_connections,
+            max_request_body,
+            max_inflated_body
+        );
+        set!(
+            max_push_bytes,
+            max_object_bytes,
+            min_receive_rate,
+            transfer_queue_wait,
+            max_transfers_per_repository,
+            max_transfers_per_client
+        );
         if self.git_listen.is_some() {
             config.git_listen = self.git_listen;
         }
@@ -510,7 +559,10 @@ impl Overrides {
         if self.access_log.is_some() {
             config.access_log = self.access_log.clone();
         }
-        let cache_given = self.pack_cache_memory.is_some() || self.pack_cache_dir.is_some() || self.pack_cache_disk.is_some() || self.pack_cache_max_age.is_some();
+        let cache_given = self.pack_cache_memory.is_some()
+            || self.pack_cache_dir.is_some()
+            || self.pack_cache_disk.is_some()
+            || self.pack_cache_max_age.is_some();
         if self.pack_cache.unwrap_or(cache_given) {
             config.pack_cache = Some(PackCache {
                 memory_bytes: self.pack_cache_memory.unwrap_or(PackCache::DEFAULT_MEMORY),
@@ -602,8 +654,13 @@ mod tests {
         assert_eq!((none.worker_threads, none.max_transfers, none.blocking_threads), (3, 6, 8));
         let transfers = file("[limits]\nmax_transfers = 4\n").resolve(Config::new("/srv".into()), 3).unwrap();
         assert_eq!((transfers.worker_threads, transfers.max_transfers, transfers.blocking_threads), (3, 4, 6));
-        let too_few = Overrides { blocking_threads: Some(1), ..Overrides::default() }.over(file("[limits]\nmax_transfers = 4\n"));
-        assert_eq!(too_few.resolve(Config::new("/srv".into()), 1).unwrap().blocking_threads, 5, "a thread beside the transfers");
+        let too_few =
+            Overrides { blocking_threads: Some(1), ..Overrides::default() }.over(file("[limits]\nmax_transfers = 4\n"));
+        assert_eq!(
+            too_few.resolve(Config::new("/srv".into()), 1).unwrap().blocking_threads,
+            5,
+            "a thread beside the transfers"
+        );
     }
 
     #[test]
@@ -613,21 +670,37 @@ mod tests {
         let config = flags.over(file).resolve(Config::new("/srv".into()), 1).unwrap();
         assert_eq!(config.services, Services { upload_pack: true, receive_pack: false, upload_archive: true });
         let unknown = Overrides { services: vec![("frobnicate".into(), true)], ..Overrides::default() };
-        assert!(unknown.resolve(Config::new("/srv".into()), 1).err().is_some_and(|e| e.to_string().contains("frobnicate")));
+        assert!(
+            unknown.resolve(Config::new("/srv".into()), 1).err().is_some_and(|e| e.to_string().contains("frobnicate"))
+        );
     }
 
     #[test]
     fn the_pack_cache_is_off_unless_a_layer_turns_it_on_and_its_sizes_stack_like_the_rest() {
         let off = Overrides::default().resolve(Config::new("/srv".into()), 1).unwrap();
         assert_eq!(off.pack_cache, None);
-        let on = file("access_log = \"-\"\n[pack_cache]\nmemory_bytes = 10\ndir = \"cache\"\n").resolve(Config::new("/srv".into()), 1).unwrap();
+        let on = file("access_log = \"-\"\n[pack_cache]\nmemory_bytes = 10\ndir = \"cache\"\n")
+            .resolve(Config::new("/srv".into()), 1)
+            .unwrap();
         let cache = on.pack_cache.unwrap();
         assert_eq!((cache.memory_bytes, cache.dir.as_deref()), (10, Some(std::path::Path::new("/etc/gixd/cache"))));
         assert_eq!((cache.disk_bytes, cache.max_age), (PackCache::DEFAULT_DISK, PackCache::DEFAULT_MAX_AGE));
-        assert_eq!(on.access_log.as_deref(), Some(std::path::Path::new("-")), "standard output is not a path below the file");
-        let flag = Overrides { pack_cache_disk: Some(5), ..Overrides::default() }.resolve(Config::new("/srv".into()), 1).unwrap();
-        assert_eq!(flag.pack_cache.map(|c| (c.memory_bytes, c.disk_bytes)), Some((PackCache::DEFAULT_MEMORY, 5)), "a size given turns it on");
-        let missing = toml::from_str::<File>("[pack_cache]\ndir = \"nowhere\"\n").unwrap().problems(std::path::Path::new("/nonexistent"));
+        assert_eq!(
+            on.access_log.as_deref(),
+            Some(std::path::Path::new("-")),
+            "standard output is not a path below the file"
+        );
+        let flag = Overrides { pack_cache_disk: Some(5), ..Overrides::default() }
+            .resolve(Config::new("/srv".into()), 1)
+            .unwrap();
+        assert_eq!(
+            flag.pack_cache.map(|c| (c.memory_bytes, c.disk_bytes)),
+            Some((PackCache::DEFAULT_MEMORY, 5)),
+            "a size given turns it on"
+        );
+        let missing = toml::from_str::<File>("[pack_cache]\ndir = \"nowhere\"\n")
+            .unwrap()
+            .problems(std::path::Path::new("/nonexistent"));
         assert!(missing.iter().any(|p| p.starts_with("pack_cache.dir")), "{missing:?}");
     }
 }

@@ -29,19 +29,13 @@ pub fn default_repository(cwd: &Path, data_dir: &Path) -> Result<Default, gix::E
     if !demo.join("HEAD").is_file() {
         create_demo(&demo)?;
     }
-    Ok(Default {
-        base_path: data_dir.to_owned(),
-        exports: Exports::Only(demo),
-        url_path: "demo.git".into(),
-    })
+    Ok(Default { base_path: data_dir.to_owned(), exports: Exports::Only(demo), url_path: "demo.git".into() })
 }
 
 /// A bare repository with one commit on `main` holding a README.
 fn create_demo(path: &Path) -> Result<(), gix::Error> {
     let repo = gix::init_bare(path)?;
-    let readme = repo
-        .write_blob(b"# demo\n\nServed by gixd. Clone it, change it, look around.\n".as_slice())?
-        .detach();
+    let readme = repo.write_blob(b"# demo\n\nServed by gixd. Clone it, change it, look around.\n".as_slice())?.detach();
     let tree = gix::objs::Tree {
         entries: vec![gix::objs::tree::Entry {
             mode: gix::objs::tree::EntryKind::Blob.into(),
@@ -50,11 +44,8 @@ fn create_demo(path: &Path) -> Result<(), gix::Error> {
         }],
     };
     let tree = repo.write_object(&tree)?.detach();
-    let who = gix::actor::SignatureRef {
-        name: "gixd".into(),
-        email: "gixd@localhost".into(),
-        time: "1700000000 +0000",
-    };
+    let who =
+        gix::actor::SignatureRef { name: "gixd".into(), email: "gixd@localhost".into(), time: "1700000000 +0000" };
     repo.commit_as(who, who, "refs/heads/main", "Initial commit", tree, Vec::<gix_hash::ObjectId>::new())?;
     // HEAD of a new repository names the configured default branch; make it `main`.
     std::fs::write(path.join("HEAD"), "ref: refs/heads/main\n").map_err(|e| gix::Error::from_error(e))?;

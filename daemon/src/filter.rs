@@ -119,7 +119,15 @@ mod tests {
 
     #[test]
     fn malformed_and_unsupported_specs_are_named_in_the_error() {
-        for bad in ["blob:limit=", "blob:limit=12q", "tree:-1", "tree:x", "combine:", "combine:blob:none+", "combine:combine:tree:1"] {
+        for bad in [
+            "blob:limit=",
+            "blob:limit=12q",
+            "tree:-1",
+            "tree:x",
+            "combine:",
+            "combine:blob:none+",
+            "combine:combine:tree:1",
+        ] {
             assert_eq!(Filter::parse(bad), Err(FilterError::Invalid(bad.into())), "{bad}");
         }
         assert_eq!(Filter::parse("sparse:oid=main:sparse"), Err(FilterError::Unsupported("sparse:oid".into())));

@@ -88,7 +88,8 @@ impl CommitCache {
         // An unreadable committer date counts as the oldest (git's parse_commit date 0).
         let time = commit.time().map_or(0, |t| t.seconds);
         let tree = commit.tree_id().map_err(|_| ServeError::MissingObject(id))?.detach();
-        let info = std::sync::Arc::new(CommitInfo { time, parents: commit.parent_ids().map(|p| p.detach()).collect(), tree });
+        let info =
+            std::sync::Arc::new(CommitInfo { time, parents: commit.parent_ids().map(|p| p.detach()).collect(), tree });
         let mut map = self.map.lock().expect("not poisoned");
         if map.len() < Self::LIMIT {
             map.insert(id, info.clone());
@@ -124,8 +125,13 @@ pub(crate) mod fixture {
                 text.push_str(&format!("parent {}\n", ids[*p]));
             }
             let time = 1000 + 10 * i;
-            text.push_str(&format!("author A <a@example.com> {time} +0000\ncommitter A <a@example.com> {time} +0000\n\ncommit {i}\n"));
-            ids.push(gix_object::Write::write_buf(&repo.objects, gix_object::Kind::Commit, text.as_bytes()).expect("a commit"));
+            text.push_str(&format!(
+                "author A <a@example.com> {time} +0000\ncommitter A <a@example.com> {time} +0000\n\ncommit {i}\n"
+            ));
+            ids.push(
+                gix_object::Write::write_buf(&repo.objects, gix_object::Kind::Commit, text.as_bytes())
+                    .expect("a commit"),
+            );
         }
         (dir, repo, ids)
     }

@@ -8,14 +8,8 @@ use clap::{Parser, Subcommand};
 use gixd::config::{Config, Exports, Overrides};
 
 /// `gixd --version`: ours, gitoxide's, and the patches built in.
-const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (gix ",
-    env!("GIXD_GIX_VERSION"),
-    "; patches: ",
-    env!("GIXD_PATCHES"),
-    ")"
-);
+const VERSION: &str =
+    concat!(env!("CARGO_PKG_VERSION"), " (gix ", env!("GIXD_GIX_VERSION"), "; patches: ", env!("GIXD_PATCHES"), ")");
 
 /// A git server on gitoxide.
 #[derive(Parser)]
@@ -39,9 +33,7 @@ enum Command {
         command: TokenCmd,
     },
     /// Validate a configuration file and say exactly what is wrong with it.
-    CheckConfig {
-        file: PathBuf,
-    },
+    CheckConfig { file: PathBuf },
     /// Repack a repository into one pack with a reverse index and a bitmap (what git's
     /// `repack -adb` gives), in-process; nothing unreachable is deleted.
     Maintenance {
@@ -68,7 +60,8 @@ impl TokenStoreArg {
             return Ok(path.clone());
         }
         if let Some(file) = &self.config {
-            let overrides = gixd::config::File::load(file)?.overrides(file.parent().unwrap_or(std::path::Path::new(".")));
+            let overrides =
+                gixd::config::File::load(file)?.overrides(file.parent().unwrap_or(std::path::Path::new(".")));
             return Ok(overrides.token_file.expect("a config file always names a token file"));
         }
         Ok(gixd::config::default_token_file())
@@ -301,7 +294,12 @@ impl DaemonFlags {
     /// What the flags given say; a boolean flag that is absent says nothing.
     fn overrides(&self) -> Overrides {
         let secs = std::time::Duration::from_secs;
-        let services = self.enable.iter().map(|n| (n.clone(), true)).chain(self.disable.iter().map(|n| (n.clone(), false))).collect();
+        let services = self
+            .enable
+            .iter()
+            .map(|n| (n.clone(), true))
+            .chain(self.disable.iter().map(|n| (n.clone(), false)))
+            .collect();
         Overrides {
             services,
             io_timeout: self.timeout.map(secs),
@@ -355,7 +353,10 @@ fn main() -> std::process::ExitCode {
         _ => "info",
     };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("GIXD_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GIXD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
+        )
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
@@ -435,7 +436,12 @@ fn serve(args: Serve) -> Result<(), Box<dyn std::error::Error>> {
         maintenance_interval: args.maintenance_every.map(std::time::Duration::from_secs),
         ..Overrides::default()
     };
-    let mut layers = flags.over(args.limits.overrides()).over(args.daemon.overrides()).over(args.sizes.overrides()).over(args.operations.overrides()).over(file);
+    let mut layers = flags
+        .over(args.limits.overrides())
+        .over(args.daemon.overrides())
+        .over(args.sizes.overrides())
+        .over(args.operations.overrides())
+        .over(file);
     if layers.token_file.is_none() {
         layers.token_file = Some(gixd::config::default_token_file());
     }
@@ -488,7 +494,14 @@ fn token(command: TokenCmd) -> Result<(), Box<dyn std::error::Error>> {
             let tokens = TokenStore::load(&path)?;
             println!("{:<10} {:<16} {:<6} {:<24} created", "id", "user", "access", "repositories");
             for t in &tokens.tokens {
-                println!("{:<10} {:<16} {:<6} {:<24} {}", t.id, t.user, if t.write { "write" } else { "read" }, t.repos, t.created);
+                println!(
+                    "{:<10} {:<16} {:<6} {:<24} {}",
+                    t.id,
+                    t.user,
+                    if t.write { "write" } else { "read" },
+                    t.repos,
+                    t.created
+                );
             }
         }
         TokenCmd::Revoke { ids, store } => {
@@ -525,7 +538,10 @@ fn check_config(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>
 
 /// `layers` resolved on `defaults` for the CPU budget gixd really has, with the line that says
 /// which sizes it chose and why (and a warning, if the budget calls for one).
-fn resolve_for_budget(defaults: Config, layers: Overrides) -> Result<(Config, String, Option<String>), gixd::config::ConfigError> {
+fn resolve_for_budget(
+    defaults: Config,
+    layers: Overrides,
+) -> Result<(Config, String, Option<String>), gixd::config::ConfigError> {
     let budget = gixd::budget::read();
     let config = layers.resolve(defaults, budget.effective())?;
     let (line, warning) = budget.describe(&config.sizes());
@@ -533,7 +549,12 @@ fn resolve_for_budget(defaults: Config, layers: Overrides) -> Result<(Config, St
 }
 
 /// Resolve the layers for the budget, and serve.
-fn run(defaults: Config, layers: Overrides, url_path: Option<String>, announce_http: bool) -> Result<(), Box<dyn std::error::Error>> {
+fn run(
+    defaults: Config,
+    layers: Overrides,
+    url_path: Option<String>,
+    announce_http: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
     let (config, line, warning) = resolve_for_budget(defaults, layers)?;
     tracing::info!("{line}");
     if let Some(warning) = warning {
@@ -553,7 +574,9 @@ fn run(defaults: Config, layers: Overrides, url_path: Option<String>, announce_h
             announce(format!("gixd: serving git://{git}/<repository>"));
         }
         match url_path {
-            Some(path) => announce(format!("gixd: serving http://{addr}/{path}\n  try: git clone http://{addr}/{path}")),
+            Some(path) => {
+                announce(format!("gixd: serving http://{addr}/{path}\n  try: git clone http://{addr}/{path}"))
+            }
             None if announce_http => announce(format!("gixd: serving http://{addr}/<repository>")),
             None => {}
         }
@@ -565,4 +588,3 @@ fn run(defaults: Config, layers: Overrides, url_path: Option<String>, announce_h
         Ok(())
     })
 }
-

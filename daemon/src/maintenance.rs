@@ -32,7 +32,11 @@ pub struct Report {
 
 /// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`.
 pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
-    let repo = gix::open_opts(git_dir, gix::open::Options::isolated().strict_config(false).config_overrides([crate::repo::DELTA_BASE_CACHE])).map_err(ServeError::pack)?;
+    let repo = gix::open_opts(
+        git_dir,
+        gix::open::Options::isolated().strict_config(false).config_overrides([crate::repo::DELTA_BASE_CACHE]),
+    )
+    .map_err(ServeError::pack)?;
     let hash = repo.object_hash();
     let objects_dir = repo.objects.store_ref().path().to_owned();
     let pack_dir = objects_dir.join("pack");
@@ -62,7 +66,14 @@ pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
     let bitmaps = write_bitmap(&repo, &index, &order, &tips, &index_path.with_extension("bitmap"), hash)?;
 
     // 4. Old packs and loose objects whose every object is in the new pack.
-    let mut report = Report { objects: selection.objects.len(), pack: data_path.clone(), bitmaps, leftovers_removed, deltas_computed, ..Report::default() };
+    let mut report = Report {
+        objects: selection.objects.len(),
+        pack: data_path.clone(),
+        bitmaps,
+        leftovers_removed,
+        deltas_computed,
+        ..Report::default()
+    };
     for entry in std::fs::read_dir(&pack_dir)?.flatten() {
         let path = entry.path();
         if path.extension().is_none_or(|e| e != "idx") || path == index_path {
@@ -79,7 +90,9 @@ pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
     }
     for fanout in std::fs::read_dir(&objects_dir)?.flatten() {
         let name = fanout.file_name();
-        let Some(prefix) = name.to_str().filter(|n| n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit())) else { continue };
+        let Some(prefix) = name.to_str().filter(|n| n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit())) else {
+            continue;
+        };
         for loose in std::fs::read_dir(fanout.path())?.flatten() {
             let hex = format!("{prefix}{}", loose.file_name().to_string_lossy());
             if let Ok(id) = ObjectId::from_hex(hex.as_bytes())
@@ -112,8 +125,8 @@ pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
 /// Between taking the locks and committing, `scratch` notes them ([`crate::ref_locks`]): a run
 /// killed there leaves them, and the next run, or the next gixd start, removes them.
 fn pack_refs(repo: &gix::Repository, scratch: &Path) -> Result<usize, ServeError> {
-    use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
     use gix::refs::Target;
+    use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
     let edits: Vec<RefEdit> = repo
         .refs
         .loose_iter()?
@@ -122,7 +135,11 @@ fn pack_refs(repo: &gix::Repository, scratch: &Path) -> Result<usize, ServeError
             Target::Object(id) => Some(RefEdit {
                 change: Change::Update {
                     // Old and new are the same value: gix-ref writes no reflog line for it.
-                    log: LogChange { mode: RefLog::AndReference, force_create_reflog: false, message: "pack-refs".into() },
+                    log: LogChange {
+                        mode: RefLog::AndReference,
+                        force_create_reflog: false,
+                        message: "pack-refs".into(),
+                    },
                     expected: PreviousValue::MustExistAndMatch(Target::Object(id)),
                     new: Target::Object(id),
                 },
@@ -137,7 +154,9 @@ fn pack_refs(repo: &gix::Repository, scratch: &Path) -> Result<usize, ServeError
     }
     let count = edits.len();
     let names: Vec<String> = edits.iter().map(|e| e.name.as_bstr().to_string()).collect();
-    let packed = gix::refs::file::transaction::PackedRefs::DeletionsAndNonSymbolicUpdatesRemoveLooseSourceReference(Box::new(repo.objects.clone()));
+    let packed = gix::refs::file::transaction::PackedRefs::DeletionsAndNonSymbolicUpdatesRemoveLooseSourceReference(
+        Box::new(repo.objects.clone()),
+    );
     let fail = gix::lock::acquire::Fail::Immediately;
     let result = repo.refs.transaction().packed_refs(packed).prepare(edits, fail, fail).and_then(|locked| {
         crate::ref_locks::note(scratch, &crate::ref_locks::held_for(repo, &names, true));
@@ -163,10 +182,18 @@ struct Lock(#[allow(dead_code)] std::fs::File);
 impl Lock {
     fn take(objects_dir: &Path) -> Result<Lock, ServeError> {
         use std::os::fd::AsRawFd;
-        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(objects_dir.join("gixd-maintenance.lock"))?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(objects_dir.join("gixd-maintenance.lock"))?;
         // SAFETY: flock on a descriptor this function owns; the lock goes with the descriptor.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::WouldBlock, "another maintenance of this repository is running").into());
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WouldBlock,
+                "another maintenance of this repository is running",
+            )
+            .into());
         }
         Ok(Lock(file))
     }
@@ -191,7 +218,8 @@ fn remove_leftovers(objects_dir: &Path, pack_dir: &Path) -> usize {
     for entry in std::fs::read_dir(pack_dir).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         // gix-tempfile's `.tmpXXXXXX`, never git's `.tmp-<pid>-pack-…` (a `git repack` at work).
-        let temporary = (name.starts_with(".tmp") && !name.starts_with(".tmp-")) || (name.starts_with("pack-") && name.ends_with(".tmp"));
+        let temporary = (name.starts_with(".tmp") && !name.starts_with(".tmp-"))
+            || (name.starts_with("pack-") && name.ends_with(".tmp"));
         if temporary && std::fs::remove_file(entry.path()).is_ok() {
             removed += 1;
         }
@@ -207,7 +235,11 @@ fn remove_leftovers(objects_dir: &Path, pack_dir: &Path) -> usize {
 /// many files and directories were removed.
 pub fn clean_after_kill(git_dir: &Path) -> usize {
     let objects_dir = git_dir.join("objects");
-    let scratch_left = std::fs::read_dir(&objects_dir).into_iter().flatten().flatten().any(|e| e.file_name().to_string_lossy().starts_with("gixd-maintenance-") && e.path().is_dir());
+    let scratch_left = std::fs::read_dir(&objects_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("gixd-maintenance-") && e.path().is_dir());
     if !scratch_left {
         return 0; // nothing to do, and no lock file made in a repository maintenance never ran in
     }
@@ -215,7 +247,13 @@ pub fn clean_after_kill(git_dir: &Path) -> usize {
     remove_leftovers(&objects_dir, &objects_dir.join("pack"))
 }
 
-fn write_pack(repo: &gix::Repository, selection: &crate::select::Selection, scratch: &Path, pack_dir: &Path, hash: gix_hash::Kind) -> Result<(PathBuf, PathBuf, usize), ServeError> {
+fn write_pack(
+    repo: &gix::Repository,
+    selection: &crate::select::Selection,
+    scratch: &Path,
+    pack_dir: &Path,
+    hash: gix_hash::Kind,
+) -> Result<(PathBuf, PathBuf, usize), ServeError> {
     // Every object is in: a base outside the selection is never met. Stored entries are located
     // in the pack files as read now (not inflated to find their ends); one that does not read
     // leaves it to gix-odb.
@@ -228,7 +266,14 @@ fn write_pack(repo: &gix::Repository, selection: &crate::select::Selection, scra
     };
     let tmp_pack = scratch.join("all.pack");
     let mut file = std::io::BufWriter::new(std::fs::File::create(&tmp_pack)?);
-    let options = crate::pack::Options { thin_pack: false, ofs_delta: true, include_unselected_bases: true, packs: &|| packs.clone(), deltify: true, progress_every: std::time::Duration::from_secs(1) };
+    let options = crate::pack::Options {
+        thin_pack: false,
+        ofs_delta: true,
+        include_unselected_bases: true,
+        packs: &|| packs.clone(),
+        deltify: true,
+        progress_every: std::time::Duration::from_secs(1),
+    };
     let stats = crate::pack::write(repo, selection, options, |_| true, &mut file)?;
     file.flush()?;
     drop(file);
@@ -251,7 +296,6 @@ fn write_pack(repo: &gix::Repository, selection: &crate::select::Selection, scra
         _ => Err(ServeError::corrupt_pack("the new pack was not written")),
     }
 }
-
 
 #[cfg(test)]
 mod lock_tests {

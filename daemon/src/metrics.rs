@@ -81,13 +81,25 @@ impl Metrics {
         };
         registry.register("requests", "Requests answered, by service, protocol version and status", m.requests.clone());
         registry.register("bytes_out", "Response bytes sent, by service", m.bytes_out.clone());
-        registry.register("pack_generations", "Packs generated (a cache hit or join generates none)", m.pack_generations.clone());
-        registry.register("pack_generation_cpu_seconds", "CPU time of the requests that generated a pack", m.pack_cpu_seconds.clone());
+        registry.register(
+            "pack_generations",
+            "Packs generated (a cache hit or join generates none)",
+            m.pack_generations.clone(),
+        );
+        registry.register(
+            "pack_generation_cpu_seconds",
+            "CPU time of the requests that generated a pack",
+            m.pack_cpu_seconds.clone(),
+        );
         registry.register("pack_cache", "Pack cache lookups, by outcome (hit, join, miss)", m.pack_cache.clone());
         registry.register("transfers_in_flight", "Transfers holding a transfer slot", m.transfers_in_flight.clone());
         registry.register("transfers_queued", "Transfers waiting for a transfer slot", m.transfers_queued.clone());
         registry.register("pushes", "Pushes, by outcome (ok, refused, failed)", m.pushes.clone());
-        registry.register("maintenance_runs", "Maintenance runs, by outcome (repacked, skipped, failed)", m.maintenance_runs.clone());
+        registry.register(
+            "maintenance_runs",
+            "Maintenance runs, by outcome (repacked, skipped, failed)",
+            m.maintenance_runs.clone(),
+        );
         registry.register(
             "repository_requests",
             "Requests per repository and service (the first names seen; later ones as _other)",

@@ -91,7 +91,14 @@ impl Phase {
 /// are — no object decoded; the extra objects follow, as gix-pack gives them, a delta against an
 /// object of the big pack referring to it by id (it is in this pack). Header count and trailer
 /// checksum are written for the whole; without extras the file is sent as it is.
-fn write_verbatim<W: Write>(repo: &gix::Repository, bitmap: &crate::bitmap::PackBitmap, objects: usize, extra: &[ObjectId], options: &Options, out: &mut W) -> Result<Stats, ServeError> {
+fn write_verbatim<W: Write>(
+    repo: &gix::Repository,
+    bitmap: &crate::bitmap::PackBitmap,
+    objects: usize,
+    extra: &[ObjectId],
+    options: &Options,
+    out: &mut W,
+) -> Result<Stats, ServeError> {
     let hash = repo.object_hash();
     // The pack as the bitmap mapped it: a repack that renames or deletes the file meanwhile
     // does not take it from under this answer.
@@ -108,7 +115,9 @@ fn write_verbatim<W: Write>(repo: &gix::Repository, bitmap: &crate::bitmap::Pack
     let mut at = 12u64;
     while at < entries_end {
         let end = (at + 256 * 1024).min(entries_end);
-        let bytes = pack.entry_slice(at..end).ok_or_else(|| ServeError::corrupt_pack(format!("{}: shorter than it says", bitmap.pack.display())))?;
+        let bytes = pack
+            .entry_slice(at..end)
+            .ok_or_else(|| ServeError::corrupt_pack(format!("{}: shorter than it says", bitmap.pack.display())))?;
         answer.emit(bytes)?;
         at = end;
     }
@@ -116,12 +125,15 @@ fn write_verbatim<W: Write>(repo: &gix::Repository, bitmap: &crate::bitmap::Pack
     if !extra.is_empty() {
         // A delta whose base is in the big pack refers to it by id (it is in this answer); any
         // other base is not, and its delta is re-deflated.
-        let decide = |id: &gix_hash::oid| if bitmap.pos(id).is_some() { DeltaBase::Thin } else { DeltaBase::Recompress };
+        let decide =
+            |id: &gix_hash::oid| if bitmap.pos(id).is_some() { DeltaBase::Thin } else { DeltaBase::Recompress };
         // Their stored entries located in the pack files as read now, not by gix-odb: its
         // locations, taken while a repack swaps packs under its snapshot, can pair an index
         // with another pack (seen: a clone sent an entry that did not inflate, and gix-odb's
         // own "index must always be present" panic, with git gc running beside gixd).
-        write_through_gix_pack(repo, extra.iter().copied(), decide, (options.packs)(), &mut answer, |_| stats.entries += 1)?;
+        write_through_gix_pack(repo, extra.iter().copied(), decide, (options.packs)(), &mut answer, |_| {
+            stats.entries += 1
+        })?;
     }
     stats.bytes = answer.finish()?;
     Ok(stats)
@@ -147,7 +159,8 @@ pub(crate) fn gix_entries<I: Iterator<Item = ObjectId>, D: FnMut(&gix_hash::oid)
     ),
     ServeError,
 > {
-    let counts: Vec<output::Count> = ids.map(|id| output::Count { id, entry_pack_location: output::count::PackLocation::NotLookedUp }).collect();
+    let counts: Vec<output::Count> =
+        ids.map(|id| output::Count { id, entry_pack_location: output::count::PackLocation::NotLookedUp }).collect();
     // Deleted packs kept readable from here on, and the snapshot taken after that (a clone
     // collects its own): one taken before could pair a pack's index with whatever pack gix-odb
     // loads into its slot once a repack has freed it.
@@ -156,9 +169,20 @@ pub(crate) fn gix_entries<I: Iterator<Item = ObjectId>, D: FnMut(&gix_hash::oid)
         odb.prevent_pack_unload();
         odb.clone()
     };
-    let options = output::entry::iter_from_counts::Options { thread_limit: Some(1), allow_thin_pack, compression, ..Default::default() };
+    let options = output::entry::iter_from_counts::Options {
+        thread_limit: Some(1),
+        allow_thin_pack,
+        compression,
+        ..Default::default()
+    };
     let progress = Box::new(gix_utils::progress::Discard);
-    output::entry::iter_from_counts_with_delta_bases(counts, crate::packs::Locating { odb, packs }, progress, options, Some(decide))
+    output::entry::iter_from_counts_with_delta_bases(
+        counts,
+        crate::packs::Locating { odb, packs },
+        progress,
+        options,
+        Some(decide),
+    )
     .map_err(ServeError::pack)
 }
 
@@ -201,7 +225,12 @@ impl EntryOffsets {
     /// entry the base of an earlier one): in the given order, an entry whose base is not out yet
     /// waits for it. A delta against another entry is an ofs-delta where the client takes them,
     /// else it names its base by id; a thin one names the object the client has.
-    fn emit_in_base_order<W: Write>(&mut self, entries: &[output::Entry], ofs_delta: bool, answer: &mut Hashed<'_, W>) -> Result<(), ServeError> {
+    fn emit_in_base_order<W: Write>(
+        &mut self,
+        entries: &[output::Entry],
+        ofs_delta: bool,
+        answer: &mut Hashed<'_, W>,
+    ) -> Result<(), ServeError> {
         let by_id: HashMap<ObjectId, usize> = entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
         let mut waiting: HashMap<usize, Vec<usize>> = HashMap::new();
         let mut at: Vec<u64> = vec![u64::MAX; entries.len()];
@@ -217,7 +246,11 @@ impl EntryOffsets {
             while let Some(i) = ready.pop() {
                 entry.clone_from(&entries[i]);
                 if let Some(base) = base_in_pack(&entries[i], &by_id) {
-                    entry.kind = if ofs_delta { output::entry::Kind::DeltaRef { object_index: base } } else { output::entry::Kind::DeltaOid { id: entries[base].id } };
+                    entry.kind = if ofs_delta {
+                        output::entry::Kind::DeltaRef { object_index: base }
+                    } else {
+                        output::entry::Kind::DeltaOid { id: entries[base].id }
+                    };
                 }
                 let here = write_entry(&mut self.head, &entry, answer, |index| at[index])?;
                 at[i] = here;
@@ -251,7 +284,12 @@ impl EntryOffsets {
 /// Write `entry`'s header (through the scratch `head`) and compressed data at the end of
 /// `answer`; `at` says where an earlier entry, by index, starts (an ofs-delta's base). Returns
 /// where this one starts.
-fn write_entry<W: Write>(head: &mut Vec<u8>, entry: &output::Entry, answer: &mut Hashed<'_, W>, at: impl Fn(usize) -> u64) -> Result<u64, ServeError> {
+fn write_entry<W: Write>(
+    head: &mut Vec<u8>,
+    entry: &output::Entry,
+    answer: &mut Hashed<'_, W>,
+    at: impl Fn(usize) -> u64,
+) -> Result<u64, ServeError> {
     let here = answer.written;
     let header = entry.to_entry_header(gix_pack::data::Version::V2, |index| here - at(index));
     head.clear();
@@ -297,7 +335,9 @@ fn write_reused<W: Write>(
     for pos in positions {
         sent.set(*pos as usize);
     }
-    let mut usable_thin = |id: &gix_hash::oid| options.thin_pack && selection.client_has(id) && (selection.client_has_readably(id) || may_send(id));
+    let mut usable_thin = |id: &gix_hash::oid| {
+        options.thin_pack && selection.client_has(id) && (selection.client_has_readably(id) || may_send(id))
+    };
     // First the decisions (headers only), so the entry count is known before anything is written.
     // With each entry: where its data starts after the header, and its decompressed size.
     let mut plan: Vec<(u32, Reuse, usize, u64)> = Vec::with_capacity(positions.len());
@@ -345,7 +385,9 @@ fn write_reused<W: Write>(
     let mut head = Vec::with_capacity(64);
     for (pos, decision, data_start, decompressed_size) in plan {
         let (offset, size) = bitmap.entry_at(pos as usize);
-        let bytes = pack.entry_slice(offset..offset + size as u64).ok_or_else(|| ServeError::corrupt_pack(format!("{}: entry at {offset} out of bounds", bitmap.pack.display())))?;
+        let bytes = pack.entry_slice(offset..offset + size as u64).ok_or_else(|| {
+            ServeError::corrupt_pack(format!("{}: entry at {offset} out of bounds", bitmap.pack.display()))
+        })?;
         let here = answer.written;
         match decision {
             Reuse::Later => continue,
@@ -353,7 +395,9 @@ fn write_reused<W: Write>(
             Reuse::Ofs { base } | Reuse::ByBase { base } => {
                 let data = &bytes[data_start..];
                 let rewritten = match decision {
-                    Reuse::Ofs { .. } => gix_pack::data::entry::Header::OfsDelta { base_distance: here - new_offset[base as usize] },
+                    Reuse::Ofs { .. } => {
+                        gix_pack::data::entry::Header::OfsDelta { base_distance: here - new_offset[base as usize] }
+                    }
                     _ => {
                         if !sent.get(base as usize) {
                             stats.thin_deltas += 1;
@@ -378,16 +422,29 @@ fn write_reused<W: Write>(
     if !later.is_empty() || !extra.is_empty() {
         let extra_set: std::collections::HashSet<&ObjectId> = extra.iter().collect();
         let later_set: std::collections::HashSet<ObjectId> = later.iter().copied().collect();
-        let in_answer = |id: &gix_hash::oid| bitmap.pos(id).is_some_and(|p| sent.get(p)) || extra_set.contains(&id.to_owned());
-        let decide = |id: &gix_hash::oid| if in_answer(id) || usable_thin(id) { DeltaBase::Thin } else { DeltaBase::Recompress };
-        write_through_gix_pack(repo, later.iter().chain(extra).copied(), decide, (options.packs)(), &mut answer, |entry| {
-            stats.entries += 1;
-            match entry.kind {
-                output::entry::Kind::DeltaOid { .. } => stats.thin_deltas += 1,
-                output::entry::Kind::Base(_) | output::entry::Kind::DeltaRef { .. } if later_set.contains(&entry.id) => stats.re_deflated += 1,
-                _ => stats.copied += 1,
-            }
-        })?;
+        let in_answer =
+            |id: &gix_hash::oid| bitmap.pos(id).is_some_and(|p| sent.get(p)) || extra_set.contains(&id.to_owned());
+        let decide =
+            |id: &gix_hash::oid| if in_answer(id) || usable_thin(id) { DeltaBase::Thin } else { DeltaBase::Recompress };
+        write_through_gix_pack(
+            repo,
+            later.iter().chain(extra).copied(),
+            decide,
+            (options.packs)(),
+            &mut answer,
+            |entry| {
+                stats.entries += 1;
+                match entry.kind {
+                    output::entry::Kind::DeltaOid { .. } => stats.thin_deltas += 1,
+                    output::entry::Kind::Base(_) | output::entry::Kind::DeltaRef { .. }
+                        if later_set.contains(&entry.id) =>
+                    {
+                        stats.re_deflated += 1
+                    }
+                    _ => stats.copied += 1,
+                }
+            },
+        )?;
     }
     stats.bytes = answer.finish()?;
     if stats.entries != total as usize {
@@ -523,7 +580,14 @@ pub fn write<W: Sink>(
     if let Some(bitmap) = &selection.whole_pack
         && options.ofs_delta
     {
-        return write_verbatim(repo, bitmap, selection.objects.len() - selection.extra.len(), &selection.extra, &options, out);
+        return write_verbatim(
+            repo,
+            bitmap,
+            selection.objects.len() - selection.extra.len(),
+            &selection.extra,
+            &options,
+            out,
+        );
     }
     if let Some((bitmap, positions)) = &selection.in_pack
         && !positions.is_empty()
@@ -550,7 +614,14 @@ pub fn write<W: Sink>(
     // often made a delta: it is stored (level 0) for now, and deflated for the wire only if it
     // stays whole ([`deflate_stored`]).
     let compression = if search.enabled { gix::zlib::Compression::NONE } else { gix::zlib::Compression::DEFAULT };
-    let (num_entries, mut chunks) = gix_entries(repo, selection.objects.iter().copied(), options.thin_pack, compression, (options.packs)(), decide)?;
+    let (num_entries, mut chunks) = gix_entries(
+        repo,
+        selection.objects.iter().copied(),
+        options.thin_pack,
+        compression,
+        (options.packs)(),
+        decide,
+    )?;
     let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::too_many_objects())?;
 
     // Without ofs-delta, a delta refers to its base by id; keep the ids written so far for that.
@@ -581,7 +652,11 @@ pub fn write<W: Sink>(
                 told = compressing.at(done, total, &mut answer);
             }
         };
-        let searched = if search.deltify { search.repack_window(&mut entries, &mut tell) } else { search.window(&mut entries, &mut tell) };
+        let searched = if search.deltify {
+            search.repack_window(&mut entries, &mut tell)
+        } else {
+            search.window(&mut entries, &mut tell)
+        };
         told?;
         compressing.total = searched;
         compressing.finish(&mut answer)?;
@@ -612,7 +687,10 @@ pub fn write<W: Sink>(
         counting.finish(&mut answer)?;
     }
     if written.offsets.len() != num_entries {
-        return Err(ServeError::corrupt_pack(format!("wrote {} entries of the {num_entries} announced", written.offsets.len())));
+        return Err(ServeError::corrupt_pack(format!(
+            "wrote {} entries of the {num_entries} announced",
+            written.offsets.len()
+        )));
     }
     let bytes = answer.finish()?;
     let outcome = gix_parallel::Finalize::finalize(chunks).map_err(ServeError::pack)?;
@@ -671,8 +749,19 @@ impl<'a> DeltaSearch<'a> {
     fn new(repo: &'a gix::Repository, selection: &'a Selection, options: &Options) -> Self {
         // A fetch by walking: the client holds something to delta against, and what is sent
         // whole is new (a clone's whole objects are its pack's delta bases already).
-        let enabled = !selection.by_bitmap && (options.deltify || !selection.client_has.is_empty()) && selection.objects.len() <= Self::MAX_SEARCHED_ENTRIES;
-        DeltaSearch { repo, selection, enabled, thin_allowed: options.thin_pack, deltify: options.deltify, budget: Self::BUDGET, found: 0, base: Vec::new() }
+        let enabled = !selection.by_bitmap
+            && (options.deltify || !selection.client_has.is_empty())
+            && selection.objects.len() <= Self::MAX_SEARCHED_ENTRIES;
+        DeltaSearch {
+            repo,
+            selection,
+            enabled,
+            thin_allowed: options.thin_pack,
+            deltify: options.deltify,
+            budget: Self::BUDGET,
+            found: 0,
+            base: Vec::new(),
+        }
     }
 
     /// git's window search over the entries going out whole (trees and blobs) and, as preferred
@@ -700,7 +789,9 @@ impl<'a> DeltaSearch<'a> {
         let mut left_out: Vec<usize> = Vec::new();
         let mut bytes = 0usize;
         for (i, entry) in entries.iter().enumerate() {
-            let output::entry::Kind::Base(kind @ (gix_object::Kind::Blob | gix_object::Kind::Tree)) = entry.kind else { continue };
+            let output::entry::Kind::Base(kind @ (gix_object::Kind::Blob | gix_object::Kind::Tree)) = entry.kind else {
+                continue;
+            };
             let size = entry.decompressed_size;
             if !(Self::MIN_OBJECT..=Self::MAX_OBJECT).contains(&size) {
                 continue;
@@ -714,11 +805,20 @@ impl<'a> DeltaSearch<'a> {
             let name_hash = self.selection.name_hash.get(&entry.id).copied().unwrap_or(0);
             candidates.push(Candidate { entry: Some(i), id: entry.id, kind, name_hash, data: target });
             let this = candidates.len() - 1;
-            let Some(held) = self.selection.same_path_held.get(&entry.id).filter(|held| self.thin_allowed && self.selection.client_has_readably(held)) else { continue };
+            let Some(held) = self
+                .selection
+                .same_path_held
+                .get(&entry.id)
+                .filter(|held| self.thin_allowed && self.selection.client_has_readably(held))
+            else {
+                continue;
+            };
             let at = match held_at.get(held) {
                 Some(at) => *at,
                 None => {
-                    let Ok(Some(base)) = gix_object::Find::try_find(&self.repo.objects, held, &mut self.base) else { continue };
+                    let Ok(Some(base)) = gix_object::Find::try_find(&self.repo.objects, held, &mut self.base) else {
+                        continue;
+                    };
                     if base.kind != kind || base.data.len() > Self::MAX_OBJECT {
                         continue;
                     }
@@ -732,14 +832,25 @@ impl<'a> DeltaSearch<'a> {
         }
         let objects: Vec<search::Object<'_>> = candidates
             .iter()
-            .map(|c| search::Object { kind: c.kind, name_hash: c.name_hash, data: &c.data, preferred_base: c.entry.is_none() })
+            .map(|c| search::Object {
+                kind: c.kind,
+                name_hash: c.name_hash,
+                data: &c.data,
+                preferred_base: c.entry.is_none(),
+            })
             .collect();
-        let options = search::Options { budget: self.budget, max_size: Self::MAX_OBJECT, min_size: Self::MIN_OBJECT, ..Default::default() };
+        let options = search::Options {
+            budget: self.budget,
+            max_size: Self::MAX_OBJECT,
+            min_size: Self::MIN_OBJECT,
+            ..Default::default()
+        };
         let (deltas, _stats) = search::find_with_progress(&objects, options, tell);
         let mut has_delta = vec![false; candidates.len()];
         for delta in deltas {
             let Some(target) = candidates[delta.target].entry else { continue };
-            has_delta[delta.target] = self.replace_with_delta(&mut entries[target], candidates[delta.base].id, &delta.data);
+            has_delta[delta.target] =
+                self.replace_with_delta(&mut entries[target], candidates[delta.base].id, &delta.data);
         }
         for (target, held) in same_path {
             if has_delta[target] {
@@ -782,7 +893,9 @@ impl<'a> DeltaSearch<'a> {
             .iter()
             .enumerate()
             .filter_map(|(i, e)| match e.kind {
-                output::entry::Kind::Base(kind @ (gix_object::Kind::Blob | gix_object::Kind::Tree)) if (Self::MIN_OBJECT..=Self::MAX_OBJECT).contains(&e.decompressed_size) => {
+                output::entry::Kind::Base(kind @ (gix_object::Kind::Blob | gix_object::Kind::Tree))
+                    if (Self::MIN_OBJECT..=Self::MAX_OBJECT).contains(&e.decompressed_size) =>
+                {
                     Some((kind as u8, name_hash(e), std::cmp::Reverse(e.decompressed_size), i))
                 }
                 _ => None,
@@ -801,16 +914,25 @@ impl<'a> DeltaSearch<'a> {
             let len = take.count().max(1);
             let (batch, next) = rest.split_at(len);
             rest = next;
-            let inflated: Vec<(usize, Vec<u8>)> = batch.iter().filter_map(|(.., i)| inflated(&entries[*i]).map(|data| (*i, data))).collect();
+            let inflated: Vec<(usize, Vec<u8>)> =
+                batch.iter().filter_map(|(.., i)| inflated(&entries[*i]).map(|data| (*i, data))).collect();
             let objects: Vec<search::Object<'_>> = inflated
                 .iter()
                 .map(|(i, data)| {
-                    let gix_pack::data::output::entry::Kind::Base(kind) = entries[*i].kind else { unreachable!("whole entries only") };
+                    let gix_pack::data::output::entry::Kind::Base(kind) = entries[*i].kind else {
+                        unreachable!("whole entries only")
+                    };
                     search::Object { kind, name_hash: name_hash(&entries[*i]), data, preferred_base: false }
                 })
                 .collect();
-            let options = search::Options { budget: usize::MAX, max_size: Self::MAX_OBJECT, min_size: Self::MIN_OBJECT, ..Default::default() };
-            let (deltas, _stats) = search::find_with_progress(&objects, options, &mut |done, _| tell(searched + done, order.len()));
+            let options = search::Options {
+                budget: usize::MAX,
+                max_size: Self::MAX_OBJECT,
+                min_size: Self::MIN_OBJECT,
+                ..Default::default()
+            };
+            let (deltas, _stats) =
+                search::find_with_progress(&objects, options, &mut |done, _| tell(searched + done, order.len()));
             for delta in deltas {
                 let (target, base) = (inflated[delta.target].0, inflated[delta.base].0);
                 let base_id = entries[base].id;
@@ -844,7 +966,8 @@ impl<'a> DeltaSearch<'a> {
     /// entry is now; true if it was. An entry stored for the search (not deflated yet) takes the
     /// delta as git takes what its search found: the delta is under half the object already.
     fn replace_with_delta(&mut self, entry: &mut output::Entry, base: ObjectId, delta: &[u8]) -> bool {
-        let mut z = flate2::write::ZlibEncoder::new(Vec::with_capacity(delta.len() / 2 + 16), flate2::Compression::default());
+        let mut z =
+            flate2::write::ZlibEncoder::new(Vec::with_capacity(delta.len() / 2 + 16), flate2::Compression::default());
         if z.write_all(delta).is_err() {
             return false;
         }
@@ -898,7 +1021,8 @@ fn deflate_stored(entry: &mut output::Entry, data: Option<&[u8]>) {
             None => return,
         },
     };
-    let mut z = flate2::write::ZlibEncoder::new(Vec::with_capacity(data.len() / 2 + 16), flate2::Compression::default());
+    let mut z =
+        flate2::write::ZlibEncoder::new(Vec::with_capacity(data.len() / 2 + 16), flate2::Compression::default());
     if z.write_all(data).is_err() {
         return;
     }
@@ -944,7 +1068,11 @@ mod tests {
                 }
                 let mut reference = gix_hash::hasher(kind);
                 reference.update(&data[..len]);
-                assert_eq!(ours.finalize().unwrap(), reference.try_finalize().unwrap().as_bytes(), "{kind:?}, {len} bytes");
+                assert_eq!(
+                    ours.finalize().unwrap(),
+                    reference.try_finalize().unwrap().as_bytes(),
+                    "{kind:?}, {len} bytes"
+                );
             }
         }
     }
@@ -973,7 +1101,14 @@ mod tests {
     fn write_into(out: &mut Failing) -> Result<Stats, ServeError> {
         let (_dir, repo, id) = one_blob_repo();
         let selection = Selection { objects: vec![id], blobs: 1, ..Selection::default() };
-        let options = Options { thin_pack: false, ofs_delta: true, include_unselected_bases: false, packs: &|| None, deltify: false, progress_every: std::time::Duration::from_secs(1) };
+        let options = Options {
+            thin_pack: false,
+            ofs_delta: true,
+            include_unselected_bases: false,
+            packs: &|| None,
+            deltify: false,
+            progress_every: std::time::Duration::from_secs(1),
+        };
         write(&repo, &selection, options, |_| false, out)
     }
 

@@ -116,7 +116,9 @@ impl Data {
             // SAFETY: `within..within + n` lies in the window and past every byte written to it,
             // so no slice handed out covers it; the caller holds the entry's lock, the only
             // writer's.
-            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.memory[index].map.as_mut_ptr().add(within), n) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.memory[index].map.as_mut_ptr().add(within), n)
+            };
             (bytes, at) = (&bytes[n..], at + n);
         }
         Ok(())
@@ -356,7 +358,9 @@ impl PackCache {
             return Err(found);
         }
         // The repository's older states answer no request again.
-        entries.retain(|k, e| k.git_dir != key.git_dir || k.state == key.state || e.progress().state == Generation::Running);
+        entries.retain(|k, e| {
+            k.git_dir != key.git_dir || k.state == key.state || e.progress().state == Generation::Running
+        });
         let (progress, _) = tokio::sync::watch::channel(Progress { len: 0, state: Generation::Running });
         let entry = Arc::new(Entry {
             data: Mutex::new(Data::new()),
@@ -412,7 +416,9 @@ impl PackCache {
             let on_disk = disk > self.settings.disk_bytes;
             let oldest = entries
                 .iter()
-                .filter(|(_, e)| e.progress().state == Generation::Done && e.data.lock().expect("not poisoned").on_disk() == on_disk)
+                .filter(|(_, e)| {
+                    e.progress().state == Generation::Done && e.data.lock().expect("not poisoned").on_disk() == on_disk
+                })
                 .min_by_key(|(_, e)| finished(e))
                 .map(|(k, _)| k.clone());
             match oldest {
@@ -438,7 +444,8 @@ pub struct EntryWriter<'a> {
 impl Write for EntryWriter<'_> {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         let mut data = self.entry.data.lock().expect("not poisoned");
-        let over = self.cache.memory_used.load(Ordering::Relaxed) + bytes.len() as u64 > self.cache.settings.memory_bytes;
+        let over =
+            self.cache.memory_used.load(Ordering::Relaxed) + bytes.len() as u64 > self.cache.settings.memory_bytes;
         if let (false, true, Some(dir)) = (data.on_disk(), over, &self.cache.settings.dir) {
             data.spill(dir)?;
             self.cache.memory_used.fetch_sub(data.len, Ordering::Relaxed);

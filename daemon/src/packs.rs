@@ -50,7 +50,9 @@ impl Packs {
         let mut files = Vec::new();
         for (idx, _) in listed {
             let error = |e: &dyn std::fmt::Display| PackError { path: idx.clone(), message: e.to_string() };
-            let opened = gix_pack::index::File::at(idx, hash).map_err(|e| error(&e)).and_then(|index| Ok((index, gix_pack::data::File::at(idx.with_extension("pack"), hash).map_err(|e| error(&e))?)));
+            let opened = gix_pack::index::File::at(idx, hash).map_err(|e| error(&e)).and_then(|index| {
+                Ok((index, gix_pack::data::File::at(idx.with_extension("pack"), hash).map_err(|e| error(&e))?))
+            });
             let (index, data) = match opened {
                 Ok(opened) => opened,
                 // Deleted since it was listed (a repack replaced it): not one of the packs now,
@@ -62,7 +64,8 @@ impl Packs {
                 return Err(error(&"the index is not of its pack"));
             }
             let order = read_rev(&idx.with_extension("rev"), index.num_objects() as usize, &index, hash);
-            let sizes = entry_sizes(&index, data.pack_end() as u64, order).ok_or_else(|| error(&"entries overlap or run past the pack's end"))?;
+            let sizes = entry_sizes(&index, data.pack_end() as u64, order)
+                .ok_or_else(|| error(&"entries overlap or run past the pack's end"))?;
             files.push(PackFile { index, data, sizes });
         }
         Ok(Packs { files })
@@ -127,7 +130,9 @@ fn index_files(pack_dir: &Path) -> Vec<(PathBuf, std::fs::Metadata)> {
         .map(|d| {
             d.flatten()
                 .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "idx") && !is_temporary(p) && p.with_extension("pack").is_file())
+                .filter(|p| {
+                    p.extension().is_some_and(|e| e == "idx") && !is_temporary(p) && p.with_extension("pack").is_file()
+                })
                 .filter_map(|p| Some((p.clone(), std::fs::metadata(&p).ok()?)))
                 .collect()
         })
@@ -140,22 +145,28 @@ fn index_files(pack_dir: &Path) -> Vec<(PathBuf, std::fs::Metadata)> {
 /// A file git is still writing: `git repack` makes its pack, index and bitmap as
 /// `.tmp-<pid>-pack-*` and renames them to `pack-*` when done (pack-objects' `tmp_*` likewise).
 pub fn is_temporary(path: &Path) -> bool {
-    path.file_name().is_some_and(|name| name.as_encoded_bytes().starts_with(b".") || name.as_encoded_bytes().starts_with(b"tmp_"))
+    path.file_name()
+        .is_some_and(|name| name.as_encoded_bytes().starts_with(b".") || name.as_encoded_bytes().starts_with(b"tmp_"))
 }
 
 /// The pack files of a repository, read once per state of its pack directory (names, sizes and
 /// modification times of the index files); `None`, logged once, when one does not read as a pack.
 pub fn of(repos: &crate::repo::Repos, served: &crate::repo::Served, repo: &gix::Repository) -> Option<Arc<Packs>> {
     let listed = index_files(&repo.objects.store_ref().path().join("pack"));
-    let cached = repos.cached(served, "pack files", listing_state(&listed), || -> Result<Option<Arc<Packs>>, std::convert::Infallible> {
-        match Packs::from_files(&listed, repo.object_hash()) {
-            Ok(packs) => Ok(Some(Arc::new(packs))),
-            Err(err) => {
-                tracing::warn!(repo = %served.name, %err, "pack entries located through the object database");
-                Ok(None)
+    let cached = repos.cached(
+        served,
+        "pack files",
+        listing_state(&listed),
+        || -> Result<Option<Arc<Packs>>, std::convert::Infallible> {
+            match Packs::from_files(&listed, repo.object_hash()) {
+                Ok(packs) => Ok(Some(Arc::new(packs))),
+                Err(err) => {
+                    tracing::warn!(repo = %served.name, %err, "pack entries located through the object database");
+                    Ok(None)
+                }
             }
-        }
-    });
+        },
+    );
     match cached {
         Ok(packs) => (*packs).clone(),
         Err(never) => match never {},
@@ -197,7 +208,8 @@ impl gix_pack::Find for Locating {
         buffer: &'a mut Vec<u8>,
         pack_cache: &mut dyn gix_pack::cache::DecodeEntry,
     ) -> gix_error::Result<Option<(gix_object::Data<'a>, Option<Location>)>> {
-        let first = gix_pack::Find::try_find_cached(&self.odb, id, buffer, pack_cache).map(|found| found.map(|(data, location)| (data.kind, location)));
+        let first = gix_pack::Find::try_find_cached(&self.odb, id, buffer, pack_cache)
+            .map(|found| found.map(|(data, location)| (data.kind, location)));
         let (kind, location) = match first {
             // With `packs`, the location gix-odb gives is in its own pack ids: not passed on.
             Ok(Some((kind, location))) => (kind, location.filter(|_| self.packs.is_none())),
@@ -228,9 +240,15 @@ impl gix_pack::Find for Locating {
         }
     }
 
-    fn pack_offsets_and_oid(&self, pack_id: u32) -> gix_error::Result<Option<Vec<(gix_pack::data::Offset, gix_hash::ObjectId)>>> {
+    fn pack_offsets_and_oid(
+        &self,
+        pack_id: u32,
+    ) -> gix_error::Result<Option<Vec<(gix_pack::data::Offset, gix_hash::ObjectId)>>> {
         match &self.packs {
-            Some(packs) => Ok(packs.files.get(pack_id as usize).map(|file| file.index.iter().map(|e| (e.pack_offset, e.oid)).collect())),
+            Some(packs) => Ok(packs
+                .files
+                .get(pack_id as usize)
+                .map(|file| file.index.iter().map(|e| (e.pack_offset, e.oid)).collect())),
             None => gix_pack::Find::pack_offsets_and_oid(&self.odb, pack_id),
         }
     }
@@ -332,7 +350,9 @@ mod tests {
         for (idx, _) in index_files(&dir.path().join(".git/objects/pack")) {
             let index = gix_pack::index::File::at(&idx, hash).unwrap();
             let end = gix_pack::data::File::at(idx.with_extension("pack"), hash).unwrap().pack_end() as u64;
-            let Some(order) = read_rev(&idx.with_extension("rev"), index.num_objects() as usize, &index, hash) else { continue };
+            let Some(order) = read_rev(&idx.with_extension("rev"), index.num_objects() as usize, &index, hash) else {
+                continue;
+            };
             with_rev += 1;
             let sorted = entry_sizes(&index, end, None).unwrap();
             assert_eq!(entry_sizes(&index, end, Some(order.clone())).unwrap(), sorted, "{}", idx.display());

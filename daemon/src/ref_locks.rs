@@ -20,8 +20,13 @@ const NOTE_TMP: &str = "ref-locks.tmp";
 /// The lock files a prepared gix-ref transaction over `names` holds: `<ref>.lock` for each, and
 /// `packed-refs.lock` when it packs refs (`packing`: gix-ref locks it to create or rewrite
 /// packed-refs) or when there is a `packed-refs` (locked to compare and to delete).
-pub fn held_for(repo: &gix::Repository, names: impl IntoIterator<Item = impl AsRef<str>>, packing: bool) -> Vec<PathBuf> {
-    let per_worktree = |name: &str| ["refs/worktree/", "refs/bisect/", "refs/rewritten/"].iter().any(|p| name.starts_with(p));
+pub fn held_for(
+    repo: &gix::Repository,
+    names: impl IntoIterator<Item = impl AsRef<str>>,
+    packing: bool,
+) -> Vec<PathBuf> {
+    let per_worktree =
+        |name: &str| ["refs/worktree/", "refs/bisect/", "refs/rewritten/"].iter().any(|p| name.starts_with(p));
     let mut paths: Vec<_> = names
         .into_iter()
         .map(|name| {
@@ -42,7 +47,14 @@ pub fn note(dir: &Path, paths: &[PathBuf]) {
     let mut text = String::new();
     for path in paths {
         if let Ok(meta) = std::fs::symlink_metadata(path) {
-            text.push_str(&format!("{} {} {} {} {}\n", meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec(), path.display()));
+            text.push_str(&format!(
+                "{} {} {} {} {}\n",
+                meta.dev(),
+                meta.ino(),
+                meta.ctime(),
+                meta.ctime_nsec(),
+                path.display()
+            ));
         }
     }
     let (tmp, noted) = (dir.join(NOTE_TMP), dir.join(NOTE));
@@ -64,13 +76,16 @@ pub fn remove_noted(dir: &Path) -> usize {
     for line in text.lines() {
         let mut fields = line.splitn(5, ' ');
         let mut number = || fields.next().and_then(|f| f.parse::<i64>().ok());
-        let (Some(dev), Some(ino), Some(ctime), Some(nsec)) = (number(), number(), number(), number()) else { continue };
+        let (Some(dev), Some(ino), Some(ctime), Some(nsec)) = (number(), number(), number(), number()) else {
+            continue;
+        };
         let Some(path) = fields.next().map(Path::new) else { continue };
         if !path.file_name().is_some_and(|n| n.to_string_lossy().ends_with(".lock")) {
             continue;
         }
-        let same = std::fs::symlink_metadata(path)
-            .is_ok_and(|m| m.dev() as i64 == dev && m.ino() as i64 == ino && m.ctime() == ctime && m.ctime_nsec() == nsec);
+        let same = std::fs::symlink_metadata(path).is_ok_and(|m| {
+            m.dev() as i64 == dev && m.ino() as i64 == ino && m.ctime() == ctime && m.ctime_nsec() == nsec
+        });
         if same && std::fs::remove_file(path).is_ok() {
             tracing::warn!(lock = %path.display(), "removed a ref lock a killed process held");
             removed += 1;

@@ -112,7 +112,9 @@ impl Repos {
                 let rel = relative_repo_path(rest).ok_or_else(|| RepoError::BadPath(decoded.clone()))?;
                 (home.join(sub), rel)
             }
-            None => (self.base.clone(), relative_repo_path(&decoded).ok_or_else(|| RepoError::BadPath(decoded.clone()))?),
+            None => {
+                (self.base.clone(), relative_repo_path(&decoded).ok_or_else(|| RepoError::BadPath(decoded.clone()))?)
+            }
         };
         let mut candidates = vec![root.join(&rel)];
         if !self.rules.strict && !rel.as_os_str().as_encoded_bytes().ends_with(b".git") {
@@ -130,7 +132,11 @@ impl Repos {
             return Err(not_found());
         }
         let whitelisted = self.rules.whitelist.is_empty()
-            || self.rules.whitelist.iter().any(|dir| if self.rules.strict { git_dir == *dir } else { git_dir.starts_with(dir) });
+            || self
+                .rules
+                .whitelist
+                .iter()
+                .any(|dir| if self.rules.strict { git_dir == *dir } else { git_dir.starts_with(dir) });
         if !whitelisted {
             return Err(RepoError::NotExported(name));
         }
@@ -156,10 +162,7 @@ impl Repos {
         // default, a list of 64 objects, would be flushed by one long chain.
         let options = gix::open::Options::isolated().strict_config(false).config_overrides([DELTA_BASE_CACHE]);
         let repo = gix::ThreadSafeRepository::open_opts(git_dir, options)
-            .map_err(|e| RepoError::Open {
-                path: name.to_owned(),
-                source: Box::new(e),
-            })?;
+            .map_err(|e| RepoError::Open { path: name.to_owned(), source: Box::new(e) })?;
         self.open.lock().expect("not poisoned").insert(git_dir.to_owned(), (config_time, repo.clone()));
         Ok(repo)
     }
@@ -174,7 +177,9 @@ impl Repos {
     /// The repository's decoded commits, kept for the life of the process (a commit's id fixes
     /// its content: the cache never needs a state).
     pub fn commits(&self, served: &Served) -> Arc<crate::graph::CommitCache> {
-        match self.cached(served, "commits", 0, || Ok::<_, std::convert::Infallible>(crate::graph::CommitCache::default())) {
+        match self
+            .cached(served, "commits", 0, || Ok::<_, std::convert::Infallible>(crate::graph::CommitCache::default()))
+        {
             Ok(cache) => cache,
             Err(never) => match never {},
         }
@@ -190,7 +195,13 @@ impl Repos {
 
     /// The value of `kind` for `served` computed from `state`: the cached one if it was computed
     /// from the same state, else `compute`'s (kept for next time; a failure is not kept).
-    pub fn cached<T: Any + Send + Sync, E>(&self, served: &Served, kind: &'static str, state: u64, compute: impl FnOnce() -> Result<T, E>) -> Result<Arc<T>, E> {
+    pub fn cached<T: Any + Send + Sync, E>(
+        &self,
+        served: &Served,
+        kind: &'static str,
+        state: u64,
+        compute: impl FnOnce() -> Result<T, E>,
+    ) -> Result<Arc<T>, E> {
         let key = (served.git_dir.clone(), kind);
         if let Some((cached_state, value)) = self.caches.lock().expect("not poisoned").get(&key)
             && *cached_state == state
@@ -291,10 +302,17 @@ pub struct AdvertisedRef {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum HeadState {
     /// HEAD names a branch that exists.
-    Symbolic { target: BString, id: ObjectId },
+    Symbolic {
+        target: BString,
+        id: ObjectId,
+    },
     /// HEAD names a branch that does not exist yet (an empty repository).
-    Unborn { target: BString },
-    Detached { id: ObjectId },
+    Unborn {
+        target: BString,
+    },
+    Detached {
+        id: ObjectId,
+    },
     /// No readable HEAD.
     Missing,
 }
@@ -327,7 +345,10 @@ fn stored_refs(repo: &gix::Repository) -> Result<Vec<(BString, StoredRef)>, Serv
                     None if fully_peeled => Peel::Itself,
                     None => Peel::Unknown,
                 };
-                packed.push((reference.name.as_bstr().to_owned(), StoredRef { target: gix::refs::Target::Object(reference.target()), peel: peeled }));
+                packed.push((
+                    reference.name.as_bstr().to_owned(),
+                    StoredRef { target: gix::refs::Target::Object(reference.target()), peel: peeled },
+                ));
             }
         }
     }
@@ -474,9 +495,17 @@ impl LooseState {
         }
     }
 
-    fn subdirectory(&mut self, at: i32, name: &std::ffi::CStr, prefix: &mut Vec<u8>, depth: usize) -> std::io::Result<()> {
+    fn subdirectory(
+        &mut self,
+        at: i32,
+        name: &std::ffi::CStr,
+        prefix: &mut Vec<u8>,
+        depth: usize,
+    ) -> std::io::Result<()> {
         // SAFETY: `at` is the open directory being read, `name` an entry of it.
-        let fd = unsafe { libc::openat(at, name.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
+        let fd = unsafe {
+            libc::openat(at, name.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        };
         if fd < 0 {
             let err = std::io::Error::last_os_error();
             // Removed while listed: it is not part of this state.
@@ -492,7 +521,14 @@ impl LooseState {
     /// through, as the ref store reads it; one that leads to a directory counts by its name and
     /// is not followed (no loop). `unknown`: the file system gave no type, so this may be a
     /// directory (followed) or a link (not opened: counted by its name).
-    fn file(&mut self, at: i32, name: &std::ffi::CStr, prefix: &mut Vec<u8>, depth: usize, unknown: bool) -> std::io::Result<()> {
+    fn file(
+        &mut self,
+        at: i32,
+        name: &std::ffi::CStr,
+        prefix: &mut Vec<u8>,
+        depth: usize,
+        unknown: bool,
+    ) -> std::io::Result<()> {
         let flags = libc::O_RDONLY | libc::O_CLOEXEC | if unknown { libc::O_NOFOLLOW } else { 0 };
         // SAFETY: `at` is the open directory being read, `name` an entry of it.
         let fd = unsafe { libc::openat(at, name.as_ptr(), flags) };
@@ -646,12 +682,7 @@ impl RefSnapshot {
                 Peel::Itself if symref_target.is_none() => None,
                 _ => crate::graph::peel_tag(repo, id)?,
             };
-            refs.push(AdvertisedRef {
-                name,
-                id,
-                peeled,
-                symref_target,
-            });
+            refs.push(AdvertisedRef { name, id, peeled, symref_target });
         }
         // Sorted by name already (a merge of sorted lists).
         // Hidden refs are not served at all: not advertised, not wantable, and what only they
@@ -662,13 +693,8 @@ impl RefSnapshot {
         }
         let head = match repo.head_name() {
             Ok(Some(target)) => match refs.iter().find(|r| r.name == target.as_bstr()) {
-                Some(r) => HeadState::Symbolic {
-                    target: target.as_bstr().to_owned(),
-                    id: r.id,
-                },
-                None => HeadState::Unborn {
-                    target: target.as_bstr().to_owned(),
-                },
+                Some(r) => HeadState::Symbolic { target: target.as_bstr().to_owned(), id: r.id },
+                None => HeadState::Unborn { target: target.as_bstr().to_owned() },
             },
             Ok(None) => match repo.head_id() {
                 Ok(id) => HeadState::Detached { id: id.detach() },
@@ -676,12 +702,7 @@ impl RefSnapshot {
             },
             Err(_) => HeadState::Missing,
         };
-        Ok(RefSnapshot {
-            head,
-            refs,
-            object_hash: repo.object_hash(),
-            wants: WantPolicy::read(repo),
-        })
+        Ok(RefSnapshot { head, refs, object_hash: repo.object_hash(), wants: WantPolicy::read(repo) })
     }
 
     /// HEAD's object, if it has one.
@@ -830,7 +851,12 @@ mod tests {
     #[test]
     fn fully_peeled_packed_refs_tell_which_refs_are_no_tags_and_other_headers_tell_nothing() {
         let itself = |repo: &gix::Repository| -> Vec<String> {
-            stored_refs(repo).unwrap().into_iter().filter(|(_, r)| matches!(r.peel, Peel::Itself)).map(|(n, _)| n.to_string()).collect()
+            stored_refs(repo)
+                .unwrap()
+                .into_iter()
+                .filter(|(_, r)| matches!(r.peel, Peel::Itself))
+                .map(|(n, _)| n.to_string())
+                .collect()
         };
         let (_dir, repo, _, _) = with_packed_refs("# pack-refs with: peeled fully-peeled sorted ");
         assert_eq!(itself(&repo), ["refs/heads/main", "refs/tags/light"]);
@@ -854,7 +880,12 @@ mod tests {
     fn loose_and_packed_refs_come_out_in_one_name_order_each_name_once() {
         let (dir, _, commits, _) = with_packed_refs("# pack-refs with: peeled fully-peeled sorted ");
         // Loose refs before, between and after the packed ones, and one over a packed name.
-        for (name, id) in [("refs/heads/a", commits[0]), ("refs/heads/main", commits[0]), ("refs/tags/m", commits[1]), ("refs/tags/z", commits[1])] {
+        for (name, id) in [
+            ("refs/heads/a", commits[0]),
+            ("refs/heads/main", commits[0]),
+            ("refs/tags/m", commits[1]),
+            ("refs/tags/z", commits[1]),
+        ] {
             let path = dir.path().join(name);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, format!("{id}\n")).unwrap();
@@ -862,7 +893,10 @@ mod tests {
         let repo = gix::open(dir.path()).unwrap();
         let refs = RefSnapshot::load(&repo).unwrap();
         let names: Vec<String> = refs.refs.iter().map(|r| r.name.to_string()).collect();
-        assert_eq!(names, ["refs/heads/a", "refs/heads/main", "refs/tags/light", "refs/tags/m", "refs/tags/v0", "refs/tags/z"]);
+        assert_eq!(
+            names,
+            ["refs/heads/a", "refs/heads/main", "refs/tags/light", "refs/tags/m", "refs/tags/v0", "refs/tags/z"]
+        );
         assert_eq!(refs.refs[1].id, commits[0], "the loose main wins over the packed one");
     }
 
@@ -894,18 +928,30 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("refs/heads")).unwrap();
         std::fs::write(dir.path().join("refs/heads/new"), format!("{}\n", commits[0])).unwrap();
         let loose = load(&repo);
-        assert_eq!(names(&loose), ["refs/heads/main", "refs/heads/new", "refs/tags/light", "refs/tags/v0"], "a new loose ref");
+        assert_eq!(
+            names(&loose),
+            ["refs/heads/main", "refs/heads/new", "refs/tags/light", "refs/tags/v0"],
+            "a new loose ref"
+        );
         std::fs::write(dir.path().join("refs/heads/new"), format!("{}\n", commits[1])).unwrap();
         assert_eq!(load(&repo).refs[1].id, commits[1], "a loose ref moved");
 
-        std::fs::write(dir.path().join("packed-refs"), format!("# pack-refs with: peeled fully-peeled sorted \n{} refs/heads/main\n", commits[1])).unwrap();
+        std::fs::write(
+            dir.path().join("packed-refs"),
+            format!("# pack-refs with: peeled fully-peeled sorted \n{} refs/heads/main\n", commits[1]),
+        )
+        .unwrap();
         assert_eq!(names(&load(&repo)), ["refs/heads/main", "refs/heads/new"], "packed-refs rewritten");
 
         std::fs::write(dir.path().join("HEAD"), "ref: refs/heads/new\n").unwrap();
-        assert!(matches!(&load(&repo).head, HeadState::Symbolic { target, .. } if target == "refs/heads/new"), "HEAD moved");
+        assert!(
+            matches!(&load(&repo).head, HeadState::Symbolic { target, .. } if target == "refs/heads/new"),
+            "HEAD moved"
+        );
 
         let config = std::fs::read_to_string(dir.path().join("config")).unwrap();
-        std::fs::write(dir.path().join("config"), format!("{config}[uploadpack]\n\thideRefs = refs/heads/new\n")).unwrap();
+        std::fs::write(dir.path().join("config"), format!("{config}[uploadpack]\n\thideRefs = refs/heads/new\n"))
+            .unwrap();
         let reopened = gix::open(dir.path()).unwrap();
         assert_eq!(names(&load(&reopened)), ["refs/heads/main"], "a hideRefs setting");
     }

@@ -77,8 +77,7 @@ impl Selection {
 
     /// Does the client have `id` for sure (a thin-pack base it may be given)?
     pub fn client_has(&self, id: &gix_hash::oid) -> bool {
-        self.client_has.contains(id)
-            || self.held.as_ref().is_some_and(|(bitmap, reach)| reach.has(bitmap, id))
+        self.client_has.contains(id) || self.held.as_ref().is_some_and(|(bitmap, reach)| reach.has(bitmap, id))
     }
 }
 
@@ -347,7 +346,12 @@ impl<'r> Walker<'r> {
         Err(ServeError::MissingObject(id))
     }
 
-    fn run(mut self, wants: &[ObjectId], common: &[ObjectId], boundary: Option<&Boundary>) -> Result<Selection, ServeError> {
+    fn run(
+        mut self,
+        wants: &[ObjectId],
+        common: &[ObjectId],
+        boundary: Option<&Boundary>,
+    ) -> Result<Selection, ServeError> {
         let mut commit_tips = Vec::new();
         let mut roots = Vec::new();
         for want in wants {
@@ -461,7 +465,11 @@ fn walk_with_grafts(
 
 /// Select the objects to send for `request`: with the pack's bitmap when there is one and the
 /// request is one it can answer (no shallow boundary; no filter but `blob:none`), else by walking.
-pub fn select(repo: &gix::Repository, request: &Request<'_>, bitmap: Option<&std::sync::Arc<PackBitmap>>) -> Result<Selection, ServeError> {
+pub fn select(
+    repo: &gix::Repository,
+    request: &Request<'_>,
+    bitmap: Option<&std::sync::Arc<PackBitmap>>,
+) -> Result<Selection, ServeError> {
     let plain_filter = request.filter.is_none() || request.filter == (Filter { no_blobs: true, ..Filter::default() });
     if let Some(bitmap) = bitmap
         && request.boundary.is_none()
@@ -492,7 +500,11 @@ pub fn select_by_walking(repo: &gix::Repository, request: &Request<'_>) -> Resul
 /// Reachable from the wants and not from the common commits, by bitmap: the pack's objects in
 /// pack order, then those outside the bitmapped pack (pushed since the last repack, walked
 /// through) in id order.
-fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &std::sync::Arc<PackBitmap>) -> Result<Option<Selection>, ServeError> {
+fn select_with_bitmap(
+    repo: &gix::Repository,
+    request: &Request<'_>,
+    bitmap: &std::sync::Arc<PackBitmap>,
+) -> Result<Option<Selection>, ServeError> {
     // What the client has first, then the wants' walk stops at it (git's order): the wants'
     // side then decodes only what is new to the client, not every tree down to covered commits.
     let held = if request.common.is_empty() { None } else { Some(bitmap.reachable(repo, request.common, None)?) };
@@ -556,10 +568,18 @@ fn select_with_bitmap(repo: &gix::Repository, request: &Request<'_>, bitmap: &st
 /// a common commit is readable when it is a visible tip (or what one peels to), when the
 /// wants' walk met it (a parent of a commit the wants reach) or reached it through a covered
 /// commit's bitmap; the rest must be reached, commits only, from those.
-fn common_is_readable(repo: &gix::Repository, request: &Request<'_>, bitmap: &PackBitmap, want: &crate::bitmap::Reach) -> Result<bool, ServeError> {
+fn common_is_readable(
+    repo: &gix::Repository,
+    request: &Request<'_>,
+    bitmap: &PackBitmap,
+    want: &crate::bitmap::Reach,
+) -> Result<bool, ServeError> {
     let met: HashSet<ObjectId> = want.met.iter().copied().collect();
     let readable_by_itself = |id: &ObjectId| {
-        request.refs.is_tip(id) || request.refs.is_peeled_tip(id) || met.contains(id) || bitmap.pos(id).is_some_and(|pos| want.bits.get(pos))
+        request.refs.is_tip(id)
+            || request.refs.is_peeled_tip(id)
+            || met.contains(id)
+            || bitmap.pos(id).is_some_and(|pos| want.bits.get(pos))
     };
     let (known, rest): (Vec<ObjectId>, Vec<ObjectId>) = request.common.iter().copied().partition(readable_by_itself);
     if rest.is_empty() {
@@ -626,7 +646,12 @@ pub static READABLE_SETS_COMPUTED: std::sync::atomic::AtomicUsize = std::sync::a
 /// The objects reachable from `refs` (all of which this client may read), cached per ref state:
 /// from the pack bitmap when there is one (bits, and a walk only of what the bitmapped pack
 /// lacks), else from a walk of everything.
-pub fn readable_objects(repos: &crate::repo::Repos, served: &crate::repo::Served, repo: &gix::Repository, refs: &RefSnapshot) -> Result<std::sync::Arc<Readable>, ServeError> {
+pub fn readable_objects(
+    repos: &crate::repo::Repos,
+    served: &crate::repo::Served,
+    repo: &gix::Repository,
+    refs: &RefSnapshot,
+) -> Result<std::sync::Arc<Readable>, ServeError> {
     repos.cached(served, "readable objects", refs.fingerprint(), || {
         READABLE_SETS_COMPUTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(match crate::bitmap::of(repos, served, repo) {
@@ -642,7 +667,12 @@ pub fn readable_objects(repos: &crate::repo::Repos, served: &crate::repo::Served
 /// The readable set if it costs nothing now: cached for this ref state, or cheap to compute
 /// (from a pack bitmap). `None` when only a walk of every object could tell — a caller asking
 /// only to save work (a delta base it could include instead of re-deflating) then goes without.
-pub fn readable_objects_if_cheap(repos: &crate::repo::Repos, served: &crate::repo::Served, repo: &gix::Repository, refs: &RefSnapshot) -> Option<std::sync::Arc<Readable>> {
+pub fn readable_objects_if_cheap(
+    repos: &crate::repo::Repos,
+    served: &crate::repo::Served,
+    repo: &gix::Repository,
+    refs: &RefSnapshot,
+) -> Option<std::sync::Arc<Readable>> {
     if let Some(set) = repos.cached_only::<Readable>(served, "readable objects", refs.fingerprint()) {
         return Some(set);
     }

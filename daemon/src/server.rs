@@ -197,13 +197,28 @@ async fn accept_git(listener: TcpListener, state: Arc<State>) {
             let mut stream = stream;
             // The request line arrives whole within init_timeout, before the connection takes a
             // thread or a transfer slot: idle or trickling connections cost neither.
-            let line = match tokio::time::timeout(state.config.init_timeout, crate::transport::git::read_request_line(&mut stream)).await {
+            let line = match tokio::time::timeout(
+                state.config.init_timeout,
+                crate::transport::git::read_request_line(&mut stream),
+            )
+            .await
+            {
                 Ok(Ok(Some(line))) => line,
-                Ok(Ok(None)) => return crate::transport::git::refuse(&mut stream, "expected a request line: git-upload-pack /path").await,
+                Ok(Ok(None)) => {
+                    return crate::transport::git::refuse(
+                        &mut stream,
+                        "expected a request line: git-upload-pack /path",
+                    )
+                    .await;
+                }
                 Ok(Err(_)) => return, // hung up
                 Err(_) => {
                     tracing::info!(%peer, "git:// request line did not arrive in time");
-                    return crate::transport::git::refuse(&mut stream, "timed out waiting for a request line: git-upload-pack /path").await;
+                    return crate::transport::git::refuse(
+                        &mut stream,
+                        "timed out waiting for a request line: git-upload-pack /path",
+                    )
+                    .await;
                 }
             };
             let permit = state.slot().await;
@@ -331,13 +346,7 @@ pub fn spawn_with(config: Config, options: Options) -> std::io::Result<Running> 
         }));
         rt.shutdown_timeout(std::time::Duration::from_secs(5));
     })?;
-    Ok(Running {
-        addr,
-        git_addr,
-        metrics_addr,
-        shutdown: Some(tx),
-        thread: Some(thread),
-    })
+    Ok(Running { addr, git_addr, metrics_addr, shutdown: Some(tx), thread: Some(thread) })
 }
 
 impl Running {

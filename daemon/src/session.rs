@@ -41,7 +41,8 @@ impl State {
     /// A transfer slot, waiting up to `transfer_queue_wait` for one; `None`: the server is busy.
     pub async fn slot(&self) -> Option<Slot> {
         self.metrics.transfers_queued.inc();
-        let acquired = tokio::time::timeout(self.config.transfer_queue_wait, self.transfers.clone().acquire_owned()).await;
+        let acquired =
+            tokio::time::timeout(self.config.transfer_queue_wait, self.transfers.clone().acquire_owned()).await;
         self.metrics.transfers_queued.dec();
         let permit = acquired.ok()?.ok()?;
         self.metrics.transfers_in_flight.inc();
@@ -188,7 +189,11 @@ pub struct Share {
 
 impl Shares {
     pub fn new(config: &Config) -> Self {
-        Shares { per_repository: config.max_transfers_per_repository, per_client: config.max_transfers_per_client, counts: Default::default() }
+        Shares {
+            per_repository: config.max_transfers_per_repository,
+            per_client: config.max_transfers_per_client,
+            counts: Default::default(),
+        }
     }
 
     /// A place for a transfer of the repository at `git_dir` from `client` (unknown: no
@@ -239,7 +244,8 @@ mod tests {
         config.max_transfers_per_client = 1;
         let shares = Arc::new(Shares::new(&config));
         let (a, b) = (std::path::Path::new("/srv/a.git"), std::path::Path::new("/srv/b.git"));
-        let (one, two): (std::net::IpAddr, std::net::IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let (one, two): (std::net::IpAddr, std::net::IpAddr) =
+            ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
         let first = shares.enter(a, Some(one)).unwrap();
         assert_eq!(shares.enter(b, Some(one)).unwrap_err(), Busy::Client, "one transfer per client");
         let second = shares.enter(a, Some(two)).unwrap();

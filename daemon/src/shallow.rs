@@ -41,7 +41,9 @@ impl Deepen {
     /// `deepen` with `deepen-since`/`deepen-not` is refused, as git does.
     pub fn check(&self) -> Result<(), ProtocolError> {
         if self.depth.is_some() && (self.since.is_some() || !self.not.is_empty()) {
-            return Err(ProtocolError::Shallow("deepen and deepen-since (or deepen-not) cannot be used together".into()));
+            return Err(ProtocolError::Shallow(
+                "deepen and deepen-since (or deepen-not) cannot be used together".into(),
+            ));
         }
         Ok(())
     }
@@ -59,7 +61,9 @@ pub fn parse_depth(value: &str) -> Result<u32, ProtocolError> {
 pub fn parse_since(value: &str) -> Result<i64, ProtocolError> {
     match value.parse::<i64>() {
         Ok(n) if n != -1 => Ok(n),
-        _ => Err(ProtocolError::Shallow(format!("invalid deepen-since: {}", value.chars().take(40).collect::<String>()))),
+        _ => {
+            Err(ProtocolError::Shallow(format!("invalid deepen-since: {}", value.chars().take(40).collect::<String>())))
+        }
     }
 }
 
@@ -141,7 +145,11 @@ pub fn compute(repo: &gix::Repository, wants: &[ObjectId], deepen: &Deepen) -> R
 
 /// git's `get_shallow_commits`: depth-first from each head, a commit at `depth` (the head is at
 /// 1) is shallow unless it is also reached by a shorter path.
-fn by_depth(commits: &mut Commits<'_>, heads: &[ObjectId], depth: u32) -> Result<(Vec<ObjectId>, HashSet<ObjectId>), ServeError> {
+fn by_depth(
+    commits: &mut Commits<'_>,
+    heads: &[ObjectId],
+    depth: u32,
+) -> Result<(Vec<ObjectId>, HashSet<ObjectId>), ServeError> {
     let mut depths: HashMap<ObjectId, u32> = HashMap::new();
     let mut result = Vec::new();
     let mut not_shallow = HashSet::new();
@@ -247,8 +255,13 @@ fn by_rev_list(
 pub fn resolve_deepen_not(refs: &crate::repo::RefSnapshot, name: &str) -> Result<ObjectId, ProtocolError> {
     match refs.dwim(name).as_slice() {
         [(_, id)] => Ok(*id),
-        [] => Err(ProtocolError::Shallow(format!("deepen-not is not a ref: {}", name.chars().take(100).collect::<String>()))),
-        _ => Err(ProtocolError::Shallow(format!("ambiguous deepen-not: {}", name.chars().take(100).collect::<String>()))),
+        [] => Err(ProtocolError::Shallow(format!(
+            "deepen-not is not a ref: {}",
+            name.chars().take(100).collect::<String>()
+        ))),
+        _ => {
+            Err(ProtocolError::Shallow(format!("ambiguous deepen-not: {}", name.chars().take(100).collect::<String>())))
+        }
     }
 }
 

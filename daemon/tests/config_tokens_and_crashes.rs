@@ -22,7 +22,8 @@ fn check_config_names_the_problem() {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("gixd.toml");
     std::fs::create_dir_all(tmp.path().join("repos")).unwrap();
-    std::fs::write(&file, "listen = \"127.0.0.1:9000\"\nbase_path = \"repos\"\n[limits]\nmax_push_bytes = 1000000\n").unwrap();
+    std::fs::write(&file, "listen = \"127.0.0.1:9000\"\nbase_path = \"repos\"\n[limits]\nmax_push_bytes = 1000000\n")
+        .unwrap();
     let out = gixd(&["check-config", file.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains(": ok (listen 127.0.0.1:9000"));
@@ -57,7 +58,10 @@ fn tokens_are_shown_once_stored_hashed_listed_and_revoked() {
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&store).unwrap().permissions().mode() & 0o777, 0o600);
     let list = String::from_utf8_lossy(&gixd(&["token", "list", &store_arg]).stdout).into_owned();
-    assert!(list.contains("alice") && list.contains("write") && list.contains("team/*") && !list.contains(&secret), "{list}");
+    assert!(
+        list.contains("alice") && list.contains("write") && list.contains("team/*") && !list.contains(&secret),
+        "{list}"
+    );
     let id = list.lines().nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
     assert!(gixd(&["token", "revoke", &id, &store_arg]).status.success());
     let list = String::from_utf8_lossy(&gixd(&["token", "list", &store_arg]).stdout).into_owned();
@@ -168,7 +172,12 @@ fn a_push_cut_by_kill_9_leaves_the_old_ref_and_the_next_start_cleans_up() {
     .unwrap();
     conn.write_all(&body[..body.len() / 2]).unwrap();
     let quarantine = || -> Vec<PathBuf> {
-        std::fs::read_dir(repo.join("objects")).unwrap().flatten().map(|e| e.path()).filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("gixd-quarantine-")).collect()
+        std::fs::read_dir(repo.join("objects"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("gixd-quarantine-"))
+            .collect()
     };
     let started = std::time::Instant::now();
     while quarantine().is_empty() {
@@ -261,7 +270,11 @@ fn a_config_file_setting_holds_when_its_flag_is_not_given() {
     let ls = |path: &str| git(tmp.path(), &["ls-remote", &format!("http://{}/{path}", server.addr)]);
     assert!(ls("r.git").status.success(), "the exact git directory is served");
     let out = ls("r");
-    assert!(!out.status.success(), "strict_paths = true: 'r' must not find r.git ({})", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !out.status.success(),
+        "strict_paths = true: 'r' must not find r.git ({})",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 /// Fifty pushes, each with gixd killed (SIGKILL) at another point of it, spread from its start
@@ -274,9 +287,14 @@ fn fifty_pushes_killed_at_different_points_leave_every_ref_old_or_new_and_the_re
     let tmp = tempfile::tempdir().unwrap();
     let (repo, config, work, secret) = setup(tmp.path());
     let quarantines = || -> usize {
-        std::fs::read_dir(repo.join("objects")).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("gixd-quarantine-")).count()
+        std::fs::read_dir(repo.join("objects"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("gixd-quarantine-"))
+            .count()
     };
-    let main_now = || String::from_utf8_lossy(&git(&repo, &["rev-parse", "--verify", "-q", "main"]).stdout).trim().to_owned();
+    let main_now =
+        || String::from_utf8_lossy(&git(&repo, &["rev-parse", "--verify", "-q", "main"]).stdout).trim().to_owned();
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     // On the server's main, a new commit with a file that takes a while to index.
     let mut next_commit = |round: u64, base: &str| -> String {
@@ -365,7 +383,10 @@ fn fifty_pushes_killed_at_different_points_leave_every_ref_old_or_new_and_the_re
     let server = serve(&config);
     assert_eq!(quarantines(), 0);
     drop(server);
-    println!("{} pushes killed over {whole:?} each: {stayed_old} left the ref old, {became_new} made it new; every one fsck-clean", 50 + extra);
+    println!(
+        "{} pushes killed over {whole:?} each: {stayed_old} left the ref old, {became_new} made it new; every one fsck-clean",
+        50 + extra
+    );
     assert!(stayed_old > 0 && became_new > 0, "the kill points span the push: {stayed_old} old, {became_new} new");
 }
 
@@ -446,7 +467,11 @@ fn a_push_with_no_inodes_left_fails_with_the_reason_and_goes_through_once_some_a
     assert!(!said.contains(repos.to_str().unwrap()), "and no server path: {said}");
     println!("git said: {}", said.trim());
     assert_eq!(git_ok(&repo, &["rev-parse", "main"]), old, "the ref did not move");
-    let left = std::fs::read_dir(repo.join("objects")).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("gixd-quarantine-")).count();
+    let left = std::fs::read_dir(repo.join("objects"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("gixd-quarantine-"))
+        .count();
     assert_eq!(left, 0, "nothing of the refused push is left");
 
     std::fs::remove_dir_all(&fillers).unwrap();
@@ -499,8 +524,17 @@ fn a_push_and_maintenance_on_a_full_disk_fail_with_the_reason_and_recover_when_s
     println!("git said: {}", said.trim());
     assert_eq!(git_ok(&repo, &["rev-parse", "main"]), old, "the ref did not move");
     let fsck = git(&repo, &["fsck", "--full", "--strict"]);
-    assert!(fsck.status.success() && fsck.stdout.is_empty(), "fsck: {}{}", String::from_utf8_lossy(&fsck.stdout), String::from_utf8_lossy(&fsck.stderr));
-    let quarantines = std::fs::read_dir(repo.join("objects")).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("gixd-quarantine-")).count();
+    assert!(
+        fsck.status.success() && fsck.stdout.is_empty(),
+        "fsck: {}{}",
+        String::from_utf8_lossy(&fsck.stdout),
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    let quarantines = std::fs::read_dir(repo.join("objects"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("gixd-quarantine-"))
+        .count();
     assert_eq!(quarantines, 0, "nothing of the refused push is left");
     let clone = tmp.path().join("clone.git");
     git_ok(tmp.path(), &["clone", "-q", "--bare", &format!("http://{}/r.git", server.addr), clone.to_str().unwrap()]);
@@ -512,13 +546,25 @@ fn a_push_and_maintenance_on_a_full_disk_fail_with_the_reason_and_recover_when_s
     assert!(err.to_string().contains("space"), "maintenance says why: {err}");
     assert_eq!(git_ok(&repo, &["for-each-ref"]), refs_before);
     let fsck = git(&repo, &["fsck", "--full", "--strict"]);
-    assert!(fsck.status.success() && fsck.stdout.is_empty(), "fsck after maintenance on a full disk: {}", String::from_utf8_lossy(&fsck.stderr));
+    assert!(
+        fsck.status.success() && fsck.stdout.is_empty(),
+        "fsck after maintenance on a full disk: {}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
     let pack_dir_files = |repo: &Path| -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(repo.join("objects/pack")).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        let mut names: Vec<String> = std::fs::read_dir(repo.join("objects/pack"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
         names.sort();
         names
     };
-    assert!(!pack_dir_files(&repo).iter().any(|n| n.starts_with(".tmp") || n.ends_with(".tmp")), "{:?}", pack_dir_files(&repo));
+    assert!(
+        !pack_dir_files(&repo).iter().any(|n| n.starts_with(".tmp") || n.ends_with(".tmp")),
+        "{:?}",
+        pack_dir_files(&repo)
+    );
     println!("maintenance said: {err}");
 
     std::fs::remove_file(filler).unwrap();

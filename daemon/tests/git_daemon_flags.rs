@@ -37,7 +37,12 @@ fn daemon_with_files(args: &[&str], open_files: Option<u64>) -> Daemon {
     use std::os::unix::process::CommandExt;
     let port = free_port().to_string();
     let mut command = Command::new(env!("CARGO_BIN_EXE_gixd"));
-    command.args(["daemon", "--listen", "127.0.0.1", "--port", &port]).args(args).env("GIXD_WORKER_THREADS", "1").stdout(Stdio::piped()).stderr(Stdio::null());
+    command
+        .args(["daemon", "--listen", "127.0.0.1", "--port", &port])
+        .args(args)
+        .env("GIXD_WORKER_THREADS", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
     if let Some(limit) = open_files {
         // SAFETY: setrlimit is async-signal-safe; it only lowers the child's own limit.
         unsafe {
@@ -145,13 +150,23 @@ fn enable_and_disable_switch_services() {
     let tmp = tempfile::tempdir().unwrap();
     let base = tmp.path().join("base");
     bare_repo(&base.join("r.git"));
-    let d = daemon(&["--base-path", base.to_str().unwrap(), "--export-all", "--disable=upload-pack", "--http-listen", "127.0.0.1:0"]);
+    let d = daemon(&[
+        "--base-path",
+        base.to_str().unwrap(),
+        "--export-all",
+        "--disable=upload-pack",
+        "--http-listen",
+        "127.0.0.1:0",
+    ]);
     let err = clone(tmp.path(), &format!("{}/r.git", d.git)).unwrap_err();
     assert!(err.contains("service 'git-upload-pack' is not enabled"), "{err}");
     let err = clone(tmp.path(), &format!("{}/r.git", d.http.as_ref().unwrap())).unwrap_err();
     assert!(err.contains("403") || err.contains("not enabled"), "{err}");
     // An unknown service name is a startup error naming it.
-    let out = Command::new(env!("CARGO_BIN_EXE_gixd")).args(["daemon", "--base-path", ".", "--enable=frobnicate"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gixd"))
+        .args(["daemon", "--base-path", ".", "--enable=frobnicate"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown service 'frobnicate'"));
 }
@@ -202,7 +217,10 @@ fn a_server_out_of_file_descriptors_refuses_no_one_for_good_and_serves_again_onc
     let tmp = tempfile::tempdir().unwrap();
     let base = tmp.path().join("base");
     bare_repo(&base.join("r.git"));
-    let d = daemon_with_files(&["--base-path", base.to_str().unwrap(), "--export-all", "--http-listen", "127.0.0.1:0"], Some(48));
+    let d = daemon_with_files(
+        &["--base-path", base.to_str().unwrap(), "--export-all", "--http-listen", "127.0.0.1:0"],
+        Some(48),
+    );
     let git_addr = d.git.trim_start_matches("git://").to_owned();
     let http_addr = d.http.as_ref().unwrap().trim_start_matches("http://").to_owned();
     // More idle connections than the server has descriptors: its accepts fail with EMFILE
@@ -229,7 +247,10 @@ fn a_server_out_of_file_descriptors_refuses_no_one_for_good_and_serves_again_onc
         }
         result.unwrap_or_else(|err| panic!("{url} serves again: {err}"));
     }
-    assert!(d.child.id() > 0 && std::fs::metadata(format!("/proc/{}", d.child.id())).is_ok(), "the server is still running");
+    assert!(
+        d.child.id() > 0 && std::fs::metadata(format!("/proc/{}", d.child.id())).is_ok(),
+        "the server is still running"
+    );
 }
 
 #[test]
@@ -269,7 +290,12 @@ fn bad_request_lines_get_an_error_and_the_daemon_keeps_serving() {
 fn user_path_serves_homes_below_the_base_path_only() {
     let tmp = tempfile::tempdir().unwrap();
     let user = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout).unwrap().trim().to_owned();
-    let home = String::from_utf8(Command::new("sh").args(["-c", &format!("getent passwd {user} | cut -d: -f6")]).output().unwrap().stdout).unwrap().trim().to_owned();
+    let home = String::from_utf8(
+        Command::new("sh").args(["-c", &format!("getent passwd {user} | cut -d: -f6")]).output().unwrap().stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_owned();
     let home = PathBuf::from(home);
     let sub = format!(".gixd-test-{}", std::process::id());
     let Ok(()) = std::fs::create_dir_all(home.join(&sub)) else {
@@ -285,12 +311,24 @@ fn user_path_serves_homes_below_the_base_path_only() {
     let _cleanup = Cleanup(home.join(&sub));
     bare_repo(&home.join(&sub).join("r.git"));
     let parent = home.parent().unwrap();
-    let d = daemon(&["--base-path", parent.to_str().unwrap(), "--export-all", &format!("--user-path={sub}"), "--informative-errors"]);
+    let d = daemon(&[
+        "--base-path",
+        parent.to_str().unwrap(),
+        "--export-all",
+        &format!("--user-path={sub}"),
+        "--informative-errors",
+    ]);
     clone(tmp.path(), &format!("{}/~{user}/r.git", d.git)).unwrap();
     // The same home, but a base path it is not below: refused.
     let elsewhere = tmp.path().join("base");
     std::fs::create_dir_all(&elsewhere).unwrap();
-    let d = daemon(&["--base-path", elsewhere.to_str().unwrap(), "--export-all", &format!("--user-path={sub}"), "--informative-errors"]);
+    let d = daemon(&[
+        "--base-path",
+        elsewhere.to_str().unwrap(),
+        "--export-all",
+        &format!("--user-path={sub}"),
+        "--informative-errors",
+    ]);
     let err = clone(tmp.path(), &format!("{}/~{user}/r.git", d.git)).unwrap_err();
     assert!(err.contains("not found"), "{err}");
     // Without --user-path, ~user is not a path at all.

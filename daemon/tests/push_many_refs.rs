@@ -40,7 +40,17 @@ fn a_mirror_push_of_many_refs_walks_each_received_object_once() {
     // Port 0: the server binds its own, and says where (a port picked here and freed could be
     // taken by another test before the server binds it).
     let mut server = Command::new(env!("CARGO_BIN_EXE_gixd"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--git-listen", "127.0.0.1:0", "--export-all", "--enable", "receive-pack", "--base-path"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--git-listen",
+            "127.0.0.1:0",
+            "--export-all",
+            "--enable",
+            "receive-pack",
+            "--base-path",
+        ])
         .arg(&base)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -70,7 +80,8 @@ fn a_mirror_push_of_many_refs_walks_each_received_object_once() {
     assert_eq!(git_ok(&repo, &["show-ref"]), git_ok(&work, &["show-ref"]), "every ref arrived");
 
     let text = std::fs::read_to_string(&counts).unwrap();
-    let total: u64 = text.lines().find_map(|l| l.strip_prefix("total").and_then(|r| r.trim().parse().ok())).expect("strace total");
+    let total: u64 =
+        text.lines().find_map(|l| l.strip_prefix("total").and_then(|r| r.trim().parse().ok())).expect("strace total");
     let objects = git_ok(&repo, &["count-objects", "-v"]);
     // The push's own work (its pack, quarantine, refs, locks) is a few calls per ref.
     let bound = 20 * (TAGS + 1) as u64 + 500;
@@ -80,4 +91,3 @@ fn a_mirror_push_of_many_refs_walks_each_received_object_once() {
         TAGS + 1
     );
 }
-

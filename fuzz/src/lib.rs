@@ -41,7 +41,8 @@ impl Rng {
 
 /// pkt-line lengths a parser must survive: flush, delim, response-end, the reserved 0003, a
 /// header-only line, the largest, one past it, and text that is not hex.
-const HOSTILE_LENGTHS: &[&[u8]] = &[b"0000", b"0001", b"0002", b"0003", b"0004", b"fff0", b"fff1", b"ffff", b"zzzz", b"-001", b"000"];
+const HOSTILE_LENGTHS: &[&[u8]] =
+    &[b"0000", b"0001", b"0002", b"0003", b"0004", b"fff0", b"fff1", b"ffff", b"zzzz", b"-001", b"000"];
 
 /// Tokens of the protocols, inserted anywhere.
 const TOKENS: &[&[u8]] = &[
@@ -111,8 +112,10 @@ pub fn mutate(rng: &mut Rng, input: &[u8], others: &[Vec<u8>], max_len: usize) -
             }
             5 => {
                 // A pkt-line length: where the input has four hex digits, or anywhere.
-                let candidates: Vec<usize> = (0..len.saturating_sub(3)).filter(|&i| out[i..i + 4].iter().all(u8::is_ascii_hexdigit)).collect();
-                let at = if candidates.is_empty() { rng.below(len + 1) } else { candidates[rng.below(candidates.len())] };
+                let candidates: Vec<usize> =
+                    (0..len.saturating_sub(3)).filter(|&i| out[i..i + 4].iter().all(u8::is_ascii_hexdigit)).collect();
+                let at =
+                    if candidates.is_empty() { rng.below(len + 1) } else { candidates[rng.below(candidates.len())] };
                 let new: Vec<u8> = if rng.below(2) == 0 {
                     HOSTILE_LENGTHS[rng.below(HOSTILE_LENGTHS.len())].to_vec()
                 } else {
@@ -189,7 +192,12 @@ fn quiet_panics() {
     ONCE.call_once(|| {
         std::panic::set_hook(Box::new(|info| {
             let at = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
-            let message = info.payload().downcast_ref::<String>().map(String::as_str).or_else(|| info.payload().downcast_ref::<&str>().copied()).unwrap_or("(no message)");
+            let message = info
+                .payload()
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| info.payload().downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)");
             LAST_PANIC.with(|p| *p.borrow_mut() = Some(format!("{message} (at {at})")));
         }));
     });
@@ -221,7 +229,10 @@ pub fn pass(fixture: &targets::Fixture, target: &Target, seed: u64, budget: Budg
             Ok(Ok(())) if took > budget.slow => Some(format!("took {took:?}")),
             Ok(Ok(())) => None,
             Ok(Err(what)) => Some(what),
-            Err(_) => Some(format!("panicked: {}", LAST_PANIC.with(|p| p.borrow_mut().take()).unwrap_or_else(|| "(no message)".into()))),
+            Err(_) => Some(format!(
+                "panicked: {}",
+                LAST_PANIC.with(|p| p.borrow_mut().take()).unwrap_or_else(|| "(no message)".into())
+            )),
         };
         if let Some(what) = what {
             report.failures.push(Failure { case, input, what });

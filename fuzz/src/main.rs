@@ -28,7 +28,9 @@ struct Args {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let seed = args.seed.unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(1));
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(1)
+    });
     let chosen: Vec<&gixd_fuzz::Target> = if args.targets.is_empty() {
         targets::ALL.iter().collect()
     } else {
@@ -49,7 +51,13 @@ fn main() -> std::process::ExitCode {
         let packs_before = targets::PACKS_CHECKED.load(std::sync::atomic::Ordering::Relaxed);
         let report = pass(&fixture, target, seed, budget);
         let packs = targets::PACKS_CHECKED.load(std::sync::atomic::Ordering::Relaxed) - packs_before;
-        println!("{:<28} {:>8} cases, {packs:>6} packs checked, slowest {:>9.1?}, {} failing", report.target, report.cases, report.slowest, report.failures.len());
+        println!(
+            "{:<28} {:>8} cases, {packs:>6} packs checked, slowest {:>9.1?}, {} failing",
+            report.target,
+            report.cases,
+            report.slowest,
+            report.failures.len()
+        );
         for failure in &report.failures {
             std::fs::create_dir_all(&args.out).expect("the failures directory");
             let path = args.out.join(format!("{}-{seed}-{}.bin", report.target, failure.case));

@@ -136,7 +136,9 @@ impl Fixture {
     fn recorded(&self) -> &[(Version, Vec<u8>)] {
         self.recorded.get_or_init(|| {
             let recorder = std::sync::Arc::new(gixd::tap::Recorder::default());
-            let server = gixd::server::spawn_with(self.config.clone(), gixd::server::Options { tap: Some(recorder.clone()) }).expect("gixd starts");
+            let server =
+                gixd::server::spawn_with(self.config.clone(), gixd::server::Options { tap: Some(recorder.clone()) })
+                    .expect("gixd starts");
             let url = server.url("r.git");
             let dir = tempfile::tempdir().expect("a temporary directory");
             for version in ["2", "0"] {
@@ -149,14 +151,26 @@ impl Fixture {
                     args.push(dest.to_str().expect("a UTF-8 path"));
                     gixd_tests::server::git_ok(dir.path(), &args);
                     if n == 2 {
-                        gixd_tests::server::git_ok(&dest, &["-c", &v, "fetch", "-q", "--unshallow", &url, "+refs/heads/*:refs/heads/*"]);
+                        gixd_tests::server::git_ok(
+                            &dest,
+                            &["-c", &v, "fetch", "-q", "--unshallow", &url, "+refs/heads/*:refs/heads/*"],
+                        );
                     }
                 }
             }
-            let recorded: Vec<(Version, Vec<u8>)> = recorder.take().into_iter().filter(|e| e.service == "git-upload-pack" && !e.request.is_empty()).map(|e| (e.version, e.request)).collect();
+            let recorded: Vec<(Version, Vec<u8>)> = recorder
+                .take()
+                .into_iter()
+                .filter(|e| e.service == "git-upload-pack" && !e.request.is_empty())
+                .map(|e| (e.version, e.request))
+                .collect();
             // Each v2 clone asks ls-refs and fetch, each v0 one fetches once: no fewer.
             let v2 = recorded.iter().filter(|(v, _)| *v == Version::V2).count();
-            assert!(v2 >= 6 && recorded.len() - v2 >= 3, "git's requests were recorded ({v2} v2, {} v0)", recorded.len() - v2);
+            assert!(
+                v2 >= 6 && recorded.len() - v2 >= 3,
+                "git's requests were recorded ({v2} v2, {} v0)",
+                recorded.len() - v2
+            );
             recorded
         })
     }
@@ -206,9 +220,15 @@ fn v2_request(command: &str, args: &[String]) -> Vec<u8> {
 fn v2_seeds(f: &Fixture) -> Vec<Vec<u8>> {
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     vec![
-        v2_request("ls-refs", &s(&["peel", "symrefs", "ref-prefix HEAD", "ref-prefix refs/heads/", "ref-prefix refs/tags/"])),
+        v2_request(
+            "ls-refs",
+            &s(&["peel", "symrefs", "ref-prefix HEAD", "ref-prefix refs/heads/", "ref-prefix refs/tags/"]),
+        ),
         v2_request("fetch", &s(&["thin-pack", "ofs-delta", &format!("want {}", f.main), "done"])),
-        v2_request("fetch", &s(&["thin-pack", "ofs-delta", &format!("want {}", f.main), &format!("have {}", f.first), "done"])),
+        v2_request(
+            "fetch",
+            &s(&["thin-pack", "ofs-delta", &format!("want {}", f.main), &format!("have {}", f.first), "done"]),
+        ),
         v2_request("fetch", &s(&["thin-pack", "ofs-delta", &format!("want {}", f.main), &format!("have {}", f.first)])),
         v2_request("fetch", &s(&["ofs-delta", &format!("want {}", f.main), "filter blob:none", "done"])),
         v2_request("fetch", &s(&["ofs-delta", &format!("want {}", f.main), "deepen 1", "done"])),
@@ -308,17 +328,38 @@ fn push_option_seeds(f: &Fixture) -> Vec<Vec<u8>> {
 }
 
 fn filter_seeds(_: &Fixture) -> Vec<Vec<u8>> {
-    ["blob:none", "blob:limit=1k", "blob:limit=0", "tree:0", "tree:3", "combine:blob:none+tree:2", "combine:blob%3Anone+tree:1", "object:type=blob", "sparse:oid=main:x"]
-        .iter()
-        .map(|s| s.as_bytes().to_vec())
-        .collect()
+    [
+        "blob:none",
+        "blob:limit=1k",
+        "blob:limit=0",
+        "tree:0",
+        "tree:3",
+        "combine:blob:none+tree:2",
+        "combine:blob%3Anone+tree:1",
+        "object:type=blob",
+        "sparse:oid=main:x",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect()
 }
 
 fn path_seeds(_: &Fixture) -> Vec<Vec<u8>> {
-    ["/r.git", "/r", "r.git/", "/p.git", "/../r.git", "/%2e%2e/r.git", "/work/.git", "/r.git/../p.git", "/~root/x", "/r.git%00"]
-        .iter()
-        .map(|s| s.as_bytes().to_vec())
-        .collect()
+    [
+        "/r.git",
+        "/r",
+        "r.git/",
+        "/p.git",
+        "/../r.git",
+        "/%2e%2e/r.git",
+        "/work/.git",
+        "/r.git/../p.git",
+        "/~root/x",
+        "/r.git%00",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect()
 }
 
 fn config_seeds(_: &Fixture) -> Vec<Vec<u8>> {
@@ -355,7 +396,12 @@ fn http_seeds(f: &Fixture) -> Vec<Vec<u8>> {
         post("/r.git/git-upload-pack", "git-upload-pack", "Git-Protocol: version=2\r\n", &v2[0]),
         post("/r.git/git-upload-pack", "git-upload-pack", "Git-Protocol: version=2\r\n", &v2[2]),
         post("/r.git/git-upload-pack", "git-upload-pack", "", &v0_seeds(f)[1]),
-        post("/r.git/git-upload-pack", "git-upload-pack", "Content-Encoding: gzip\r\n", b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03"),
+        post(
+            "/r.git/git-upload-pack",
+            "git-upload-pack",
+            "Content-Encoding: gzip\r\n",
+            b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03",
+        ),
         post("/p.git/git-receive-pack", "git-receive-pack", "", &push_seeds(f)[3]),
         chunked,
     ]
@@ -372,14 +418,25 @@ fn request_line_seeds(_: &Fixture) -> Vec<Vec<u8>> {
 }
 
 fn authorization_seeds(_: &Fixture) -> Vec<Vec<u8>> {
-    ["Basic YWxpY2U6c2VjcmV0", "basic YTpi", "Bearer 0123456789abcdef", "bearer  x ", "Basic Og==", "Basic ====", "Basic YWxpY2U"]
-        .iter()
-        .map(|s| s.as_bytes().to_vec())
-        .collect()
+    [
+        "Basic YWxpY2U6c2VjcmV0",
+        "basic YTpi",
+        "Bearer 0123456789abcdef",
+        "bearer  x ",
+        "Basic Og==",
+        "Basic ====",
+        "Basic YWxpY2U",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect()
 }
 
 fn glob_seeds(_: &Fixture) -> Vec<Vec<u8>> {
-    ["r*\0r.git", "*\0anything/at/all", "a*b*c\0aXbYc", "team/*\0team/x/y", "exact\0exact", "**a**\0bab"].iter().map(|s| s.as_bytes().to_vec()).collect()
+    ["r*\0r.git", "*\0anything/at/all", "a*b*c\0aXbYc", "team/*\0team/x/y", "exact\0exact", "**a**\0bab"]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect()
 }
 
 // ---- the targets ----
@@ -392,7 +449,13 @@ fn pkt_section(_: &Fixture, input: &[u8]) -> Result<(), String> {
         for _ in 0..64 {
             match pkt::read_section(&mut lines, 1 << 12, rules) {
                 Ok((section, end)) => {
-                    held += section.iter().map(|l| match l { pkt::Owned::Data(d) => d.len(), pkt::Owned::Delim => 0 }).sum::<usize>();
+                    held += section
+                        .iter()
+                        .map(|l| match l {
+                            pkt::Owned::Data(d) => d.len(),
+                            pkt::Owned::Delim => 0,
+                        })
+                        .sum::<usize>();
                     if held > input.len() {
                         return Err(format!("sections hold {held} bytes of a {}-byte input", input.len()));
                     }
@@ -436,10 +499,13 @@ fn receive_pack(f: &Fixture, input: &[u8]) -> Result<(), String> {
     let refs = repo.references().map_err(|e| e.to_string())?;
     for r in refs.all().map_err(|e| e.to_string())?.flatten() {
         let Some(id) = r.target().try_id().map(|id| id.to_owned()) else { continue };
-        let object = repo.find_object(id).map_err(|_| format!("{} names {id}, which p.git does not hold", r.name().as_bstr()))?;
+        let object = repo
+            .find_object(id)
+            .map_err(|_| format!("{} names {id}, which p.git does not hold", r.name().as_bstr()))?;
         if let Ok(commit) = object.try_into_commit() {
             let tree = commit.tree_id().map_err(|e| e.to_string())?;
-            repo.find_object(tree).map_err(|_| format!("{} is at {id}, whose tree {tree} p.git does not hold", r.name().as_bstr()))?;
+            repo.find_object(tree)
+                .map_err(|_| format!("{} is at {id}, whose tree {tree} p.git does not hold", r.name().as_bstr()))?;
         }
     }
     Ok(())
@@ -454,7 +520,11 @@ fn repo_path(f: &Fixture, input: &[u8]) -> Result<(), String> {
     if let Ok((served, _)) = f.repos.locate(&String::from_utf8_lossy(input)) {
         let dir = served.git_dir.canonicalize().map_err(|e| e.to_string())?;
         if !dir.starts_with(&f.base) {
-            return Err(format!("{:?} resolved outside the base directory, to {}", String::from_utf8_lossy(input), dir.display()));
+            return Err(format!(
+                "{:?} resolved outside the base directory, to {}",
+                String::from_utf8_lossy(input),
+                dir.display()
+            ));
         }
     }
     Ok(())
@@ -481,7 +551,10 @@ fn http_request(f: &Fixture, input: &[u8]) -> Result<(), String> {
         return Err(format!("no answer and no close after {:?}", started.elapsed()));
     }
     if !answer.is_empty() && !answer.starts_with(b"HTTP/1.") {
-        return Err(format!("an answer that is not HTTP: {:?}", String::from_utf8_lossy(&answer[..answer.len().min(80)])));
+        return Err(format!(
+            "an answer that is not HTTP: {:?}",
+            String::from_utf8_lossy(&answer[..answer.len().min(80)])
+        ));
     }
     // The server goes on serving everyone else.
     let probe = gixd_tests::server::http(server.addr, "GET", "/r.git/info/refs?service=git-upload-pack", &[], b"");
@@ -531,7 +604,12 @@ fn check_framing(out: &[u8]) -> Result<(), String> {
         let len = std::str::from_utf8(out.get(at..at + 4).unwrap_or(&[]))
             .ok()
             .and_then(|h| usize::from_str_radix(h, 16).ok())
-            .ok_or_else(|| format!("the answer is not pkt-lines at byte {at}: {:?}", String::from_utf8_lossy(&out[at..out.len().min(at + 16)])))?;
+            .ok_or_else(|| {
+                format!(
+                    "the answer is not pkt-lines at byte {at}: {:?}",
+                    String::from_utf8_lossy(&out[at..out.len().min(at + 16)])
+                )
+            })?;
         at += if len < 4 { 4 } else { len };
         if at > out.len() {
             return Err(format!("a pkt-line runs past the end of the answer ({} bytes)", out.len()));
@@ -588,9 +666,13 @@ fn check_answer(f: &Fixture, out: &[u8]) -> Result<(), String> {
     let _ = child.stdin.take().unwrap().write_all(&pack);
     let done = child.wait_with_output().map_err(|e| e.to_string())?;
     if !done.status.success() {
-        return Err(format!("git index-pack --fix-thin refuses the pack sent: {}", String::from_utf8_lossy(&done.stderr).trim()));
+        return Err(format!(
+            "git index-pack --fix-thin refuses the pack sent: {}",
+            String::from_utf8_lossy(&done.stderr).trim()
+        ));
     }
-    let index = gix_pack::index::File::at(pack_path.with_extension("idx"), gix_hash::Kind::Sha1).map_err(|e| e.to_string())?;
+    let index =
+        gix_pack::index::File::at(pack_path.with_extension("idx"), gix_hash::Kind::Sha1).map_err(|e| e.to_string())?;
     for entry in index.iter() {
         if !f.visible.contains(&entry.oid) {
             return Err(format!("sent {}, which no visible ref reaches", entry.oid));

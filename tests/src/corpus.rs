@@ -57,7 +57,11 @@ pub const REPOS: &[Spec] = &[
     Spec { name: "odd-paths", about: "unicode, spaces, quotes, leading dashes in paths", build: odd_paths },
     Spec { name: "gitlinks", about: "submodule entries (gitlinks) that must not be followed", build: gitlinks },
     Spec { name: "loose-and-packs", about: "three packs and loose objects beside them", build: loose_and_packs },
-    Spec { name: "delta-bases", about: "reachable blobs stored as deltas against an unreachable (force-pushed-away) blob and against blobs of another branch", build: delta_bases },
+    Spec {
+        name: "delta-bases",
+        about: "reachable blobs stored as deltas against an unreachable (force-pushed-away) blob and against blobs of another branch",
+        build: delta_bases,
+    },
     Spec { name: "bitmap", about: "a fully packed repository with a .bitmap", build: bitmap },
     Spec {
         name: "real-shapes",
@@ -255,7 +259,8 @@ impl Stream {
     fn annotated_tag(&mut self, name: &str, mark: usize, message: &str) {
         self.time += 60;
         let t = self.time;
-        self.out.extend(format!("tag {name}\nfrom :{mark}\ntagger T A Gger <tagger@example.com> {t} +0000\n").as_bytes());
+        self.out
+            .extend(format!("tag {name}\nfrom :{mark}\ntagger T A Gger <tagger@example.com> {t} +0000\n").as_bytes());
         self.data(message.as_bytes());
     }
 }
@@ -295,9 +300,42 @@ impl Lcg {
     /// A line of prose-like text.
     pub fn line(&mut self) -> String {
         const WORDS: &[&str] = &[
-            "the", "server", "sends", "a", "pack", "of", "objects", "that", "client", "wants", "and", "does", "not",
-            "have", "yet", "delta", "base", "tree", "commit", "blob", "ref", "walk", "history", "negotiation", "round",
-            "thread", "quota", "stream", "window", "frame", "byte", "count", "index", "offset", "chain", "depth",
+            "the",
+            "server",
+            "sends",
+            "a",
+            "pack",
+            "of",
+            "objects",
+            "that",
+            "client",
+            "wants",
+            "and",
+            "does",
+            "not",
+            "have",
+            "yet",
+            "delta",
+            "base",
+            "tree",
+            "commit",
+            "blob",
+            "ref",
+            "walk",
+            "history",
+            "negotiation",
+            "round",
+            "thread",
+            "quota",
+            "stream",
+            "window",
+            "frame",
+            "byte",
+            "count",
+            "index",
+            "offset",
+            "chain",
+            "depth",
         ];
         let n = 5 + self.below(9);
         let mut words: Vec<&str> = (0..n).map(|_| WORDS[self.below(WORDS.len())]).collect();
@@ -347,7 +385,11 @@ fn one_commit(b: &Builder) {
     s.commit(
         "main",
         &[],
-        &[("README.md", File::Data(b"# one commit\n")), ("src/lib.rs", File::Data(b"pub fn f() {}\n")), ("run.sh", File::Mode("100755", b"#!/bin/sh\necho hi\n"))],
+        &[
+            ("README.md", File::Data(b"# one commit\n")),
+            ("src/lib.rs", File::Data(b"pub fn f() {}\n")),
+            ("run.sh", File::Mode("100755", b"#!/bin/sh\necho hi\n")),
+        ],
         "the only commit\n",
     );
     b.import(&s);
@@ -355,7 +397,8 @@ fn one_commit(b: &Builder) {
 
 fn linear(b: &Builder) {
     let mut rng = Lcg(1);
-    let paths: Vec<String> = (0..40).map(|n| format!("{}/file{n:02}.txt", ["src", "docs", "tests", "src/core"][n % 4])).collect();
+    let paths: Vec<String> =
+        (0..40).map(|n| format!("{}/file{n:02}.txt", ["src", "docs", "tests", "src/core"][n % 4])).collect();
     let mut files: Vec<TextFile> = (0..paths.len())
         .map(|_| {
             let lines = 80 + rng.below(80);
@@ -384,9 +427,15 @@ fn wide(b: &Builder) {
     let mut s = Stream::new();
     let contents: Vec<Vec<u8>> = (0..10_000).map(|n| format!("file number {n}\n").into_bytes()).collect();
     let paths: Vec<String> = (0..10_000).map(|n| format!("dir{:02}/file{n:05}.txt", n % 100)).collect();
-    let entries: Vec<(&str, File<'_>)> = paths.iter().zip(&contents).map(|(p, c)| (p.as_str(), File::Data(c))).collect();
+    let entries: Vec<(&str, File<'_>)> =
+        paths.iter().zip(&contents).map(|(p, c)| (p.as_str(), File::Data(c))).collect();
     let first = s.commit("main", &[], &entries, "ten thousand files\n");
-    s.commit("main", &[first], &[("dir07/file00007.txt", File::Data(b"changed\n")), ("dir42/new.txt", File::Data(b"new\n"))], "touch two\n");
+    s.commit(
+        "main",
+        &[first],
+        &[("dir07/file00007.txt", File::Data(b"changed\n")), ("dir42/new.txt", File::Data(b"new\n"))],
+        "touch two\n",
+    );
     b.import(&s);
     b.repack_all();
 }
@@ -397,7 +446,12 @@ fn deep(b: &Builder) {
     let a = format!("{dir}leaf.txt");
     let mid: String = (0..32).map(|n| format!("d{n}/")).collect();
     let m = format!("{mid}middle.txt");
-    let first = s.commit("main", &[], &[(a.as_str(), File::Data(b"at the bottom\n")), (m.as_str(), File::Data(b"half way\n"))], "deep\n");
+    let first = s.commit(
+        "main",
+        &[],
+        &[(a.as_str(), File::Data(b"at the bottom\n")), (m.as_str(), File::Data(b"half way\n"))],
+        "deep\n",
+    );
     s.commit("main", &[first], &[(a.as_str(), File::Data(b"at the bottom, changed\n"))], "deeper change\n");
     b.import(&s);
     b.repack_all();
@@ -412,7 +466,11 @@ fn binaries(b: &Builder) {
     let first = s.commit(
         "main",
         &[],
-        &[("assets/a.bin", File::Data(&big[0])), ("assets/b.bin", File::Data(&big[1])), ("assets/c.bin", File::Data(&big[2]))],
+        &[
+            ("assets/a.bin", File::Data(&big[0])),
+            ("assets/b.bin", File::Data(&big[1])),
+            ("assets/c.bin", File::Data(&big[2])),
+        ],
         "binaries\n",
     );
     s.commit("main", &[first], &[("assets/a.bin", File::Data(&edited))], "edit a.bin\n");
@@ -432,7 +490,12 @@ fn merges(b: &Builder) {
         for i in 0..5 {
             let content = format!("{branch} {i}\n{}", rng.line());
             let path = format!("{branch}.txt");
-            tip = s.commit(&branch, &[tip], &[(path.as_str(), File::Data(content.as_bytes()))], &format!("{branch} step {i}\n"));
+            tip = s.commit(
+                &branch,
+                &[tip],
+                &[(path.as_str(), File::Data(content.as_bytes()))],
+                &format!("{branch} step {i}\n"),
+            );
         }
         heads.push(tip);
     }
@@ -505,9 +568,15 @@ fn odd_paths(b: &Builder) {
         ".hidden/.file",
     ];
     let contents: Vec<String> = names.iter().map(|n| format!("content of {n}\n")).collect();
-    let entries: Vec<(&str, File<'_>)> = names.iter().zip(&contents).map(|(n, c)| (*n, File::Data(c.as_bytes()))).collect();
+    let entries: Vec<(&str, File<'_>)> =
+        names.iter().zip(&contents).map(|(n, c)| (*n, File::Data(c.as_bytes()))).collect();
     let c1 = s.commit("main", &[], &entries, "odd names\n");
-    s.commit("main", &[c1], &[("with space.txt", File::Delete), ("symlink", File::Mode("120000", "ünïcödé/файл.txt".as_bytes()))], "delete and link\n");
+    s.commit(
+        "main",
+        &[c1],
+        &[("with space.txt", File::Delete), ("symlink", File::Mode("120000", "ünïcödé/файл.txt".as_bytes()))],
+        "delete and link\n",
+    );
     b.import(&s);
     b.repack_all();
 }
@@ -544,7 +613,12 @@ fn loose_and_packs(b: &Builder) {
         for i in 0..10 {
             f.edit(&mut rng);
             let parents: Vec<usize> = parent.into_iter().collect();
-            parent = Some(s.commit("main", &parents, &[("file.txt", File::Data(&f.bytes()))], &format!("stage {stage} commit {i}\n")));
+            parent = Some(s.commit(
+                "main",
+                &parents,
+                &[("file.txt", File::Data(&f.bytes()))],
+                &format!("stage {stage} commit {i}\n"),
+            ));
         }
         b.import(&s);
         tip = Some(b.git(&["rev-parse", "refs/heads/main"]));
@@ -552,7 +626,13 @@ fn loose_and_packs(b: &Builder) {
     b.git(&["update-ref", "-d", "refs/heads/import-base"]);
     // Loose objects on top: written by plumbing, not by fast-import (which always writes a pack).
     let blob = {
-        let mut child = b.command().args(["hash-object", "-w", "--stdin"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let mut child = b
+            .command()
+            .args(["hash-object", "-w", "--stdin"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
         child.stdin.take().unwrap().write_all(b"a loose blob\n").unwrap();
         String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap().trim().to_owned()
     };
@@ -571,7 +651,8 @@ fn delta_bases(b: &Builder) {
     let data = TextFile::new(&mut rng, 300).bytes();
     let other = TextFile::new(&mut rng, 200).bytes();
     let mut s = Stream::new();
-    let c1 = s.commit("main", &[], &[("data.txt", File::Data(&data)), ("other.txt", File::Data(&other))], "public data\n");
+    let c1 =
+        s.commit("main", &[], &[("data.txt", File::Data(&data)), ("other.txt", File::Data(&other))], "public data\n");
     // A branch with a bigger version of other.txt: git makes it the base of main's.
     let mut bigger = other.clone();
     bigger.extend(b"more public lines\n".repeat(40));
@@ -620,7 +701,12 @@ fn real_shapes(b: &Builder) {
                 let g = rng.below(files.len());
                 files[g].edit(&mut rng);
                 let d = files[g].bytes();
-                topic = s.commit(&format!("topic-{i}"), &[topic], &[(name(g).as_str(), File::Data(&d))], &format!("topic {i}.{t}\n"));
+                topic = s.commit(
+                    &format!("topic-{i}"),
+                    &[topic],
+                    &[(name(g).as_str(), File::Data(&d))],
+                    &format!("topic {i}.{t}\n"),
+                );
             }
             tip = s.commit("main", &[tip, topic], &[(path.as_str(), File::Data(&data))], &format!("merge topic {i}\n"));
         } else {
@@ -650,7 +736,16 @@ fn real_shapes(b: &Builder) {
     }
     b.git(&["config", "uploadpack.hideRefs", "refs/pull"]);
     b.git(&["pack-refs", "--all"]);
-    b.git(&["-c", "repack.writeBitmaps=true", "-c", "pack.writeReverseIndex=true", "repack", "-adbq", "--window=10", "--depth=50"]);
+    b.git(&[
+        "-c",
+        "repack.writeBitmaps=true",
+        "-c",
+        "pack.writeReverseIndex=true",
+        "repack",
+        "-adbq",
+        "--window=10",
+        "--depth=50",
+    ]);
     // After the repack: commits on main and a new branch, in a pack of their own (no bitmap).
     let mut s = Stream::new();
     s.time = 1_700_000_000;
@@ -662,9 +757,19 @@ fn real_shapes(b: &Builder) {
         files[f].edit(&mut rng);
         let data = files[f].bytes();
         let parents: Vec<usize> = last.into_iter().collect();
-        last = Some(s.commit("main", &parents, &[(name(f).as_str(), File::Data(&data))], &format!("after the repack {i}\n")));
+        last = Some(s.commit(
+            "main",
+            &parents,
+            &[(name(f).as_str(), File::Data(&data))],
+            &format!("after the repack {i}\n"),
+        ));
     }
-    let fresh = s.commit("fresh", &[last.expect("commits")], &[("NEW.txt", File::Data(b"a branch the bitmap never saw\n"))], "fresh\n");
+    let fresh = s.commit(
+        "fresh",
+        &[last.expect("commits")],
+        &[("NEW.txt", File::Data(b"a branch the bitmap never saw\n"))],
+        "fresh\n",
+    );
     s.annotated_tag("v1.0", fresh, "after the repack\n");
     b.import(&s);
 }

@@ -12,12 +12,7 @@ use std::process::{Command, Output};
 /// for packing: the same inputs give the same object ids and pack bytes on every machine.
 pub fn git(dir: &Path, args: &[&str]) -> Output {
     let out = git_command(dir).args(args).output().expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?} in {} failed: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "git {args:?} in {} failed: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
     out
 }
 
@@ -104,7 +99,8 @@ pub fn syscall_counts_of_test(inner: &str, trace: &str) -> Option<BTreeMap<Strin
 /// Run `cmd` (a git command) with `stdin` fed to it; it must succeed; its stdout.
 pub fn output_with_input(mut cmd: Command, stdin: &[u8]) -> Vec<u8> {
     use std::io::Write;
-    let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("git runs");
+    let mut child =
+        cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("git runs");
     child.stdin.take().unwrap().write_all(stdin).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{cmd:?} failed");
@@ -124,7 +120,11 @@ pub fn git_upload_pack(repo: &Path, args: &[&str], v2: bool, stdin: &[u8]) -> Ve
 /// Run the `#[ignore]`d test `inner` of the current test binary under `strace -f`, with `envs`,
 /// and return the thread creations between its two `<mark>()` calls (it must make exactly two
 /// and pass). `None` when strace is not installed, which CI does not allow.
-pub fn threads_created_by_inner_test(inner: &str, mark: &str, envs: &[(&str, &std::ffi::OsStr)]) -> Option<Vec<String>> {
+pub fn threads_created_by_inner_test(
+    inner: &str,
+    mark: &str,
+    envs: &[(&str, &std::ffi::OsStr)],
+) -> Option<Vec<String>> {
     let have_strace = Command::new("strace").arg("-V").output().is_ok_and(|o| o.status.success());
     if !have_strace {
         assert!(std::env::var_os("CI").is_none(), "strace is required in CI (.ci/run installs it)");
@@ -207,7 +207,10 @@ pub fn noise(seed: u64, len: usize) -> Vec<u8> {
 
 /// The files of `objects/pack` (`objects`: an objects directory), sorted.
 pub fn pack_files(objects: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(objects.join("pack")).expect("a pack directory").map(|e| e.expect("an entry").path()).collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(objects.join("pack"))
+        .expect("a pack directory")
+        .map(|e| e.expect("an entry").path())
+        .collect();
     files.sort();
     files
 }

@@ -23,7 +23,11 @@ pub fn serve_with(base: &Path, adjust: impl FnOnce(&mut Config)) -> Running {
 }
 
 /// [`serve_with`], every exchange observed by `tap`.
-pub fn serve_tapped(base: &Path, tap: Option<std::sync::Arc<dyn gixd::tap::Tap>>, adjust: impl FnOnce(&mut Config)) -> Running {
+pub fn serve_tapped(
+    base: &Path,
+    tap: Option<std::sync::Arc<dyn gixd::tap::Tap>>,
+    adjust: impl FnOnce(&mut Config),
+) -> Running {
     let mut config = Config::new(base.to_owned());
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.exports = Exports::All;
@@ -33,21 +37,13 @@ pub fn serve_tapped(base: &Path, tap: Option<std::sync::Arc<dyn gixd::tap::Tap>>
 
 /// Stock git run against a server: no credential prompts, no config but ours.
 pub fn git_client(dir: &Path, args: &[&str]) -> Output {
-    git_command(dir)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .args(args)
-        .output()
-        .expect("git runs")
+    git_command(dir).env("GIT_TERMINAL_PROMPT", "0").args(args).output().expect("git runs")
 }
 
 /// Like [`git_client`] but the command must succeed.
 pub fn git_ok(dir: &Path, args: &[&str]) -> String {
     let out = git_client(dir, args);
-    assert!(
-        out.status.success(),
-        "git {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "git {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -89,10 +85,7 @@ pub fn all_objects(repo: &Path) -> BTreeSet<String> {
 pub fn rev_list_objects(repo: &Path, args: &[&str]) -> BTreeSet<String> {
     let mut all = vec!["rev-list", "--objects"];
     all.extend_from_slice(args);
-    git_ok(repo, &all)
-        .lines()
-        .map(|l| l.split(' ').next().unwrap().to_owned())
-        .collect()
+    git_ok(repo, &all).lines().map(|l| l.split(' ').next().unwrap().to_owned()).collect()
 }
 
 /// `git fsck --full` must be clean.
@@ -112,9 +105,7 @@ pub fn packs(repo: &Path) -> BTreeSet<PathBuf> {
     let dir = git_dir(repo).join("objects/pack");
     std::fs::read_dir(dir)
         .map(|d| {
-            d.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|e| e == "idx"))
-                .collect()
+            d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "idx")).collect()
         })
         .unwrap_or_default()
 }
@@ -127,11 +118,7 @@ pub fn pack_ids(repo: &Path, idx: &Path, hash: &str) -> BTreeSet<String> {
         .output()
         .unwrap();
     assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| l.split_whitespace().nth(1).unwrap().to_owned())
-        .collect()
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| l.split_whitespace().nth(1).unwrap().to_owned()).collect()
 }
 
 fn git_dir(repo: &Path) -> PathBuf {
@@ -156,10 +143,17 @@ impl HttpResponse {
 }
 
 /// Send one HTTP/1.1 request (`Connection: close`) and read the whole response.
-pub fn http(addr: std::net::SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpResponse {
+pub fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> HttpResponse {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    let mut head =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -178,14 +172,10 @@ pub fn parse_response(raw: &[u8]) -> HttpResponse {
     let head = String::from_utf8_lossy(&raw[..split]).into_owned();
     let mut lines = head.split("\r\n");
     let status: u16 = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned())).collect();
     let mut body = raw[split + 4..].to_vec();
-    let chunked = headers
-        .iter()
-        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
     if chunked {
         let mut out = Vec::new();
         let mut rest = &body[..];
@@ -295,7 +285,11 @@ pub fn v2_fetch_raw(addr: std::net::SocketAddr, repo: &str, want: &str, args: &[
 
 /// [`v2_fetch_raw`]'s response as text: its pkt-lines' payloads, concatenated.
 pub fn v2_fetch_text(addr: std::net::SocketAddr, repo: &str, want: &str, args: &[&str]) -> String {
-    pkt_lines(&v2_fetch_raw(addr, repo, want, args)).into_iter().flatten().map(|l| String::from_utf8_lossy(&l).into_owned()).collect()
+    pkt_lines(&v2_fetch_raw(addr, repo, want, args))
+        .into_iter()
+        .flatten()
+        .map(|l| String::from_utf8_lossy(&l).into_owned())
+        .collect()
 }
 
 /// The base of every delta in a SHA-1 `pack` that names its base by id (a thin base when the

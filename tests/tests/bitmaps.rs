@@ -59,7 +59,13 @@ impl Served {
 
 /// The index of the repository's bitmapped pack.
 fn idx_of(repo: &Path) -> PathBuf {
-    std::fs::read_dir(repo.join("objects/pack")).unwrap().flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|e| e == "bitmap")).map(|p| p.with_extension("idx")).unwrap()
+    std::fs::read_dir(repo.join("objects/pack"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "bitmap"))
+        .map(|p| p.with_extension("idx"))
+        .unwrap()
 }
 
 fn ids(selection: &select::Selection) -> BTreeSet<ObjectId> {
@@ -79,10 +85,20 @@ fn bitmap_and_walk_select_the_same_objects_on_every_corpus_repository() {
             if wants.is_empty() {
                 continue; // the empty repository: nothing to select
             }
-            let bitmap = std::sync::Arc::new(PackBitmap::open(&idx_of(&repo_path), repo.object_hash()).unwrap().expect("git wrote a bitmap"));
+            let bitmap = std::sync::Arc::new(
+                PackBitmap::open(&idx_of(&repo_path), repo.object_hash()).unwrap().expect("git wrote a bitmap"),
+            );
             assert!(bitmap.commit_bitmaps() > 0);
             for filter in [Filter::default(), Filter { no_blobs: true, ..Filter::default() }] {
-                let request = Request { wants: &wants, common: &[], include_tag: false, refs: &refs, filter, boundary: None, progress: None };
+                let request = Request {
+                    wants: &wants,
+                    common: &[],
+                    include_tag: false,
+                    refs: &refs,
+                    filter,
+                    boundary: None,
+                    progress: None,
+                };
                 let by_bitmap = select::select(&repo, &request, Some(&bitmap)).unwrap();
                 let by_walk = select::select_by_walking(&repo, &request).unwrap();
                 assert_eq!(ids(&by_bitmap), ids(&by_walk), "{} {}: {filter:?}", spec.name, hash.name());
@@ -98,12 +114,31 @@ fn bitmap_and_walk_select_the_same_objects_on_every_corpus_repository() {
             // has, the walk only what the boundary trees hold; so a subset, missing only held objects.
             let head = gixd_tests::server::git_client(&repo_path, &["rev-parse", "--verify", "-q", "HEAD~2"]);
             if let Ok(common) = ObjectId::from_hex(String::from_utf8_lossy(&head.stdout).trim().as_bytes()) {
-                let request = Request { wants: &wants, common: &[common], include_tag: false, refs: &refs, filter: Filter::default(), boundary: None, progress: None };
+                let request = Request {
+                    wants: &wants,
+                    common: &[common],
+                    include_tag: false,
+                    refs: &refs,
+                    filter: Filter::default(),
+                    boundary: None,
+                    progress: None,
+                };
                 let by_bitmap = ids(&select::select(&repo, &request, Some(&bitmap)).unwrap());
                 let by_walk = ids(&select::select_by_walking(&repo, &request).unwrap());
-                assert!(by_bitmap.is_subset(&by_walk), "{} {}: the bitmap selected something the walk did not", spec.name, hash.name());
-                let held: BTreeSet<ObjectId> = gixd::select::reachable_from(&repo, &[common]).unwrap().into_iter().collect();
-                assert!(by_walk.difference(&by_bitmap).all(|id| held.contains(id)), "{} {}: left out something the client lacks", spec.name, hash.name());
+                assert!(
+                    by_bitmap.is_subset(&by_walk),
+                    "{} {}: the bitmap selected something the walk did not",
+                    spec.name,
+                    hash.name()
+                );
+                let held: BTreeSet<ObjectId> =
+                    gixd::select::reachable_from(&repo, &[common]).unwrap().into_iter().collect();
+                assert!(
+                    by_walk.difference(&by_bitmap).all(|id| held.contains(id)),
+                    "{} {}: left out something the client lacks",
+                    spec.name,
+                    hash.name()
+                );
             }
             compared += 1;
         }
@@ -116,7 +151,10 @@ fn a_missing_stale_or_corrupt_bitmap_falls_back_to_the_walk_and_the_clone_is_the
     let tmp = tempfile::tempdir().unwrap();
     let repo_path = bitmapped(tmp.path(), "merges", Hash::Sha1);
     let reference = tmp.path().join("reference");
-    git_ok(tmp.path(), &["clone", "-q", "--mirror", "--no-local", repo_path.to_str().unwrap(), reference.to_str().unwrap()]);
+    git_ok(
+        tmp.path(),
+        &["clone", "-q", "--mirror", "--no-local", repo_path.to_str().unwrap(), reference.to_str().unwrap()],
+    );
     let expected = all_objects(&reference);
     let idx = idx_of(&repo_path);
     let bitmap_file = idx.with_extension("bitmap");
@@ -141,7 +179,12 @@ fn a_missing_stale_or_corrupt_bitmap_falls_back_to_the_walk_and_the_clone_is_the
     // Served in each state, stock git gets the same objects.
     let server = serve(tmp.path());
     let url = server.url(repo_path.file_name().unwrap().to_str().unwrap());
-    for (state, bytes) in [("missing", None), ("corrupt", Some(corrupt)), ("stale", Some(std::fs::read(idx_of(&other).with_extension("bitmap")).unwrap())), ("good", Some(good))] {
+    for (state, bytes) in [
+        ("missing", None),
+        ("corrupt", Some(corrupt)),
+        ("stale", Some(std::fs::read(idx_of(&other).with_extension("bitmap")).unwrap())),
+        ("good", Some(good)),
+    ] {
         if let Some(bytes) = bytes {
             std::fs::write(&bitmap_file, bytes).unwrap();
         }
@@ -159,7 +202,11 @@ fn objects_outside_the_bitmapped_pack_are_walked_and_the_result_is_the_walks() {
     let work = tmp.path().join("work");
     git_ok(tmp.path(), &["clone", "-q", repo_path.to_str().unwrap(), work.to_str().unwrap()]);
     for i in 0..3 {
-        gixd_tests::commit_files(&work, &[("new.txt", format!("after the repack {i}\n").as_bytes())], &format!("after {i}"));
+        gixd_tests::commit_files(
+            &work,
+            &[("new.txt", format!("after the repack {i}\n").as_bytes())],
+            &format!("after {i}"),
+        );
     }
     git_ok(&work, &["push", "-q", "origin", "HEAD:refs/heads/after"]);
     gixd_tests::git(&repo_path, &["repack", "-dq"]); // the pushed objects into a pack of their own, no bitmap
@@ -168,13 +215,26 @@ fn objects_outside_the_bitmapped_pack_are_walked_and_the_result_is_the_walks() {
     let repo = gix::open(&repo_path).unwrap();
     let refs = RefSnapshot::load(&repo).unwrap();
     let wants = refs.tips();
-    let bitmap = std::sync::Arc::new(PackBitmap::open(&idx_of(&repo_path), repo.object_hash()).unwrap().expect("the first pack keeps its bitmap"));
+    let bitmap = std::sync::Arc::new(
+        PackBitmap::open(&idx_of(&repo_path), repo.object_hash()).unwrap().expect("the first pack keeps its bitmap"),
+    );
     for filter in [Filter::default(), Filter { no_blobs: true, ..Filter::default() }] {
-        let request = Request { wants: &wants, common: &[], include_tag: false, refs: &refs, filter, boundary: None, progress: None };
+        let request = Request {
+            wants: &wants,
+            common: &[],
+            include_tag: false,
+            refs: &refs,
+            filter,
+            boundary: None,
+            progress: None,
+        };
         let by_bitmap = select::select(&repo, &request, Some(&bitmap)).unwrap();
         assert!(by_bitmap.by_bitmap);
         if filter.is_none() {
-            assert!(by_bitmap.whole_pack.is_some() && !by_bitmap.extra.is_empty(), "the whole bitmapped pack plus objects outside it");
+            assert!(
+                by_bitmap.whole_pack.is_some() && !by_bitmap.extra.is_empty(),
+                "the whole bitmapped pack plus objects outside it"
+            );
         }
         let by_walk = select::select_by_walking(&repo, &request).unwrap();
         assert_eq!(ids(&by_bitmap), ids(&by_walk), "{filter:?}");
@@ -289,7 +349,18 @@ fn a_reused_delta_whose_base_only_a_hidden_ref_reaches_is_re_deflated_and_the_ba
     let server = serve_tapped(&tmp.path().join("served"), Some(tap), |_| {});
     for version in ["2", "0"] {
         let dest = tmp.path().join(format!("clone-v{version}"));
-        git_ok(tmp.path(), &["-c", &format!("protocol.version={version}"), "clone", "-q", "--bare", &server.url("repo.git"), dest.to_str().unwrap()]);
+        git_ok(
+            tmp.path(),
+            &[
+                "-c",
+                &format!("protocol.version={version}"),
+                "clone",
+                "-q",
+                "--bare",
+                &server.url("repo.git"),
+                dest.to_str().unwrap(),
+            ],
+        );
         assert_fsck_clean(&dest);
         let got = all_objects(&dest);
         assert_eq!(got, rev_list_objects(&bare, &["--branches", "--tags"]), "v{version}");
@@ -311,11 +382,13 @@ fn a_fetch_from_a_bitmap_goes_out_as_the_packs_bytes_and_the_client_completes_it
     git_ok(&behind, &["repack", "-adq"]);
     git_ok(&behind, &["-c", "protocol.version=2", "fetch", "-q", &served.url(), &format!("+{main}:{main}")]);
     gixd_tests::server::assert_fsck_clean(&behind);
-    assert_eq!(gixd_tests::git_out(&behind, &["rev-parse", main]), gixd_tests::git_out(repo_path, &["rev-parse", main]));
+    assert_eq!(
+        gixd_tests::git_out(&behind, &["rev-parse", main]),
+        gixd_tests::git_out(repo_path, &["rev-parse", main])
+    );
     let stats = served.last_pack();
     assert!(stats.reused > 0 && !stats.verbatim, "{stats:?}");
 }
-
 
 /// A client may name as a have a commit only a hidden ref reaches (it learnt the id somewhere);
 /// what that have reaches is then not known to be readable, and no delta goes out thin against
@@ -330,13 +403,23 @@ fn a_have_only_a_hidden_ref_reaches_is_never_a_thin_base() {
     let main = gixd_tests::git_out(&bare, &["rev-parse", "main"]);
     let hidden_only = gixd_tests::server::rev_list_objects(&bare, &["refs/hidden/secret", "--not", "--branches"]);
     let server = serve(&tmp.path().join("served"));
-    let pack = sideband_pack(&v2_fetch_raw(server.addr, "repo.git", &main, &[&format!("have {secret}"), "thin-pack", "ofs-delta", "no-progress"]));
+    let pack = sideband_pack(&v2_fetch_raw(
+        server.addr,
+        "repo.git",
+        &main,
+        &[&format!("have {secret}"), "thin-pack", "ofs-delta", "no-progress"],
+    ));
     let bases: BTreeSet<String> = gixd_tests::server::ref_delta_bases(&pack).into_iter().collect();
     assert!(bases.is_disjoint(&hidden_only), "a thin delta against an object only the hidden ref reaches: {bases:?}");
     // The control: the same fetch from a client that has the visible root sends a pack (so the
     // request is well formed) whose thin bases are all visible.
     let root = gixd_tests::git_out(&bare, &["rev-parse", "main~1"]);
-    let pack = sideband_pack(&v2_fetch_raw(server.addr, "repo.git", &main, &[&format!("have {root}"), "thin-pack", "ofs-delta", "no-progress"]));
+    let pack = sideband_pack(&v2_fetch_raw(
+        server.addr,
+        "repo.git",
+        &main,
+        &[&format!("have {root}"), "thin-pack", "ofs-delta", "no-progress"],
+    ));
     assert!(!pack.is_empty() && gixd_tests::server::ref_delta_bases(&pack).iter().all(|b| !hidden_only.contains(b)));
 }
 
@@ -372,7 +455,10 @@ fn a_pack_deleted_after_its_bitmap_was_read_still_answers_from_the_mapping() {
     let moved = pack.with_file_name("moved.pack");
     std::fs::rename(&pack, &moved).unwrap();
     let second = served.tmp.path().join("second.git");
-    let out = gixd_tests::git_command(served.tmp.path()).args(["clone", "-q", "--bare", &served.url(), second.to_str().unwrap()]).output().unwrap();
+    let out = gixd_tests::git_command(served.tmp.path())
+        .args(["clone", "-q", "--bare", &served.url(), second.to_str().unwrap()])
+        .output()
+        .unwrap();
     std::fs::rename(&moved, &pack).unwrap();
     assert!(out.status.success(), "clone after the pack file moved: {}", String::from_utf8_lossy(&out.stderr));
     gixd_tests::server::assert_fsck_clean(&second);

@@ -69,7 +69,11 @@ fn http_backend(base: &Path, scratch: &Path) -> Option<(Killed, u16)> {
     Command::new("lighttpd").arg("-v").output().ok()?;
     let port = free_port();
     let conf = scratch.join("lighttpd.conf");
-    std::fs::write(&conf, bench_support::http_backend_conf(scratch, base, &git_exec_path().join("git-http-backend"), port, false)).unwrap();
+    std::fs::write(
+        &conf,
+        bench_support::http_backend_conf(scratch, base, &git_exec_path().join("git-http-backend"), port, false),
+    )
+    .unwrap();
     let child = Command::new("lighttpd").arg("-D").arg("-f").arg(&conf).spawn().ok()?;
     wait_for_port(port);
     Some((Killed(child), port))
@@ -108,7 +112,10 @@ fn every_client_that_works_against_stock_git_works_against_gixd() {
     let (_daemon, daemon_port) = git_daemon(&git_base);
     let backend = http_backend(&git_base, tmp.path());
     if backend.is_none() {
-        assert!(std::env::var_os("CI").is_none(), "lighttpd is missing: .ci/run installs it (tests/clients/install.sh)");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "lighttpd is missing: .ci/run installs it (tests/clients/install.sh)"
+        );
         eprintln!("SKIP control HTTP: lighttpd is not installed (tests/clients/install.sh installs it)");
     }
     let servers = serde_json::json!([
@@ -181,12 +188,16 @@ fn every_client_that_works_against_stock_git_works_against_gixd() {
         };
         match (theirs.status.as_str(), mine.status.as_str()) {
             ("pass", "pass") => passed += 1,
-            ("pass", _) => failures.push(format!("{key:?}: passes against git, {} against gixd: {}", mine.status, mine.detail)),
+            ("pass", _) => {
+                failures.push(format!("{key:?}: passes against git, {} against gixd: {}", mine.status, mine.detail))
+            }
             ("skip", _) | (_, "skip") => {
                 skipped += 1;
                 eprintln!("SKIP {key:?}: {}", if mine.detail.is_empty() { &theirs.detail } else { &mine.detail });
             }
-            (status, _) => eprintln!("CONTROL {status} {key:?}: {} (gixd: {} {})", theirs.detail, mine.status, mine.detail),
+            (status, _) => {
+                eprintln!("CONTROL {status} {key:?}: {} (gixd: {} {})", theirs.detail, mine.status, mine.detail)
+            }
         }
     }
     eprintln!("client matrix: {passed} cells pass on both servers, {skipped} skipped; table in {}", table.display());

@@ -36,7 +36,7 @@ fn repo_with_delta_against(other_branch: &str) -> (tempfile::TempDir, std::path:
     git(&repo, &["checkout", "-q", "main"]);
     git(&repo, &["repack", "-adfq", "--window=10", "--depth=10"]);
     let small = git_out(&repo, &["rev-parse", "main:file.txt"]);
-    let big = git_out(&repo, &[ "rev-parse", &format!("{other_branch}:file.txt")]);
+    let big = git_out(&repo, &["rev-parse", &format!("{other_branch}:file.txt")]);
     assert!(
         deltas(&repo).contains(&(small.clone(), big.clone())),
         "precondition: git stored main's blob as a delta against {other_branch}'s"
@@ -69,10 +69,7 @@ fn generate(repo: &Path, decide: impl FnMut(&gix_hash::oid) -> DeltaBase) -> Gen
         main_counts(repo),
         odb,
         Box::new(gix_utils::progress::Discard),
-        output::entry::iter_from_counts::Options {
-            thread_limit: Some(1),
-            ..Default::default()
-        },
+        output::entry::iter_from_counts::Options { thread_limit: Some(1), ..Default::default() },
         Some(decide),
     )
     .unwrap();
@@ -104,7 +101,11 @@ fn objects_git_reads_from(pack: &[u8]) -> BTreeSet<ObjectId> {
     std::fs::write(&path, pack).unwrap();
     let out = git_command(dir.path()).args(["index-pack", "--strict"]).arg(&path).output().unwrap();
     assert!(out.status.success(), "git index-pack refused the pack: {}", String::from_utf8_lossy(&out.stderr));
-    let idx = git_command(dir.path()).args(["show-index", "--object-format=sha1"]).stdin(std::fs::File::open(path.with_extension("idx")).unwrap()).output().unwrap();
+    let idx = git_command(dir.path())
+        .args(["show-index", "--object-format=sha1"])
+        .stdin(std::fs::File::open(path.with_extension("idx")).unwrap())
+        .output()
+        .unwrap();
     String::from_utf8(idx.stdout).unwrap().lines().map(|l| oid(l.split_whitespace().nth(1).unwrap())).collect()
 }
 
@@ -134,9 +135,7 @@ fn a_refused_base_is_never_sent_and_the_delta_is_re_deflated() {
         .map(|l| oid(l.split(' ').next().unwrap()))
         .collect();
     assert!(!reachable.contains(&oid(&secret)));
-    let got = generate(&repo, |id| {
-        if reachable.contains(id) { DeltaBase::Include } else { DeltaBase::Recompress }
-    });
+    let got = generate(&repo, |id| if reachable.contains(id) { DeltaBase::Include } else { DeltaBase::Recompress });
     assert!(!got.ids.contains(&oid(&secret)), "the unreachable base was sent");
     assert_eq!(got.outcome.decoded_and_recompressed_objects, 1, "the delta against it was re-deflated");
     assert_eq!(got.outcome.delta_bases_included, 0);
@@ -155,10 +154,7 @@ fn without_a_decision_function_nothing_changes() {
         main_counts(&repo),
         odb,
         Box::new(gix_utils::progress::Discard),
-        output::entry::iter_from_counts::Options {
-            thread_limit: Some(1),
-            ..Default::default()
-        },
+        output::entry::iter_from_counts::Options { thread_limit: Some(1), ..Default::default() },
     )
     .unwrap();
     let ids: BTreeSet<ObjectId> = chunks.by_ref().flat_map(|c| c.unwrap().1).map(|e| e.id).collect();
@@ -198,11 +194,18 @@ fn a_base_selected_from_another_pack_is_not_added_twice() {
         commit_files(&work, &[("doc.txt", &content)], &format!("push {round}"));
         git_ok(&work, &["push", "-q", &url, "main"]);
     }
-    let packs = std::fs::read_dir(server_repo.join("objects/pack")).unwrap().flatten().filter(|e| e.path().extension().is_some_and(|x| x == "pack")).count();
+    let packs = std::fs::read_dir(server_repo.join("objects/pack"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "pack"))
+        .count();
     assert!(packs >= 2, "the pushes added packs");
     for args in [&["--bare"][..], &["--mirror"][..]] {
         let dest = tmp.path().join(format!("clone{}", args[0]));
-        let out = gixd_tests::server::git_client(tmp.path(), &[&["clone", "-q"][..], args, &[&url, dest.to_str().unwrap()]].concat());
+        let out = gixd_tests::server::git_client(
+            tmp.path(),
+            &[&["clone", "-q"][..], args, &[&url, dest.to_str().unwrap()]].concat(),
+        );
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(all_objects(&dest), all_objects(&server_repo));
     }

@@ -40,7 +40,10 @@ impl DecodeEntry for Keeping {
 
 /// One version of the file: `n` numbered lines, so that each version is a prefix of the next.
 fn version(n: usize) -> Vec<u8> {
-    (0..n).map(|i| format!("line {i} of a file that grows by a few lines per commit\n")).collect::<String>().into_bytes()
+    (0..n)
+        .map(|i| format!("line {i} of a file that grows by a few lines per commit\n"))
+        .collect::<String>()
+        .into_bytes()
 }
 
 /// `id → (offset, depth, base id)` of every object of the one pack, from `git verify-pack -v`.
@@ -65,7 +68,10 @@ fn repo_with_a_delta_chain() -> (tempfile::TempDir, std::path::PathBuf, std::pat
     let mut stream = String::new();
     for (i, n) in [40, 48, 56, 64, 72, 80].into_iter().enumerate() {
         let content = String::from_utf8(version(n)).unwrap();
-        stream.push_str(&format!("commit refs/heads/main\ncommitter C <c@example.com> {} +0000\ndata 2\nc{i}\n", 1_600_000_000 + i));
+        stream.push_str(&format!(
+            "commit refs/heads/main\ncommitter C <c@example.com> {} +0000\ndata 2\nc{i}\n",
+            1_600_000_000 + i
+        ));
         stream.push_str(&format!("M 100644 inline file.txt\ndata {}\n{content}\n", content.len()));
     }
     let mut import = git_command(&repo)
@@ -110,7 +116,10 @@ fn decoding_the_end_of_a_delta_chain_keeps_every_base_of_it_in_the_cache() {
     for id in &chain {
         // The cache is keyed by where an entry's data starts, after its header.
         let offset = pack.entry(layout[id].0).unwrap().data_offset;
-        let (kept, kind, _) = cache.entries.get(&offset).unwrap_or_else(|| panic!("{id} (data at {offset}) of the chain is in the cache"));
+        let (kept, kind, _) = cache
+            .entries
+            .get(&offset)
+            .unwrap_or_else(|| panic!("{id} (data at {offset}) of the chain is in the cache"));
         assert_eq!(*kind, gix::object::Kind::Blob);
         assert_eq!(kept, &git(&repo, &["cat-file", "blob", id]).stdout, "{id} is kept as its exact content");
     }
@@ -122,7 +131,10 @@ fn decoding_the_end_of_a_delta_chain_keeps_every_base_of_it_in_the_cache() {
     let (data, outcome) = decode(layout[next].0, &mut cache, &mut inflate);
     assert_eq!(cache.hits, hits + 1, "served from the cache");
     assert_eq!(data, uncached_data);
-    assert_eq!((outcome.kind, outcome.compressed_size, outcome.object_size), (uncached.kind, uncached.compressed_size, uncached.object_size));
+    assert_eq!(
+        (outcome.kind, outcome.compressed_size, outcome.object_size),
+        (uncached.kind, uncached.compressed_size, uncached.object_size)
+    );
 }
 
 #[test]

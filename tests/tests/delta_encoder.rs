@@ -44,12 +44,18 @@ fn blob_id(data: &[u8]) -> gix_hash::ObjectId {
 
 #[test]
 fn a_computed_delta_is_applied_by_stock_git_to_the_exact_target() {
-    let base: Vec<u8> = (0..3000).flat_map(|n| format!("line {n} of a text that changes little\n").into_bytes()).collect();
+    let base: Vec<u8> =
+        (0..3000).flat_map(|n| format!("line {n} of a text that changes little\n").into_bytes()).collect();
     let mut target = base.clone();
     target.splice(40_000..40_000, b"a line that is new in this version\n".iter().copied());
     target.drain(90_000..90_500);
     let delta = gix_pack::data::delta::encode::Index::new(&base).encode(&target, 0).expect("no size limit");
-    assert!(delta.len() < 200, "similar objects give a small delta: {} bytes for a {} byte target", delta.len(), target.len());
+    assert!(
+        delta.len() < 200,
+        "similar objects give a small delta: {} bytes for a {} byte target",
+        delta.len(),
+        target.len()
+    );
     assert_eq!(gix_pack::data::delta::apply_to_vec(&base, &delta).unwrap(), target);
 
     let tmp = tempfile::tempdir().unwrap();
@@ -59,7 +65,6 @@ fn a_computed_delta_is_applied_by_stock_git_to_the_exact_target() {
     let listed = git_ok(tmp.path(), &["verify-pack", "-v", pack.with_extension("idx").to_str().unwrap()]);
     assert!(listed.contains(&blob_id(&target).to_string()), "git rebuilt the target: {listed}");
 }
-
 
 fn roundtrip(base: &[u8], target: &[u8]) -> usize {
     let delta = gix_pack::data::delta::encode::Index::new(base).encode(target, 0).expect("no limit");
@@ -129,11 +134,10 @@ fn a_delta_over_the_limit_is_given_up() {
 
 #[test]
 fn a_delta_for_another_base_size_is_refused() {
-    let delta = gix_pack::data::delta::encode::Index::new(b"0123456789abcdef0123").encode(b"0123456789abcdef", 0).unwrap();
+    let delta =
+        gix_pack::data::delta::encode::Index::new(b"0123456789abcdef0123").encode(b"0123456789abcdef", 0).unwrap();
     assert!(gix_pack::data::delta::apply_to_vec(b"0123456789abcdef012", &delta).is_err());
 }
-
-
 
 /// A fetch of an edited file, walking (no bitmap): with `thin-pack` the new version goes out as
 /// a delta computed against the version the client has at that path, which stock git completes;
@@ -149,16 +153,25 @@ fn a_fetch_sends_an_edited_file_as_a_delta_against_the_clients_version_only_when
     gixd_tests::commit_files(&work, &[("file.txt", text.as_bytes())], "first");
     let old_blob = gixd_tests::git_out(&work, &["rev-parse", "HEAD:file.txt"]);
     let old = gixd_tests::git_out(&work, &["rev-parse", "HEAD"]);
-    gixd_tests::commit_files(&work, &[("file.txt", text.replace("line 1500 ", "line fifteen hundred ").as_bytes())], "edit");
+    gixd_tests::commit_files(
+        &work,
+        &[("file.txt", text.replace("line 1500 ", "line fifteen hundred ").as_bytes())],
+        "edit",
+    );
     let new = gixd_tests::git_out(&work, &["rev-parse", "HEAD"]);
     let bare = tmp.path().join("served/repo.git");
     git_ok(tmp.path(), &["clone", "-q", "--bare", work.to_str().unwrap(), bare.to_str().unwrap()]);
     git_ok(&bare, &["repack", "-adq", "--no-write-bitmap-index"]);
     let server = serve(&tmp.path().join("served"));
     let have = format!("have {old}");
-    let thin = sideband_pack(&v2_fetch_raw(server.addr, "repo.git", &new, &[&have, "thin-pack", "ofs-delta", "no-progress"]));
+    let thin =
+        sideband_pack(&v2_fetch_raw(server.addr, "repo.git", &new, &[&have, "thin-pack", "ofs-delta", "no-progress"]));
     assert!(thin.len() < 1000, "the edit goes out as a small delta: {} bytes", thin.len());
-    assert_eq!(gixd_tests::server::ref_delta_bases(&thin), [old_blob.clone()], "one thin delta, against the client's version of the file");
+    assert_eq!(
+        gixd_tests::server::ref_delta_bases(&thin),
+        [old_blob.clone()],
+        "one thin delta, against the client's version of the file"
+    );
     // Stock git completes it from the client's objects.
     let client = tmp.path().join("client.git");
     git_ok(tmp.path(), &["clone", "-q", "--bare", "--no-local", bare.to_str().unwrap(), client.to_str().unwrap()]);

@@ -8,7 +8,6 @@
 use gix_pack::data::delta::{apply_to_vec, search};
 use gixd_tests::noise;
 
-
 /// `versions` edits of one text, each a few lines away from the one before.
 fn versions(seed: u64, versions: usize) -> Vec<Vec<u8>> {
     let mut text: Vec<u8> = (0..2000).flat_map(|n| format!("line {n} of file {seed}\n").into_bytes()).collect();
@@ -27,7 +26,12 @@ fn check(objects: &[search::Object<'_>], deltas: &[search::Delta], options: sear
         assert!(!objects[d.target].preferred_base, "a preferred base got a delta");
         assert_eq!(objects[d.target].kind, objects[d.base].kind, "a delta across kinds");
         assert!(base_of[d.target].replace(d.base).is_none(), "two deltas for one target");
-        assert!(d.data.len() < objects[d.target].data.len() / 2, "a delta of {} bytes for {}", d.data.len(), objects[d.target].data.len());
+        assert!(
+            d.data.len() < objects[d.target].data.len() / 2,
+            "a delta of {} bytes for {}",
+            d.data.len(),
+            objects[d.target].data.len()
+        );
         let applied = apply_to_vec(objects[d.base].data, &d.data).expect("the delta applies");
         assert!(applied == objects[d.target].data, "delta {} <- {} does not give its target", d.target, d.base);
     }
@@ -81,8 +85,10 @@ fn a_preferred_base_is_used_but_never_given_a_delta() {
 #[test]
 fn chains_stop_at_the_depth_limit_and_kinds_never_mix() {
     let file = versions(11, 12);
-    let mut objects: Vec<search::Object<'_>> =
-        file.iter().map(|data| search::Object { kind: gix::objs::Kind::Blob, name_hash: 3, data, preferred_base: false }).collect();
+    let mut objects: Vec<search::Object<'_>> = file
+        .iter()
+        .map(|data| search::Object { kind: gix::objs::Kind::Blob, name_hash: 3, data, preferred_base: false })
+        .collect();
     objects.push(search::Object { kind: gix::objs::Kind::Tree, name_hash: 3, data: &file[5], preferred_base: false });
     let options = search::Options { max_depth: 2, window: 3, ..Default::default() };
     let (deltas, _) = search::find(&objects, options);
@@ -94,37 +100,50 @@ fn chains_stop_at_the_depth_limit_and_kinds_never_mix() {
 #[test]
 fn no_budget_means_no_search_and_tiny_objects_are_left_alone() {
     let file = versions(21, 4);
-    let objects: Vec<search::Object<'_>> =
-        file.iter().map(|data| search::Object { kind: gix::objs::Kind::Blob, name_hash: 3, data, preferred_base: false }).collect();
+    let objects: Vec<search::Object<'_>> = file
+        .iter()
+        .map(|data| search::Object { kind: gix::objs::Kind::Blob, name_hash: 3, data, preferred_base: false })
+        .collect();
     let (deltas, stats) = search::find(&objects, search::Options { budget: 0, ..Default::default() });
     assert!(deltas.is_empty() && stats.budget_exhausted, "{stats:?}");
     let tiny = [b"abc".as_slice(), b"abcd".as_slice()];
-    let objects: Vec<search::Object<'_>> = tiny.iter().map(|data| search::Object { kind: gix::objs::Kind::Blob, name_hash: 3, data, preferred_base: false }).collect();
+    let objects: Vec<search::Object<'_>> = tiny
+        .iter()
+        .map(|data| search::Object { kind: gix::objs::Kind::Blob, name_hash: 3, data, preferred_base: false })
+        .collect();
     assert!(search::find(&objects, search::Options::default()).0.is_empty());
 }
 
 #[test]
 fn the_name_hash_is_gits() {
     // git's pack_name_hash: (hash >> 2) + (c << 24) per byte, white space skipped.
-    let by_hand = |s: &[u8]| s.iter().filter(|c| !c.is_ascii_whitespace()).fold(0u32, |h, c| (h >> 2).wrapping_add(u32::from(*c) << 24));
+    let by_hand = |s: &[u8]| {
+        s.iter().filter(|c| !c.is_ascii_whitespace()).fold(0u32, |h, c| (h >> 2).wrapping_add(u32::from(*c) << 24))
+    };
     for path in [&b"src/main.rs"[..], b"", b"a b\tc", b"a/very/long/path/to/some/file.txt"] {
         assert_eq!(search::name_hash(path), by_hand(path));
     }
     // Only the last sixteen characters remain in the hash: one file name in two directories sorts together.
-    assert_eq!(search::name_hash(b"one/dir/some_long_file_name.rs"), search::name_hash(b"another/some_long_file_name.rs"));
+    assert_eq!(
+        search::name_hash(b"one/dir/some_long_file_name.rs"),
+        search::name_hash(b"another/some_long_file_name.rs")
+    );
     assert_ne!(search::name_hash(b"src/a.rs"), search::name_hash(b"src/b.rs"));
 }
 
 #[test]
 fn the_search_tells_each_object_it_may_give_a_delta_once_in_order_of_all_of_them() {
     let file = versions(31, 5);
-    let mut objects: Vec<search::Object<'_>> =
-        file.iter().map(|data| search::Object { kind: gix::objs::Kind::Blob, name_hash: 3, data, preferred_base: false }).collect();
+    let mut objects: Vec<search::Object<'_>> = file
+        .iter()
+        .map(|data| search::Object { kind: gix::objs::Kind::Blob, name_hash: 3, data, preferred_base: false })
+        .collect();
     objects[0].preferred_base = true;
     let tiny = b"abc".to_vec();
     objects.push(search::Object { kind: gix::objs::Kind::Blob, name_hash: 3, data: &tiny, preferred_base: false });
     let mut told = Vec::new();
-    let (deltas, _) = search::find_with_progress(&objects, search::Options::default(), &mut |done, total| told.push((done, total)));
+    let (deltas, _) =
+        search::find_with_progress(&objects, search::Options::default(), &mut |done, total| told.push((done, total)));
     // Four objects may get a delta: not the preferred base, not the tiny one.
     assert_eq!(told, [(1, 4), (2, 4), (3, 4), (4, 4)]);
     assert_eq!(deltas.len(), search::find(&objects, search::Options::default()).0.len(), "telling changes no delta");

@@ -78,7 +78,11 @@ fn an_unknown_repository_or_service_is_an_error_git_prints() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("remote error: repository 'nope.git' not found"));
     let out = git_client(&tmp.path().join("work"), &["push", &url(&server, "work"), "HEAD:refs/heads/x"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("service 'git-receive-pack' is not enabled"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("service 'git-receive-pack' is not enabled"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

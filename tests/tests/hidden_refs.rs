@@ -43,10 +43,13 @@ fn hidden_refs_are_neither_advertised_nor_wantable_nor_sent() {
     let server = serve(tmp.path());
     // The advertisement and ls-refs are git's, byte for byte.
     let ours_v0 = http(server.addr, "GET", "/repo/info/refs?service=git-upload-pack", &[], b"").body;
-    let ours_v0_lines: Vec<String> = pkt_lines(&ours_v0)[2..].iter().flatten().map(|l| String::from_utf8_lossy(l).into_owned()).collect();
+    let ours_v0_lines: Vec<String> =
+        pkt_lines(&ours_v0)[2..].iter().flatten().map(|l| String::from_utf8_lossy(l).into_owned()).collect();
     let git_v0 = git_upload_pack(&repo.join(".git"), &["--stateless-rpc", "--advertise-refs"], false, b"");
-    let git_v0_lines: Vec<String> = pkt_lines(&git_v0).iter().flatten().map(|l| String::from_utf8_lossy(l).into_owned()).collect();
-    let names = |lines: &[String]| lines.iter().map(|l| l.split(['\0', '\n']).next().unwrap().to_owned()).collect::<Vec<_>>();
+    let git_v0_lines: Vec<String> =
+        pkt_lines(&git_v0).iter().flatten().map(|l| String::from_utf8_lossy(l).into_owned()).collect();
+    let names =
+        |lines: &[String]| lines.iter().map(|l| l.split(['\0', '\n']).next().unwrap().to_owned()).collect::<Vec<_>>();
     assert_eq!(names(&ours_v0_lines), names(&git_v0_lines), "v0 advertised refs");
     assert!(!ours_v0_lines.iter().any(|l| l.contains("refs/heads/secret")));
 

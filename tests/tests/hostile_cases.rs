@@ -21,7 +21,9 @@ const UNKNOWN: &str = "1111111111111111111111111111111111111111";
 fn lines_of(mut body: &[u8]) -> Vec<Option<Vec<u8>>> {
     let mut out = Vec::new();
     while body.len() >= 4 {
-        let Some(len) = std::str::from_utf8(&body[..4]).ok().and_then(|h| usize::from_str_radix(h, 16).ok()) else { break };
+        let Some(len) = std::str::from_utf8(&body[..4]).ok().and_then(|h| usize::from_str_radix(h, 16).ok()) else {
+            break;
+        };
         if len < 4 {
             out.push(None);
             body = &body[4..];
@@ -69,7 +71,10 @@ fn http_send(addr: SocketAddr, request: &[u8], hang_up: bool) -> (String, bool) 
     let mut raw = Vec::new();
     let _ = stream.read_to_end(&mut raw);
     if !raw.windows(4).any(|w| w == b"\r\n\r\n") {
-        return (if raw.is_empty() { "closed without an answer".to_owned() } else { format!("not HTTP: {}", clip(&raw)) }, false);
+        return (
+            if raw.is_empty() { "closed without an answer".to_owned() } else { format!("not HTTP: {}", clip(&raw)) },
+            false,
+        );
     }
     let response = parse_response(&raw);
     let (shown, pack) = match response.header("content-type") {
@@ -81,7 +86,8 @@ fn http_send(addr: SocketAddr, request: &[u8], hang_up: bool) -> (String, bool) 
 }
 
 fn http_request(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    let mut head =
+        format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -176,7 +182,11 @@ const SERVED: &[&str] = &[
 /// A refusal, as the answer shows it.
 fn refused(answer: &str) -> bool {
     let status_refusal = answer.split(':').next().and_then(|s| s.parse::<u16>().ok()).is_some_and(|s| s >= 400);
-    status_refusal || answer.contains("ERR ") || answer.contains("ng ") || (answer.contains("unpack ") && !answer.contains("unpack ok")) || answer.starts_with("closed")
+    status_refusal
+        || answer.contains("ERR ")
+        || answer.contains("ng ")
+        || (answer.contains("unpack ") && !answer.contains("unpack ok"))
+        || answer.starts_with("closed")
 }
 
 #[test]
@@ -210,7 +220,15 @@ fn every_hostile_request_gets_its_exact_refusal_and_the_server_serves_on() {
     });
     let (addr, git_addr) = (server.addr, server.git_addr.unwrap());
     let hwm = || -> u64 {
-        std::fs::read_to_string("/proc/self/status").unwrap().lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap().trim().trim_end_matches(" kB").parse().unwrap()
+        std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .unwrap()
+            .trim()
+            .trim_end_matches(" kB")
+            .parse()
+            .unwrap()
     };
     let start_hwm = hwm();
 
@@ -231,7 +249,11 @@ fn every_hostile_request_gets_its_exact_refusal_and_the_server_serves_on() {
         ("NUL in the command", pkt("command=fe\0tch\n").into_iter().chain(*b"0000").collect()),
         ("uppercase hex length", b"000Acommand".to_vec()),
         ("length with a sign", b"+00acommand=\n".to_vec()),
-        ("65520-byte line", { let mut b = format!("{:04x}", 65520).into_bytes(); b.extend(vec![b'a'; 65516]); b }),
+        ("65520-byte line", {
+            let mut b = format!("{:04x}", 65520).into_bytes();
+            b.extend(vec![b'a'; 65516]);
+            b
+        }),
         ("no command", [pkt("agent=x\n"), b"0000".to_vec()].concat()),
         ("two commands", [pkt("command=fetch\n"), pkt("command=ls-refs\n"), b"0000".to_vec()].concat()),
     ] {
@@ -263,9 +285,15 @@ fn every_hostile_request_gets_its_exact_refusal_and_the_server_serves_on() {
         ("deepen negative", v2("fetch", &[], &[&format!("want {head}"), "deepen -1", "done"])),
         ("deepen not a number", v2("fetch", &[], &[&format!("want {head}"), "deepen many", "done"])),
         ("deepen past u64", v2("fetch", &[], &[&format!("want {head}"), "deepen 99999999999999999999999", "done"])),
-        ("deepen and deepen-since", v2("fetch", &[], &[&format!("want {head}"), "deepen 1", "deepen-since 10", "done"])),
+        (
+            "deepen and deepen-since",
+            v2("fetch", &[], &[&format!("want {head}"), "deepen 1", "deepen-since 10", "done"]),
+        ),
         ("deepen-since not a time", v2("fetch", &[], &[&format!("want {head}"), "deepen-since yesterday", "done"])),
-        ("deepen-not of a missing ref", v2("fetch", &[], &[&format!("want {head}"), "deepen-not refs/heads/nothing", "done"])),
+        (
+            "deepen-not of a missing ref",
+            v2("fetch", &[], &[&format!("want {head}"), "deepen-not refs/heads/nothing", "done"]),
+        ),
         ("want-ref of a missing ref", v2("fetch", &[], &["want-ref refs/heads/nothing", "done"])),
         ("want-ref with dot-dot", v2("fetch", &[], &["want-ref refs/heads/../../config", "done"])),
         ("packfile-uris asked", v2("fetch", &[], &[&format!("want {head}"), "packfile-uris https", "done"])),
@@ -278,9 +306,25 @@ fn every_hostile_request_gets_its_exact_refusal_and_the_server_serves_on() {
     }
     // Filter specs (partial clone on: allowed by the default uploadpack.allowFilter).
     for filter in [
-        "", "blob:", "blob:limit=", "blob:limit=-1", "blob:limit=1x", "blob:limit=99999999999999999999g", "tree:", "tree:-1", "tree:x",
-        "sparse:oid=", "sparse:path=/etc/passwd", "combine:", "combine:blob:none+", "combine:blob%zz", "object:type=", "object:type=dog",
-        "frob", "blob:none\0", "combine:tree:0+blob:nonex",
+        "",
+        "blob:",
+        "blob:limit=",
+        "blob:limit=-1",
+        "blob:limit=1x",
+        "blob:limit=99999999999999999999g",
+        "tree:",
+        "tree:-1",
+        "tree:x",
+        "sparse:oid=",
+        "sparse:path=/etc/passwd",
+        "combine:",
+        "combine:blob:none+",
+        "combine:blob%zz",
+        "object:type=",
+        "object:type=dog",
+        "frob",
+        "blob:none\0",
+        "combine:tree:0+blob:nonex",
     ] {
         let body = v2("fetch", &[], &[&format!("want {head}"), &format!("filter {filter}"), "done"]);
         case(format!("http v2 filter {filter:?}"), Box::new(move || v2_post(addr, &body)));
@@ -289,14 +333,30 @@ fn every_hostile_request_gets_its_exact_refusal_and_the_server_serves_on() {
     for (name, body) in [
         ("no want", [b"0000".to_vec(), pkt("done\n")].concat()),
         ("want of non-hex", [pkt("want zzzz\n"), b"0000".to_vec(), pkt("done\n")].concat()),
-        ("want of an unknown id", [pkt(&format!("want {UNKNOWN} multi_ack\n")), b"0000".to_vec(), pkt("done\n")].concat()),
-        ("want of another repository's commit", [pkt(&format!("want {secret}\n")), b"0000".to_vec(), pkt("done\n")].concat()),
+        (
+            "want of an unknown id",
+            [pkt(&format!("want {UNKNOWN} multi_ack\n")), b"0000".to_vec(), pkt("done\n")].concat(),
+        ),
+        (
+            "want of another repository's commit",
+            [pkt(&format!("want {secret}\n")), b"0000".to_vec(), pkt("done\n")].concat(),
+        ),
         ("want of a tree", [pkt(&format!("want {tree}\n")), b"0000".to_vec(), pkt("done\n")].concat()),
         ("a have before any want", [pkt(&format!("have {head}\n")), b"0000".to_vec(), pkt("done\n")].concat()),
-        ("deepen of non-number", [pkt(&format!("want {head}\n")), pkt("deepen x\n"), b"0000".to_vec(), pkt("done\n")].concat()),
-        ("shallow of non-hex", [pkt(&format!("want {head}\n")), pkt("shallow nothex\n"), b"0000".to_vec(), pkt("done\n")].concat()),
+        (
+            "deepen of non-number",
+            [pkt(&format!("want {head}\n")), pkt("deepen x\n"), b"0000".to_vec(), pkt("done\n")].concat(),
+        ),
+        (
+            "shallow of non-hex",
+            [pkt(&format!("want {head}\n")), pkt("shallow nothex\n"), b"0000".to_vec(), pkt("done\n")].concat(),
+        ),
         ("unknown line", [pkt(&format!("want {head}\n")), pkt("frob\n"), b"0000".to_vec(), pkt("done\n")].concat()),
-        ("bad filter", [pkt(&format!("want {head} filter\n")), pkt("filter blob:limit=x\n"), b"0000".to_vec(), pkt("done\n")].concat()),
+        (
+            "bad filter",
+            [pkt(&format!("want {head} filter\n")), pkt("filter blob:limit=x\n"), b"0000".to_vec(), pkt("done\n")]
+                .concat(),
+        ),
         ("broken framing", b"00zzwant".to_vec()),
         ("cut in the first line", pkt(&format!("want {head}\n"))[..20].to_vec()),
     ] {
@@ -340,14 +400,34 @@ fn every_hostile_request_gets_its_exact_refusal_and_the_server_serves_on() {
         ("GET of the service", "GET", "/repo/git-upload-pack", vec![UPLOAD]),
         ("no content type", "POST", "/repo/git-upload-pack", vec![]),
         ("wrong content type", "POST", "/repo/git-upload-pack", vec![("Content-Type", "text/plain")]),
-        ("receive-pack content type to upload-pack", "POST", "/repo/git-upload-pack", vec![("Content-Type", "application/x-git-receive-pack-request")]),
+        (
+            "receive-pack content type to upload-pack",
+            "POST",
+            "/repo/git-upload-pack",
+            vec![("Content-Type", "application/x-git-receive-pack-request")],
+        ),
         ("gzip that is not gzip", "POST", "/repo/git-upload-pack", vec![UPLOAD, V2, ("Content-Encoding", "gzip")]),
         ("unknown content encoding", "POST", "/repo/git-upload-pack", vec![UPLOAD, V2, ("Content-Encoding", "br")]),
         ("upload-pack of a private repository", "POST", "/private/git-upload-pack", vec![UPLOAD, V2]),
         ("upload-pack of a missing repository", "POST", "/nothing/git-upload-pack", vec![UPLOAD, V2]),
-        ("receive-pack without credentials", "POST", "/repo/git-receive-pack", vec![("Content-Type", "application/x-git-receive-pack-request")]),
-        ("bad basic credentials", "POST", "/repo/git-receive-pack", vec![("Content-Type", "application/x-git-receive-pack-request"), ("Authorization", "Basic !!!!")]),
-        ("unknown token", "POST", "/repo/git-receive-pack", vec![("Content-Type", "application/x-git-receive-pack-request"), ("Authorization", "Bearer nope")]),
+        (
+            "receive-pack without credentials",
+            "POST",
+            "/repo/git-receive-pack",
+            vec![("Content-Type", "application/x-git-receive-pack-request")],
+        ),
+        (
+            "bad basic credentials",
+            "POST",
+            "/repo/git-receive-pack",
+            vec![("Content-Type", "application/x-git-receive-pack-request"), ("Authorization", "Basic !!!!")],
+        ),
+        (
+            "unknown token",
+            "POST",
+            "/repo/git-receive-pack",
+            vec![("Content-Type", "application/x-git-receive-pack-request"), ("Authorization", "Bearer nope")],
+        ),
         ("unknown protocol version", "POST", "/repo/git-upload-pack", vec![UPLOAD, ("Git-Protocol", "version=9")]),
     ] {
         let request = http_request(method, path, &headers, &body);
@@ -412,7 +492,10 @@ fn every_hostile_request_gets_its_exact_refusal_and_the_server_serves_on() {
     let ask = pkt("git-upload-pack /repo\0host=x\0");
     for (name, then) in [
         ("want of an unknown id", [pkt(&format!("want {UNKNOWN}\n")), b"0000".to_vec(), pkt("done\n")].concat()),
-        ("want of another repository's commit", [pkt(&format!("want {secret}\n")), b"0000".to_vec(), pkt("done\n")].concat()),
+        (
+            "want of another repository's commit",
+            [pkt(&format!("want {secret}\n")), b"0000".to_vec(), pkt("done\n")].concat(),
+        ),
         ("want of non-hex", [pkt("want nothex\n"), b"0000".to_vec()].concat()),
         ("framing broken after the advertisement", b"zzzz".to_vec()),
         ("a have before any want", [pkt(&format!("have {head}\n")), b"0000".to_vec()].concat()),
@@ -433,12 +516,33 @@ fn every_hostile_request_gets_its_exact_refusal_and_the_server_serves_on() {
     }
     // Pushes: ref names git refuses (check-ref-format), old ids that do not match, bad lines,
     // corrupt packs.
-    let empty_pack = b"PACK\0\0\0\x02\0\0\0\0\x02\x9d\x08\x82\x3b\xd8\xa8\xea\xb5\x10\xad\x6a\xc7\x5c\x82\x3c\xfd\x3e\xd3\x1e".to_vec();
+    let empty_pack =
+        b"PACK\0\0\0\x02\0\0\0\0\x02\x9d\x08\x82\x3b\xd8\xa8\xea\xb5\x10\xad\x6a\xc7\x5c\x82\x3c\xfd\x3e\xd3\x1e"
+            .to_vec();
     for bad in [
-        "refs/heads/a..b", "refs/heads/a b", "refs/heads/a~b", "refs/heads/a^b", "refs/heads/a:b", "refs/heads/a?b", "refs/heads/a*b",
-        "refs/heads/a[b", "refs/heads/a\\b", "refs/heads/.hidden", "refs/heads/a.lock", "refs/heads/a/", "refs/heads//a", "refs/heads/a@{b",
-        "refs/heads/a.", "refs/heads/\x7f", "refs/heads/\x01", "HEAD", "main", "refs/../config", "/refs/heads/x",
-        "refs/heads/x/.lock/y", "refs/heads/a/.b",
+        "refs/heads/a..b",
+        "refs/heads/a b",
+        "refs/heads/a~b",
+        "refs/heads/a^b",
+        "refs/heads/a:b",
+        "refs/heads/a?b",
+        "refs/heads/a*b",
+        "refs/heads/a[b",
+        "refs/heads/a\\b",
+        "refs/heads/.hidden",
+        "refs/heads/a.lock",
+        "refs/heads/a/",
+        "refs/heads//a",
+        "refs/heads/a@{b",
+        "refs/heads/a.",
+        "refs/heads/\x7f",
+        "refs/heads/\x01",
+        "HEAD",
+        "main",
+        "refs/../config",
+        "/refs/heads/x",
+        "refs/heads/x/.lock/y",
+        "refs/heads/a/.b",
     ] {
         let request = push_request(&[format!("{ZERO} {head} {bad}")], &empty_pack);
         case(format!("push: ref name {bad:?}"), Box::new(move || push_raw(git_addr, &request)));
@@ -453,7 +557,10 @@ fn every_hostile_request_gets_its_exact_refusal_and_the_server_serves_on() {
         ("the other repository's commit", vec![format!("{ZERO} {secret} refs/heads/stolen")]),
         ("a tree as a branch tip", vec![format!("{ZERO} {tree} refs/heads/treeish")]),
         ("directory/file conflict", vec![format!("{ZERO} {head} refs/heads/side/sub")]),
-        ("the same ref twice", vec![format!("{ZERO} {head} refs/heads/twice"), format!("{ZERO} {head} refs/heads/twice")]),
+        (
+            "the same ref twice",
+            vec![format!("{ZERO} {head} refs/heads/twice"), format!("{ZERO} {head} refs/heads/twice")],
+        ),
         ("short old id", vec![format!("1234 {head} refs/heads/x")]),
         ("non-hex new id", vec![format!("{ZERO} {} refs/heads/x", "z".repeat(40))]),
         ("no ref name", vec![format!("{ZERO} {head}")]),
@@ -476,7 +583,13 @@ fn every_hostile_request_gets_its_exact_refusal_and_the_server_serves_on() {
         ("an empty pack with a wrong trailer", bad_trailer),
         ("a one-object pack with a wrong trailer", {
             let blob = gixd_tests::git_out(&repo, &["rev-parse", "HEAD:f.txt"]);
-            let out = std::process::Command::new("git").current_dir(&repo).args(["pack-objects", "-q", "--stdout"]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+            let out = std::process::Command::new("git")
+                .current_dir(&repo)
+                .args(["pack-objects", "-q", "--stdout"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
             out.stdin.as_ref().unwrap().write_all(format!("{blob}\n").as_bytes()).unwrap();
             let mut pack = out.wait_with_output().unwrap().stdout;
             *pack.last_mut().unwrap() ^= 1;
@@ -520,5 +633,10 @@ fn every_hostile_request_gets_its_exact_refusal_and_the_server_serves_on() {
     assert!(grown_mib < 128, "peak memory grew {grown_mib} MiB over the cases");
     let table = table.replace(&head, "<head>").replace(&tree, "<tree>").replace(&secret, "<secret>");
     insta::assert_snapshot!("answers", table);
-    println!("{} hostile cases: {} refused, {} answered as git answers them; peak memory grew {grown_mib} MiB; a clone works after them", cases.len(), cases.len() - SERVED.len(), SERVED.len());
+    println!(
+        "{} hostile cases: {} refused, {} answered as git answers them; peak memory grew {grown_mib} MiB; a clone works after them",
+        cases.len(),
+        cases.len() - SERVED.len(),
+        SERVED.len()
+    );
 }

@@ -33,7 +33,11 @@ fn serve(base: &Path, adjust: impl FnOnce(&mut Config)) -> gixd::server::Running
 fn git_connect(server: &gixd::server::Running, path: &str, extra: &str) -> TcpStream {
     let mut stream = TcpStream::connect(server.git_addr.unwrap()).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let line = if extra.is_empty() { format!("git-upload-pack {path}\0host=localhost\0") } else { format!("git-upload-pack {path}\0host=localhost\0\0{extra}\0") };
+    let line = if extra.is_empty() {
+        format!("git-upload-pack {path}\0host=localhost\0")
+    } else {
+        format!("git-upload-pack {path}\0host=localhost\0\0{extra}\0")
+    };
     stream.write_all(&pkt(&line)).unwrap();
     stream
 }
@@ -110,7 +114,10 @@ fn an_endless_section_over_git_protocol_is_refused_at_the_request_limit() {
         }
         let _ = stream.write_all(&request);
         let rest = read_rest(&mut stream);
-        assert!(rest.contains("ERR request section larger than 65536 bytes before its flush"), "haves {haves}: {rest:.200}");
+        assert!(
+            rest.contains("ERR request section larger than 65536 bytes before its flush"),
+            "haves {haves}: {rest:.200}"
+        );
     }
     // v2: an endless command.
     let mut stream = git_connect(&server, "/repo", "version=2");
@@ -195,7 +202,10 @@ fn a_private_repository_is_not_found_over_git_protocol_like_a_missing_one() {
         stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         stream.write_all(&pkt(&format!("{service} {path}\0host=x\0"))).unwrap();
         // The text after the pkt-line length, the repository's name masked.
-        read_rest(&mut stream).get(4..).unwrap_or("").replace(&format!("'{}'", path.trim_start_matches('/')), "'<name>'")
+        read_rest(&mut stream)
+            .get(4..)
+            .unwrap_or("")
+            .replace(&format!("'{}'", path.trim_start_matches('/')), "'<name>'")
     };
     for service in ["git-upload-pack", "git-upload-archive"] {
         let private = message("/repo", service);
@@ -214,7 +224,13 @@ fn error_texts_are_clipped_and_carry_no_raw_control_bytes() {
     body.extend(b"0001");
     body.extend(pkt(&format!("frob\0nicate{}\n", "x".repeat(60_000))));
     body.extend(b"0000");
-    let response = http(server.addr, "POST", "/repo/git-upload-pack", &[("Content-Type", "application/x-git-upload-pack-request"), ("Git-Protocol", "version=2")], &body);
+    let response = http(
+        server.addr,
+        "POST",
+        "/repo/git-upload-pack",
+        &[("Content-Type", "application/x-git-upload-pack-request"), ("Git-Protocol", "version=2")],
+        &body,
+    );
     let err = pkt_lines(&response.body).into_iter().flatten().find(|l| l.starts_with(b"ERR ")).expect("an ERR line");
     assert!(err.len() <= 1100, "ERR of {} bytes", err.len());
     assert!(!err.contains(&0), "a raw NUL in the ERR line");
@@ -241,7 +257,10 @@ fn an_archive_prefix_that_climbs_out_is_refused_before_the_archive_starts() {
         assert!(!out.status.success());
         assert!(err.contains("may not be absolute or contain '..'"), "{prefix}: {err}");
     }
-    let out = gixd_tests::git_command(&repo).args(["archive", &format!("--remote={url}"), "--prefix=ok/", "--format=tar", "HEAD"]).output().unwrap();
+    let out = gixd_tests::git_command(&repo)
+        .args(["archive", &format!("--remote={url}"), "--prefix=ok/", "--format=tar", "HEAD"])
+        .output()
+        .unwrap();
     assert!(out.status.success() && !out.stdout.is_empty());
 }
 

@@ -67,10 +67,14 @@ fn graph(mods: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> 
             while let Some(at) = text[from..].find(prefix) {
                 let start = from + at + prefix.len();
                 from = start;
-                if at > 0 && (bytes[from - prefix.len() - 1].is_ascii_alphanumeric() || bytes[from - prefix.len() - 1] == b'_') {
+                if at > 0
+                    && (bytes[from - prefix.len() - 1].is_ascii_alphanumeric()
+                        || bytes[from - prefix.len() - 1] == b'_')
+                {
                     continue;
                 }
-                let path: String = text[start..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':').collect();
+                let path: String =
+                    text[start..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':').collect();
                 let segments: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
                 let base: Vec<String> = if prefix == "super::" {
                     let mut p: Vec<String> = name.split("::").map(str::to_owned).collect();
@@ -146,7 +150,15 @@ fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
             }
         }
     }
-    let mut t = T { edges, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), on: BTreeSet::new(), next: 0, out: Vec::new() };
+    let mut t = T {
+        edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on: BTreeSet::new(),
+        next: 0,
+        out: Vec::new(),
+    };
     for v in edges.keys() {
         if !t.index.contains_key(v.as_str()) {
             visit(&mut t, v);
@@ -206,7 +218,11 @@ fn the_module_graph_has_no_cycle_and_follows_the_layer_map() {
             }
         }
     }
-    assert!(upward.is_empty(), "imports against the layer map (a layer may use only itself and those below):\n{}", upward.join("\n"));
+    assert!(
+        upward.is_empty(),
+        "imports against the layer map (a layer may use only itself and those below):\n{}",
+        upward.join("\n")
+    );
 }
 
 #[test]

@@ -10,14 +10,23 @@ use gixd_tests::corpus::{self, Hash};
 use gixd_tests::server::{all_objects, assert_fsck_clean, git_client, git_ok, refs, rev_list_objects, serve_with};
 
 fn packs(repo: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(repo.join("objects/pack")).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    let mut names: Vec<String> = std::fs::read_dir(repo.join("objects/pack"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
     names.sort();
     names
 }
 
 fn test_bitmap(repo: &Path) {
     let out = git_client(repo, &["rev-list", "--test-bitmap", "HEAD"]);
-    assert!(out.status.success() && String::from_utf8_lossy(&out.stderr).contains("OK!"), "{}: {}", repo.display(), String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""));
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stderr).contains("OK!"),
+        "{}: {}",
+        repo.display(),
+        String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+    );
 }
 
 #[test]
@@ -30,13 +39,25 @@ fn every_corpus_repository_gets_one_pack_with_a_bitmap_git_accepts() {
         for hash in Hash::ALL {
             let src = corpus::ensure(spec.name, hash);
             let repo = tmp.path().join(format!("{}-{}.git", spec.name, hash.name()));
-            git_ok(tmp.path(), &["clone", "-q", "--mirror", "--no-local", src.to_str().unwrap(), repo.to_str().unwrap()]);
+            git_ok(
+                tmp.path(),
+                &["clone", "-q", "--mirror", "--no-local", src.to_str().unwrap(), repo.to_str().unwrap()],
+            );
             let (refs_before, reachable_before) = (refs(&repo, "refs"), rev_list_objects(&repo, &["--all"]));
             let report = gixd::maintenance::run(&repo).unwrap();
             assert!(report.bitmaps > 0, "{}", spec.name);
             let names = packs(&repo);
-            assert_eq!(names.iter().filter(|n| n.ends_with(".pack")).count(), 1, "{} {}: {names:?}", spec.name, hash.name());
-            assert!(names.iter().any(|n| n.ends_with(".bitmap")) && names.iter().any(|n| n.ends_with(".rev")), "{names:?}");
+            assert_eq!(
+                names.iter().filter(|n| n.ends_with(".pack")).count(),
+                1,
+                "{} {}: {names:?}",
+                spec.name,
+                hash.name()
+            );
+            assert!(
+                names.iter().any(|n| n.ends_with(".bitmap")) && names.iter().any(|n| n.ends_with(".rev")),
+                "{names:?}"
+            );
             test_bitmap(&repo);
             assert_eq!(refs(&repo, "refs"), refs_before);
             assert_eq!(rev_list_objects(&repo, &["--all"]), reachable_before);
@@ -76,7 +97,11 @@ fn a_repository_that_only_received_pushes_ends_with_one_bitmapped_pack_and_loses
     let tmp = tempfile::tempdir().unwrap();
     let PushOnly { server: _server, base, repo, url, work } = push_only(tmp.path());
     for i in 0..4 {
-        gixd_tests::commit_files(&work, &[("file.txt", format!("version {i}\n").repeat(40).as_bytes())], &format!("c{i}"));
+        gixd_tests::commit_files(
+            &work,
+            &[("file.txt", format!("version {i}\n").repeat(40).as_bytes())],
+            &format!("c{i}"),
+        );
         git_ok(&work, &["push", "-q", &url, "main"]);
     }
     // Something nobody references, in a pack of its own: it must survive.
@@ -104,7 +129,8 @@ fn a_repository_that_only_received_pushes_ends_with_one_bitmapped_pack_and_loses
     assert_eq!(all_objects(&ours), all_objects(&theirs));
     let served = gixd::repo::Repos::new(&base, gixd::config::Exports::All).unwrap().resolve("/r.git").unwrap();
     let handle = served.repo.to_thread_local();
-    let bitmap = gixd::bitmap::of(&gixd::repo::Repos::new(&base, gixd::config::Exports::All).unwrap(), &served, &handle);
+    let bitmap =
+        gixd::bitmap::of(&gixd::repo::Repos::new(&base, gixd::config::Exports::All).unwrap(), &served, &handle);
     assert!(bitmap.is_some(), "the bitmap gixd wrote is one gixd uses");
 }
 
@@ -141,7 +167,11 @@ fn pushed_refs_end_in_packed_refs_with_their_values_and_peeled_tags_and_symbolic
     let report = gixd::maintenance::run(&repo).unwrap();
     assert_eq!(report.refs_packed, 3, "{report:?}");
     assert_eq!(loose_refs(&repo), ["refs/heads/alias"], "only the symbolic ref is loose");
-    assert_eq!(gixd_tests::git_out(&repo, &["show-ref", "-d"]), refs_before, "every ref (and the tag's peeled value) reads the same");
+    assert_eq!(
+        gixd_tests::git_out(&repo, &["show-ref", "-d"]),
+        refs_before,
+        "every ref (and the tag's peeled value) reads the same"
+    );
     let packed = std::fs::read_to_string(repo.join("packed-refs")).unwrap();
     let tag = gixd_tests::git_out(&repo, &["rev-parse", "v1^{}"]);
     assert!(packed.contains(&format!("^{tag}")), "packed-refs holds the tag's peeled value:\n{packed}");
@@ -166,7 +196,10 @@ fn a_ref_locked_by_a_push_leaves_the_loose_refs_as_they_were() {
     let report = gixd::maintenance::run(&repo).unwrap();
     assert_eq!(report.refs_packed, 0, "{report:?}");
     assert_eq!(loose_refs(&repo), ["refs/heads/main", "refs/heads/other", "refs/heads/other.lock"]);
-    assert!(!repo.join("packed-refs").exists() || !std::fs::read_to_string(repo.join("packed-refs")).unwrap().contains("refs/heads/"));
+    assert!(
+        !repo.join("packed-refs").exists()
+            || !std::fs::read_to_string(repo.join("packed-refs")).unwrap().contains("refs/heads/")
+    );
     std::fs::remove_file(&lock).unwrap();
     assert_eq!(gixd_tests::git_out(&repo, &["show-ref"]), refs_before);
     // The next run packs them.
@@ -262,7 +295,11 @@ fn maintenance_killed_at_any_point_loses_nothing_and_the_next_run_clears_what_it
     let whole = started.elapsed();
 
     let garbage = |repo: &Path| -> usize {
-        let objects = std::fs::read_dir(repo.join("objects")).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("gixd-maintenance-")).count();
+        let objects = std::fs::read_dir(repo.join("objects"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("gixd-maintenance-"))
+            .count();
         let temporary = std::fs::read_dir(repo.join("objects/pack")).unwrap().flatten().filter(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
             name.starts_with(".tmp") || name.ends_with(".tmp")
@@ -287,7 +324,9 @@ fn maintenance_killed_at_any_point_loses_nothing_and_the_next_run_clears_what_it
     assert_eq!(packs(&repo).iter().filter(|n| n.ends_with(".pack")).count(), 1, "{:?}", packs(&repo));
     test_bitmap(&repo);
     assert_eq!(rev_list_objects(&repo, &["--all"]), reachable_before);
-    println!("16 maintenance runs killed over {whole:?} each; {left_something} left files behind, all removed by the next run");
+    println!(
+        "16 maintenance runs killed over {whole:?} each; {left_something} left files behind, all removed by the next run"
+    );
 }
 
 /// gixd maintenance, killed holding the ref locks of the loose refs it packs (stopped there by
@@ -330,7 +369,11 @@ fn maintenance_killed_holding_ref_locks_leaves_none_after_the_next_start() {
     for lock in &locks {
         assert!(!lock.exists(), "the start removed the killed run's {}", lock.display());
     }
-    let scratch = std::fs::read_dir(repo.join("objects")).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("gixd-maintenance-")).count();
+    let scratch = std::fs::read_dir(repo.join("objects"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("gixd-maintenance-"))
+        .count();
     assert_eq!(scratch, 0, "and its scratch");
     gixd_tests::commit_files(&work, &[("b", b"b\n")], "two");
     let url = format!("git://{}/r.git", server.git_addr.unwrap());

@@ -15,7 +15,8 @@ fn fixture(base: &Path) -> PathBuf {
     git(&work, &["init", "-q"]);
     let mut rng = gixd_tests::corpus::Lcg(7);
     for n in 0..12 {
-        let files: Vec<(String, Vec<u8>)> = (0..8).map(|f| (format!("d{}/f{f}.bin", f % 3), rng.bytes(16 << 10))).collect();
+        let files: Vec<(String, Vec<u8>)> =
+            (0..8).map(|f| (format!("d{}/f{f}.bin", f % 3), rng.bytes(16 << 10))).collect();
         let files: Vec<(&str, &[u8])> = files.iter().map(|(p, b)| (p.as_str(), b.as_slice())).collect();
         commit_files(&work, &files, &format!("c{n}"));
     }
@@ -40,7 +41,9 @@ fn value(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)
         .iter()
         .filter(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
         .map(|s| match s.value {
-            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
             _ => panic!("{metric} is not a number"),
         })
         .sum()
@@ -93,14 +96,18 @@ fn sixteen_identical_concurrent_clones_cost_one_pack_generation_with_the_pack_ca
         if cached {
             assert_eq!(generations, 1.0, "one generation for sixteen identical clones");
             assert_eq!(value(&metrics, "gixd_pack_cache_total", &[("outcome", "miss")]), 1.0);
-            let shared = value(&metrics, "gixd_pack_cache_total", &[("outcome", "join")]) + value(&metrics, "gixd_pack_cache_total", &[("outcome", "hit")]);
+            let shared = value(&metrics, "gixd_pack_cache_total", &[("outcome", "join")])
+                + value(&metrics, "gixd_pack_cache_total", &[("outcome", "hit")]);
             assert_eq!(shared, 15.0, "the others joined it or read it back");
         } else {
             assert_eq!(generations, 16.0, "without the cache each clone generates its own pack");
             assert_eq!(value(&metrics, "gixd_pack_cache_total", &[]), 0.0);
         }
         assert!(value(&metrics, "gixd_pack_generation_cpu_seconds_total", &[]) > 0.0);
-        assert!(value(&metrics, "gixd_bytes_out_total", &[("service", "git-upload-pack")]) > 16.0 * 100_000.0, "sixteen packs went out");
+        assert!(
+            value(&metrics, "gixd_bytes_out_total", &[("service", "git-upload-pack")]) > 16.0 * 100_000.0,
+            "sixteen packs went out"
+        );
         assert_eq!(value(&metrics, "gixd_transfers_in_flight", &[]), 0.0, "every slot was given back");
     }
     assert!(std::fs::read_dir(&spill).unwrap().next().is_none(), "the cache's files are unlinked");
@@ -115,18 +122,35 @@ fn a_request_after_a_ref_change_is_never_answered_from_the_pack_cached_before_it
     let repo = fixture(&base);
     let server = serve_with(&base, |c| {
         c.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
-        c.pack_cache = Some(gixd::config::PackCache { memory_bytes: 64 << 20, dir: None, disk_bytes: 0, max_age: std::time::Duration::from_secs(300) });
+        c.pack_cache = Some(gixd::config::PackCache {
+            memory_bytes: 64 << 20,
+            dir: None,
+            disk_bytes: 0,
+            max_age: std::time::Duration::from_secs(300),
+        });
     });
     let head = gixd_tests::git_out(&repo, &["rev-parse", "HEAD"]);
     let mut body = pkt("command=fetch\n");
     body.extend(pkt("object-format=sha1\n"));
     body.extend(b"0001");
-    for line in [format!("want {head}\n"), "include-tag\n".into(), "ofs-delta\n".into(), "no-progress\n".into(), "done\n".into()] {
+    for line in [
+        format!("want {head}\n"),
+        "include-tag\n".into(),
+        "ofs-delta\n".into(),
+        "no-progress\n".into(),
+        "done\n".into(),
+    ] {
         body.extend(pkt(&line));
     }
     body.extend(b"0000");
     let fetch = || {
-        let response = http(server.addr, "POST", "/repo.git/git-upload-pack", &[("Content-Type", "application/x-git-upload-pack-request"), ("Git-Protocol", "version=2")], &body);
+        let response = http(
+            server.addr,
+            "POST",
+            "/repo.git/git-upload-pack",
+            &[("Content-Type", "application/x-git-upload-pack-request"), ("Git-Protocol", "version=2")],
+            &body,
+        );
         assert_eq!(response.status, 200);
         response.body
     };
@@ -168,8 +192,25 @@ fn every_request_gets_an_access_log_line_with_every_field_and_the_metrics_count_
     let _ = http(server.addr, "GET", "/nothing-here", &[], b"");
     drop(server); // every line is written when its request ends
 
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log).unwrap().lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
-    let fields = ["time_ms", "peer", "transport", "repository", "service", "version", "user", "wants", "haves", "objects", "bytes", "cpu_ms", "duration_ms", "cache", "status"];
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(&log).unwrap().lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    let fields = [
+        "time_ms",
+        "peer",
+        "transport",
+        "repository",
+        "service",
+        "version",
+        "user",
+        "wants",
+        "haves",
+        "objects",
+        "bytes",
+        "cpu_ms",
+        "duration_ms",
+        "cache",
+        "status",
+    ];
     for line in &lines {
         for field in fields {
             assert!(line.get(field).is_some(), "{field} missing: {line}");
@@ -178,7 +219,9 @@ fn every_request_gets_an_access_log_line_with_every_field_and_the_metrics_count_
     let find = |transport: &str, service: &str| {
         lines
             .iter()
-            .find(|l| l["transport"] == transport && l["service"] == service && l["objects"].as_u64().is_some_and(|n| n > 0))
+            .find(|l| {
+                l["transport"] == transport && l["service"] == service && l["objects"].as_u64().is_some_and(|n| n > 0)
+            })
             .unwrap_or_else(|| panic!("a {transport} {service} line with a pack: {lines:?}"))
     };
     for transport in ["http", "git"] {
@@ -190,7 +233,10 @@ fn every_request_gets_an_access_log_line_with_every_field_and_the_metrics_count_
         assert!(fetch["cpu_ms"].as_f64().unwrap() > 0.0 && fetch["duration_ms"].as_f64().unwrap() > 0.0, "{fetch}");
     }
     assert!(lines.iter().any(|l| l["transport"] == "http" && l["service"] == "info/refs" && l["status"] == "200"));
-    assert!(lines.iter().any(|l| l["transport"] == "git" && l["service"] == "git-receive-pack" && l["status"] == "ok"), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l["transport"] == "git" && l["service"] == "git-receive-pack" && l["status"] == "ok"),
+        "{lines:?}"
+    );
     assert!(lines.iter().any(|l| l["service"] == "other" && l["status"] == "404"));
 }
 
@@ -212,22 +258,40 @@ fn the_metrics_count_requests_by_service_version_and_status_and_pushes_by_outcom
     // Refused by the server (git refuses a non-fast-forward before it sends anything): the
     // branch HEAD names may not be deleted.
     let branch = git_ok(&work, &["rev-parse", "--abbrev-ref", "HEAD"]);
-    assert!(!gixd_tests::server::git_client(&work, &["push", "-q", "origin", "--delete", branch.trim()]).status.success(), "deleting the current branch");
-    let _ = http(server.addr, "GET", "/repo.git/info/refs?service=git-upload-pack", &[("Git-Protocol", "version=2")], b"");
+    assert!(
+        !gixd_tests::server::git_client(&work, &["push", "-q", "origin", "--delete", branch.trim()]).status.success(),
+        "deleting the current branch"
+    );
+    let _ =
+        http(server.addr, "GET", "/repo.git/info/refs?service=git-upload-pack", &[("Git-Protocol", "version=2")], b"");
     let _ = http(server.addr, "GET", "/missing.git/info/refs?service=git-upload-pack", &[], b"");
     let metrics = scrape(server.metrics_addr.unwrap());
-    assert_eq!(value(&metrics, "gixd_requests_total", &[("service", "git-upload-pack"), ("version", "0"), ("status", "ok")]), 1.0);
-    assert_eq!(value(&metrics, "gixd_requests_total", &[("service", "info/refs"), ("version", "2"), ("status", "200")]), 1.0);
+    assert_eq!(
+        value(&metrics, "gixd_requests_total", &[("service", "git-upload-pack"), ("version", "0"), ("status", "ok")]),
+        1.0
+    );
+    assert_eq!(
+        value(&metrics, "gixd_requests_total", &[("service", "info/refs"), ("version", "2"), ("status", "200")]),
+        1.0
+    );
     assert_eq!(value(&metrics, "gixd_requests_total", &[("service", "info/refs"), ("status", "404")]), 1.0);
     assert_eq!(value(&metrics, "gixd_pushes_total", &[("outcome", "ok")]), 1.0);
     assert_eq!(value(&metrics, "gixd_pushes_total", &[("outcome", "refused")]), 1.0);
-    assert_eq!(value(&metrics, "gixd_repository_requests_total", &[("repository", "repo.git")]), 4.0, "clone, two pushes, an advertisement");
+    assert_eq!(
+        value(&metrics, "gixd_repository_requests_total", &[("repository", "repo.git")]),
+        4.0,
+        "clone, two pushes, an advertisement"
+    );
     assert_eq!(http(server.metrics_addr.unwrap(), "GET", "/other", &[], b"").status, 404);
 }
 
 /// The `remote:` lines git shows, from its stderr (progress is `\r`-separated as it updates).
 fn remote_lines(stderr: &[u8]) -> Vec<String> {
-    String::from_utf8_lossy(stderr).split(['\r', '\n']).filter_map(|l| l.strip_prefix("remote: ")).map(|l| l.trim_end().to_owned()).collect()
+    String::from_utf8_lossy(stderr)
+        .split(['\r', '\n'])
+        .filter_map(|l| l.strip_prefix("remote: "))
+        .map(|l| l.trim_end().to_owned())
+        .collect()
 }
 
 #[test]
@@ -248,10 +312,16 @@ fn a_clone_and_a_fetch_show_gits_progress_phases_with_their_object_counts() {
     let url = server.url("repo.git");
 
     let dest = tmp.path().join("clone.git");
-    let out = gixd_tests::server::git_client(tmp.path(), &["-c", "protocol.version=2", "clone", "--progress", "--bare", &url, dest.to_str().unwrap()]);
+    let out = gixd_tests::server::git_client(
+        tmp.path(),
+        &["-c", "protocol.version=2", "clone", "--progress", "--bare", &url, dest.to_str().unwrap()],
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let lines = remote_lines(&out.stderr);
-    for expected in [format!("Enumerating objects: {objects}, done."), format!("Counting objects: 100% ({objects}/{objects}), done.")] {
+    for expected in [
+        format!("Enumerating objects: {objects}, done."),
+        format!("Counting objects: 100% ({objects}/{objects}), done."),
+    ] {
         assert!(lines.contains(&expected), "a clone shows '{expected}': {lines:?}");
     }
 
@@ -262,11 +332,18 @@ fn a_clone_and_a_fetch_show_gits_progress_phases_with_their_object_counts() {
     git_ok(&behind, &["tag", "-d", "v1"]);
     git_ok(&behind, &["-c", "gc.auto=0", "reflog", "expire", "--expire=now", "--all"]);
     git_ok(&behind, &["gc", "-q", "--prune=now"]);
-    let out = gixd_tests::server::git_client(&behind, &["-c", "protocol.version=2", "fetch", "--progress", &url, "+refs/heads/*:refs/heads/*"]);
+    let out = gixd_tests::server::git_client(
+        &behind,
+        &["-c", "protocol.version=2", "fetch", "--progress", &url, "+refs/heads/*:refs/heads/*"],
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let lines = remote_lines(&out.stderr);
-    let compressing = lines.iter().find(|l| l.starts_with("Compressing objects: 100% (")).unwrap_or_else(|| panic!("a fetch shows its delta search: {lines:?}"));
-    let searched: usize = compressing["Compressing objects: 100% (".len()..].split('/').next().unwrap().parse().unwrap();
+    let compressing = lines
+        .iter()
+        .find(|l| l.starts_with("Compressing objects: 100% ("))
+        .unwrap_or_else(|| panic!("a fetch shows its delta search: {lines:?}"));
+    let searched: usize =
+        compressing["Compressing objects: 100% (".len()..].split('/').next().unwrap().parse().unwrap();
     assert!(searched > 0, "{compressing}");
     assert!(lines.iter().any(|l| l.starts_with("Counting objects: 100% (") && l.ends_with("), done.")), "{lines:?}");
 }
@@ -277,7 +354,13 @@ fn running_counts(lines: &[String], title: &str) -> Vec<usize> {
         .iter()
         .filter_map(|l| l.strip_prefix(title))
         .filter(|l| !l.ends_with("done."))
-        .map(|l| l.rsplit_once('(').map_or(l, |(_, n)| n.split('/').next().unwrap()).trim().parse().unwrap_or_else(|_| panic!("a count: {l}")))
+        .map(|l| {
+            l.rsplit_once('(')
+                .map_or(l, |(_, n)| n.split('/').next().unwrap())
+                .trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("a count: {l}"))
+        })
         .collect()
 }
 
@@ -300,13 +383,19 @@ fn a_long_walk_count_and_delta_search_show_running_progress_lines_before_their_f
     let objects = all_objects(&repo).len();
     let server = serve_with(&base, |c| c.progress_interval = std::time::Duration::ZERO);
     let dest = tmp.path().join("clone.git");
-    let out = gixd_tests::server::git_client(tmp.path(), &["-c", "protocol.version=2", "clone", "--progress", "--bare", &server.url("repo.git"), dest.to_str().unwrap()]);
+    let out = gixd_tests::server::git_client(
+        tmp.path(),
+        &["-c", "protocol.version=2", "clone", "--progress", "--bare", &server.url("repo.git"), dest.to_str().unwrap()],
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let lines = remote_lines(&out.stderr);
     for title in ["Enumerating objects: ", "Counting objects: "] {
         let counts = running_counts(&lines, title);
         assert!(counts.len() >= 2, "'{title}' runs before it is done: {lines:?}");
-        assert!(counts.windows(2).all(|w| w[0] <= w[1]) && counts.iter().all(|n| *n <= objects) && counts[0] < objects, "'{title}' counts up to {objects}: {counts:?}");
+        assert!(
+            counts.windows(2).all(|w| w[0] <= w[1]) && counts.iter().all(|n| *n <= objects) && counts[0] < objects,
+            "'{title}' counts up to {objects}: {counts:?}"
+        );
     }
     assert!(lines.contains(&format!("Enumerating objects: {objects}, done.")), "{lines:?}");
     assert!(lines.contains(&format!("Counting objects: 100% ({objects}/{objects}), done.")), "{lines:?}");
@@ -316,12 +405,21 @@ fn a_long_walk_count_and_delta_search_show_running_progress_lines_before_their_f
     git_ok(&behind, &["update-ref", "HEAD", "HEAD~100"]);
     git_ok(&behind, &["-c", "gc.auto=0", "reflog", "expire", "--expire=now", "--all"]);
     git_ok(&behind, &["gc", "-q", "--prune=now"]);
-    let out = gixd_tests::server::git_client(&behind, &["-c", "protocol.version=2", "fetch", "--progress", &server.url("repo.git"), "+refs/heads/*:refs/heads/*"]);
+    let out = gixd_tests::server::git_client(
+        &behind,
+        &["-c", "protocol.version=2", "fetch", "--progress", &server.url("repo.git"), "+refs/heads/*:refs/heads/*"],
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let lines = remote_lines(&out.stderr);
-    let done = lines.iter().find_map(|l| l.strip_prefix("Compressing objects: 100% (")?.strip_suffix("), done.")).unwrap_or_else(|| panic!("{lines:?}"));
+    let done = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("Compressing objects: 100% (")?.strip_suffix("), done."))
+        .unwrap_or_else(|| panic!("{lines:?}"));
     let searched: usize = done.split('/').next().unwrap().parse().unwrap();
     let counts = running_counts(&lines, "Compressing objects: ");
     assert!(counts.len() >= 2, "the search runs before it is done: {lines:?}");
-    assert!(counts.windows(2).all(|w| w[0] <= w[1]) && counts.iter().all(|n| *n <= searched) && counts[0] < searched, "it counts up to {searched}: {counts:?}");
+    assert!(
+        counts.windows(2).all(|w| w[0] <= w[1]) && counts.iter().all(|n| *n <= searched) && counts[0] < searched,
+        "it counts up to {searched}: {counts:?}"
+    );
 }

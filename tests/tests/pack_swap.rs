@@ -42,6 +42,7 @@ fn a_pack_deleted_after_its_index_was_read_is_a_miss_not_an_error() {
         std::fs::remove_file(path).unwrap();
     }
     let mut buf = Vec::new();
-    let found = gix::prelude::Find::try_find(&store, &blob, &mut buf).unwrap_or_else(|err| panic!("a vanished pack is an error: {err:?}"));
+    let found = gix::prelude::Find::try_find(&store, &blob, &mut buf)
+        .unwrap_or_else(|err| panic!("a vanished pack is an error: {err:?}"));
     assert!(found.is_none(), "the object is gone with its pack");
 }

@@ -46,13 +46,22 @@ fn filtered_clone(dir: &Path, version: &str, filter: &str, url: &str, dest: &Pat
 fn each_filter_leaves_the_client_the_objects_git_upload_pack_sends() {
     let tmp = tempfile::tempdir().unwrap();
     // A blob limit between the sizes each repository has (wide: 4 and 17 bytes; linear: 2.6 to 8 KiB).
-    let repos = [(copy_of(tmp.path(), "wide", Hash::Sha1, true), "10"), (copy_of(tmp.path(), "linear", Hash::Sha256, true), "6k")];
+    let repos = [
+        (copy_of(tmp.path(), "wide", Hash::Sha1, true), "10"),
+        (copy_of(tmp.path(), "linear", Hash::Sha256, true), "6k"),
+    ];
     let server = serve(tmp.path());
     for (repo, limit) in &repos {
         let everything = all_objects(repo);
         let (by_size, combined) = (format!("blob:limit={limit}"), format!("combine:blob:limit={limit}+tree:3"));
         for filter in ["blob:none", &by_size, "tree:0", "tree:1", "tree:2", &combined] {
-            let theirs = filtered_clone(tmp.path(), "2", filter, &format!("file://{}", repo.display()), &tmp.path().join("theirs"));
+            let theirs = filtered_clone(
+                tmp.path(),
+                "2",
+                filter,
+                &format!("file://{}", repo.display()),
+                &tmp.path().join("theirs"),
+            );
             std::fs::remove_dir_all(tmp.path().join("theirs")).unwrap();
             assert!(theirs.len() < everything.len(), "{filter} left nothing out: a weak case");
             for (transport, version) in TRANSPORTS {
@@ -88,7 +97,10 @@ fn a_blob_none_clone_fetches_the_blobs_a_checkout_needs_lazily() {
         }
         let v = format!("protocol.version={version}");
         let dest = tmp.path().join(format!("work-{transport}-{version}"));
-        git_ok(tmp.path(), &["-c", &v, "clone", "-q", "--filter=blob:none", &url(&server, transport, &repo), dest.to_str().unwrap()]);
+        git_ok(
+            tmp.path(),
+            &["-c", &v, "clone", "-q", "--filter=blob:none", &url(&server, transport, &repo), dest.to_str().unwrap()],
+        );
         let before = all_objects(&dest).len();
         // An old commit's files are not here yet: the checkout fetches them by id.
         let old = git_ok(&dest, &["rev-list", "--max-count=1", "--skip=5", "HEAD"]).trim().to_owned();
@@ -134,8 +146,13 @@ fn malformed_and_unsupported_filters_get_an_error_naming_the_spec_and_the_server
         assert!(text.contains(&format!("ERR {expected}")), "{filter}: {text}");
     }
     // What git itself prints for one of them, and a clone right after.
-    let out = git_client(tmp.path(), &["clone", "-q", "--filter=sparse:oid=HEAD:x", &server.url("wide-sha1.git"), "bad"]);
+    let out =
+        git_client(tmp.path(), &["clone", "-q", "--filter=sparse:oid=HEAD:x", &server.url("wide-sha1.git"), "bad"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("filter 'sparse:oid' not supported"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("filter 'sparse:oid' not supported"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     git_ok(tmp.path(), &["clone", "-q", "--filter=blob:none", &server.url("wide-sha1.git"), "good"]);
 }

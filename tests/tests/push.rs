@@ -93,8 +93,17 @@ fn server_ref(repo: &Path, name: &str) -> Option<String> {
 
 fn assert_server_clean(repo: &Path) {
     let out = git_client(repo, &["fsck", "--full", "--strict", "--no-dangling"]);
-    assert!(out.status.success() && out.stdout.is_empty(), "fsck: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let quarantines: Vec<_> = std::fs::read_dir(repo.join("objects")).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("gixd-quarantine-")).collect();
+    assert!(
+        out.status.success() && out.stdout.is_empty(),
+        "fsck: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let quarantines: Vec<_> = std::fs::read_dir(repo.join("objects"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("gixd-quarantine-"))
+        .collect();
     assert!(quarantines.is_empty(), "a quarantine was left behind");
 }
 
@@ -244,7 +253,11 @@ fn hooks_see_push_options_and_their_refusals_reach_git() {
 fn push_body(commands: &[(String, String, &str)], pack: &[u8]) -> Vec<u8> {
     let mut body = Vec::new();
     for (i, (old, new, name)) in commands.iter().enumerate() {
-        let line = if i == 0 { format!("{old} {new} {name}\0report-status side-band-64k agent=test\n") } else { format!("{old} {new} {name}\n") };
+        let line = if i == 0 {
+            format!("{old} {new} {name}\0report-status side-band-64k agent=test\n")
+        } else {
+            format!("{old} {new} {name}\n")
+        };
         body.extend(pkt(&line));
     }
     body.extend(b"0000");
@@ -256,7 +269,13 @@ fn push_body(commands: &[(String, String, &str)], pack: &[u8]) -> Vec<u8> {
 fn post_push(server: &Running, secret: &str, body: &[u8]) -> Vec<String> {
     use std::io::Write;
     let auth = format!("Bearer {secret}");
-    let response = http(server.addr, "POST", "/repo.git/git-receive-pack", &[("Content-Type", "application/x-git-receive-pack-request"), ("Authorization", &auth)], body);
+    let response = http(
+        server.addr,
+        "POST",
+        "/repo.git/git-receive-pack",
+        &[("Content-Type", "application/x-git-receive-pack-request"), ("Authorization", &auth)],
+        body,
+    );
     assert_eq!(response.status, 200, "{}", response.text());
     let mut inner = Vec::new();
     for line in pkt_lines(&response.body).into_iter().flatten() {
@@ -352,13 +371,18 @@ fn corrupt_packs_and_missing_bases_are_refused_and_leave_the_repository_untouche
 
     // A complete pack whose tip names a missing commit: connectivity refuses it.
     let fake = "1".repeat(40);
-    let report = post_push(&f.server, &secret, &push_body(&[(old.clone(), fake, "refs/heads/main")], &pack_of(&work, &format!("{new}\n^{old}\n"), false)));
+    let report = post_push(
+        &f.server,
+        &secret,
+        &push_body(&[(old.clone(), fake, "refs/heads/main")], &pack_of(&work, &format!("{new}\n^{old}\n"), false)),
+    );
     assert_eq!(report[0], "unpack ok", "{report:?}");
     assert!(report[1].starts_with("ng refs/heads/main missing necessary objects"), "{report:?}");
 
     // The tip commit alone, without its tree and parents' objects: connectivity refuses it.
     let commit_only = pack_of_objects(&work, &[&new]);
-    let report = post_push(&f.server, &secret, &push_body(&[(old.clone(), new.clone(), "refs/heads/main")], &commit_only));
+    let report =
+        post_push(&f.server, &secret, &push_body(&[(old.clone(), new.clone(), "refs/heads/main")], &commit_only));
     assert_eq!(report[0], "unpack ok", "{report:?}");
     assert_eq!(report[1], "ng refs/heads/main missing necessary objects", "{report:?}");
 
@@ -387,7 +411,11 @@ fn eight_pushes_racing_on_one_ref_one_wins_each_other_is_told_stale_info() {
         for lost in (0..bodies.len()).filter(|i| *i != won[0]) {
             assert!(reports[lost][1].starts_with("ng refs/heads/main stale info: the ref is at"), "{reports:?}");
         }
-        assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(bodies[won[0]].0.clone()), "the winner's commit is the ref");
+        assert_eq!(
+            server_ref(&f.repo(), "refs/heads/main"),
+            Some(bodies[won[0]].0.clone()),
+            "the winner's commit is the ref"
+        );
     }
     assert_server_clean(&f.repo());
 }
@@ -438,11 +466,29 @@ fn access_follows_tokens_and_grants() {
     assert_eq!(http(f.server.addr, "GET", "/nothing-here.git/info/refs?service=git-upload-pack", &[], b"").status, 404);
     // git sends credentials only after a 401, which a private repository never answers
     // anonymously (that would reveal it): the client sends them up front.
-    git_ok(f.tmp.path(), &["-c", "http.proactiveAuth=basic", "clone", "-q", &f.url(Some(&reader)), f.tmp.path().join("granted").to_str().unwrap()]);
+    git_ok(
+        f.tmp.path(),
+        &[
+            "-c",
+            "http.proactiveAuth=basic",
+            "clone",
+            "-q",
+            &f.url(Some(&reader)),
+            f.tmp.path().join("granted").to_str().unwrap(),
+        ],
+    );
     // private and no grant for it: 404 for the other token, read or push
     let bearer = format!("Bearer {other}");
-    assert_eq!(http(f.server.addr, "GET", "/repo.git/info/refs?service=git-upload-pack", &[("Authorization", &bearer)], b"").status, 404);
-    assert_eq!(http(f.server.addr, "GET", "/repo.git/info/refs?service=git-receive-pack", &[("Authorization", &bearer)], b"").status, 404);
+    assert_eq!(
+        http(f.server.addr, "GET", "/repo.git/info/refs?service=git-upload-pack", &[("Authorization", &bearer)], b"")
+            .status,
+        404
+    );
+    assert_eq!(
+        http(f.server.addr, "GET", "/repo.git/info/refs?service=git-receive-pack", &[("Authorization", &bearer)], b"")
+            .status,
+        404
+    );
     // revoked: 401
     let mut store = gixd::auth::TokenStore::load(&f.token_file).unwrap();
     let id = store.verify(&writer).unwrap().id.clone();
@@ -453,7 +499,17 @@ fn access_follows_tokens_and_grants() {
     let (ok, err) = push(&work, &[&f.url(Some(&writer)), "main"]);
     assert!(!ok && (err.contains("Authentication failed") || err.contains("401")), "{err}");
     // a wrong token too
-    assert_eq!(http(f.server.addr, "GET", "/repo.git/info/refs?service=git-upload-pack", &[("Authorization", "Bearer gixd_nope")], b"").status, 401);
+    assert_eq!(
+        http(
+            f.server.addr,
+            "GET",
+            "/repo.git/info/refs?service=git-upload-pack",
+            &[("Authorization", "Bearer gixd_nope")],
+            b""
+        )
+        .status,
+        401
+    );
 }
 
 /// Inner test for the no-child-process check: the push request was prepared by the outer test
@@ -477,7 +533,8 @@ fn a_push_starts_no_process_when_there_is_no_hook_and_one_when_there_is() {
         let secret = f.token("*", true);
         let work = f.work("work", 2);
         let new = git_out(&work, &["rev-parse", "main"]);
-        let body = push_body(&[("0".repeat(40), new.clone(), "refs/heads/main")], &pack_of(&work, &format!("{new}\n"), false));
+        let body =
+            push_body(&[("0".repeat(40), new.clone(), "refs/heads/main")], &pack_of(&work, &format!("{new}\n"), false));
         let body_file = f.tmp.path().join("body");
         std::fs::write(&body_file, body).unwrap();
         if with_hook {
@@ -537,7 +594,11 @@ fn malformed_objects_are_refused_as_git_fsck_objects_would() {
         assert!(report[0].starts_with("unpack invalid tree"), "{what}: {report:?}");
     }
     let bad_commit = hash_object("commit", b"tree nonsense\nauthor x\n\nmsg\n");
-    let report = post_push(&f.server, &secret, &push_body(&[(old.clone(), bad_commit.clone(), "refs/heads/main")], &pack_of_objects(&work, &[&bad_commit])));
+    let report = post_push(
+        &f.server,
+        &secret,
+        &push_body(&[(old.clone(), bad_commit.clone(), "refs/heads/main")], &pack_of_objects(&work, &[&bad_commit])),
+    );
     assert!(report[0].starts_with("unpack invalid commit"), "{report:?}");
     assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(old));
     assert_server_clean(&f.repo());
@@ -552,7 +613,8 @@ fn normalize_git_receive_advertisement(git: &[u8]) -> String {
     if let Some(Some(first)) = lines.first_mut() {
         let line = String::from_utf8_lossy(first).into_owned();
         let (refpart, caps) = line.trim_end().split_once('\0').unwrap();
-        let mut caps: Vec<String> = caps.split(' ').map(|c| if c.starts_with("agent=") { agent.clone() } else { c.to_owned() }).collect();
+        let mut caps: Vec<String> =
+            caps.split(' ').map(|c| if c.starts_with("agent=") { agent.clone() } else { c.to_owned() }).collect();
         let at = caps.iter().position(|c| c.starts_with("object-format=")).unwrap();
         caps.insert(at, "push-options".into());
         *first = format!("{refpart}\0{}\n", caps.join(" ")).into_bytes();
@@ -582,12 +644,22 @@ fn the_receive_pack_advertisement_is_git_receive_packs() {
         for hash in Hash::ALL {
             let repo = corpus::ensure(name, hash);
             let url_name = repo.file_name().unwrap().to_str().unwrap();
-            let ours = http(server.addr, "GET", &format!("/{url_name}/info/refs?service=git-receive-pack"), &[("Authorization", &auth)], b"");
+            let ours = http(
+                server.addr,
+                "GET",
+                &format!("/{url_name}/info/refs?service=git-receive-pack"),
+                &[("Authorization", &auth)],
+                b"",
+            );
             assert_eq!(ours.status, 200);
             assert_eq!(ours.header("content-type"), Some("application/x-git-receive-pack-advertisement"));
             let ours = String::from_utf8_lossy(&ours.body).into_owned();
-            let ours = ours.strip_prefix("001f# service=git-receive-pack\n0000").expect("the service preamble").to_owned();
-            let git = gixd_tests::git_command(&repo).args(["receive-pack", "--advertise-refs", "--stateless-rpc", repo.to_str().unwrap()]).output().unwrap();
+            let ours =
+                ours.strip_prefix("001f# service=git-receive-pack\n0000").expect("the service preamble").to_owned();
+            let git = gixd_tests::git_command(&repo)
+                .args(["receive-pack", "--advertise-refs", "--stateless-rpc", repo.to_str().unwrap()])
+                .output()
+                .unwrap();
             assert_eq!(ours, normalize_git_receive_advertisement(&git.stdout), "{url_name}");
         }
     }
@@ -605,7 +677,11 @@ fn readers_during_pushes_see_the_old_or_the_new_state_never_a_ref_without_its_ob
     let (fetches, failures) = std::thread::scope(|s| {
         let pusher = s.spawn(|| {
             for i in 0..12 {
-                commit_files(&work, &[(&format!("f{i}.txt"), format!("content {i}\n").repeat(100).as_bytes())], &format!("push {i}"));
+                commit_files(
+                    &work,
+                    &[(&format!("f{i}.txt"), format!("content {i}\n").repeat(100).as_bytes())],
+                    &format!("push {i}"),
+                );
                 let (ok, err) = push(&work, &[&url, "main"]);
                 assert!(ok, "{err}");
             }
@@ -653,9 +729,15 @@ fn a_shallow_clone_pushes_like_any_other() {
 }
 
 /// POST a push body as given (with extra headers); the whole response.
-fn post_raw_push(server: &Running, secret: &str, body: &[u8], extra: &[(&str, &str)]) -> gixd_tests::server::HttpResponse {
+fn post_raw_push(
+    server: &Running,
+    secret: &str,
+    body: &[u8],
+    extra: &[(&str, &str)],
+) -> gixd_tests::server::HttpResponse {
     let auth = format!("Bearer {secret}");
-    let mut headers = vec![("Content-Type", "application/x-git-receive-pack-request"), ("Authorization", auth.as_str())];
+    let mut headers =
+        vec![("Content-Type", "application/x-git-receive-pack-request"), ("Authorization", auth.as_str())];
     headers.extend_from_slice(extra);
     http(server.addr, "POST", "/repo.git/git-receive-pack", &headers, body)
 }
@@ -667,16 +749,28 @@ fn a_push_body_that_cannot_be_read_gets_an_error_not_an_empty_answer() {
     let work = f.work("work", 2);
     let (old, new) = (git_out(&work, &["rev-parse", "main~1"]), git_out(&work, &["rev-parse", "main"]));
     assert!(push(&work, &[&f.url(Some(&secret)), "main~1:refs/heads/main"]).0);
-    let body = push_body(&[(old.clone(), new.clone(), "refs/heads/main")], &pack_of(&work, &format!("{new}\n^{old}\n"), false));
+    let body = push_body(
+        &[(old.clone(), new.clone(), "refs/heads/main")],
+        &pack_of(&work, &format!("{new}\n^{old}\n"), false),
+    );
     let err_of = |response: &gixd_tests::server::HttpResponse| {
-        pkt_lines(&response.body).into_iter().flatten().find(|l| l.starts_with(b"ERR ")).map(|l| String::from_utf8_lossy(&l).into_owned())
+        pkt_lines(&response.body)
+            .into_iter()
+            .flatten()
+            .find(|l| l.starts_with(b"ERR "))
+            .map(|l| String::from_utf8_lossy(&l).into_owned())
     };
     // Claims gzip, is not.
     let response = post_raw_push(&f.server, &secret, &body, &[("Content-Encoding", "gzip")]);
     assert!(err_of(&response).is_some_and(|e| e.contains("could not read the request")), "{:?}", response.text());
     // Cut inside the first command.
     let response = post_raw_push(&f.server, &secret, &body[..30], &[]);
-    assert_eq!(err_of(&response).as_deref(), Some("ERR request ended before its flush packet"), "{:?}", response.text());
+    assert_eq!(
+        err_of(&response).as_deref(),
+        Some("ERR request ended before its flush packet"),
+        "{:?}",
+        response.text()
+    );
     // A chunked body with a chunk size that is not hex.
     let mut stream = std::net::TcpStream::connect(f.server.addr).unwrap();
     stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
@@ -712,7 +806,11 @@ fn refused_ref_updates_say_which_rule_they_broke() {
         ((c0.clone(), c2.clone(), "refs/heads/other"), true, "ng refs/heads/other stale info: the ref is at"),
         ((zero.clone(), c2.clone(), "refs/heads/other"), true, "ng refs/heads/other reference already exists"),
         ((c0.clone(), zero.clone(), "refs/heads/other"), false, "ng refs/heads/other stale info: the ref is at"),
-        ((zero.clone(), c2.clone(), "refs/heads/main/sub"), true, "ng refs/heads/main/sub directory/file conflict: 'refs/heads/main' exists"),
+        (
+            (zero.clone(), c2.clone(), "refs/heads/main/sub"),
+            true,
+            "ng refs/heads/main/sub directory/file conflict: 'refs/heads/main' exists",
+        ),
     ];
     for (command, with_pack, expected) in cases {
         let pack: &[u8] = if with_pack { &empty } else { &[] };
@@ -727,7 +825,15 @@ fn refused_ref_updates_say_which_rule_they_broke() {
 /// The process's peak resident memory so far (`VmHWM`), in bytes.
 fn peak_rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap().trim().trim_end_matches(" kB").trim().parse().unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches(" kB")
+        .trim()
+        .parse()
+        .unwrap();
     kb * 1024
 }
 
@@ -797,7 +903,11 @@ fn two_replicas_on_one_filesystem_agree_on_every_ref_through_racing_pushes_and_m
         }
         assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(bodies[won[0]].0.clone()));
         for server in servers {
-            assert_eq!(advertised(server), refs(&f.repo(), "refs"), "round {round}: each replica advertises the repository's refs");
+            assert_eq!(
+                advertised(server),
+                refs(&f.repo(), "refs"),
+                "round {round}: each replica advertises the repository's refs"
+            );
         }
     }
 
@@ -813,8 +923,21 @@ fn two_replicas_on_one_filesystem_agree_on_every_ref_through_racing_pushes_and_m
                     let mut done = 0;
                     loop {
                         let dest = tmp.join(format!("clone-{i}-{done}.git"));
-                        let out = git_client(tmp, &["clone", "-q", "--bare", &format!("http://{}/repo.git", server.addr), dest.to_str().unwrap()]);
-                        assert!(out.status.success(), "a clone from replica {i} during maintenance: {}", String::from_utf8_lossy(&out.stderr));
+                        let out = git_client(
+                            tmp,
+                            &[
+                                "clone",
+                                "-q",
+                                "--bare",
+                                &format!("http://{}/repo.git", server.addr),
+                                dest.to_str().unwrap(),
+                            ],
+                        );
+                        assert!(
+                            out.status.success(),
+                            "a clone from replica {i} during maintenance: {}",
+                            String::from_utf8_lossy(&out.stderr)
+                        );
                         let _ = std::fs::remove_dir_all(&dest);
                         done += 1;
                         if stop.load(std::sync::atomic::Ordering::Relaxed) && done >= 3 {
@@ -886,7 +1009,11 @@ fn a_soak_of_two_replicas_and_stock_git_loses_no_update_and_fails_no_operation()
                     let mut last = String::new();
                     let mut n = 0;
                     while !stop.load(Ordering::Relaxed) {
-                        commit_files(&work, &[(&format!("p{i}.txt"), format!("pusher {i} push {n}\n").repeat(50).as_bytes())], &format!("p{i} {n}"));
+                        commit_files(
+                            &work,
+                            &[(&format!("p{i}.txt"), format!("pusher {i} push {n}\n").repeat(50).as_bytes())],
+                            &format!("p{i} {n}"),
+                        );
                         let head = git_out(&work, &["rev-parse", "HEAD"]);
                         let (ok, err) = push(&work, &["-q", url, &format!("HEAD:{branch}")]);
                         ops.fetch_add(1, Ordering::Relaxed);
@@ -917,7 +1044,10 @@ fn a_soak_of_two_replicas_and_stock_git_loses_no_update_and_fails_no_operation()
                     };
                     ops.fetch_add(1, Ordering::Relaxed);
                     if !out.status.success() {
-                        errors.lock().unwrap().push(format!("read {n} of reader {i}: {}", String::from_utf8_lossy(&out.stderr)));
+                        errors
+                            .lock()
+                            .unwrap()
+                            .push(format!("read {n} of reader {i}: {}", String::from_utf8_lossy(&out.stderr)));
                     }
                     n += 1;
                 }
@@ -943,7 +1073,11 @@ fn a_soak_of_two_replicas_and_stock_git_loses_no_update_and_fails_no_operation()
     assert!(errors.is_empty(), "{} of {ops} operations failed:\n{}", errors.len(), errors.join("\n"));
     for (branch, last) in &last_pushed {
         assert!(!last.is_empty(), "{branch}: its pusher pushed at least once");
-        assert_eq!(server_ref(&repo_path, branch).as_ref(), Some(last), "{branch} is its pusher's last push: no update lost");
+        assert_eq!(
+            server_ref(&repo_path, branch).as_ref(),
+            Some(last),
+            "{branch} is its pusher's last push: no update lost"
+        );
     }
     for server in [&f.server, &replica] {
         assert_eq!(advertised(server), refs(&repo_path, "refs"));
@@ -971,6 +1105,9 @@ fn objects_moved_by_git_gc_behind_the_server_are_still_served() {
     commit_files(&work, &[("file.txt", b"after\n")], "after");
     git_ok(&work, &["push", "-q", repo.to_str().unwrap(), "main"]);
     git_ok(&repo, &["-c", "gc.pruneExpire=now", "gc", "-q"]);
-    assert!(std::fs::read_dir(repo.join("objects")).unwrap().flatten().all(|e| e.file_name().len() != 2), "git gc left no loose object");
+    assert!(
+        std::fs::read_dir(repo.join("objects")).unwrap().flatten().all(|e| e.file_name().len() != 2),
+        "git gc left no loose object"
+    );
     assert_eq!(clone("after.git"), git_out(&work, &["rev-parse", "main"]));
 }

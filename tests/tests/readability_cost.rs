@@ -84,7 +84,10 @@ fn a_bitmap_fetch_answers_its_thin_bases_from_its_own_reach_not_a_reach_of_every
     let tap = recorder.clone();
     let server = gixd_tests::server::serve_tapped(&server_dir, Some(tap), |_| {});
     let before = gixd::select::READABLE_SETS_COMPUTED.load(Ordering::Relaxed);
-    git_ok(&behind, &["-c", "protocol.version=2", "fetch", "-q", &server.url("repo"), "+refs/heads/main:refs/remotes/origin/main"]);
+    git_ok(
+        &behind,
+        &["-c", "protocol.version=2", "fetch", "-q", &server.url("repo"), "+refs/heads/main:refs/remotes/origin/main"],
+    );
     let stats = recorder.take().into_iter().find_map(|e| e.pack).expect("a pack was sent");
     assert!(stats.thin_deltas > 0, "the fetch sends thin deltas against what the client has: {stats:?}");
     let computed = gixd::select::READABLE_SETS_COMPUTED.load(Ordering::Relaxed) - before;

@@ -28,7 +28,6 @@ fn sections(body: &[u8]) -> Vec<String> {
     out
 }
 
-
 #[test]
 fn want_ref_is_answered_with_wanted_refs_as_git_does_and_only_when_allowed() {
     let tmp = tempfile::tempdir().unwrap();
@@ -51,7 +50,9 @@ fn want_ref_is_answered_with_wanted_refs_as_git_does_and_only_when_allowed() {
         .body
     };
     let advertised = |server: &gixd::server::Running| {
-        let body = http(server.addr, "GET", "/repo/info/refs?service=git-upload-pack", &[("Git-Protocol", "version=2")], b"").body;
+        let body =
+            http(server.addr, "GET", "/repo/info/refs?service=git-upload-pack", &[("Git-Protocol", "version=2")], b"")
+                .body;
         String::from_utf8_lossy(&body).contains("ref-in-want")
     };
     let ask = request("sha1", &["want-ref refs/heads/topic", "done"]);
@@ -76,7 +77,10 @@ fn want_ref_is_answered_with_wanted_refs_as_git_does_and_only_when_allowed() {
     // Stock git fetches by ref name through it.
     let client = tmp.path().join("client");
     git_ok(tmp.path(), &["init", "-q", client.to_str().unwrap()]);
-    let out = git_client(&client, &["-c", "protocol.version=2", "fetch", "-q", &server.url("repo"), "refs/heads/topic:refs/heads/got"]);
+    let out = git_client(
+        &client,
+        &["-c", "protocol.version=2", "fetch", "-q", &server.url("repo"), "refs/heads/topic:refs/heads/got"],
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(git_ok(&client, &["rev-parse", "got"]), git_ok(&repo, &["rev-parse", "topic"]));
 }

@@ -90,10 +90,7 @@ fn stepwise_with_thread_limit_one_spawns_no_thread() {
         counts,
         odb,
         Box::new(gix_utils::progress::Discard),
-        output::entry::iter_from_counts::Options {
-            thread_limit: Some(1),
-            ..Default::default()
-        },
+        output::entry::iter_from_counts::Options { thread_limit: Some(1), ..Default::default() },
     )
     .expect("counts resolve");
     let mut most_threads_while_iterating = threads_now();
@@ -106,9 +103,5 @@ fn stepwise_with_thread_limit_one_spawns_no_thread() {
     let outcome = gix_parallel::Finalize::finalize(entries).expect("statistics");
     assert_eq!(written, expected_objects);
     assert_eq!(outcome.objects_copied_from_pack, expected_objects);
-    assert_eq!(
-        most_threads_while_iterating - before,
-        0,
-        "pack generation with thread_limit Some(1) started threads"
-    );
+    assert_eq!(most_threads_while_iterating - before, 0, "pack generation with thread_limit Some(1) started threads");
 }

@@ -53,7 +53,8 @@ fn same_as_git(server: &Running, repo: &Path, steps: &[&[&str]]) -> Vec<usize> {
         let theirs = tmp.path().join("theirs");
         for step in steps {
             let case = format!("{} {transport} v{version}: {step:?}", repo.file_name().unwrap().to_string_lossy());
-            for (dest, url) in [(&ours, url(server, transport, repo)), (&theirs, format!("file://{}", repo.display()))] {
+            for (dest, url) in [(&ours, url(server, transport, repo)), (&theirs, format!("file://{}", repo.display()))]
+            {
                 let mut args = vec!["-c", v.as_str()];
                 let out = match step[0] {
                     "clone" => {
@@ -75,7 +76,12 @@ fn same_as_git(server: &Running, repo: &Path, steps: &[&[&str]]) -> Vec<usize> {
             assert_eq!(o.refs, t.refs, "{case}: refs differ from git's");
             let missing: Vec<_> = t.objects.difference(&o.objects).collect();
             let extra: Vec<_> = o.objects.difference(&t.objects).collect();
-            assert!(missing.is_empty() && extra.is_empty(), "{case}: objects differ from git's: {} missing {missing:?}, {} extra {extra:?}", missing.len(), extra.len());
+            assert!(
+                missing.is_empty() && extra.is_empty(),
+                "{case}: objects differ from git's: {} missing {missing:?}, {} extra {extra:?}",
+                missing.len(),
+                extra.len()
+            );
             // fsck says the same of both (a shallow history can leave git's client a dangling
             // commit, and ours then has the same one).
             let fsck = |dir: &Path| {
@@ -111,7 +117,11 @@ fn shallow_since_and_shallow_exclude_leave_the_client_as_git_upload_pack_does() 
         let repo = corpus::ensure("merges", hash);
         let date = |rev: &str| git_ok(&repo, &["log", "-1", "--format=%cI", rev]).trim().to_owned();
         let (newer, older) = (date("main~1"), date("topic1~3"));
-        same_as_git(&server, &repo, &[&["clone", &format!("--shallow-since={newer}")], &["fetch", &format!("--shallow-since={older}")]]);
+        same_as_git(
+            &server,
+            &repo,
+            &[&["clone", &format!("--shallow-since={newer}")], &["fetch", &format!("--shallow-since={older}")]],
+        );
         same_as_git(&server, &repo, &[&["clone", "--shallow-exclude=topic1"], &["fetch", "--shallow-exclude=topic2"]]);
     }
 }

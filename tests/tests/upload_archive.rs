@@ -21,12 +21,19 @@ fn serve(base: &Path, enabled: bool) -> Running {
 fn archive_into(dir: &Path, args: &[&str], format: &str, dest: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dest).unwrap();
     let file = dest.with_extension(format);
-    let out = git_client(dir, &[&["archive", &format!("--format={format}"), "-o", file.to_str().unwrap()][..], args].concat());
+    let out = git_client(
+        dir,
+        &[&["archive", &format!("--format={format}"), "-o", file.to_str().unwrap()][..], args].concat(),
+    );
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
     let status = match format {
-        "zip" => Command::new("unzip").args(["-q", file.to_str().unwrap(), "-d", dest.to_str().unwrap()]).stdout(Stdio::null()).stderr(Stdio::null()).status(),
+        "zip" => Command::new("unzip")
+            .args(["-q", file.to_str().unwrap(), "-d", dest.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status(),
         "tgz" => Command::new("tar").args(["-xzf", file.to_str().unwrap(), "-C", dest.to_str().unwrap()]).status(),
         _ => Command::new("tar").args(["-xf", file.to_str().unwrap(), "-C", dest.to_str().unwrap()]).status(),
     };
@@ -72,7 +79,8 @@ fn archives_unpack_to_what_git_archive_writes_in_the_repository() {
     let server = serve(&base, true);
     for (name, hash, dir) in [("one-commit", Hash::Sha1, "src"), ("odd-paths", Hash::Sha256, "UPPER")] {
         let repo = corpus::ensure(name, hash);
-        let remote = format!("--remote=git://{}/{}", server.git_addr.unwrap(), repo.file_name().unwrap().to_str().unwrap());
+        let remote =
+            format!("--remote=git://{}/{}", server.git_addr.unwrap(), repo.file_name().unwrap().to_str().unwrap());
         let cases: Vec<Vec<String>> = vec![
             vec!["main".into()],
             vec!["--prefix=top/".into(), "main".into()],
@@ -121,7 +129,9 @@ fn only_visible_refs_are_archived_and_bad_arguments_get_a_reason() {
     gixd_tests::git(&repo, &["config", "uploadpack.hideRefs", "refs/heads/secret"]);
     let server = serve(tmp.path(), true);
     let remote = format!("--remote=git://{}/repo", server.git_addr.unwrap());
-    let attempt = |args: &[&str]| archive_into(tmp.path(), &[&[remote.as_str()][..], args].concat(), "tar", &tmp.path().join("out"));
+    let attempt = |args: &[&str]| {
+        archive_into(tmp.path(), &[&[remote.as_str()][..], args].concat(), "tar", &tmp.path().join("out"))
+    };
     attempt(&["main"]).unwrap();
     for (args, expected) in [
         (&["secret"][..], "no such ref: secret"),

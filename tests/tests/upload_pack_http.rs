@@ -37,10 +37,8 @@ fn bare_copy(work: &Path, base: &Path, name: &str) -> PathBuf {
 
 /// The client's copy of the server's branches and tags equals the server's.
 fn assert_same_refs(server: &Path, client: &Path) {
-    let heads: BTreeSet<(String, String)> = refs(server, "refs/heads")
-        .into_iter()
-        .map(|(k, v)| (k.replacen("refs/heads/", "", 1), v))
-        .collect();
+    let heads: BTreeSet<(String, String)> =
+        refs(server, "refs/heads").into_iter().map(|(k, v)| (k.replacen("refs/heads/", "", 1), v)).collect();
     let tracking: BTreeSet<(String, String)> = refs(client, "refs/remotes/origin")
         .into_iter()
         .filter(|(k, _)| k != "refs/remotes/origin/HEAD")
@@ -100,7 +98,11 @@ fn negotiated_fetch(version: u8, object_format: &str) {
     clone(&server.url("work"), &dest, version, &[]);
     let old_tip = git_out(&work, &["rev-parse", "HEAD"]);
     for n in 10..13 {
-        commit_files(&work, &[(&format!("new/file{n}.txt"), format!("new {n}\n").repeat(30).as_bytes())], &format!("new {n}"));
+        commit_files(
+            &work,
+            &[(&format!("new/file{n}.txt"), format!("new {n}\n").repeat(30).as_bytes())],
+            &format!("new {n}"),
+        );
     }
     let new_tip = git_out(&work, &["rev-parse", "HEAD"]);
     let before = packs(&dest);
@@ -114,7 +116,11 @@ fn negotiated_fetch(version: u8, object_format: &str) {
     let required = rev_list_objects(&work, &[&new_tip, "--not", &old_tip]);
     let reachable = rev_list_objects(&work, &[&new_tip]);
     assert!(received.is_superset(&required), "missing: {:?}", required.difference(&received).collect::<Vec<_>>());
-    assert!(received.is_subset(&reachable), "not reachable from the wants: {:?}", received.difference(&reachable).collect::<Vec<_>>());
+    assert!(
+        received.is_subset(&reachable),
+        "not reachable from the wants: {:?}",
+        received.difference(&reachable).collect::<Vec<_>>()
+    );
     // Negotiation worked: not the whole history again.
     assert!(received.len() < reachable.len());
 }
@@ -167,10 +173,7 @@ fn a_long_negotiation_with_many_client_only_commits_finds_the_common_base() {
         commit_files(&work, &[("server.txt", b"server side\n")], "server moves");
         let v = format!("protocol.version={version}");
         git_ok(&dest, &["-c", &v, "fetch", "-q", "origin"]);
-        assert_eq!(
-            git_out(&dest, &["rev-parse", "refs/remotes/origin/main"]),
-            git_out(&work, &["rev-parse", "HEAD"])
-        );
+        assert_eq!(git_out(&dest, &["rev-parse", "refs/remotes/origin/main"]), git_out(&work, &["rev-parse", "HEAD"]));
         assert_fsck_clean(&dest);
     }
 }

@@ -5,7 +5,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use gixd_tests::server::{HttpResponse, clone, http, objects_in_pack, pkt, pkt_lines, serve, serve_with, sideband_pack};
+use gixd_tests::server::{
+    HttpResponse, clone, http, objects_in_pack, pkt, pkt_lines, serve, serve_with, sideband_pack,
+};
 use gixd_tests::{commit_files, git, git_out};
 
 const UPLOAD_REQUEST: (&str, &str) = ("Content-Type", "application/x-git-upload-pack-request");
@@ -121,10 +123,7 @@ fn count_ofs_deltas(pack: &[u8]) -> usize {
         gix_hash::Kind::Sha1,
     )
     .unwrap();
-    entries
-        .map(|e| e.unwrap())
-        .filter(|e| matches!(e.header, gix_pack::data::entry::Header::OfsDelta { .. }))
-        .count()
+    entries.map(|e| e.unwrap()).filter(|e| matches!(e.header, gix_pack::data::entry::Header::OfsDelta { .. })).count()
 }
 
 #[test]
@@ -247,7 +246,9 @@ fn path_tricks_and_unexported_repositories_are_not_found() {
     let server = serve_with(&base, |c| c.exports = gixd::config::Exports::DaemonExportOk);
     let info = |path: &str| http(server.addr, "GET", &format!("{path}/info/refs?service=git-upload-pack"), &[], b"");
     assert_eq!(info("/repo").status, 200, "exported");
-    for path in ["/../repo", "/%2e%2e/repo", "/repo/../../repo", "/escape", "/escape/.git", "/hidden", "//etc", "/repo%00"] {
+    for path in
+        ["/../repo", "/%2e%2e/repo", "/repo/../../repo", "/escape", "/escape/.git", "/hidden", "//etc", "/repo%00"]
+    {
         let response = info(path);
         assert_eq!(response.status, 404, "{path}: {}", response.text());
         assert!(response.text().contains("not found"));
@@ -285,7 +286,14 @@ fn the_advertisement_has_git_http_backends_content_type_and_no_cache_headers() {
     assert_eq!(lines[1], None);
     let first = String::from_utf8(lines[2].clone().unwrap()).unwrap();
     assert!(first.starts_with(&format!("{head} HEAD\0")), "{first}");
-    for cap in ["multi_ack_detailed", "side-band-64k", "no-done", "symref=HEAD:refs/heads/main", "object-format=sha1", "agent=gixd/"] {
+    for cap in [
+        "multi_ack_detailed",
+        "side-band-64k",
+        "no-done",
+        "symref=HEAD:refs/heads/main",
+        "object-format=sha1",
+        "agent=gixd/",
+    ] {
         assert!(first.contains(cap), "{cap} in {first}");
     }
     let v1 = http(server.addr, "GET", "/repo/info/refs?service=git-upload-pack", &[("Git-Protocol", "version=1")], b"");
@@ -448,8 +456,12 @@ fn a_repository_or_a_client_address_past_its_own_transfer_limit_gets_503_busy_na
     let tmp = tempfile::tempdir().unwrap();
     let big = big_fixture(tmp.path());
     let small = fixture(tmp.path());
-    let big_body = v2_fetch(&[format!("want {}\n", git_out(&big, &["rev-parse", "HEAD"]))], &["ofs-delta", "no-progress", "done"]);
-    let small_body = v2_fetch(&[format!("want {}\n", git_out(&small, &["rev-parse", "HEAD"]))], &["ofs-delta", "no-progress", "done"]);
+    let big_body =
+        v2_fetch(&[format!("want {}\n", git_out(&big, &["rev-parse", "HEAD"]))], &["ofs-delta", "no-progress", "done"]);
+    let small_body = v2_fetch(
+        &[format!("want {}\n", git_out(&small, &["rev-parse", "HEAD"]))],
+        &["ofs-delta", "no-progress", "done"],
+    );
     let limited = |per_repository: usize, per_client: usize| {
         serve_with(tmp.path(), move |c| {
             c.max_transfers = 4;
@@ -486,7 +498,10 @@ fn a_repository_or_a_client_address_past_its_own_transfer_limit_gets_503_busy_na
         .unwrap();
     assert!(!over_git.status.success());
     let said = String::from_utf8_lossy(&over_git.stderr);
-    assert!(said.contains("remote error: server busy: too many transfers from your address"), "git:// says which limit: {said}");
+    assert!(
+        said.contains("remote error: server busy: too many transfers from your address"),
+        "git:// says which limit: {said}"
+    );
     drop(holder);
     std::thread::sleep(std::time::Duration::from_secs(3));
     assert_eq!(post(server.addr, &small_body, &[V2]).status, 200);

@@ -49,7 +49,12 @@ fn an_inner_commit_is_served_over_v2_always_and_over_v0_when_reachable_wants_are
         for url in [server.url("repo"), git_url] {
             for version in ["2", "0"] {
                 let out = fetch_by_id(tmp.path(), &url, &old, version);
-                assert_eq!(out.status.success(), allowed || version == "2", "{config:?} {url} v{version}: {}", String::from_utf8_lossy(&out.stderr));
+                assert_eq!(
+                    out.status.success(),
+                    allowed || version == "2",
+                    "{config:?} {url} v{version}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
                 // The commit of the deleted branch is never served.
                 let out = fetch_by_id(tmp.path(), &url, &gone, version);
                 assert!(!out.status.success(), "{config:?} {url} v{version}: an unreachable commit was served");

@@ -37,7 +37,11 @@ fn fixture() -> Fixture {
     let mut text: String = (0..100).map(|n| format!("line {n}\n")).collect();
     for n in 0..6 {
         text.push_str(&format!("change {n}\n"));
-        commit_files(&repo, &[("file.txt", text.as_bytes()), ("other.txt", format!("{n}\n").as_bytes())], &format!("c{n}"));
+        commit_files(
+            &repo,
+            &[("file.txt", text.as_bytes()), ("other.txt", format!("{n}\n").as_bytes())],
+            &format!("c{n}"),
+        );
     }
     git(&repo, &["tag", "-a", "-m", "an old release", "v1", "HEAD~3"]);
     git(&repo, &["tag", "light", "HEAD~2"]);
@@ -101,7 +105,11 @@ fn text_lines(body: &[u8]) -> Vec<String> {
 }
 
 fn err_line(body: &[u8]) -> Option<String> {
-    pkt_lines(body).into_iter().flatten().find(|l| l.starts_with(b"ERR ")).map(|l| String::from_utf8_lossy(&l).into_owned())
+    pkt_lines(body)
+        .into_iter()
+        .flatten()
+        .find(|l| l.starts_with(b"ERR "))
+        .map(|l| String::from_utf8_lossy(&l).into_owned())
 }
 
 /// A v2 response up to its `packfile` section (all of it when there is none).
@@ -122,7 +130,11 @@ fn objects_of_partial_pack(pack: &[u8]) -> std::collections::BTreeSet<String> {
 /// in the pack that a selected delta needs is sent rather than re-deflating the delta) — each a
 /// blob or tree every client of this repository may read.
 fn assert_same_objects_or_readable_bases(f: &Fixture, ours: &BTreeSet<String>, git: &BTreeSet<String>, want: &str) {
-    assert!(ours.is_superset(git), "want {want}: git sent {:?} that gixd did not", git.difference(ours).collect::<Vec<_>>());
+    assert!(
+        ours.is_superset(git),
+        "want {want}: git sent {:?} that gixd did not",
+        git.difference(ours).collect::<Vec<_>>()
+    );
     let readable = rev_list_objects(&f.repo, &["--all"]);
     for extra in ours.difference(git) {
         assert!(readable.contains(extra), "want {want}: {extra} sent, no ref reaches it");
@@ -149,10 +161,20 @@ fn stateless_v0_serves_a_want_of_an_annotated_tags_peeled_target_or_an_inner_com
         assert_eq!(ours.status, 200);
         assert_eq!(err_line(&ours.body), None, "want {want}");
         assert_eq!(text_lines(&ours.body), text_lines(&theirs), "want {want}: lines before the pack");
-        assert_same_objects_or_readable_bases(&f, &objects_in_pack(&sideband_pack(&ours.body), "sha1"), &objects_in_pack(&sideband_pack(&theirs), "sha1"), want);
+        assert_same_objects_or_readable_bases(
+            &f,
+            &objects_in_pack(&sideband_pack(&ours.body), "sha1"),
+            &objects_in_pack(&sideband_pack(&theirs), "sha1"),
+            want,
+        );
     }
     // Every `^{}` line wanted at once, as a client that wants all advertised ids does.
-    let body = v0_request(&[&f.head, &f.tag, &f.tagged], "multi_ack_detailed side-band-64k ofs-delta no-progress include-tag", &[], true);
+    let body = v0_request(
+        &[&f.head, &f.tag, &f.tagged],
+        "multi_ack_detailed side-band-64k ofs-delta no-progress include-tag",
+        &[],
+        true,
+    );
     let ours = post(&server, &body, &[]);
     let theirs = objects_in_pack(&sideband_pack(&git_v0(&f.repo, &body)), "sha1");
     assert_same_objects_or_readable_bases(&f, &objects_in_pack(&sideband_pack(&ours.body), "sha1"), &theirs, &f.head);
@@ -168,7 +190,12 @@ fn v2_serves_any_reachable_want_as_git_does() {
         let theirs = git_v2(&f.repo, &body);
         assert_eq!(err_line(&ours.body), None, "want {want}");
         assert_eq!(text_lines(&ours.body), text_lines(&theirs), "want {want}: lines before the pack");
-        assert_same_objects_or_readable_bases(&f, &objects_in_pack(&sideband_pack(&ours.body), "sha1"), &objects_in_pack(&sideband_pack(&theirs), "sha1"), want);
+        assert_same_objects_or_readable_bases(
+            &f,
+            &objects_in_pack(&sideband_pack(&ours.body), "sha1"),
+            &objects_in_pack(&sideband_pack(&theirs), "sha1"),
+            want,
+        );
     }
 }
 
@@ -205,10 +232,15 @@ fn haves_naming_an_annotated_tag_a_tree_or_a_blob_are_acknowledged_as_git_acknow
         lines.extend(haves.iter().map(|h| format!("have {h}")));
         let body = v2_request(&lines);
         let ours = post(&server, &body, &[V2]);
-        assert_eq!(String::from_utf8_lossy(&before_packfile(&ours.body)), String::from_utf8_lossy(&before_packfile(&git_v2(&f.repo, &body))), "v2 haves {haves:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&before_packfile(&ours.body)),
+            String::from_utf8_lossy(&before_packfile(&git_v2(&f.repo, &body))),
+            "v2 haves {haves:?}"
+        );
         // v0 multi_ack_detailed round, and the same with done: the ACK lines before the pack.
         for done in [false, true] {
-            let body = v0_request(&[&f.head], "multi_ack_detailed no-done side-band-64k ofs-delta no-progress", haves, done);
+            let body =
+                v0_request(&[&f.head], "multi_ack_detailed no-done side-band-64k ofs-delta no-progress", haves, done);
             let ours = post(&server, &body, &[]);
             assert_eq!(err_line(&ours.body), None, "v0 haves {haves:?}");
             assert_eq!(text_lines(&ours.body), text_lines(&git_v0(&f.repo, &body)), "v0 haves {haves:?}, done {done}");
@@ -230,7 +262,11 @@ fn shallow_lines_end_without_a_newline_as_git_writes_them_in_v0_and_v2() {
     let ours = post(&server, &body, &[V2]).body;
     let theirs = git_v2(&f.repo, &body);
     let shallow = format!("0034shallow {}", git_out(&f.repo, &["rev-parse", "HEAD~1"]));
-    assert!(String::from_utf8_lossy(&ours).contains(&shallow), "{}", String::from_utf8_lossy(&ours[..200.min(ours.len())]));
+    assert!(
+        String::from_utf8_lossy(&ours).contains(&shallow),
+        "{}",
+        String::from_utf8_lossy(&ours[..200.min(ours.len())])
+    );
     assert_eq!(text_lines(&ours), text_lines(&theirs));
     assert_eq!(before_packfile(&ours), before_packfile(&theirs), "v2 bytes before the packfile section");
     // v0: a deepen request's first round is the shallow list and a flush, byte for byte.

@@ -21,7 +21,9 @@ use std::sync::Arc;
 use gixd::tap::{Exchange, Recorder};
 use gixd_tests::corpus::{self, Hash};
 use gixd_tests::git_upload_pack;
-use gixd_tests::server::{all_objects, assert_fsck_clean, git_client, git_ok, http, pkt, pkt_lines, refs, rev_list_objects, serve_tapped};
+use gixd_tests::server::{
+    all_objects, assert_fsck_clean, git_client, git_ok, http, pkt, pkt_lines, refs, rev_list_objects, serve_tapped,
+};
 
 /// What gixd deliberately does not (yet) say that git upload-pack says, each as (where, token).
 /// A token here is removed from git's output before the byte comparison; the test
@@ -92,12 +94,21 @@ fn normalize_git_v2(git: &[u8]) -> Vec<u8> {
     encode(&lines)
 }
 
-
 /// The ls-refs requests compared: what `git clone` sends, nothing at all, and peeled tags only.
 fn ls_refs_requests(hash: Hash) -> Vec<(&'static str, Vec<u8>)> {
     let mut out = Vec::new();
     for (name, args) in [
-        ("clone", vec!["peel\n", "symrefs\n", "unborn\n", "ref-prefix HEAD\n", "ref-prefix refs/heads/\n", "ref-prefix refs/tags/\n"]),
+        (
+            "clone",
+            vec![
+                "peel\n",
+                "symrefs\n",
+                "unborn\n",
+                "ref-prefix HEAD\n",
+                "ref-prefix refs/heads/\n",
+                "ref-prefix refs/tags/\n",
+            ],
+        ),
         ("all", vec![]),
         ("tags-peeled", vec!["peel\n", "ref-prefix refs/tags/\n"]),
     ] {
@@ -154,7 +165,8 @@ fn describe(exchanges: &[Exchange], hash: Hash) -> String {
             }
         }
         bytes_without_progress.extend(encode(&lines));
-        let pack: Vec<u8> = lines.iter().flatten().filter(|l| l.first() == Some(&1)).flat_map(|l| l[1..].to_vec()).collect();
+        let pack: Vec<u8> =
+            lines.iter().flatten().filter(|l| l.first() == Some(&1)).flat_map(|l| l[1..].to_vec()).collect();
         if !pack.is_empty() {
             let entries = gix_pack::data::input::BytesToEntriesIter::new_from_header(
                 std::io::BufReader::new(&pack[..]),
@@ -239,7 +251,17 @@ fn behind_client(server: &Path, dest: &Path, hash: Hash, url: &str) -> Option<()
     std::fs::create_dir_all(dest).unwrap();
     git_ok(dest, &["init", "-q", "--bare", &format!("--object-format={}", hash.name())]);
     let upload = "git -c uploadpack.allowReachableSHA1InWant=true upload-pack";
-    git_ok(dest, &["fetch", "-q", "--no-tags", &format!("--upload-pack={upload}"), &format!("file://{}", server.display()), &format!("{old}:{branch}")]);
+    git_ok(
+        dest,
+        &[
+            "fetch",
+            "-q",
+            "--no-tags",
+            &format!("--upload-pack={upload}"),
+            &format!("file://{}", server.display()),
+            &format!("{old}:{branch}"),
+        ],
+    );
     git_ok(dest, &["remote", "add", "--mirror=fetch", "origin", url]);
     Some(())
 }
@@ -286,14 +308,23 @@ fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String 
             let v = format!("protocol.version={version}");
             let ours = tmp.path().join(format!("clone-v{version}"));
             recorder.take();
-            git_ok(tmp.path(), &[&CHECKED[..], &["-c", &v, "clone", "-q", "--mirror", &url, ours.to_str().unwrap()]].concat());
+            git_ok(
+                tmp.path(),
+                &[&CHECKED[..], &["-c", &v, "clone", "-q", "--mirror", &url, ours.to_str().unwrap()]].concat(),
+            );
             let first = describe(&recorder.take(), hash);
             // Same request, same bytes.
             let again = tmp.path().join(format!("clone-v{version}-again"));
-            git_ok(tmp.path(), &[&CHECKED[..], &["-c", &v, "clone", "-q", "--mirror", &url, again.to_str().unwrap()]].concat());
+            git_ok(
+                tmp.path(),
+                &[&CHECKED[..], &["-c", &v, "clone", "-q", "--mirror", &url, again.to_str().unwrap()]].concat(),
+            );
             assert_eq!(describe(&recorder.take(), hash), first, "{case}: a second identical clone got other bytes");
             let theirs = tmp.path().join(format!("git-clone-v{version}"));
-            git_ok(tmp.path(), &["-c", &v, "clone", "-q", "--mirror", "--no-local", &file_url, theirs.to_str().unwrap()]);
+            git_ok(
+                tmp.path(),
+                &["-c", &v, "clone", "-q", "--mirror", "--no-local", &file_url, theirs.to_str().unwrap()],
+            );
             assert_fsck_clean(&ours);
             let note = compare_with_git(&repo, &ours, &theirs, &case);
             writeln!(snapshot, "{case}: {first} ({note})").unwrap();
@@ -325,7 +356,14 @@ fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String 
             }
         }
 
-        let line = fetch_behind(&recorder, &repo, hash, (&url, &file_url), &tmp.path().join("behind"), &format!("[{h}] fetch-behind-v2"));
+        let line = fetch_behind(
+            &recorder,
+            &repo,
+            hash,
+            (&url, &file_url),
+            &tmp.path().join("behind"),
+            &format!("[{h}] fetch-behind-v2"),
+        );
         writeln!(snapshot, "{line}").unwrap();
 
         let case = format!("[{h}] fetch-nothing-new-v2");
@@ -335,7 +373,11 @@ fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String 
         git_ok(&client, &[&CHECKED[..], &["-c", "protocol.version=2", "fetch", "-q", "origin"]].concat());
         let line = describe(&recorder.take(), hash);
         assert_fsck_clean(&client);
-        assert_eq!((refs(&client, "refs"), all_objects(&client)), before, "{case}: a fetch with nothing new changed the client");
+        assert_eq!(
+            (refs(&client, "refs"), all_objects(&client)),
+            before,
+            "{case}: a fetch with nothing new changed the client"
+        );
         writeln!(snapshot, "{case}: {line}").unwrap();
 
         // The same repository with a bitmap: gixd selects by bitmap (and sends the pack as it
@@ -344,10 +386,37 @@ fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String 
         let copy = bitmapped_copy(&bitmapped_base, &repo);
         let ours = tmp.path().join("clone-bitmapped");
         recorder.take();
-        git_ok(tmp.path(), &[&CHECKED[..], &["-c", "protocol.version=2", "clone", "-q", "--mirror", &bitmapped_server.url(&url_path), ours.to_str().unwrap()]].concat());
+        git_ok(
+            tmp.path(),
+            &[
+                &CHECKED[..],
+                &[
+                    "-c",
+                    "protocol.version=2",
+                    "clone",
+                    "-q",
+                    "--mirror",
+                    &bitmapped_server.url(&url_path),
+                    ours.to_str().unwrap(),
+                ],
+            ]
+            .concat(),
+        );
         let line = describe(&recorder.take(), hash);
         let theirs = tmp.path().join("git-clone-bitmapped");
-        git_ok(tmp.path(), &["-c", "protocol.version=2", "clone", "-q", "--mirror", "--no-local", &format!("file://{}", copy.display()), theirs.to_str().unwrap()]);
+        git_ok(
+            tmp.path(),
+            &[
+                "-c",
+                "protocol.version=2",
+                "clone",
+                "-q",
+                "--mirror",
+                "--no-local",
+                &format!("file://{}", copy.display()),
+                theirs.to_str().unwrap(),
+            ],
+        );
         assert_fsck_clean(&ours);
         let note = compare_with_git(&copy, &ours, &theirs, &case);
         writeln!(snapshot, "{case}: {line} ({note})").unwrap();
@@ -360,14 +429,49 @@ fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String 
         let ours = tmp.path().join("blob-none-bitmapped");
         let theirs = tmp.path().join("git-blob-none-bitmapped");
         recorder.take();
-        git_ok(tmp.path(), &[&CHECKED[..], &["-c", "protocol.version=2", "clone", "-q", "--mirror", "--filter=blob:none", &bitmapped_url, ours.to_str().unwrap()]].concat());
+        git_ok(
+            tmp.path(),
+            &[
+                &CHECKED[..],
+                &[
+                    "-c",
+                    "protocol.version=2",
+                    "clone",
+                    "-q",
+                    "--mirror",
+                    "--filter=blob:none",
+                    &bitmapped_url,
+                    ours.to_str().unwrap(),
+                ],
+            ]
+            .concat(),
+        );
         let line = describe(&recorder.take(), hash);
         assert_fsck_clean(&ours);
-        git_ok(tmp.path(), &["-c", "protocol.version=2", "clone", "-q", "--mirror", "--filter=blob:none", &copy_url, theirs.to_str().unwrap()]);
+        git_ok(
+            tmp.path(),
+            &[
+                "-c",
+                "protocol.version=2",
+                "clone",
+                "-q",
+                "--mirror",
+                "--filter=blob:none",
+                &copy_url,
+                theirs.to_str().unwrap(),
+            ],
+        );
         assert_eq!(all_objects(&ours), all_objects(&theirs), "{case}: objects differ from git's");
         writeln!(snapshot, "{case}: {line} (same objects as git)").unwrap();
 
-        let line = fetch_behind(&recorder, &copy, hash, (&bitmapped_url, &copy_url), &tmp.path().join("behind-bitmapped"), &format!("[{h}] fetch-behind-bitmapped-v2"));
+        let line = fetch_behind(
+            &recorder,
+            &copy,
+            hash,
+            (&bitmapped_url, &copy_url),
+            &tmp.path().join("behind-bitmapped"),
+            &format!("[{h}] fetch-behind-bitmapped-v2"),
+        );
         writeln!(snapshot, "{line}").unwrap();
     }
     snapshot

@@ -7,9 +7,10 @@
 //! without debug info, the binary is stripped. The two binaries must hash the same; if not, the
 //! sections that differ are listed. Then a tarball with sorted entries, fixed owners and mtimes.
 
-use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use anyhow::{Context, Result, bail};
 
 /// Files of the tarball: (name in the tarball, source in the repository or "" for the binary, mode).
 pub const MANIFEST: &[(&str, &str, u32)] = &[
@@ -20,17 +21,16 @@ pub const MANIFEST: &[(&str, &str, u32)] = &[
 ];
 
 /// The environment and flags that make a build reproducible, for the build rooted at `src`.
-pub fn build_env(src: &Path, third_party: &Path, cargo_home: &Path, toolchain: &Path, epoch: &str) -> Vec<(String, String)> {
-    let remaps = [
-        (src, "/gixd"),
-        (third_party, "/third-party"),
-        (cargo_home, "/cargo"),
-        (toolchain, "/rust"),
-    ];
-    let mut rustflags: Vec<String> = remaps
-        .iter()
-        .map(|(from, to)| format!("--remap-path-prefix={}={to}", from.display()))
-        .collect();
+pub fn build_env(
+    src: &Path,
+    third_party: &Path,
+    cargo_home: &Path,
+    toolchain: &Path,
+    epoch: &str,
+) -> Vec<(String, String)> {
+    let remaps = [(src, "/gixd"), (third_party, "/third-party"), (cargo_home, "/cargo"), (toolchain, "/rust")];
+    let mut rustflags: Vec<String> =
+        remaps.iter().map(|(from, to)| format!("--remap-path-prefix={}={to}", from.display())).collect();
     rustflags.push("-Cstrip=symbols".into());
     vec![
         ("RUSTFLAGS".into(), rustflags.join(" ")),
@@ -156,9 +156,11 @@ pub fn build(root: &Path) -> Result<()> {
             std::fs::remove_dir_all(&src)?;
         }
         std::fs::create_dir_all(&src)?;
-        run(Command::new("sh")
-            .arg("-c")
-            .arg(format!("git -C '{}' archive HEAD | tar -x -C '{}'", root.display(), src.display())))?;
+        run(Command::new("sh").arg("-c").arg(format!(
+            "git -C '{}' archive HEAD | tar -x -C '{}'",
+            root.display(),
+            src.display()
+        )))?;
         std::fs::create_dir_all(src.join(".cargo"))?;
         let mut config = std::fs::read_to_string(src.join(".cargo/config.toml")).unwrap_or_default();
         config.push('\n');
@@ -203,9 +205,9 @@ pub fn build(root: &Path) -> Result<()> {
     for (name, source, mode) in MANIFEST {
         let content = match *source {
             "" => std::fs::read(&binaries[0])?,
-            s if s.starts_with("README.md#") => readme_section(&readme, &s["README.md#".len()..])
-                .context("the README's operator section")?
-                .into_bytes(),
+            s if s.starts_with("README.md#") => {
+                readme_section(&readme, &s["README.md#".len()..]).context("the README's operator section")?.into_bytes()
+            }
             s => std::fs::read(root.join(s))?,
         };
         files.push((name.to_string(), content, *mode));
@@ -228,7 +230,13 @@ mod tests {
 
     #[test]
     fn the_build_remaps_every_path_and_pins_time_codegen_and_stripping() {
-        let env = build_env(Path::new("/w/src"), Path::new("/w/tp"), Path::new("/h/.cargo"), Path::new("/r/tc"), "1700000000");
+        let env = build_env(
+            Path::new("/w/src"),
+            Path::new("/w/tp"),
+            Path::new("/h/.cargo"),
+            Path::new("/r/tc"),
+            "1700000000",
+        );
         let get = |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).unwrap_or_default();
         let flags = get("RUSTFLAGS");
         for remap in ["/w/src=/gixd", "/w/tp=/third-party", "/h/.cargo=/cargo", "/r/tc=/rust"] {
@@ -254,7 +262,10 @@ mod tests {
         let quota = unit.lines().position(|l| l.starts_with("CPUQuota=")).expect("CPUQuota=");
         let cpus = unit.lines().position(|l| l.starts_with("AllowedCPUs=")).expect("AllowedCPUs=");
         assert_eq!(cpus, quota + 1, "side by side");
-        assert!(unit.lines().take(quota).any(|l| l.starts_with('#') && l.contains("AllowedCPUs=")), "with a comment on why both");
+        assert!(
+            unit.lines().take(quota).any(|l| l.starts_with('#') && l.contains("AllowedCPUs=")),
+            "with a comment on why both"
+        );
         let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
         let section = readme_section(&readme, "Operating gixd").expect("the operator section");
         assert!(section.starts_with("## Operating gixd\n") && !section[3..].contains("\n## "));

@@ -2,9 +2,10 @@
 //! two arms interleaved (order swapped every round) on one fixture, and store every run with its
 //! conditions in bench/results/patch-costs.json. Nothing here interprets the numbers; `report` does.
 
-use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use anyhow::{Context, Result, bail};
 
 use crate::queue::Queue;
 
@@ -82,7 +83,12 @@ pub(crate) fn conditions(root: &Path, extra: serde_json::Value) -> Result<serde_
 }
 
 /// Store the runs with their conditions (and the load at the end) in `results`.
-pub(crate) fn finish(root: &Path, results: &str, mut conditions: serde_json::Value, runs: Vec<serde_json::Value>) -> Result<()> {
+pub(crate) fn finish(
+    root: &Path,
+    results: &str,
+    mut conditions: serde_json::Value,
+    runs: Vec<serde_json::Value>,
+) -> Result<()> {
     conditions["loadavg_end"] = loadavg().into();
     let doc = serde_json::json!({ "conditions": conditions, "runs": runs });
     std::fs::create_dir_all(root.join("bench/results"))?;
@@ -112,14 +118,18 @@ pub(crate) fn gixd_or_build(root: &Path, given: Option<PathBuf>) -> Result<PathB
 /// the URL prefix that carries it (`http://bench:TOKEN@ADDR`).
 pub(crate) fn serve_gixd_taking_pushes(gixd: &Path, base: &Path) -> Result<(std::process::Child, String)> {
     let tokens = base.join("tokens.toml");
-    let out = Command::new(gixd).args(["token", "add", "--user", "bench", "--write", "--token-file"]).arg(&tokens).output()?;
+    let out = Command::new(gixd)
+        .args(["token", "add", "--user", "bench", "--write", "--token-file"])
+        .arg(&tokens)
+        .output()?;
     let secret = String::from_utf8(out.stdout)?.trim().to_owned();
     let (child, addr) = serve_gixd(gixd, base, &["--token-file".as_ref(), tokens.as_os_str()])?;
     Ok((child, format!("http://bench:{secret}@{addr}")))
 }
 
 pub(crate) fn build_gixd(root: &Path) -> Result<PathBuf> {
-    let status = Command::new("cargo").args(["build", "--release", "--quiet", "-p", "gixd"]).current_dir(root).status()?;
+    let status =
+        Command::new("cargo").args(["build", "--release", "--quiet", "-p", "gixd"]).current_dir(root).status()?;
     if !status.success() {
         bail!("building gixd failed");
     }
@@ -127,7 +137,12 @@ pub(crate) fn build_gixd(root: &Path) -> Result<PathBuf> {
 }
 
 fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 pub fn patches(root: &Path, rounds: usize) -> Result<()> {
@@ -145,18 +160,27 @@ pub fn patches(root: &Path, rounds: usize) -> Result<()> {
             bail!("building the fixture failed");
         }
     }
-    let conditions = conditions(root, serde_json::json!({
-        "rustc": output(Command::new("rustc").arg("--version"))?,
-        "queue": queue.patches.iter().map(|p| format!("{} ({} {})", p.file, p.krate, p.version)).collect::<Vec<_>>(),
-        "arms": { "stock": built[0].1, "patched": built[1].1 },
-        "rev": "main",
-        "rounds": rounds,
-    }))?;
+    let conditions = conditions(
+        root,
+        serde_json::json!({
+            "rustc": output(Command::new("rustc").arg("--version"))?,
+            "queue": queue.patches.iter().map(|p| format!("{} ({} {})", p.file, p.krate, p.version)).collect::<Vec<_>>(),
+            "arms": { "stock": built[0].1, "patched": built[1].1 },
+            "rev": "main",
+            "rounds": rounds,
+        }),
+    )?;
     let mut runs = Vec::new();
     for round in 0..rounds {
         for i in round_order(arms.len(), round) {
-            let line = output(Command::new(&bins[i]).args(["measure", "--repo"]).arg(&fixture).args(["--rev", "main", "--arm", arms[i]]))?;
-            let mut row: serde_json::Value = serde_json::from_str(&line).with_context(|| format!("bench output: {line}"))?;
+            let line = output(
+                Command::new(&bins[i])
+                    .args(["measure", "--repo"])
+                    .arg(&fixture)
+                    .args(["--rev", "main", "--arm", arms[i]]),
+            )?;
+            let mut row: serde_json::Value =
+                serde_json::from_str(&line).with_context(|| format!("bench output: {line}"))?;
             row["round"] = round.into();
             runs.push(row);
         }
@@ -206,7 +230,11 @@ fn proc_peak_rss_kb(pid: u32) -> Result<i64> {
 
 /// A fresh `gixd serve` of `base` (every repository exported) on a free port, with `extra`
 /// arguments; the process and the address it listens on (from its first line).
-pub(crate) fn serve_gixd(gixd: &Path, base: &Path, extra: &[&std::ffi::OsStr]) -> Result<(std::process::Child, String)> {
+pub(crate) fn serve_gixd(
+    gixd: &Path,
+    base: &Path,
+    extra: &[&std::ffi::OsStr],
+) -> Result<(std::process::Child, String)> {
     use std::io::BufRead;
     let mut child = Command::new(gixd)
         .args(["serve", "--listen", "127.0.0.1:0", "--export-all", "--base-path"])
@@ -217,7 +245,8 @@ pub(crate) fn serve_gixd(gixd: &Path, base: &Path, extra: &[&std::ffi::OsStr]) -
         .spawn()?;
     let mut first = String::new();
     std::io::BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut first)?;
-    let addr = first.split("http://").nth(1).and_then(|r| r.split('/').next()).context("gixd's address line")?.to_owned();
+    let addr =
+        first.split("http://").nth(1).and_then(|r| r.split('/').next()).context("gixd's address line")?.to_owned();
     Ok((child, addr))
 }
 
@@ -269,16 +298,20 @@ pub fn clone(root: &Path, rounds: usize, repos: Vec<PathBuf>) -> Result<()> {
     };
     let xtask = std::env::current_exe()?;
     let scratch = crate::tree::Scratch::new("bench-clone")?;
-    let conditions = conditions(root, serde_json::json!({
-        "rounds": rounds,
-        "gixd": "release build, HTTP, protocol v2, fresh process per clone",
-        "git_arm": "git upload-pack over file:// (protocol v2), with the pack-objects it runs",
-    }))?;
+    let conditions = conditions(
+        root,
+        serde_json::json!({
+            "rounds": rounds,
+            "gixd": "release build, HTTP, protocol v2, fresh process per clone",
+            "git_arm": "git upload-pack over file:// (protocol v2), with the pack-objects it runs",
+        }),
+    )?;
     let mut runs = Vec::new();
     for repo in &repos {
         let base = repo.parent().context("repo parent")?;
         let name = repo.file_name().context("repo name")?.to_string_lossy().into_owned();
-        let objects = output(Command::new("git").args(["rev-list", "--objects", "--all", "--count"]).current_dir(repo))?;
+        let objects =
+            output(Command::new("git").args(["rev-list", "--objects", "--all", "--count"]).current_dir(repo))?;
         for round in 0..rounds {
             for arm in round_order(2, round).into_iter().map(|i| ["gixd", "git"][i]) {
                 let dest = scratch.0.join(format!("{arm}-{round}"));
@@ -321,7 +354,16 @@ pub(crate) fn wait_for_port(port: u16) -> Result<()> {
 /// returns the strace child, once it is attached.
 fn strace_writes(pid: u32, out: &Path) -> Result<std::process::Child> {
     let child = Command::new("strace")
-        .args(["-f", "-qq", "-c", "-U", "name,calls", "-e", "trace=write,writev,pwrite64,pwritev,sendto,sendmsg,sendmmsg", "-o"])
+        .args([
+            "-f",
+            "-qq",
+            "-c",
+            "-U",
+            "name,calls",
+            "-e",
+            "trace=write,writev,pwrite64,pwritev,sendto,sendmsg,sendmmsg",
+            "-o",
+        ])
         .arg(out)
         .args(["-p", &pid.to_string()])
         .spawn()
@@ -367,7 +409,11 @@ pub(crate) fn pack_bytes(clone: &Path) -> Result<u64> {
 }
 
 pub(crate) fn corpus_dir(root: &Path) -> Result<PathBuf> {
-    let listing = output(Command::new("cargo").args(["run", "--release", "--quiet", "-p", "gixd-tests", "--bin", "corpus"]).current_dir(root))?;
+    let listing = output(
+        Command::new("cargo")
+            .args(["run", "--release", "--quiet", "-p", "gixd-tests", "--bin", "corpus"])
+            .current_dir(root),
+    )?;
     Ok(PathBuf::from(listing.lines().next().and_then(|l| l.strip_prefix("corpus: ")).context("corpus dir")?))
 }
 
@@ -402,10 +448,22 @@ fn start_arms(root: &Path, base: &Path, repo: &str, scratch: &Path) -> Result<Ve
 
     let port = free_port()?;
     let conf = scratch.join("lighttpd.conf");
-    std::fs::write(&conf, bench_support::http_backend_conf(scratch, base, Path::new("/usr/lib/git-core/git-http-backend"), port, false))?;
-    let lighttpd = Command::new("lighttpd").arg("-D").arg("-f").arg(&conf).spawn().context("lighttpd (apt-get install lighttpd)")?;
+    std::fs::write(
+        &conf,
+        bench_support::http_backend_conf(scratch, base, Path::new("/usr/lib/git-core/git-http-backend"), port, false),
+    )?;
+    let lighttpd = Command::new("lighttpd")
+        .arg("-D")
+        .arg("-f")
+        .arg(&conf)
+        .spawn()
+        .context("lighttpd (apt-get install lighttpd)")?;
     wait_for_port(port)?;
-    arms.push(Arm { name: "git http-backend (lighttpd)", server: lighttpd, url: format!("http://127.0.0.1:{port}/git/{repo}") });
+    arms.push(Arm {
+        name: "git http-backend (lighttpd)",
+        server: lighttpd,
+        url: format!("http://127.0.0.1:{port}/git/{repo}"),
+    });
 
     let port = free_port()?;
     // git-daemon itself, not the `git` wrapper: strace -p follows only processes forked after
@@ -427,12 +485,15 @@ pub fn writes(root: &Path, rounds: usize) -> Result<()> {
     let repo = "linear-sha1.git";
     let scratch = crate::tree::Scratch::new("bench-writes")?;
     let mut arms = start_arms(root, &base, repo, &scratch.0)?;
-    let conditions = conditions(root, serde_json::json!({
-        "lighttpd": output(Command::new("lighttpd").arg("-v")).unwrap_or_default(),
-        "repo": repo,
-        "objects": output(Command::new("git").args(["rev-list", "--objects", "--all", "--count"]).current_dir(base.join(repo)))?,
-        "rounds": rounds,
-    }))?;
+    let conditions = conditions(
+        root,
+        serde_json::json!({
+            "lighttpd": output(Command::new("lighttpd").arg("-v")).unwrap_or_default(),
+            "repo": repo,
+            "objects": output(Command::new("git").args(["rev-list", "--objects", "--all", "--count"]).current_dir(base.join(repo)))?,
+            "rounds": rounds,
+        }),
+    )?;
     let mut runs = Vec::new();
     for round in 0..rounds {
         for i in round_order(arms.len(), round) {
@@ -440,7 +501,10 @@ pub fn writes(root: &Path, rounds: usize) -> Result<()> {
             let summary = scratch.0.join("strace.txt");
             let tracer = strace_writes(arm.server.id(), &summary)?;
             let dest = scratch.0.join(format!("clone-{round}-{i}"));
-            let status = Command::new("git").args(["-c", "protocol.version=2", "clone", "-q", "--mirror", &arm.url]).arg(&dest).status()?;
+            let status = Command::new("git")
+                .args(["-c", "protocol.version=2", "clone", "-q", "--mirror", &arm.url])
+                .arg(&dest)
+                .status()?;
             let calls = stop_strace(tracer, &summary)?;
             if !status.success() {
                 bail!("clone from {} failed: the run is aborted, not scored", arm.name);
@@ -450,7 +514,9 @@ pub fn writes(root: &Path, rounds: usize) -> Result<()> {
             }
             let bytes = pack_bytes(&dest)?;
             std::fs::remove_dir_all(&dest)?;
-            runs.push(serde_json::json!({ "arm": arm.name, "round": round, "write_calls": calls, "pack_bytes": bytes }));
+            runs.push(
+                serde_json::json!({ "arm": arm.name, "round": round, "write_calls": calls, "pack_bytes": bytes }),
+            );
         }
         eprint!(".");
     }
@@ -484,7 +550,11 @@ pub fn ramp(root: &Path, rounds: usize, rungs: Vec<usize>) -> Result<()> {
             "quota" => format!("echo $$ > {}/cgroup.procs && {serve}", cgroup.display()),
             _ => format!("exec taskset -c 0 sh -c '{serve}'"),
         };
-        let child = Command::new("sh").args(["-c", &script]).env("GIXD_LOG", "warn").stdout(std::process::Stdio::null()).spawn()?;
+        let child = Command::new("sh")
+            .args(["-c", &script])
+            .env("GIXD_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()?;
         wait_for_port(port)?;
         Ok((child, port))
     };
@@ -501,12 +571,15 @@ pub fn ramp(root: &Path, rounds: usize, rungs: Vec<usize>) -> Result<()> {
         let allowed = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).unwrap_or("").to_owned();
         servers.push((arm, child, port, allowed));
     }
-    let conditions = conditions(root, serde_json::json!({
-        "repo": repo,
-        "cgroup_readback": readback,
-        "affinity": servers.iter().map(|(a, _, _, allowed)| format!("{a}: {allowed}")).collect::<Vec<_>>(),
-        "rounds": rounds,
-    }))?;
+    let conditions = conditions(
+        root,
+        serde_json::json!({
+            "repo": repo,
+            "cgroup_readback": readback,
+            "affinity": servers.iter().map(|(a, _, _, allowed)| format!("{a}: {allowed}")).collect::<Vec<_>>(),
+            "rounds": rounds,
+        }),
+    )?;
     let scratch = crate::tree::Scratch::new("bench-ramp")?;
     let mut runs = Vec::new();
     for &clients in &rungs {

@@ -4,10 +4,11 @@
 //! swapped every round; gixd is a fresh process per clone (the bitmap is read on its first use,
 //! so its loading is counted).
 
-use anyhow::{Context, Result, bail};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
 
 pub const BITMAP_RESULTS: &str = "bench/results/bitmaps.json";
 
@@ -18,7 +19,8 @@ fn generate_big(dest: &Path) -> Result<()> {
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch)?;
     crate::bench::output(Command::new("git").args(["init", "-q", "--bare", "-b", "main"]).arg(&scratch))?;
-    let mut child = Command::new("git").args(["fast-import", "--quiet"]).current_dir(&scratch).stdin(Stdio::piped()).spawn()?;
+    let mut child =
+        Command::new("git").args(["fast-import", "--quiet"]).current_dir(&scratch).stdin(Stdio::piped()).spawn()?;
     let mut stdin = std::io::BufWriter::new(child.stdin.take().context("stdin")?);
     let mut state: u64 = 0x2545F4914F6CDD1D;
     let mut next = || {
@@ -39,8 +41,12 @@ fn generate_big(dest: &Path) -> Result<()> {
     };
     let mut time = 1_600_000_000u64;
     for commit in 0..7500u32 {
-        let touched: Vec<usize> = if commit == 0 { (0..2000).collect() } else { (0..6).map(|_| (next() % 2000) as usize).collect() };
-        write!(stdin, "commit refs/heads/main\ncommitter Bench <bench@gixd> {time} +0000\ndata <<EOT\ncommit {commit}\nEOT\n")?;
+        let touched: Vec<usize> =
+            if commit == 0 { (0..2000).collect() } else { (0..6).map(|_| (next() % 2000) as usize).collect() };
+        write!(
+            stdin,
+            "commit refs/heads/main\ncommitter Bench <bench@gixd> {time} +0000\ndata <<EOT\ncommit {commit}\nEOT\n"
+        )?;
         for file in touched {
             versions[file] += 1;
             let body = content(file, versions[file]);
@@ -52,7 +58,13 @@ fn generate_big(dest: &Path) -> Result<()> {
     if !child.wait()?.success() {
         bail!("fast-import failed");
     }
-    crate::bench::output(Command::new("git").current_dir(&scratch).args(["-c", "pack.writeReverseIndex=true", "repack", "-adq", "--write-bitmap-index"]))?;
+    crate::bench::output(Command::new("git").current_dir(&scratch).args([
+        "-c",
+        "pack.writeReverseIndex=true",
+        "repack",
+        "-adq",
+        "--write-bitmap-index",
+    ]))?;
     std::fs::rename(&scratch, dest)?;
     Ok(())
 }
@@ -65,7 +77,13 @@ fn variant(repo: &Path, dest: &Path, bitmap: bool) -> Result<()> {
     let _ = std::fs::remove_dir_all(dest);
     crate::bench::output(Command::new("git").args(["clone", "-q", "--mirror", "--no-local"]).arg(repo).arg(dest))?;
     let flag = if bitmap { "--write-bitmap-index" } else { "--no-write-bitmap-index" };
-    crate::bench::output(Command::new("git").current_dir(dest).args(["-c", "pack.writeReverseIndex=true", "repack", "-adq", flag]))?;
+    crate::bench::output(Command::new("git").current_dir(dest).args([
+        "-c",
+        "pack.writeReverseIndex=true",
+        "repack",
+        "-adq",
+        flag,
+    ]))?;
     Ok(())
 }
 
@@ -89,15 +107,21 @@ pub fn run(root: &Path, rounds: usize) -> Result<()> {
         std::fs::create_dir_all(without.parent().unwrap())?;
         variant(source, &with, true)?;
         variant(source, &without, false)?;
-        let objects: u64 = crate::bench::output(Command::new("git").args(["rev-list", "--objects", "--all", "--count"]).current_dir(&with))?.parse()?;
+        let objects: u64 = crate::bench::output(
+            Command::new("git").args(["rev-list", "--objects", "--all", "--count"]).current_dir(&with),
+        )?
+        .parse()?;
         repos.push((name.to_owned(), objects, with, without));
     }
-    let conditions = crate::bench::conditions(root, serde_json::json!({
-        "rounds": rounds,
-        "gixd": "release build, HTTP, protocol v2, fresh process per clone",
-        "git_arm": "git upload-pack over file:// (protocol v2), with the pack-objects it runs",
-        "repack": "git repack -ad (one pack) with and without --write-bitmap-index, pack.writeReverseIndex",
-    }))?;
+    let conditions = crate::bench::conditions(
+        root,
+        serde_json::json!({
+            "rounds": rounds,
+            "gixd": "release build, HTTP, protocol v2, fresh process per clone",
+            "git_arm": "git upload-pack over file:// (protocol v2), with the pack-objects it runs",
+            "repack": "git repack -ad (one pack) with and without --write-bitmap-index, pack.writeReverseIndex",
+        }),
+    )?;
     let arms = ["gixd bitmap", "git bitmap", "gixd walk", "git walk"];
     let mut runs = Vec::new();
     for (name, objects, with, without) in &repos {
@@ -111,7 +135,10 @@ pub fn run(root: &Path, rounds: usize) -> Result<()> {
                 } else {
                     crate::bench::clone_git(&xtask, repo, &dest, &scratch.0)?
                 };
-                let got: u64 = crate::bench::output(Command::new("git").args(["rev-list", "--objects", "--all", "--count"]).current_dir(&dest))?.parse()?;
+                let got: u64 = crate::bench::output(
+                    Command::new("git").args(["rev-list", "--objects", "--all", "--count"]).current_dir(&dest),
+                )?
+                .parse()?;
                 if got != *objects {
                     bail!("{arm} clone of {name} has {got} objects, not {objects}");
                 }

@@ -7,9 +7,10 @@
 //! of the workspace (target/guards/ws) whose `[patch.crates-io]` points at the rebuilt crate; it
 //! builds into target/guards/target. The run with the queue is the workspace itself.
 
-use anyhow::{Context, Result, bail};
 use std::path::Path;
 use std::process::Command;
+
+use anyhow::{Context, Result, bail};
 
 use crate::queue::{Patch, Queue, header_field};
 use crate::tree;
@@ -19,7 +20,12 @@ pub fn guard_tests(patch: &Patch) -> Vec<String> {
     header_field(&patch.header, "Guard")
         .unwrap_or("")
         .split_whitespace()
-        .filter_map(|w| w.trim_matches(|c: char| c == ',' || c == ';').strip_prefix("tests/tests/")?.strip_suffix(".rs").map(str::to_owned))
+        .filter_map(|w| {
+            w.trim_matches(|c: char| c == ',' || c == ';')
+                .strip_prefix("tests/tests/")?
+                .strip_suffix(".rs")
+                .map(str::to_owned)
+        })
         .collect()
 }
 
@@ -29,12 +35,24 @@ pub fn evidence(output: &str) -> Vec<String> {
     let mut out = Vec::new();
     for (i, l) in lines.iter().enumerate() {
         let t = l.trim();
-        if t.starts_with("FAIL [") || t.starts_with("error[E") || (t.starts_with("error:") && !t.starts_with("error: could not compile") && !t.starts_with("error: test run failed")) {
+        if t.starts_with("FAIL [")
+            || t.starts_with("error[E")
+            || (t.starts_with("error:")
+                && !t.starts_with("error: could not compile")
+                && !t.starts_with("error: test run failed"))
+        {
             out.push(t.to_owned());
         } else if t.contains("panicked at") {
             out.push(t.to_owned());
             // The message follows the location line; assertion messages run over a few lines.
-            out.extend(lines[i + 1..].iter().take(4).map(|l| l.trim()).take_while(|l| !l.is_empty() && !l.starts_with("note:")).map(str::to_owned));
+            out.extend(
+                lines[i + 1..]
+                    .iter()
+                    .take(4)
+                    .map(|l| l.trim())
+                    .take_while(|l| !l.is_empty() && !l.starts_with("note:"))
+                    .map(str::to_owned),
+            );
         } else if t.starts_with("Summary [") {
             out.push(t.to_owned());
         }
@@ -107,8 +125,11 @@ pub fn run(root: &Path, only: Option<&str>) -> Result<()> {
         let mut dropped = Vec::new();
         if let Err(err) = crate::build_tree(root, &p.krate, &p.version, &others, &without) {
             let position = |file: &str| queue.patches.iter().position(|q| q.file == file);
-            let earlier: Vec<&Patch> = others.iter().copied().filter(|o| position(&o.file) < position(&p.file)).collect();
-            if earlier.len() == others.len() || crate::build_tree(root, &p.krate, &p.version, &earlier, &without).is_err() {
+            let earlier: Vec<&Patch> =
+                others.iter().copied().filter(|o| position(&o.file) < position(&p.file)).collect();
+            if earlier.len() == others.len()
+                || crate::build_tree(root, &p.krate, &p.version, &earlier, &without).is_err()
+            {
                 failures.push(format!("{}: the queue without it does not apply ({err:#}); not proven red", p.file));
                 continue;
             }
@@ -118,7 +139,12 @@ pub fn run(root: &Path, only: Option<&str>) -> Result<()> {
         let mut label = if others.is_empty() {
             format!("stock {} {}", p.krate, p.version)
         } else {
-            format!("{} {} + {}", p.krate, p.version, others.iter().map(|o| o.file.as_str()).collect::<Vec<_>>().join(" + "))
+            format!(
+                "{} {} + {}",
+                p.krate,
+                p.version,
+                others.iter().map(|o| o.file.as_str()).collect::<Vec<_>>().join(" + ")
+            )
         };
         if !dropped.is_empty() {
             let verb = if dropped.len() == 1 { "builds" } else { "build" };
@@ -130,7 +156,10 @@ pub fn run(root: &Path, only: Option<&str>) -> Result<()> {
         let lines = evidence(&text);
         let compiled = !lines.iter().any(|l| l.starts_with("error[E") || l.starts_with("error:"));
         if ok {
-            failures.push(format!("{}: its guard passes without it, on {label}: the patch or the guard is not needed any more", p.file));
+            failures.push(format!(
+                "{}: its guard passes without it, on {label}: the patch or the guard is not needed any more",
+                p.file
+            ));
             report.push(format!("NOT RED  {} on {label}", p.file));
         } else {
             let how = if compiled { "fails" } else { "does not compile (the API is the patch's)" };
@@ -167,7 +196,11 @@ mod tests {
 
     #[test]
     fn the_guard_header_names_test_binaries() {
-        let p = Patch::parse("x", "Crate: a 1.0.0\nGuard: tests/tests/serial_stepwise.rs (stepwise_with_thread_limit_one_spawns_no_thread)\n").unwrap();
+        let p = Patch::parse(
+            "x",
+            "Crate: a 1.0.0\nGuard: tests/tests/serial_stepwise.rs (stepwise_with_thread_limit_one_spawns_no_thread)\n",
+        )
+        .unwrap();
         assert_eq!(guard_tests(&p), vec!["serial_stepwise"]);
         let p = Patch::parse("x", "Crate: a 1.0.0\nGuard: tests/tests/a.rs, tests/tests/b.rs\n").unwrap();
         assert_eq!(guard_tests(&p), vec!["a", "b"]);

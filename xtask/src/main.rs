@@ -10,11 +10,11 @@ mod bench;
 mod bitmaps_bench;
 mod guards;
 mod maintenance_bench;
-mod refs_bench;
 mod narrow;
 mod push_bench;
 mod queue;
 mod real_bench;
+mod refs_bench;
 mod report;
 mod sync;
 mod tree;
@@ -279,13 +279,18 @@ fn run(cli: Cli) -> Result<()> {
         Top::Bench { command: BenchCmd::Narrow { rounds, repo } } => narrow::run(&root, rounds, repo),
         Top::Bench { command: BenchCmd::Push { rounds, repo } } => push_bench::run(&root, rounds, repo),
         Top::Bench { command: BenchCmd::Bitmaps { rounds } } => bitmaps_bench::run(&root, rounds),
-        Top::Bench { command: BenchCmd::Maintenance { rounds, repo, pushes, gixd } } => maintenance_bench::run(&root, rounds, repo, pushes, gixd),
+        Top::Bench { command: BenchCmd::Maintenance { rounds, repo, pushes, gixd } } => {
+            maintenance_bench::run(&root, rounds, repo, pushes, gixd)
+        }
         Top::Bench { command: BenchCmd::Real { rounds, repo, gixd } } => real_bench::run(&root, rounds, repo, gixd),
-        Top::Bench { command: BenchCmd::Refs { rounds, repo, requests, gixd } } => refs_bench::run(&root, rounds, repo, requests, gixd),
+        Top::Bench { command: BenchCmd::Refs { rounds, repo, requests, gixd } } => {
+            refs_bench::run(&root, rounds, repo, requests, gixd)
+        }
         Top::Report { check } => report::run(&root, check),
         Top::Fuzz { seconds, seed, targets } => {
             let mut cmd = Command::new("cargo");
-            cmd.args(["run", "--release", "--quiet", "-p", "gixd-fuzz", "--", "--seconds", &seconds.to_string()]).current_dir(&root);
+            cmd.args(["run", "--release", "--quiet", "-p", "gixd-fuzz", "--", "--seconds", &seconds.to_string()])
+                .current_dir(&root);
             if let Some(seed) = seed {
                 cmd.args(["--seed", &seed.to_string()]);
             }
@@ -444,7 +449,9 @@ fn check(root: &Path) -> Result<()> {
     problems.extend(table);
     problems.extend(sync::bench_requirements(root, false)?);
     for dup in sync::duplicate_gix_versions(&root.join("Cargo.lock"))? {
-        problems.push(format!("Cargo.lock holds {dup}: align the gix-* requirements (`cargo xtask patches rebase --all` does)"));
+        problems.push(format!(
+            "Cargo.lock holds {dup}: align the gix-* requirements (`cargo xtask patches rebase --all` does)"
+        ));
     }
     if problems.is_empty() {
         println!("patch queue: ok ({} patch(es) on {} crate(s))", queue.patches.len(), queue.crates().len());
@@ -555,15 +562,23 @@ fn fate_of(old: &str, new: &str) -> Fate {
     if old == new {
         return Fate::Unchanged;
     }
-    let hunks = |d: &str| d.lines().filter(|l| l.starts_with("@@ ")).map(|l| l.split(" @@").next().unwrap_or(l).trim_start_matches("@@ ").to_owned()).collect::<Vec<_>>();
-    let moved = hunks(old).into_iter().zip(hunks(new)).filter(|(a, b)| a != b).map(|(a, b)| format!("{a} → {b}")).collect();
+    let hunks = |d: &str| {
+        d.lines()
+            .filter(|l| l.starts_with("@@ "))
+            .map(|l| l.split(" @@").next().unwrap_or(l).trim_start_matches("@@ ").to_owned())
+            .collect::<Vec<_>>()
+    };
+    let moved =
+        hunks(old).into_iter().zip(hunks(new)).filter(|(a, b)| a != b).map(|(a, b)| format!("{a} → {b}")).collect();
     Fate::Offsets(moved)
 }
 
 fn fate_line(file: &str, fate: &Fate, krate: &str, version: &str) -> String {
     match fate {
         Fate::Unchanged => format!("UNCHANGED {file}: the same diff applies to {krate} {version}"),
-        Fate::Offsets(moved) if moved.is_empty() => format!("OFFSETS   {file}: regenerated (the file it changes changed upstream; its hunks stand where they stood)"),
+        Fate::Offsets(moved) if moved.is_empty() => format!(
+            "OFFSETS   {file}: regenerated (the file it changes changed upstream; its hunks stand where they stood)"
+        ),
         Fate::Offsets(moved) => format!("OFFSETS   {file}: regenerated, hunks moved {}", moved.join(", ")),
         Fate::Landed => format!("LANDED    {file}: already in {krate} {version}; moved to patches/landed/"),
     }
@@ -694,13 +709,16 @@ fn rebase(root: &Path, moves: &[(String, String)], run_tests: bool) -> Result<()
 
 /// Write what a rebase decided: patches (landed ones to patches/landed/), vendor/, the landed
 /// record, `[patch.crates-io]`, the lock file and the documents that follow the queue.
-fn write_rebase(root: &Path, queue: &mut Queue, new_trees: Vec<(String, PathBuf, Vec<Patch>)>, landed_rows: &str, moves: &[(String, String)]) -> Result<()> {
+fn write_rebase(
+    root: &Path,
+    queue: &mut Queue,
+    new_trees: Vec<(String, PathBuf, Vec<Patch>)>,
+    landed_rows: &str,
+    moves: &[(String, String)],
+) -> Result<()> {
     for (krate, work, kept) in new_trees {
-        let landed: Vec<Patch> = queue
-            .of_crate(&krate)
-            .filter(|p| !kept.iter().any(|k| k.file == p.file))
-            .cloned()
-            .collect();
+        let landed: Vec<Patch> =
+            queue.of_crate(&krate).filter(|p| !kept.iter().any(|k| k.file == p.file)).cloned().collect();
         for p in &landed {
             let from = queue.dir.join(&p.file);
             let to = queue.dir.join("landed").join(&p.file);
@@ -730,14 +748,27 @@ fn write_rebase(root: &Path, queue: &mut Queue, new_trees: Vec<(String, PathBuf,
     sync_patch_table(root, queue)?;
     for (krate, version) in moves {
         // Point the lock file at the new version (patched from vendor/ or, if nothing is left, the registry's).
-        let out = Command::new("cargo").args(["update", "--quiet", "-p", krate, "--precise", version]).current_dir(root).output()?;
+        let out = Command::new("cargo")
+            .args(["update", "--quiet", "-p", krate, "--precise", version])
+            .current_dir(root)
+            .output()?;
         if !out.status.success() {
-            println!("note: `cargo update -p {krate} --precise {version}`: {}", String::from_utf8_lossy(&out.stderr).trim());
+            println!(
+                "note: `cargo update -p {krate} --precise {version}`: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
     }
     // Everything else of the family follows the new requirements (nothing outside it moves).
-    let family: Vec<String> = sync::lock_versions(&root.join("Cargo.lock"))?.into_keys().filter(|n| n == "gix" || n.starts_with("gix-")).collect();
-    let out = Command::new("cargo").args(["update", "--quiet"]).args(family.iter().flat_map(|n| ["-p", n.as_str()])).current_dir(root).output()?;
+    let family: Vec<String> = sync::lock_versions(&root.join("Cargo.lock"))?
+        .into_keys()
+        .filter(|n| n == "gix" || n.starts_with("gix-"))
+        .collect();
+    let out = Command::new("cargo")
+        .args(["update", "--quiet"])
+        .args(family.iter().flat_map(|n| ["-p", n.as_str()]))
+        .current_dir(root)
+        .output()?;
     if !out.status.success() {
         bail!("cargo update of the gix family failed:\n{}", String::from_utf8_lossy(&out.stderr));
     }
@@ -749,14 +780,23 @@ fn write_rebase(root: &Path, queue: &mut Queue, new_trees: Vec<(String, PathBuf,
 /// in vendor/ a patch applied as text but does not compile on the new version; elsewhere the
 /// workspace meets API changes of the new release.
 fn build_gate(root: &Path, queue: &Queue, tests: bool) -> Result<()> {
-    let args: &[&str] = if tests { &["test", "--workspace", "--no-run"] } else { &["check", "--workspace", "--all-targets"] };
-    let out = Command::new("cargo").args(args).args(["--message-format", "short"]).current_dir(root).output().context("running cargo")?;
+    let args: &[&str] =
+        if tests { &["test", "--workspace", "--no-run"] } else { &["check", "--workspace", "--all-targets"] };
+    let out = Command::new("cargo")
+        .args(args)
+        .args(["--message-format", "short"])
+        .current_dir(root)
+        .output()
+        .context("running cargo")?;
     if out.status.success() {
         return Ok(());
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
     let errors: Vec<&str> = stderr.lines().filter(|l| l.contains(": error") || l.starts_with("error")).collect();
-    let (in_vendor, elsewhere): (Vec<&str>, Vec<&str>) = errors.iter().filter(|l| !l.starts_with("error: could not compile") && !l.starts_with("error: aborting")).partition(|l| l.starts_with("vendor/"));
+    let (in_vendor, elsewhere): (Vec<&str>, Vec<&str>) = errors
+        .iter()
+        .filter(|l| !l.starts_with("error: could not compile") && !l.starts_with("error: aborting"))
+        .partition(|l| l.starts_with("vendor/"));
     let mut msg = format!("the queue applied, but `cargo {}` failed.\n", args.join(" "));
     if !in_vendor.is_empty() {
         msg.push_str("\nIn patched crates — a patch applied as text but does not compile on the new version. Port it: edit vendor/<crate>, then `cargo xtask patches refresh --patch <file>`:\n");
@@ -765,15 +805,24 @@ fn build_gate(root: &Path, queue: &Queue, tests: bool) -> Result<()> {
             let touching: Vec<&str> = queue
                 .patches
                 .iter()
-                .filter(|p| file.strip_prefix(&format!("vendor/{}/", p.krate)).is_some_and(|rel| p.diff.contains(&format!(" b/{rel}\n"))))
+                .filter(|p| {
+                    file.strip_prefix(&format!("vendor/{}/", p.krate))
+                        .is_some_and(|rel| p.diff.contains(&format!(" b/{rel}\n")))
+                })
                 .map(|p| p.file.as_str())
                 .collect();
-            let by = if touching.is_empty() { "no patch changes this file".to_owned() } else { format!("changed by {}", touching.join(", ")) };
+            let by = if touching.is_empty() {
+                "no patch changes this file".to_owned()
+            } else {
+                format!("changed by {}", touching.join(", "))
+            };
             msg.push_str(&format!("  {l}  [{by}]\n"));
         }
     }
     if !elsewhere.is_empty() {
-        msg.push_str("\nIn the workspace — API changes of the new release: fix daemon/, tests/, bench/ (behaviour unchanged):\n");
+        msg.push_str(
+            "\nIn the workspace — API changes of the new release: fix daemon/, tests/, bench/ (behaviour unchanged):\n",
+        );
         for l in &elsewhere {
             msg.push_str(&format!("  {l}\n"));
         }
@@ -868,7 +917,8 @@ fn sync_patch_table(root: &Path, queue: &Queue) -> Result<()> {
     let table = doc["patch"]["crates-io"].or_insert(toml_edit::table());
     let table = table.as_table_mut().context("[patch.crates-io] is a table")?;
     let wanted = patch_table_wanted(queue);
-    let stale: Vec<String> = table.iter().map(|(k, _)| k.to_owned()).filter(|k| !wanted.iter().any(|(w, _)| w == k)).collect();
+    let stale: Vec<String> =
+        table.iter().map(|(k, _)| k.to_owned()).filter(|k| !wanted.iter().any(|(w, _)| w == k)).collect();
     for k in stale {
         table.remove(&k);
     }

@@ -6,9 +6,10 @@
 //! git gc's default): pack bytes, objects and CPU (of the repacking process and its children,
 //! `xtask rusage`). Run by hand on real repositories; not in CI.
 
-use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use anyhow::{Context, Result, bail};
 
 pub const MAINTENANCE_RESULTS: &str = "bench/results/maintenance.json";
 
@@ -41,12 +42,15 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, pushes: usize, gixd:
     let gixd = crate::bench::gixd_or_build(root, gixd)?;
     let xtask = std::env::current_exe()?;
     let scratch = crate::tree::Scratch::new("bench-maintenance")?;
-    let mut conditions = crate::bench::conditions(root, serde_json::json!({
-        "rounds": rounds,
-        "pushes": pushes,
-        "gixd": format!("release build {}", gixd.display()),
-        "how": "the default branch's first-parent history pushed to gixd over HTTP by stock git in equal steps (a thin pack each, completed as gixd stores it), then each arm on a fresh copy of that repository; git with pack.threads=1",
-    }))?;
+    let mut conditions = crate::bench::conditions(
+        root,
+        serde_json::json!({
+            "rounds": rounds,
+            "pushes": pushes,
+            "gixd": format!("release build {}", gixd.display()),
+            "how": "the default branch's first-parent history pushed to gixd over HTTP by stock git in equal steps (a thin pack each, completed as gixd stores it), then each arm on a fresh copy of that repository; git with pack.threads=1",
+        }),
+    )?;
     let mut repos_meta = Vec::new();
     let mut runs = Vec::new();
     for source in repos {
@@ -68,12 +72,29 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, pushes: usize, gixd:
                     bail!("copying {}", pushed.display());
                 }
                 let command: Vec<String> = match arm {
-                    "gixd maintenance" => vec![gixd.display().to_string(), "maintenance".into(), copy.display().to_string()],
-                    "git repack -adf --window=10" => ["git", "-C", &copy.display().to_string(), "-c", "pack.threads=1", "repack", "-q", "-adf", "--window=10"].map(String::from).to_vec(),
-                    _ => ["git", "-C", &copy.display().to_string(), "-c", "pack.threads=1", "repack", "-q", "-ad"].map(String::from).to_vec(),
+                    "gixd maintenance" => {
+                        vec![gixd.display().to_string(), "maintenance".into(), copy.display().to_string()]
+                    }
+                    "git repack -adf --window=10" => [
+                        "git",
+                        "-C",
+                        &copy.display().to_string(),
+                        "-c",
+                        "pack.threads=1",
+                        "repack",
+                        "-q",
+                        "-adf",
+                        "--window=10",
+                    ]
+                    .map(String::from)
+                    .to_vec(),
+                    _ => ["git", "-C", &copy.display().to_string(), "-c", "pack.threads=1", "repack", "-q", "-ad"]
+                        .map(String::from)
+                        .to_vec(),
                 };
                 let usage = scratch.0.join("rusage.json");
-                let out = Command::new(&xtask).arg("rusage").arg("--out").arg(&usage).arg("--").args(&command).output()?;
+                let out =
+                    Command::new(&xtask).arg("rusage").arg("--out").arg(&usage).arg("--").args(&command).output()?;
                 if !out.status.success() {
                     bail!("{arm} on {name} failed: {}", String::from_utf8_lossy(&out.stderr));
                 }
@@ -82,7 +103,8 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, pushes: usize, gixd:
                 if after != objects {
                     bail!("{arm} on {name}: {after} objects reachable after, {objects} before");
                 }
-                git(&copy, &["fsck", "--strict", "--no-dangling", "--connectivity-only"]).with_context(|| format!("{arm} on {name}: fsck"))?;
+                git(&copy, &["fsck", "--strict", "--no-dangling", "--connectivity-only"])
+                    .with_context(|| format!("{arm} on {name}: fsck"))?;
                 let (bytes, packs, loose) = pack_bytes(&copy)?;
                 runs.push(serde_json::json!({
                     "repo": name, "arm": arm, "round": round,
@@ -107,7 +129,8 @@ fn push_history(gixd: &Path, source: &Path, dir: &Path, pushes: usize) -> Result
     }
     std::fs::create_dir_all(dir)?;
     let branch = git(source, &["symbolic-ref", "--short", "HEAD"])?;
-    let history: Vec<String> = git(source, &["rev-list", "--first-parent", "--reverse", &branch])?.lines().map(str::to_owned).collect();
+    let history: Vec<String> =
+        git(source, &["rev-list", "--first-parent", "--reverse", &branch])?.lines().map(str::to_owned).collect();
     if history.len() < pushes {
         bail!("{}: {} commits on {branch}, fewer than {pushes} pushes", source.display(), history.len());
     }

@@ -4,17 +4,18 @@
 //! server's CPU (gixd: its threads' schedstat across the clone; git daemon: `--inetd` per
 //! connection under `xtask rusage`, so git daemon, upload-pack and pack-objects are all counted).
 
-use anyhow::{Context, Result, bail};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use anyhow::{Context, Result, bail};
 use bench_support::relay::{Relay, Upstream};
 
 pub const NARROW_RESULTS: &str = "bench/results/narrow.json";
 
 /// The clones compared: name and the flags that make it.
-const OPERATIONS: &[(&str, &[&str])] = &[("depth 1", &["--depth", "1"]), ("blob:none", &["--filter=blob:none"]), ("full", &[])];
+const OPERATIONS: &[(&str, &[&str])] =
+    &[("depth 1", &["--depth", "1"]), ("blob:none", &["--filter=blob:none"]), ("full", &[])];
 
 fn clone(url: &str, flags: &[&str], dest: &Path) -> Result<u64> {
     let status = Command::new("git")
@@ -26,7 +27,9 @@ fn clone(url: &str, flags: &[&str], dest: &Path) -> Result<u64> {
     if !status.success() {
         bail!("git clone {flags:?} {url} failed");
     }
-    let listing = crate::bench::output(Command::new("git").args(["cat-file", "--batch-all-objects", "--batch-check=%(objectname)"]).current_dir(dest))?;
+    let listing = crate::bench::output(
+        Command::new("git").args(["cat-file", "--batch-all-objects", "--batch-check=%(objectname)"]).current_dir(dest),
+    )?;
     Ok(listing.lines().count() as u64)
 }
 
@@ -38,8 +41,14 @@ pub fn run(root: &Path, rounds: usize, repo: Option<PathBuf>) -> Result<()> {
     };
     let base = repo.parent().context("repo parent")?.to_owned();
     let name = repo.file_name().context("repo name")?.to_string_lossy().into_owned();
-    let objects: u64 = crate::bench::output(Command::new("git").args(["rev-list", "--objects", "--all", "--count"]).current_dir(&repo))?.parse()?;
-    let filters = crate::bench::output(Command::new("git").args(["config", "--get", "uploadpack.allowFilter"]).current_dir(&repo)).unwrap_or_default();
+    let objects: u64 = crate::bench::output(
+        Command::new("git").args(["rev-list", "--objects", "--all", "--count"]).current_dir(&repo),
+    )?
+    .parse()?;
+    let filters = crate::bench::output(
+        Command::new("git").args(["config", "--get", "uploadpack.allowFilter"]).current_dir(&repo),
+    )
+    .unwrap_or_default();
     if filters != "true" {
         bail!("{} does not set uploadpack.allowFilter: the blob:none clones would be full clones", repo.display());
     }
@@ -58,14 +67,17 @@ pub fn run(root: &Path, rounds: usize, repo: Option<PathBuf>) -> Result<()> {
         "--export-all".into(),
         format!("--base-path={}", base.display()),
     ]))?;
-    let conditions = crate::bench::conditions(root, serde_json::json!({
-        "rounds": rounds,
-        "repo": name,
-        "objects": objects,
-        "gixd": "release build, git:// (gixd serve --git-listen), protocol v2, fresh process per clone",
-        "git_arm": "git daemon --inetd per connection (git daemon, upload-pack, pack-objects), protocol v2",
-        "bytes": "server → client through one counting TCP relay in front of both arms",
-    }))?;
+    let conditions = crate::bench::conditions(
+        root,
+        serde_json::json!({
+            "rounds": rounds,
+            "repo": name,
+            "objects": objects,
+            "gixd": "release build, git:// (gixd serve --git-listen), protocol v2, fresh process per clone",
+            "git_arm": "git daemon --inetd per connection (git daemon, upload-pack, pack-objects), protocol v2",
+            "bytes": "server → client through one counting TCP relay in front of both arms",
+        }),
+    )?;
     let mut runs = Vec::new();
     for round in 0..rounds {
         for (op, flags) in OPERATIONS {
@@ -106,7 +118,15 @@ pub fn run(root: &Path, rounds: usize, repo: Option<PathBuf>) -> Result<()> {
 fn start_gixd(gixd: &Path, base: &Path) -> Result<(u16, u32, std::process::Child)> {
     let git_port = crate::bench::free_port()?;
     let child = Command::new(gixd)
-        .args(["serve", "--export-all", "--listen", "127.0.0.1:0", "--git-listen", &format!("127.0.0.1:{git_port}"), "--base-path"])
+        .args([
+            "serve",
+            "--export-all",
+            "--listen",
+            "127.0.0.1:0",
+            "--git-listen",
+            &format!("127.0.0.1:{git_port}"),
+            "--base-path",
+        ])
         .arg(base)
         .env("GIXD_LOG", "warn")
         .stdout(Stdio::null())
@@ -128,4 +148,3 @@ pub(crate) fn wait_for_rusage(file: &Path) -> Result<i64> {
     }
     bail!("git daemon's rusage never arrived at {}", file.display())
 }
-

@@ -3,14 +3,17 @@
 //! receive-pack and what it runs — unpack-objects or index-pack, the connectivity check — are
 //! counted). Each push goes into a fresh copy of the repository.
 
-use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use anyhow::{Context, Result, bail};
 
 pub const PUSH_RESULTS: &str = "bench/results/push.json";
 
 fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    crate::bench::output(Command::new("git").current_dir(dir).args(["-c", "user.name=bench", "-c", "user.email=bench@gixd"]).args(args))
+    crate::bench::output(
+        Command::new("git").current_dir(dir).args(["-c", "user.name=bench", "-c", "user.email=bench@gixd"]).args(args),
+    )
 }
 
 pub fn run(root: &Path, rounds: usize, repo: Option<PathBuf>) -> Result<()> {
@@ -24,13 +27,16 @@ pub fn run(root: &Path, rounds: usize, repo: Option<PathBuf>) -> Result<()> {
     let scratch = crate::tree::Scratch::new("bench-push")?;
     let work = scratch.0.join("work");
     git(&scratch.0, &["clone", "-q", "--no-local", &source.display().to_string(), work.to_str().context("utf-8")?])?;
-    let conditions = crate::bench::conditions(root, serde_json::json!({
-        "rounds": rounds,
-        "repo": source.file_name().map(|n| n.to_string_lossy().into_owned()),
-        "objects": objects,
-        "gixd": "release build, HTTP push with a write token, fresh process and fresh repository copy per push",
-        "git_arm": "git receive-pack over file:// with what it runs, fresh repository copy per push",
-    }))?;
+    let conditions = crate::bench::conditions(
+        root,
+        serde_json::json!({
+            "rounds": rounds,
+            "repo": source.file_name().map(|n| n.to_string_lossy().into_owned()),
+            "objects": objects,
+            "gixd": "release build, HTTP push with a write token, fresh process and fresh repository copy per push",
+            "git_arm": "git receive-pack over file:// with what it runs, fresh repository copy per push",
+        }),
+    )?;
     let mut runs = Vec::new();
     for round in 0..rounds {
         for arm in crate::bench::round_order(2, round).into_iter().map(|i| ["gixd", "git"][i]) {
@@ -62,12 +68,18 @@ pub fn run(root: &Path, rounds: usize, repo: Option<PathBuf>) -> Result<()> {
 
 fn push_gixd(gixd: &Path, base: &Path, work: &Path) -> Result<i64> {
     let tokens = base.join("tokens.toml");
-    let out = Command::new(gixd).args(["token", "add", "--user", "bench", "--write", "--token-file"]).arg(&tokens).output()?;
+    let out = Command::new(gixd)
+        .args(["token", "add", "--user", "bench", "--write", "--token-file"])
+        .arg(&tokens)
+        .output()?;
     let secret = String::from_utf8(out.stdout)?.trim().to_owned();
     let (mut child, addr) = crate::bench::serve_gixd(gixd, base, &["--token-file".as_ref(), tokens.as_os_str()])?;
     let pid = child.id();
     let before = crate::bench::proc_cpu_us(pid)?;
-    let status = Command::new("git").current_dir(work).args(["push", "-q", &format!("http://bench:{secret}@{addr}/r.git"), "HEAD:refs/heads/main"]).status()?;
+    let status = Command::new("git")
+        .current_dir(work)
+        .args(["push", "-q", &format!("http://bench:{secret}@{addr}/r.git"), "HEAD:refs/heads/main"])
+        .status()?;
     let cpu = crate::bench::proc_cpu_us(pid)? - before;
     let _ = child.kill();
     let _ = child.wait();
@@ -83,7 +95,13 @@ fn push_git(xtask: &Path, repo: &Path, work: &Path, scratch: &Path) -> Result<i6
     let receive_pack = format!("{} rusage --out {} -- git-receive-pack", xtask.display(), out.display());
     let status = Command::new("git")
         .current_dir(work)
-        .args(["push", "-q", &format!("--receive-pack={receive_pack}"), &format!("file://{}", repo.display()), "HEAD:refs/heads/main"])
+        .args([
+            "push",
+            "-q",
+            &format!("--receive-pack={receive_pack}"),
+            &format!("file://{}", repo.display()),
+            "HEAD:refs/heads/main",
+        ])
         .status()?;
     if !status.success() {
         bail!("push to git receive-pack failed");

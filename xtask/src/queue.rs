@@ -3,8 +3,9 @@
 //! A patch file is a header of `Key: value` lines (a `Why:` paragraph may span lines), then the
 //! unified diff, starting at the first `diff --git` line. `git apply` skips the header.
 
-use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
 
 /// One patch of the series.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +40,8 @@ impl Patch {
             .or_else(|| text.starts_with("diff --git ").then_some(0))
             .unwrap_or(text.len());
         let (header, diff) = text.split_at(split);
-        let krate_line = header_field(header, "Crate").with_context(|| format!("{file}: no 'Crate: <name> <version>' line"))?;
+        let krate_line =
+            header_field(header, "Crate").with_context(|| format!("{file}: no 'Crate: <name> <version>' line"))?;
         let mut words = krate_line.split_whitespace();
         let (Some(krate), Some(version), None) = (words.next(), words.next(), words.next()) else {
             bail!("{file}: 'Crate:' must be '<name> <version>', got '{krate_line}'");
@@ -57,21 +59,13 @@ impl Patch {
     pub fn retarget(&self, version: &str, diff: String) -> Patch {
         let old = format!("Crate: {} {}", self.krate, self.version);
         let new = format!("Crate: {} {}", self.krate, version);
-        Patch {
-            header: self.header.replacen(&old, &new, 1),
-            version: version.to_owned(),
-            diff,
-            ..self.clone()
-        }
+        Patch { header: self.header.replacen(&old, &new, 1), version: version.to_owned(), diff, ..self.clone() }
     }
 }
 
 /// The value of a `Key: value` header line.
 pub fn header_field<'a>(header: &'a str, key: &str) -> Option<&'a str> {
-    header
-        .lines()
-        .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
-        .map(str::trim)
+    header.lines().find_map(|line| line.strip_prefix(key)?.strip_prefix(':')).map(str::trim)
 }
 
 /// The queue: `patches/series` and the patches it names, in apply order.
@@ -83,7 +77,8 @@ pub struct Queue {
 
 impl Queue {
     pub fn load(dir: &Path) -> Result<Queue> {
-        let series = std::fs::read_to_string(dir.join("series")).with_context(|| format!("reading {}/series", dir.display()))?;
+        let series =
+            std::fs::read_to_string(dir.join("series")).with_context(|| format!("reading {}/series", dir.display()))?;
         let mut patches = Vec::new();
         for file in parse_series(&series) {
             let text = std::fs::read_to_string(dir.join(file)).with_context(|| format!("reading patch {file}"))?;
@@ -100,7 +95,12 @@ impl Queue {
             if let Some(other) = self.patches.iter().find(|o| o.krate == p.krate && o.version != p.version) {
                 bail!(
                     "{} targets {} {} but {} targets {} {}: one crate, one version",
-                    p.file, p.krate, p.version, other.file, other.krate, other.version
+                    p.file,
+                    p.krate,
+                    p.version,
+                    other.file,
+                    other.krate,
+                    other.version
                 );
             }
         }
@@ -153,10 +153,7 @@ pub const SERIES_PREAMBLE: &str = "# The patch queue, in apply order: one file (
 /// The file names listed in a series file: blank lines and `#` comments (whole lines, or after a
 /// file name) are skipped.
 pub fn parse_series(text: &str) -> Vec<&str> {
-    text.lines()
-        .map(|l| l.split('#').next().unwrap_or("").trim())
-        .filter(|l| !l.is_empty())
-        .collect()
+    text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty()).collect()
 }
 
 /// One line of `patches/landed.md`, the record of patches that upstream shipped.
@@ -213,7 +210,10 @@ mod tests {
     #[test]
     fn the_series_names_each_patch_with_its_crate_version_and_reads_back() {
         let mk = |f: &str, k: &str, v: &str| Patch::parse(f, &format!("Crate: {k} {v}\n")).unwrap();
-        let q = Queue { dir: PathBuf::new(), patches: vec![mk("b/0001-x.patch", "b", "0.50.2"), mk("a/0001-long-name.patch", "a", "0.78.0")] };
+        let q = Queue {
+            dir: PathBuf::new(),
+            patches: vec![mk("b/0001-x.patch", "b", "0.50.2"), mk("a/0001-long-name.patch", "a", "0.78.0")],
+        };
         let text = q.series_text();
         assert!(text.contains("b/0001-x.patch          # b 0.50.2\n"), "{text}");
         assert!(text.contains("a/0001-long-name.patch  # a 0.78.0\n"), "{text}");

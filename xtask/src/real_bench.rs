@@ -17,8 +17,6 @@
 //! reused while the source's refs stay the same. Nothing here runs in CI (it needs the
 //! repositories); `report` renders the committed results.
 
-use anyhow::{Context, Result, bail};
-use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, Read, Write};
 use std::net::SocketAddr;
@@ -26,8 +24,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use crate::bench::{output, pack_bytes, proc_cpu_us, round_order};
+use anyhow::{Context, Result, bail};
 use bench_support::relay::{Relay, Upstream};
+use serde_json::{Value, json};
+
+use crate::bench::{output, pack_bytes, proc_cpu_us, round_order};
 
 pub const REAL_RESULTS: &str = "bench/results/real-repos.json";
 
@@ -125,8 +126,10 @@ fn prepare(root: &Path, source: &Path) -> Result<Prepared> {
         copy_dir(&walk, &behind)?;
         // The behind client: default branch moved back, every ref not merged into it deleted,
         // and the objects only those refs reached dropped.
-        let keep: HashSet<String> =
-            git(&behind, &["for-each-ref", &format!("--merged={tip}"), "--format=%(refname)"])?.lines().map(str::to_owned).collect();
+        let keep: HashSet<String> = git(&behind, &["for-each-ref", &format!("--merged={tip}"), "--format=%(refname)"])?
+            .lines()
+            .map(str::to_owned)
+            .collect();
         let mut script = String::new();
         for r in git(&behind, &["for-each-ref", "--format=%(refname)"])?.lines() {
             if r != head && !keep.contains(r) {
@@ -134,7 +137,8 @@ fn prepare(root: &Path, source: &Path) -> Result<Prepared> {
             }
         }
         script.push_str(&format!("update {head} {tip}\n"));
-        let mut child = Command::new("git").current_dir(&behind).args(["update-ref", "--stdin"]).stdin(Stdio::piped()).spawn()?;
+        let mut child =
+            Command::new("git").current_dir(&behind).args(["update-ref", "--stdin"]).stdin(Stdio::piped()).spawn()?;
         child.stdin.take().context("stdin")?.write_all(script.as_bytes())?;
         if !child.wait()?.success() {
             bail!("{name}: git update-ref --stdin failed on the behind client");
@@ -147,7 +151,11 @@ fn prepare(root: &Path, source: &Path) -> Result<Prepared> {
     for ((variant, dir, bitmap), _) in VARIANTS.iter().zip(&bases) {
         let has = pack_files(&served(dir), "bitmap")? > 0;
         if has != *bitmap {
-            bail!("{name}, {variant}: a .bitmap is {} where it should {}", if has { "present" } else { "missing" }, if *bitmap { "be" } else { "not be" });
+            bail!(
+                "{name}, {variant}: a .bitmap is {} where it should {}",
+                if has { "present" } else { "missing" },
+                if *bitmap { "be" } else { "not be" }
+            );
         }
         if pack_files(&served(dir), "pack")? != 1 {
             bail!("{name}, {variant}: not one pack after git repack -ad");
@@ -226,9 +234,13 @@ struct ClientState {
 }
 
 fn client_state(dest: &Path) -> Result<ClientState> {
-    let mut shallow: Vec<String> = std::fs::read_to_string(dest.join("shallow")).unwrap_or_default().lines().map(str::to_owned).collect();
+    let mut shallow: Vec<String> =
+        std::fs::read_to_string(dest.join("shallow")).unwrap_or_default().lines().map(str::to_owned).collect();
     shallow.sort();
-    Ok(ClientState { refs: git(dest, &["for-each-ref", "--format=%(objectname) %(refname)"])?, shallow: shallow.join("\n") })
+    Ok(ClientState {
+        refs: git(dest, &["for-each-ref", "--format=%(objectname) %(refname)"])?,
+        shallow: shallow.join("\n"),
+    })
 }
 
 /// Run one client operation against `url` into `dest`.
@@ -238,8 +250,17 @@ fn client(op: Op, url: &str, repo: &Prepared, dest: &Path) -> Result<()> {
         client_copy(if op == Op::FetchBehind { &repo.behind } else { &repo.full }, dest)?;
         cmd.arg("-C").arg(dest);
     }
-    cmd.args(["-c", "protocol.version=2", "-c", "gc.auto=0", "-c", "maintenance.auto=false", "-c", "fetch.writeCommitGraph=false"])
-        .env("GIT_TERMINAL_PROMPT", "0");
+    cmd.args([
+        "-c",
+        "protocol.version=2",
+        "-c",
+        "gc.auto=0",
+        "-c",
+        "maintenance.auto=false",
+        "-c",
+        "fetch.writeCommitGraph=false",
+    ])
+    .env("GIT_TERMINAL_PROMPT", "0");
     match op {
         Op::Clone => cmd.args(["clone", "-q", "--bare", url]).arg(dest),
         Op::Depth1 => cmd.args(["clone", "-q", "--bare", "--depth", "1", url]).arg(dest),
@@ -279,7 +300,11 @@ fn start_gixd(gixd: &Path, base: &Path, log: &Path) -> Result<(std::process::Chi
         .spawn()?;
     let mut first = String::new();
     std::io::BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut first)?;
-    let addr = first.split("http://").nth(1).and_then(|r| r.split('/').next()).with_context(|| format!("gixd's address line: {first:?}"))?;
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .with_context(|| format!("gixd's address line: {first:?}"))?;
     Ok((child, addr.parse()?))
 }
 
@@ -361,9 +386,19 @@ fn gixd_binary(root: &Path, given: Option<PathBuf>, scratch: &Path) -> Result<(P
 
 fn machine() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, m)| m.trim()).unwrap_or("?");
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, m)| m.trim())
+        .unwrap_or("?");
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let mem_kb: u64 = meminfo.lines().find(|l| l.starts_with("MemTotal:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let mem_kb: u64 = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let kernel = output(Command::new("uname").args(["-srm"])).unwrap_or_default();
     format!("{model}, {} GiB RAM, {kernel}", mem_kb / (1024 * 1024))
 }
@@ -382,17 +417,20 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
     let (gixd, gixd_facts) = gixd_binary(root, gixd, &scratch.0)?;
     let xtask = std::env::current_exe()?;
     let logs = root.join("target/real-bench/logs");
-    let conditions = crate::bench::conditions(root, json!({
-        "rounds": rounds,
-        "machine": machine(),
-        "gixd": "release build, HTTP, protocol v2, a fresh process per operation: arm gixd after one unmeasured git ls-remote of the repository, arm gixd fresh with the operation as its first request",
-        "gixd_binary": gixd_facts,
-        "git_arm": "git upload-pack --strict --timeout=0 (protocol v2) with the pack-objects it runs, a process per git:// connection, the request line read as git daemon --inetd reads it (git daemon's own process not counted)",
-        "bytes": "server → client through one counting TCP relay in front of each arm (gixd: HTTP, headers and chunking included; git: git://)",
-        "variants": "bitmap: git repack -adb; no bitmap: git repack -ad; both one pack with pack.writeReverseIndex, no commit-graph, uploadpack.allowFilter=true",
-        "fetches": format!("git fetch {} into a bare client: behind = a full clone with the default branch moved to ~{BEHIND} and every ref not merged into it deleted, repacked; no-op = a full clone", REFSPECS.join(" ")),
-        "repos": prepared.iter().map(|p| p.facts.clone()).collect::<Vec<_>>(),
-    }))?;
+    let conditions = crate::bench::conditions(
+        root,
+        json!({
+            "rounds": rounds,
+            "machine": machine(),
+            "gixd": "release build, HTTP, protocol v2, a fresh process per operation: arm gixd after one unmeasured git ls-remote of the repository, arm gixd fresh with the operation as its first request",
+            "gixd_binary": gixd_facts,
+            "git_arm": "git upload-pack --strict --timeout=0 (protocol v2) with the pack-objects it runs, a process per git:// connection, the request line read as git daemon --inetd reads it (git daemon's own process not counted)",
+            "bytes": "server → client through one counting TCP relay in front of each arm (gixd: HTTP, headers and chunking included; git: git://)",
+            "variants": "bitmap: git repack -adb; no bitmap: git repack -ad; both one pack with pack.writeReverseIndex, no commit-graph, uploadpack.allowFilter=true",
+            "fetches": format!("git fetch {} into a bare client: behind = a full clone with the default branch moved to ~{BEHIND} and every ref not merged into it deleted, repacked; no-op = a full clone", REFSPECS.join(" ")),
+            "repos": prepared.iter().map(|p| p.facts.clone()).collect::<Vec<_>>(),
+        }),
+    )?;
     let mut runs = Vec::new();
     // What the first arm left the client with, per repository and operation.
     let mut reference: BTreeMap<(String, &str), (ClientState, String)> = BTreeMap::new();
@@ -424,7 +462,9 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
                 for (op_name, op) in OPS {
                     for arm in round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
                         let dest = scratch.0.join(format!("client-{}", runs.len()));
-                        let log = logs.join(name).join(format!("{dir}-{}-{round}.log", op_name.replace([' ', ',', '='], "_")));
+                        let log = logs
+                            .join(name)
+                            .join(format!("{dir}-{}-{round}.log", op_name.replace([' ', ',', '='], "_")));
                         let wall = Instant::now();
                         let (cpu_us, bytes, log_lines) = match arm {
                             "gixd" | "gixd fresh" => {
@@ -437,7 +477,8 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
                                     relay.take();
                                 }
                                 let before = proc_cpu_us(pid)?;
-                                let done = client(*op, &format!("http://127.0.0.1:{}/{name}.git", relay.port), repo, &dest);
+                                let done =
+                                    client(*op, &format!("http://127.0.0.1:{}/{name}.git", relay.port), repo, &dest);
                                 let cpu = proc_cpu_us(pid)? - before;
                                 let _ = child.kill();
                                 let _ = child.wait();
@@ -539,7 +580,8 @@ fn parse_git_request(body: &[u8]) -> Result<(String, Option<String>)> {
     let text = std::str::from_utf8(body)?;
     let mut fields = text.split('\0');
     let first = fields.next().unwrap_or("");
-    let path = first.strip_prefix("git-upload-pack ").with_context(|| format!("not an upload-pack request: {first:?}"))?;
+    let path =
+        first.strip_prefix("git-upload-pack ").with_context(|| format!("not an upload-pack request: {first:?}"))?;
     let path = path.trim_start_matches('/');
     if path.split('/').any(|c| c == "..") {
         bail!("refused path {path:?}");

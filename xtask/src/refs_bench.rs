@@ -7,9 +7,10 @@
 //! `--requests` of them in a row (utime + stime from /proc); and, once per repository, the
 //! server's CPU for the mirror push itself. Run by hand; not in CI.
 
-use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use anyhow::{Context, Result, bail};
 
 pub const REFS_RESULTS: &str = "bench/results/refs.json";
 
@@ -39,25 +40,37 @@ fn ls_remote(url: &str) -> Result<()> {
 /// The server's system calls for one `git ls-remote`.
 fn syscalls_of_one(pid: u32, url: &str, scratch: &Path) -> Result<u64> {
     let out = scratch.join("strace.txt");
-    let mut strace = Command::new("strace").args(["-f", "-c", "-U", "name,calls", "-o"]).arg(&out).args(["-p", &pid.to_string()]).stderr(std::process::Stdio::null()).spawn().context("strace (apt-get install strace)")?;
+    let mut strace = Command::new("strace")
+        .args(["-f", "-c", "-U", "name,calls", "-o"])
+        .arg(&out)
+        .args(["-p", &pid.to_string()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("strace (apt-get install strace)")?;
     std::thread::sleep(std::time::Duration::from_millis(500));
     ls_remote(url)?;
     std::thread::sleep(std::time::Duration::from_millis(100));
     Command::new("kill").args(["-INT", &strace.id().to_string()]).status()?;
     strace.wait()?;
     let text = std::fs::read_to_string(&out)?;
-    text.lines().find_map(|l| l.strip_prefix("total").map(|r| r.trim().parse::<u64>())).context("strace total")?.map_err(Into::into)
+    text.lines()
+        .find_map(|l| l.strip_prefix("total").map(|r| r.trim().parse::<u64>()))
+        .context("strace total")?
+        .map_err(Into::into)
 }
 
 pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, requests: usize, gixd: Option<PathBuf>) -> Result<()> {
     let gixd = crate::bench::gixd_or_build(root, gixd)?;
     let scratch = crate::tree::Scratch::new("bench-refs")?;
-    let mut conditions = crate::bench::conditions(root, serde_json::json!({
-        "rounds": rounds,
-        "requests": requests,
-        "gixd": format!("release build {}", gixd.display()),
-        "how": "the repository's heads and tags pushed to gixd over HTTP by `git push --mirror` (a loose file per ref), a copy maintained by `gixd maintenance`; one gixd serves both; per arm and round: the server's system calls for one `git ls-remote` (protocol v2: ls-refs) and its CPU for a run of them",
-    }))?;
+    let mut conditions = crate::bench::conditions(
+        root,
+        serde_json::json!({
+            "rounds": rounds,
+            "requests": requests,
+            "gixd": format!("release build {}", gixd.display()),
+            "how": "the repository's heads and tags pushed to gixd over HTTP by `git push --mirror` (a loose file per ref), a copy maintained by `gixd maintenance`; one gixd serves both; per arm and round: the server's system calls for one `git ls-remote` (protocol v2: ls-refs) and its CPU for a run of them",
+        }),
+    )?;
     let mut repos_meta = Vec::new();
     let mut runs = Vec::new();
     for source in repos {
@@ -72,7 +85,9 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, requests: usize, gix
             bail!("copying {}", loose.display());
         }
         crate::bench::output(Command::new(&gixd).arg("maintenance").arg(base.join("packed.git")))?;
-        let count_files = |repo: &Path| -> Result<usize> { Ok(crate::bench::output(Command::new("find").arg(repo.join("refs")).args(["-type", "f"]))?.lines().count()) };
+        let count_files = |repo: &Path| -> Result<usize> {
+            Ok(crate::bench::output(Command::new("find").arg(repo.join("refs")).args(["-type", "f"]))?.lines().count())
+        };
         let refs = git(&loose, &["for-each-ref", "--format=x"])?.lines().count();
         let (loose_files, packed_files) = (count_files(&loose)?, count_files(&base.join("packed.git"))?);
         if git(&loose, &["show-ref", "-d"])? != git(&base.join("packed.git"), &["show-ref", "-d"])? {

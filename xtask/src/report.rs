@@ -3,9 +3,10 @@
 //! rewritten from the result file, so no number in it was typed by hand. `--check` fails when a
 //! block is not what the results render to (a result re-measured without re-rendering, or an edit).
 
+use std::path::Path;
+
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
-use std::path::Path;
 
 /// Documents and the generated blocks they hold.
 const TARGETS: &[(&str, &str)] = &[
@@ -127,7 +128,8 @@ fn measured_behind(root: &Path, queue: &crate::queue::Queue) -> Result<Vec<Strin
 fn reports_naming_other_releases(root: &Path, queue: &crate::queue::Queue) -> Result<Vec<String>> {
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir(root.join("upstream")) else { return Ok(out) };
-    let mut docs: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "md")).collect();
+    let mut docs: Vec<_> =
+        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "md")).collect();
     docs.sort();
     for doc in docs {
         let text = std::fs::read_to_string(&doc)?;
@@ -296,7 +298,9 @@ fn clone_cost(root: &Path) -> Result<String> {
     repos.dedup();
     for repo in repos {
         let of = |arm: &str, key: &str| {
-            median(runs.iter().filter(|r| r["repo"] == repo && r["arm"] == arm).filter_map(|r| r[key].as_f64()).collect())
+            median(
+                runs.iter().filter(|r| r["repo"] == repo && r["arm"] == arm).filter_map(|r| r[key].as_f64()).collect(),
+            )
         };
         let objects = runs.iter().find(|r| r["repo"] == repo).and_then(|r| r["objects"].as_u64()).unwrap_or(0);
         let (cg, ct) = (of("gixd", "cpu_us") / 1000.0, of("git", "cpu_us") / 1000.0);
@@ -318,7 +322,10 @@ fn patch_results(root: &Path, key: &str, what: &str) -> Result<Result<Value, Str
         Err(not_measured) => return Ok(Err(not_measured)),
     };
     if doc["runs"].as_array().context("runs")?.iter().all(|r| r.get(key).is_none()) {
-        return Ok(Err(format!("NOT MEASURED: {} predates the {what} measurement. Run `cargo xtask bench patches`.\n", crate::bench::RESULTS)));
+        return Ok(Err(format!(
+            "NOT MEASURED: {} predates the {what} measurement. Run `cargo xtask bench patches`.\n",
+            crate::bench::RESULTS
+        )));
     }
     Ok(Ok(doc))
 }
@@ -351,7 +358,10 @@ fn index_costs(root: &Path) -> Result<String> {
         &stock,
         &patched,
         &[("objects indexed", "index_objects"), ("threads started during indexing", "index_threads_started")],
-        &[("process CPU per indexing, median (ms)", "index_cpu_us"), ("wall per indexing, median (ms)", "index_wall_us")],
+        &[
+            ("process CPU per indexing, median (ms)", "index_cpu_us"),
+            ("wall per indexing, median (ms)", "index_wall_us"),
+        ],
     ));
     Ok(out)
 }
@@ -380,7 +390,10 @@ fn decode_costs(root: &Path) -> Result<String> {
         &[
             ("process CPU per pass, `StaticLinkedList<64>`, median (ms)", "decode_cpu_us"),
             ("process CPU per pass, `MemoryCappedHashmap`, median (ms)", "decode_capped_cpu_us"),
-            ("process CPU per pass, `MemoryCappedHashmap`, opposite order, median (ms)", "decode_capped_reversed_cpu_us"),
+            (
+                "process CPU per pass, `MemoryCappedHashmap`, opposite order, median (ms)",
+                "decode_capped_reversed_cpu_us",
+            ),
         ],
     ));
     Ok(out)
@@ -439,7 +452,9 @@ fn push(root: &Path) -> Result<String> {
         c["gixd"].as_str().unwrap_or("?"),
         c["git_arm"].as_str().unwrap_or("?"),
     ));
-    let med = |arm: &str| median(runs.iter().filter(|r| r["arm"] == arm).filter_map(|r| r["cpu_us"].as_f64()).collect()) / 1000.0;
+    let med = |arm: &str| {
+        median(runs.iter().filter(|r| r["arm"] == arm).filter_map(|r| r["cpu_us"].as_f64()).collect()) / 1000.0
+    };
     let (g, t) = (med("gixd"), med("git"));
     out.push_str("| measure | gixd | git receive-pack | gixd ÷ git |\n|---|---|---|---|\n");
     out.push_str(&format!("| server CPU per push (ms) | {g:.1} | {t:.1} | {} |\n", ratio(t, g)));
@@ -450,7 +465,11 @@ fn push(root: &Path) -> Result<String> {
 /// repacks, a row per repository, the worst bytes ratio (gixd ÷ `git repack -adf`) first.
 fn maintenance(root: &Path) -> Result<String> {
     use crate::maintenance_bench::ARMS;
-    let doc = match load(root, crate::maintenance_bench::MAINTENANCE_RESULTS, "`cargo xtask bench maintenance --repo PATH…` (by hand: it needs the repositories)")? {
+    let doc = match load(
+        root,
+        crate::maintenance_bench::MAINTENANCE_RESULTS,
+        "`cargo xtask bench maintenance --repo PATH…` (by hand: it needs the repositories)",
+    )? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
@@ -495,7 +514,11 @@ fn maintenance(root: &Path) -> Result<String> {
 /// What loose refs cost a request: a row per repository, the largest loose ÷ packed CPU first.
 fn refs(root: &Path) -> Result<String> {
     use crate::refs_bench::ARMS;
-    let doc = match load(root, crate::refs_bench::REFS_RESULTS, "`cargo xtask bench refs --repo PATH…` (by hand: it needs the repositories)")? {
+    let doc = match load(
+        root,
+        crate::refs_bench::REFS_RESULTS,
+        "`cargo xtask bench refs --repo PATH…` (by hand: it needs the repositories)",
+    )? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
@@ -509,7 +532,9 @@ fn refs(root: &Path) -> Result<String> {
     for repo in c["repos"].as_array().context("repos")? {
         let name = repo["repo"].as_str().context("repo")?;
         let of = |arm: &str| -> Vec<&Value> { runs.iter().filter(|r| r["repo"] == name && r["arm"] == arm).collect() };
-        let cpu = |arm: &str| median(of(arm).iter().filter_map(|r| Some(r["cpu_us"].as_f64()? / r["requests"].as_f64()?)).collect());
+        let cpu = |arm: &str| {
+            median(of(arm).iter().filter_map(|r| Some(r["cpu_us"].as_f64()? / r["requests"].as_f64()?)).collect())
+        };
         let (loose, packed) = (cpu(ARMS[0].0), cpu(ARMS[1].0));
         let row = format!(
             "| {name} | {} | {:.0} | {} | {} | {} | {} | {loose:.0} | {packed:.0} | {} |\n",
@@ -546,10 +571,21 @@ fn bitmaps(root: &Path) -> Result<String> {
     let mut repos: Vec<&str> = runs.iter().filter_map(|r| r["repo"].as_str()).collect();
     repos.dedup();
     for repo in repos {
-        let of = |arm: &str| median(runs.iter().filter(|r| r["repo"] == repo && r["arm"] == arm).filter_map(|r| r["cpu_us"].as_f64()).collect()) / 1000.0;
+        let of = |arm: &str| {
+            median(
+                runs.iter()
+                    .filter(|r| r["repo"] == repo && r["arm"] == arm)
+                    .filter_map(|r| r["cpu_us"].as_f64())
+                    .collect(),
+            ) / 1000.0
+        };
         let objects = runs.iter().find(|r| r["repo"] == repo).and_then(|r| r["objects"].as_u64()).unwrap_or(0);
         let (gb, tb, gw, tw) = (of("gixd bitmap"), of("git bitmap"), of("gixd walk"), of("git walk"));
-        out.push_str(&format!("| {repo} | {objects} | {gb:.1} | {tb:.1} | {} | {gw:.1} | {tw:.1} | {} |\n", ratio(tb, gb), ratio(tw, gw)));
+        out.push_str(&format!(
+            "| {repo} | {objects} | {gb:.1} | {tb:.1} | {} | {gw:.1} | {tw:.1} | {} |\n",
+            ratio(tb, gb),
+            ratio(tw, gw)
+        ));
     }
     Ok(out)
 }
@@ -591,7 +627,8 @@ fn real_repos(root: &Path) -> Result<String> {
         .map(|a| {
             a.iter()
                 .map(|r| {
-                    let origin = r["origin"].as_str().filter(|o| !o.is_empty()).map(|o| format!(" ({o})")).unwrap_or_default();
+                    let origin =
+                        r["origin"].as_str().filter(|o| !o.is_empty()).map(|o| format!(" ({o})")).unwrap_or_default();
                     format!(
                         "{}{origin}: {} objects, {} refs ({} branches, {} tags of which {} annotated), {} at {}",
                         r["name"].as_str().unwrap_or("?"),
@@ -654,10 +691,13 @@ fn real_rows(runs: &[Value]) -> Vec<RealRow> {
             keys.push((repo, variant, op));
         }
     }
-    keys
-        .into_iter()
+    keys.into_iter()
         .map(|(repo, variant, op)| {
-            let arm = |name: &str| runs.iter().filter(|r| r["repo"] == repo && r["variant"] == variant && r["op"] == op && r["arm"] == name).collect::<Vec<_>>();
+            let arm = |name: &str| {
+                runs.iter()
+                    .filter(|r| r["repo"] == repo && r["variant"] == variant && r["op"] == op && r["arm"] == name)
+                    .collect::<Vec<_>>()
+            };
             let (g, f, t) = (arm("gixd"), arm("gixd fresh"), arm("git"));
             let med = |runs: &[&Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect());
             RealRow {
@@ -731,7 +771,9 @@ fn writes(root: &Path) -> Result<String> {
         c["repo"].as_str().unwrap_or("?"),
         c["objects"].as_str().unwrap_or("?")
     ));
-    out.push_str("| arm | write calls per clone (median) | pack bytes | calls ÷ (bytes / 65516) |\n|---|---|---|---|\n");
+    out.push_str(
+        "| arm | write calls per clone (median) | pack bytes | calls ÷ (bytes / 65516) |\n|---|---|---|---|\n",
+    );
     let mut arms: Vec<&str> = runs.iter().filter_map(|r| r["arm"].as_str()).collect();
     arms.sort();
     arms.dedup();
@@ -755,13 +797,23 @@ fn ramp(root: &Path) -> Result<String> {
         c["repo"].as_str().unwrap_or("?"),
         c["cgroup_readback"]["quota_us"].as_str().unwrap_or("?"),
         c["cgroup_readback"]["period_us"].as_str().unwrap_or("?"),
-        c["affinity"].as_array().map(|a| a.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join("; ")).unwrap_or_default(),
+        c["affinity"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join("; "))
+            .unwrap_or_default(),
     ));
     out.push_str("| concurrent clients | server CPU per clone, quota without cpuset (ms) | ÷ 1 client | pinned to 1 CPU (ms) | ÷ 1 client |\n|---|---|---|---|---|\n");
     let mut rungs: Vec<u64> = runs.iter().filter_map(|r| r["clients"].as_u64()).collect();
     rungs.sort();
     rungs.dedup();
-    let per = |arm: &str, n: u64| median(runs.iter().filter(|r| r["arm"] == arm && r["clients"] == n).filter_map(|r| r["cpu_per_clone_us"].as_f64()).collect()) / 1000.0;
+    let per = |arm: &str, n: u64| {
+        median(
+            runs.iter()
+                .filter(|r| r["arm"] == arm && r["clients"] == n)
+                .filter_map(|r| r["cpu_per_clone_us"].as_f64())
+                .collect(),
+        ) / 1000.0
+    };
     let first = rungs.first().copied().unwrap_or(1);
     for n in &rungs {
         let (q, p) = (per("quota", *n), per("pinned", *n));
@@ -781,7 +833,10 @@ mod tests {
     #[test]
     fn a_block_is_replaced_between_its_markers_only() {
         let text = "a\n<!-- generated: x -->\nold\n<!-- end generated -->\nb\n";
-        assert_eq!(replace_block(text, "x", "new\n").unwrap(), "a\n<!-- generated: x -->\nnew\n<!-- end generated -->\nb\n");
+        assert_eq!(
+            replace_block(text, "x", "new\n").unwrap(),
+            "a\n<!-- generated: x -->\nnew\n<!-- end generated -->\nb\n"
+        );
         assert!(replace_block(text, "y", "new\n").is_err());
     }
 
@@ -796,16 +851,25 @@ mod tests {
 
     #[test]
     fn versions_are_read_after_the_crate_name_only() {
-        assert_eq!(versions_named("on stock gix-pack 0.77.0, and gix-pack 0.78.0.", "gix-pack"), vec!["0.77.0", "0.78.0"]);
+        assert_eq!(
+            versions_named("on stock gix-pack 0.77.0, and gix-pack 0.78.0.", "gix-pack"),
+            vec!["0.77.0", "0.78.0"]
+        );
         assert!(versions_named("xgix-pack 0.77.0 and gix-pack 0.78 and gix-pack@0.1.0", "gix-pack").is_empty());
     }
 
     #[test]
     fn measured_versions_come_from_the_arm_record_or_the_queue() {
         let new = serde_json::json!({"arms": {"stock": ["gix-parallel 0.50.2", "gix-pack 0.78.0"]}, "queue": ["a (gix-pack 0.77.0)"]});
-        assert_eq!(measured_versions(&new), vec![("gix-parallel".into(), "0.50.2".into()), ("gix-pack".into(), "0.78.0".into())]);
+        assert_eq!(
+            measured_versions(&new),
+            vec![("gix-parallel".into(), "0.50.2".into()), ("gix-pack".into(), "0.78.0".into())]
+        );
         let old = serde_json::json!({"queue": ["gix-parallel/0001-x.patch (gix-parallel 0.50.1)", "gix-pack/0001-y.patch (gix-pack 0.77.0)", "gix-pack/0002-z.patch (gix-pack 0.77.0)"]});
-        assert_eq!(measured_versions(&old), vec![("gix-parallel".into(), "0.50.1".into()), ("gix-pack".into(), "0.77.0".into())]);
+        assert_eq!(
+            measured_versions(&old),
+            vec![("gix-parallel".into(), "0.50.1".into()), ("gix-pack".into(), "0.77.0".into())]
+        );
     }
 
     #[test]

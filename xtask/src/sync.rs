@@ -8,10 +8,11 @@
 //! - PATCH.md's table names each patch's `crate@version` ([`patch_md_table`]) and its history
 //!   gets one line per rebase ([`append_history`]).
 
-use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+
+use anyhow::{Context, Result, bail};
 
 use crate::queue::Queue;
 use crate::tree::Scratch;
@@ -28,7 +29,9 @@ pub fn requirement_for(version: &str) -> String {
 
 /// Whether `version` satisfies the caret requirement `req` (`"0.78"`, `"0.50.1"`, `"1.2"`).
 pub fn caret_matches(req: &str, version: &str) -> bool {
-    let parse = |s: &str| s.trim_start_matches(['^', '=']).split('.').map(|p| p.parse::<u64>().ok()).collect::<Option<Vec<u64>>>();
+    let parse = |s: &str| {
+        s.trim_start_matches(['^', '=']).split('.').map(|p| p.parse::<u64>().ok()).collect::<Option<Vec<u64>>>()
+    };
     let (Some(r), Some(v)) = (parse(req), parse(version)) else { return false };
     let (Some(&r0), Some(&v0)) = (r.first(), v.first()) else { return false };
     let at = |x: &[u64], i: usize| x.get(i).copied().unwrap_or(0);
@@ -56,7 +59,10 @@ fn set_requirement(item: &mut toml_edit::Item, req: &str) {
 }
 
 fn read_doc(path: &Path) -> Result<toml_edit::DocumentMut> {
-    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?.parse().with_context(|| format!("parsing {}", path.display()))
+    std::fs::read_to_string(path)
+        .with_context(|| format!("reading {}", path.display()))?
+        .parse()
+        .with_context(|| format!("parsing {}", path.display()))
 }
 
 /// Name → versions of every package in a lock file (`[[patch.unused]]` entries are not packages).
@@ -86,14 +92,20 @@ pub fn resolve(entries: &[(String, String)]) -> Result<BTreeMap<String, Vec<Stri
     let scratch = Scratch::new("resolve")?;
     std::fs::create_dir_all(scratch.0.join("src"))?;
     std::fs::write(scratch.0.join("src/lib.rs"), "")?;
-    let mut manifest = String::from("[package]\nname = \"resolve\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n[workspace]\n\n[dependencies]\n");
+    let mut manifest = String::from(
+        "[package]\nname = \"resolve\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n[workspace]\n\n[dependencies]\n",
+    );
     for (k, v) in entries {
         manifest.push_str(&format!("{k} = {v}\n"));
     }
     std::fs::write(scratch.0.join("Cargo.toml"), manifest)?;
     let out = Command::new("cargo").args(["generate-lockfile", "--quiet"]).current_dir(&scratch.0).output()?;
     if !out.status.success() {
-        bail!("cargo could not resolve {:?}:\n{}", entries.iter().map(|(k, _)| k).collect::<Vec<_>>(), String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "cargo could not resolve {:?}:\n{}",
+            entries.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     lock_versions(&scratch.0.join("Cargo.lock"))
 }
@@ -122,7 +134,10 @@ pub fn align_gix_family(root: &Path, gix_req: Option<&str>) -> Result<Vec<String
             continue;
         }
         let Some(versions) = family.get(&name) else {
-            changes.push(format!("Cargo.toml: {name} is not in gix {gix_version}'s graph; left at \"{}\"", requirement(item).unwrap_or("?")));
+            changes.push(format!(
+                "Cargo.toml: {name} is not in gix {gix_version}'s graph; left at \"{}\"",
+                requirement(item).unwrap_or("?")
+            ));
             continue;
         };
         if versions.len() > 1 {
@@ -130,7 +145,10 @@ pub fn align_gix_family(root: &Path, gix_req: Option<&str>) -> Result<Vec<String
         }
         let want = requirement_for(&versions[0]);
         if requirement(item) != Some(want.as_str()) {
-            changes.push(format!("Cargo.toml: {name} \"{}\" -> \"{want}\" (what gix {gix_version} uses)", requirement(item).unwrap_or("?")));
+            changes.push(format!(
+                "Cargo.toml: {name} \"{}\" -> \"{want}\" (what gix {gix_version} uses)",
+                requirement(item).unwrap_or("?")
+            ));
             set_requirement(item, &want);
         }
     }
@@ -194,7 +212,10 @@ pub fn patch_md_table(text: &str, queue: &Queue) -> (String, Vec<String>) {
     let mut problems = Vec::new();
     let mut seen = Vec::new();
     for line in text.split_inclusive('\n') {
-        let row = line.strip_prefix("| `").and_then(|rest| rest.split_once("` |")).filter(|(file, _)| file.ends_with(".patch"));
+        let row = line
+            .strip_prefix("| `")
+            .and_then(|rest| rest.split_once("` |"))
+            .filter(|(file, _)| file.ends_with(".patch"));
         let Some((file, tail)) = row else {
             out.push_str(line);
             continue;
@@ -225,7 +246,13 @@ pub fn append_history(text: &str, entry: &str) -> String {
     let heading = "## History\n";
     let line = format!("- {entry}\n");
     let Some(at) = text.find(heading) else {
-        let sep = if text.ends_with("\n\n") { "" } else if text.ends_with('\n') { "\n" } else { "\n\n" };
+        let sep = if text.ends_with("\n\n") {
+            ""
+        } else if text.ends_with('\n') {
+            "\n"
+        } else {
+            "\n\n"
+        };
         return format!("{text}{sep}{heading}\n{line}");
     };
     let body_start = at + heading.len();
@@ -262,7 +289,10 @@ mod tests {
 
     fn queue() -> Queue {
         let mk = |f: &str, k: &str, v: &str| Patch::parse(f, &format!("Crate: {k} {v}\n")).unwrap();
-        Queue { dir: PathBuf::new(), patches: vec![mk("a/0001-x.patch", "a", "0.2.0"), mk("b/0001-y.patch", "b", "1.1.0")] }
+        Queue {
+            dir: PathBuf::new(),
+            patches: vec![mk("a/0001-x.patch", "a", "0.2.0"), mk("b/0001-y.patch", "b", "1.1.0")],
+        }
     }
 
     #[test]
@@ -282,7 +312,10 @@ mod tests {
     #[test]
     fn a_missing_row_is_named() {
         let (_, problems) = patch_md_table("| `a/0001-x.patch` | a@0.2.0 | w |\n", &queue());
-        assert_eq!(problems, vec!["PATCH.md's table has no row for b/0001-y.patch (add one: why, upstream status, guard)"]);
+        assert_eq!(
+            problems,
+            vec!["PATCH.md's table has no row for b/0001-y.patch (add one: why, upstream status, guard)"]
+        );
     }
 
     #[test]

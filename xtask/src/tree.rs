@@ -4,9 +4,10 @@
 //! Every scratch tree lives under the system temp directory, outside this repository, so that
 //! `git apply` treats it as plain files and nothing here touches the index.
 
-use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use anyhow::{Context, Result, bail};
 
 /// A scratch directory removed on drop.
 pub struct Scratch(pub PathBuf);
@@ -105,7 +106,12 @@ pub struct ApplyFailure {
 
 /// Apply a diff (paths `a/…`, `b/…`) to the tree at `dir`. `reverse` un-applies it; `check_only`
 /// changes nothing.
-pub fn git_apply(dir: &Path, diff: &str, reverse: bool, check_only: bool) -> Result<std::result::Result<(), ApplyFailure>> {
+pub fn git_apply(
+    dir: &Path,
+    diff: &str,
+    reverse: bool,
+    check_only: bool,
+) -> Result<std::result::Result<(), ApplyFailure>> {
     if diff.trim().is_empty() {
         // A patch being written (header only) changes nothing; it is never "already upstream".
         return Ok(if reverse { Err(ApplyFailure { output: "empty patch".into() }) } else { Ok(()) });
@@ -136,9 +142,7 @@ pub fn git_apply(dir: &Path, diff: &str, reverse: bool, check_only: bool) -> Res
     if out.status.success() {
         Ok(Ok(()))
     } else {
-        Ok(Err(ApplyFailure {
-            output: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }))
+        Ok(Err(ApplyFailure { output: String::from_utf8_lossy(&out.stderr).into_owned() }))
     }
 }
 
@@ -149,7 +153,19 @@ pub fn git_diff(a: &Path, b: &Path) -> Result<String> {
     copy_dir(a, &scratch.0.join("a"))?;
     copy_dir(b, &scratch.0.join("b"))?;
     let out = Command::new("git")
-        .args(["-c", "core.quotepath=off", "diff", "--no-index", "--no-prefix", "--no-color", "--no-ext-diff", "--binary", "--full-index", "a", "b"])
+        .args([
+            "-c",
+            "core.quotepath=off",
+            "diff",
+            "--no-index",
+            "--no-prefix",
+            "--no-color",
+            "--no-ext-diff",
+            "--binary",
+            "--full-index",
+            "a",
+            "b",
+        ])
         .current_dir(&scratch.0)
         .env_remove("GIT_DIR")
         .output()
@@ -217,7 +233,8 @@ mod tests {
 
     #[test]
     fn the_hunk_named_by_git_apply_is_the_one_shown() {
-        let hunk = failing_hunk(DIFF, "error: patch failed: src/a.rs:40\nerror: src/a.rs: patch does not apply\n").unwrap();
+        let hunk =
+            failing_hunk(DIFF, "error: patch failed: src/a.rs:40\nerror: src/a.rs: patch does not apply\n").unwrap();
         assert_eq!(hunk, "@@ -40,2 +40,2 @@ fn f()\n-p\n+q\n");
         let other = failing_hunk(DIFF, "error: patch failed: src/b.rs:40\n").unwrap();
         assert_eq!(other, "@@ -40,1 +40,1 @@\n-r\n+s\n");

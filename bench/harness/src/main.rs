@@ -30,7 +30,9 @@ fn main() {
         Some("bakeoff") => bakeoff(&args[1..]),
         Some("render") => render::run(&root(), args.get(1).map(String::as_str) == Some("--check")),
         _ => {
-            eprintln!("usage: bench bakeoff [--quick] [--rounds N] [--repo PATH]… [--label NAME] [--identical N [--split-cpus | --placements shared,split]] | bench render [--check]");
+            eprintln!(
+                "usage: bench bakeoff [--quick] [--rounds N] [--repo PATH]… [--label NAME] [--identical N [--split-cpus | --placements shared,split]] | bench render [--check]"
+            );
             std::process::exit(2);
         }
     };
@@ -54,7 +56,13 @@ fn output(cmd: &mut Command) -> Result<String> {
 }
 
 fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    output(Command::new("git").current_dir(dir).env("GIT_TERMINAL_PROMPT", "0").args(["-c", "user.name=bench", "-c", "user.email=bench@gixd"]).args(args))
+    output(
+        Command::new("git")
+            .current_dir(dir)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .args(["-c", "user.name=bench", "-c", "user.email=bench@gixd"])
+            .args(args),
+    )
 }
 
 /// Run a client command; its wall time, or the reason it failed (which aborts the run).
@@ -108,7 +116,15 @@ impl Placement {
 
 fn parse(args: &[String]) -> Result<Options> {
     let quick = args.iter().any(|a| a == "--quick");
-    let mut o = Options { quick, label: None, rounds: if quick { 2 } else { 3 }, repos: Vec::new(), rungs: if quick { vec![1, 4] } else { vec![1, 2, 4, 8, 16, 32] }, identical: 0, placements: vec![Placement::Shared] };
+    let mut o = Options {
+        quick,
+        label: None,
+        rounds: if quick { 2 } else { 3 },
+        repos: Vec::new(),
+        rungs: if quick { vec![1, 4] } else { vec![1, 2, 4, 8, 16, 32] },
+        identical: 0,
+        placements: vec![Placement::Shared],
+    };
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -173,7 +189,9 @@ impl Group {
     fn create(name: &str) -> Result<Group> {
         let group = Group { name: name.to_owned() };
         for h in ["cpuacct", "cpu", "cpuset"] {
-            std::fs::create_dir_all(group.dir(h)).with_context(|| format!("creating cgroup {} (the bake-off needs root and cgroup v1)", group.dir(h).display()))?;
+            std::fs::create_dir_all(group.dir(h)).with_context(|| {
+                format!("creating cgroup {} (the bake-off needs root and cgroup v1)", group.dir(h).display())
+            })?;
         }
         // A cpuset needs its CPUs and memory nodes before it takes a process.
         let parent = Path::new("/sys/fs/cgroup/cpuset");
@@ -198,7 +216,11 @@ impl Group {
     }
 
     fn pids(&self) -> Vec<u32> {
-        std::fs::read_to_string(self.dir("cpuacct").join("cgroup.procs")).unwrap_or_default().lines().filter_map(|l| l.parse().ok()).collect()
+        std::fs::read_to_string(self.dir("cpuacct").join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.parse().ok())
+            .collect()
     }
 
     /// Limit to `cpus` CPUs of quota (None: no quota) and pin to `pinned` (None: all CPUs).
@@ -215,7 +237,12 @@ impl Group {
     /// The limits as the kernel has them.
     fn read_back(&self) -> Result<String> {
         let read = |h: &str, f: &str| std::fs::read_to_string(self.dir(h).join(f)).map(|s| s.trim().to_owned());
-        Ok(format!("quota {} per {} µs, cpus {}", read("cpu", "cpu.cfs_quota_us")?, read("cpu", "cpu.cfs_period_us")?, read("cpuset", "cpuset.cpus")?))
+        Ok(format!(
+            "quota {} per {} µs, cpus {}",
+            read("cpu", "cpu.cfs_quota_us")?,
+            read("cpu", "cpu.cfs_period_us")?,
+            read("cpuset", "cpuset.cpus")?
+        ))
     }
 }
 
@@ -236,7 +263,11 @@ impl RssSampler {
                 let total: u64 = pids
                     .lines()
                     .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
-                    .filter_map(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()))
+                    .filter_map(|s| {
+                        s.lines()
+                            .find(|l| l.starts_with("VmRSS:"))
+                            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                    })
                     .sum();
                 peak = peak.max(total);
                 if flag.load(std::sync::atomic::Ordering::Relaxed) {
@@ -349,7 +380,8 @@ enum Cache {
 fn start_gixd(root: &Path, base: &Path, group: Group, cache: Cache) -> Result<Arm> {
     let gixd = root.join("target/release/gixd");
     let tokens = base.join("tokens.toml");
-    let secret = output(Command::new(&gixd).args(["token", "add", "--user", "bench", "--write", "--token-file"]).arg(&tokens))?;
+    let secret =
+        output(Command::new(&gixd).args(["token", "add", "--user", "bench", "--write", "--token-file"]).arg(&tokens))?;
     let port = free_port()?;
     // The peers queue without limit (lighttpd spawns a CGI per request, git daemon a process per
     // connection); gixd's transfer limit would answer part of a 32-client rung "busy, retry",
@@ -367,7 +399,13 @@ fn start_gixd(root: &Path, base: &Path, group: Group, cache: Cache) -> Result<Ar
         .args(match cache {
             Cache::Off => vec![],
             Cache::Memory => vec!["--pack-cache".into()],
-            Cache::Disk => vec!["--pack-cache".into(), "--pack-cache-memory".into(), "0".into(), "--pack-cache-dir".into(), cache_dir.clone().into_os_string()],
+            Cache::Disk => vec![
+                "--pack-cache".into(),
+                "--pack-cache-memory".into(),
+                "0".into(),
+                "--pack-cache-dir".into(),
+                cache_dir.clone().into_os_string(),
+            ],
         })
         .args(access_log.iter().flat_map(|log| [std::ffi::OsStr::new("--access-log"), log.as_os_str()]))
         .env("GIXD_LOG", "warn")
@@ -392,11 +430,20 @@ fn start_http_backend(base: &Path, scratch: &Path, group: Group) -> Result<Arm> 
     let conf = scratch.join("lighttpd.conf");
     let backend = Path::new(&output(Command::new("git").arg("--exec-path"))?).join("git-http-backend");
     std::fs::write(&conf, bench_support::http_backend_conf(scratch, base, &backend, port, true))?;
-    let child = Command::new("lighttpd").arg("-D").arg("-f").arg(&conf).spawn().context("lighttpd (apt-get install lighttpd)")?;
+    let child = Command::new("lighttpd")
+        .arg("-D")
+        .arg("-f")
+        .arg(&conf)
+        .spawn()
+        .context("lighttpd (apt-get install lighttpd)")?;
     group.enter(child.id())?;
     wait_for_port(port)?;
     let relay = Relay::start(Upstream::Tcp(([127, 0, 0, 1], port).into()))?;
-    let version = format!("{} + {}", output(Command::new("lighttpd").arg("-v"))?.lines().next().unwrap_or("lighttpd"), output(Command::new("git").arg("--version"))?);
+    let version = format!(
+        "{} + {}",
+        output(Command::new("lighttpd").arg("-v"))?.lines().next().unwrap_or("lighttpd"),
+        output(Command::new("git").arg("--version"))?
+    );
     let prefix = format!("http://127.0.0.1:{}/git", relay.port);
     Ok(Arm { name: "git http-backend", version, child, group, relay, prefix, base: base.to_owned(), access_log: None })
 }
@@ -413,13 +460,27 @@ fn start_git_daemon(base: &Path, group: Group) -> Result<Arm> {
     wait_for_port(port)?;
     let relay = Relay::start(Upstream::Tcp(([127, 0, 0, 1], port).into()))?;
     let prefix = format!("git://127.0.0.1:{}", relay.port);
-    Ok(Arm { name: "git daemon", version: output(Command::new("git").arg("--version"))?, child, group, relay, prefix, base: base.to_owned(), access_log: None })
+    Ok(Arm {
+        name: "git daemon",
+        version: output(Command::new("git").arg("--version"))?,
+        child,
+        group,
+        relay,
+        prefix,
+        base: base.to_owned(),
+        access_log: None,
+    })
 }
 
 /// JGit's daemon (org.eclipse.jgit.transport.Daemon) from Debian's libjgit-java, through a small
 /// launcher compiled here. `Err` says plainly why it could not start.
 fn start_jgit(root: &Path, base: &Path, group: Group) -> Result<Arm> {
-    let jars = ["/usr/share/java/org.eclipse.jgit.jar", "/usr/share/java/slf4j-api.jar", "/usr/share/java/slf4j-nop.jar", "/usr/share/java/javaewah.jar"];
+    let jars = [
+        "/usr/share/java/org.eclipse.jgit.jar",
+        "/usr/share/java/slf4j-api.jar",
+        "/usr/share/java/slf4j-nop.jar",
+        "/usr/share/java/javaewah.jar",
+    ];
     if !Path::new(jars[0]).is_file() {
         install(&["libjgit-java", "libslf4j-java", "default-jdk-headless"]);
     }
@@ -433,7 +494,8 @@ fn start_jgit(root: &Path, base: &Path, group: Group) -> Result<Arm> {
     let classes = root.join("target/bench/jgit");
     std::fs::create_dir_all(&classes)?;
     let source = root.join("bench/harness/JGitDaemon.java");
-    output(Command::new("javac").args(["-d"]).arg(&classes).args(["-cp", &classpath]).arg(&source)).context("javac (apt-get install default-jdk-headless)")?;
+    output(Command::new("javac").args(["-d"]).arg(&classes).args(["-cp", &classpath]).arg(&source))
+        .context("javac (apt-get install default-jdk-headless)")?;
     let port = free_port()?;
     let child = Command::new("java")
         .args(["-cp", &format!("{classpath}:{}", classes.display()), "JGitDaemon", &port.to_string()])
@@ -455,7 +517,12 @@ fn start_jgit(root: &Path, base: &Path, group: Group) -> Result<Arm> {
 fn install(packages: &[&str]) {
     eprintln!("installing {packages:?}");
     let _ = Command::new("apt-get").args(["update", "-qq"]).status();
-    let _ = Command::new("apt-get").args(["install", "-y", "-qq"]).args(packages).env("DEBIAN_FRONTEND", "noninteractive").stdout(Stdio::null()).status();
+    let _ = Command::new("apt-get")
+        .args(["install", "-y", "-qq"])
+        .args(packages)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .stdout(Stdio::null())
+        .status();
 }
 
 /// The operations, each prepared (outside the measurement) and run as one stock-git command.
@@ -554,7 +621,12 @@ fn row(kind: &str, fields: serde_json::Value) -> serde_json::Value {
 }
 
 fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn bakeoff(args: &[String]) -> Result<()> {
@@ -569,7 +641,11 @@ fn bakeoff(args: &[String]) -> Result<()> {
         install(&["lighttpd"]);
     }
     let repos = if o.repos.is_empty() {
-        let listing = output(Command::new("cargo").args(["run", "--release", "--quiet", "-p", "gixd-tests", "--bin", "corpus"]).current_dir(&root))?;
+        let listing = output(
+            Command::new("cargo")
+                .args(["run", "--release", "--quiet", "-p", "gixd-tests", "--bin", "corpus"])
+                .current_dir(&root),
+        )?;
         let dir = PathBuf::from(listing.lines().next().and_then(|l| l.strip_prefix("corpus: ")).context("corpus dir")?);
         vec![dir.join("linear-sha1.git"), dir.join("wide-sha1.git")]
     } else {
@@ -577,7 +653,11 @@ fn bakeoff(args: &[String]) -> Result<()> {
     };
     let scratch = std::env::temp_dir().join(format!("gixd-bakeoff-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
-    let run_id = format!("{}-{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs(), if o.quick { "quick" } else { "full" });
+    let run_id = format!(
+        "{}-{}",
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs(),
+        if o.quick { "quick" } else { "full" }
+    );
 
     // The arms; one that cannot start is reported NOT MEASURED, never skipped silently.
     let mut arms: Vec<Arm> = Vec::new();
@@ -669,7 +749,8 @@ fn bakeoff(args: &[String]) -> Result<()> {
                     let arm = &arms[i];
                     let cpu0 = arm.begin()?;
                     let sampler = RssSampler::start(arm.group.dir("cpuacct").join("cgroup.procs"));
-                    let wall = run_op(op, arm, repo, &work, round).with_context(|| format!("{} {} on {repo_name}", arm.name, op.name()))?;
+                    let wall = run_op(op, arm, repo, &work, round)
+                        .with_context(|| format!("{} {} on {repo_name}", arm.name, op.name()))?;
                     let (cpu_us, bytes) = arm.end(cpu0)?;
                     let peak_rss_kb = sampler.finish();
                     let r = row(
@@ -708,7 +789,8 @@ fn bakeoff(args: &[String]) -> Result<()> {
                     clear_burst(&work, "ramp")?;
                     let cpu0 = arm.begin()?;
                     let url = format!("{}/{ramp_name}", arm.prefix);
-                    let (walls, elapsed) = burst(&url, clients, &work, "ramp").with_context(|| format!("{} ramp {clients}", arm.name))?;
+                    let (walls, elapsed) =
+                        burst(&url, clients, &work, "ramp").with_context(|| format!("{} ramp {clients}", arm.name))?;
                     let (cpu_us, bytes) = arm.end(cpu0)?;
                     let mut sorted: Vec<u64> = walls.iter().map(|w| w.as_micros() as u64).collect();
                     sorted.sort();
@@ -736,7 +818,15 @@ fn bakeoff(args: &[String]) -> Result<()> {
 }
 
 /// The run's last row, its file renamed complete, the servers stopped, the reports rendered.
-fn finish_run(mut out: std::fs::File, run_id: &str, partial: PathBuf, results: PathBuf, arms: Vec<Arm>, scratch: &Path, root: &Path) -> Result<()> {
+fn finish_run(
+    mut out: std::fs::File,
+    run_id: &str,
+    partial: PathBuf,
+    results: PathBuf,
+    arms: Vec<Arm>,
+    scratch: &Path,
+    root: &Path,
+) -> Result<()> {
     use std::io::Write;
     writeln!(out, "{}", row("end", serde_json::json!({ "run": run_id, "loadavg_end": loadavg() })))?;
     drop(out);
@@ -761,7 +851,10 @@ fn burst(url: &str, clients: usize, work: &Path, tag: &str) -> Result<(Vec<Durat
             .map(|c| {
                 let dest = work.join(format!("{tag}-{c}"));
                 s.spawn(move || {
-                    client(dest.parent().unwrap(), &["-c", "protocol.version=2", "clone", "-q", "--bare", url, dest.to_str().unwrap()])
+                    client(
+                        dest.parent().unwrap(),
+                        &["-c", "protocol.version=2", "clone", "-q", "--bare", url, dest.to_str().unwrap()],
+                    )
                 })
             })
             .collect();
@@ -777,7 +870,11 @@ fn burst(url: &str, clients: usize, work: &Path, tag: &str) -> Result<(Vec<Durat
 fn clear_burst(work: &Path, tag: &str) -> Result<()> {
     for entry in std::fs::read_dir(work)? {
         let path = entry?.path();
-        if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.strip_prefix(tag).is_some_and(|rest| rest.starts_with('-'))) {
+        if path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.strip_prefix(tag).is_some_and(|rest| rest.starts_with('-')))
+        {
             std::fs::remove_dir_all(&path)?;
         }
     }
@@ -790,7 +887,14 @@ fn clear_burst(work: &Path, tag: &str) -> Result<()> {
 /// largest repository against one clone's, per arm. Before every step each arm's copy gets a new
 /// ref (the same commit), so no step reads a pack the cache kept from the step before. Each round
 /// measures every arm in every placement in `o.placements`, their orders swapped every round.
-fn identical_clones(o: &Options, arms: &[Arm], repos: &[PathBuf], work: &Path, run_id: &str, out: &mut std::fs::File) -> Result<()> {
+fn identical_clones(
+    o: &Options,
+    arms: &[Arm],
+    repos: &[PathBuf],
+    work: &Path,
+    run_id: &str,
+    out: &mut std::fs::File,
+) -> Result<()> {
     use std::io::Write;
     std::fs::create_dir_all(work)?;
     let mut largest = (0u64, &repos[0]);
@@ -847,12 +951,16 @@ fn identical_clones(o: &Options, arms: &[Arm], repos: &[PathBuf], work: &Path, r
                     step += 1;
                     git(&arm.base.join(&name), &["update-ref", &format!("refs/bench/step-{step}"), "HEAD"])?;
                     clear_burst(work, "identical")?;
-                    let logged = arm.access_log.as_ref().map(|log| std::fs::metadata(log).map(|m| m.len()).unwrap_or(0));
+                    let logged =
+                        arm.access_log.as_ref().map(|log| std::fs::metadata(log).map(|m| m.len()).unwrap_or(0));
                     let cpu0 = arm.begin()?;
-                    let (walls, _) = burst(&format!("{}/{name}", arm.prefix), clients, work, "identical").with_context(|| format!("{} {clients} identical clones", arm.name))?;
+                    let (walls, _) = burst(&format!("{}/{name}", arm.prefix), clients, work, "identical")
+                        .with_context(|| format!("{} {clients} identical clones", arm.name))?;
                     let (cpu_us, bytes) = arm.end(cpu0)?;
                     let fetches = match (&arm.access_log, logged) {
-                        (Some(log), Some(from)) => Some(cache_outcomes(log, from, clients).with_context(|| format!("{} access log", arm.name))?),
+                        (Some(log), Some(from)) => Some(
+                            cache_outcomes(log, from, clients).with_context(|| format!("{} access log", arm.name))?,
+                        ),
                         _ => None,
                     };
                     let mut sorted: Vec<u64> = walls.iter().map(|w| w.as_micros() as u64).collect();

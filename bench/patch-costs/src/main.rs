@@ -40,10 +40,14 @@ fn main() {
 
 fn git(dir: &Path) -> Command {
     let mut cmd = Command::new("git");
-    cmd.current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .args(["-c", "pack.threads=1", "-c", "gc.auto=0", "-c", "init.defaultBranch=main"]);
+    cmd.current_dir(dir).env("GIT_CONFIG_NOSYSTEM", "1").env("GIT_CONFIG_GLOBAL", "/dev/null").args([
+        "-c",
+        "pack.threads=1",
+        "-c",
+        "gc.auto=0",
+        "-c",
+        "init.defaultBranch=main",
+    ]);
     cmd
 }
 
@@ -63,8 +67,8 @@ impl Lcg {
 }
 
 const WORDS: &[&str] = &[
-    "pack", "delta", "base", "object", "tree", "commit", "blob", "tag", "ref", "want", "have", "ack", "window", "depth",
-    "offset", "index", "stream", "thread", "chunk", "count", "server", "client", "fetch", "clone",
+    "pack", "delta", "base", "object", "tree", "commit", "blob", "tag", "ref", "want", "have", "ack", "window",
+    "depth", "offset", "index", "stream", "thread", "chunk", "count", "server", "client", "fetch", "clone",
 ];
 
 fn line(rng: &mut Lcg) -> String {
@@ -88,7 +92,12 @@ fn fixture(dir: &Path) {
     let mut files: Vec<Vec<String>> = (0..30).map(|_| (0..200).map(|_| line(&mut rng)).collect()).collect();
     let mut stream = String::new();
     let mut mark = 0;
-    let commit = |stream: &mut String, branch: &str, parent: Option<usize>, files: &[(usize, String)], time: u64, mark: &mut usize| {
+    let commit = |stream: &mut String,
+                  branch: &str,
+                  parent: Option<usize>,
+                  files: &[(usize, String)],
+                  time: u64,
+                  mark: &mut usize| {
         *mark += 1;
         stream.push_str(&format!("commit refs/heads/{branch}\nmark :{mark}\n"));
         stream.push_str(&format!("author A U Thor <author@example.com> {time} +0000\n"));
@@ -182,19 +191,13 @@ fn measure(repo: &Path, rev: &str, arm: &str) {
     let selected = object_ids(repo, rev);
     let counts: Vec<output::Count> = selected
         .iter()
-        .map(|id| output::Count {
-            id: *id,
-            entry_pack_location: output::count::PackLocation::NotLookedUp,
-        })
+        .map(|id| output::Count { id: *id, entry_pack_location: output::count::PackLocation::NotLookedUp })
         .collect();
     // Bases a client of this repository may be sent: everything reachable from its refs.
     let reachable: HashSet<ObjectId> = object_ids(repo, "--all").into_iter().collect();
     let mut odb = gix_odb::at(repo.join("objects"), gix_hash::Kind::Sha1).unwrap();
     odb.prevent_pack_unload();
-    let options = output::entry::iter_from_counts::Options {
-        thread_limit: Some(1),
-        ..Default::default()
-    };
+    let options = output::entry::iter_from_counts::Options { thread_limit: Some(1), ..Default::default() };
 
     let threads_before = threads_now();
     let (cpu_user_0, cpu_sys_0) = cpu_micros();
@@ -367,7 +370,8 @@ fn measure_decoding(repo: &Path, ids: &[ObjectId]) -> Decoding {
         for id in ids {
             let at = index.lookup(id).expect("every object of REV is in the pack");
             let entry = pack.entry(index.pack_offset_at_index(at)).unwrap();
-            deltas_applied += u64::from(pack.decode_entry(entry, &mut out, &mut inflate, &no_ref_deltas, cache).unwrap().num_deltas);
+            deltas_applied +=
+                u64::from(pack.decode_entry(entry, &mut out, &mut inflate, &no_ref_deltas, cache).unwrap().num_deltas);
         }
         let (u1, s1) = cpu_micros();
         (deltas_applied, (u1 - u0) + (s1 - s0))

@@ -2,12 +2,13 @@
 //! instrument put in front of every server a benchmark compares, so every arm is counted alike.
 //! Used by `xtask` (bench narrow, bench real) and the bake-off (`bench/harness`).
 
-use anyhow::{Context, Result};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::{Context, Result};
 
 /// Where a relay sends what it accepts.
 pub enum Upstream {
@@ -83,7 +84,8 @@ fn relay(client: TcpStream, upstream: &Upstream, down: &AtomicU64) -> Result<()>
             let _ = up.join();
         }
         Upstream::Spawn(cmd) => {
-            let mut child = Command::new(&cmd[0]).args(&cmd[1..]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
+            let mut child =
+                Command::new(&cmd[0]).args(&cmd[1..]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
             let stdin = child.stdin.take().context("stdin")?;
             let stdout = child.stdout.take().context("stdout")?;
             let up = std::thread::spawn(move || {

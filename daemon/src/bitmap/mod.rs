@@ -139,7 +139,11 @@ fn be32(data: &[u8], at: usize) -> Option<u32> {
 
 impl std::fmt::Debug for PackBitmap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PackBitmap").field("pack", &self.pack).field("objects", &self.len()).field("commit_bitmaps", &self.entries.len()).finish()
+        f.debug_struct("PackBitmap")
+            .field("pack", &self.pack)
+            .field("objects", &self.len())
+            .field("commit_bitmaps", &self.entries.len())
+            .finish()
     }
 }
 
@@ -154,7 +158,8 @@ impl PackBitmap {
             Err(source) => return Err(BitmapError::Io { path, source }),
         };
         let corrupt = |message: &str| BitmapError::Corrupt { path: path.clone(), message: message.to_owned() };
-        let index = gix_pack::index::File::at(idx, hash).map_err(|e| BitmapError::Index { path: idx.to_owned(), message: e.to_string() })?;
+        let index = gix_pack::index::File::at(idx, hash)
+            .map_err(|e| BitmapError::Index { path: idx.to_owned(), message: e.to_string() })?;
         let n = index.num_objects() as usize;
         let hash_len = hash.len_in_bytes();
         // The whole file is covered by its trailing checksum.
@@ -193,7 +198,8 @@ impl PackBitmap {
         for i in 0..entries {
             let position = be32(rest, 0).ok_or_else(|| corrupt("entry"))? as usize;
             let xor = *rest.get(4).ok_or_else(|| corrupt("entry"))? as usize;
-            let (ewah, tail) = gix_bitmap::ewah::decode(rest.get(6..).ok_or_else(|| corrupt("entry"))?).map_err(|e| corrupt(&format!("entry {i}: {e}")))?;
+            let (ewah, tail) = gix_bitmap::ewah::decode(rest.get(6..).ok_or_else(|| corrupt("entry"))?)
+                .map_err(|e| corrupt(&format!("entry {i}: {e}")))?;
             rest = tail;
             if position >= n || xor > i {
                 return Err(corrupt(&format!("entry {i} out of range")));
@@ -215,7 +221,8 @@ impl PackBitmap {
         let pack = idx.with_extension("pack");
         // Mapped now and held with the bitmap: `git repack` renames and deletes packs while
         // requests read them, and a mapping outlives the name (a path opened per request fails).
-        let data = gix_pack::data::File::at(&pack, hash).map_err(|e| BitmapError::Pack { path: pack.clone(), message: e.to_string() })?;
+        let data = gix_pack::data::File::at(&pack, hash)
+            .map_err(|e| BitmapError::Pack { path: pack.clone(), message: e.to_string() })?;
         if data.num_objects() as usize != n {
             return Err(corrupt("the pack beside the index holds another number of objects"));
         }
@@ -341,17 +348,32 @@ impl PackBitmap {
     /// haves' bitmap), the walk stops at anything in it: those objects are left out of the
     /// answer but for the bits OR'ed closures carry, and the commits of `seen` the walk met
     /// below its own are listed in [`Reach::met`].
-    pub fn reachable(&self, repo: &gix::Repository, tips: &[ObjectId], seen: Option<&Reach>) -> Result<Reach, crate::error::ServeError> {
+    pub fn reachable(
+        &self,
+        repo: &gix::Repository,
+        tips: &[ObjectId],
+        seen: Option<&Reach>,
+    ) -> Result<Reach, crate::error::ServeError> {
         self.walk(repo, tips, seen, true)
     }
 
     /// The commits reachable from `tips` (and what covered commits' bitmaps carry): the first
     /// half of [`Self::reachable`], no tree decoded.
-    pub fn reachable_commits(&self, repo: &gix::Repository, tips: &[ObjectId]) -> Result<Reach, crate::error::ServeError> {
+    pub fn reachable_commits(
+        &self,
+        repo: &gix::Repository,
+        tips: &[ObjectId],
+    ) -> Result<Reach, crate::error::ServeError> {
         self.walk(repo, tips, None, false)
     }
 
-    fn walk(&self, repo: &gix::Repository, tips: &[ObjectId], seen: Option<&Reach>, trees: bool) -> Result<Reach, crate::error::ServeError> {
+    fn walk(
+        &self,
+        repo: &gix::Repository,
+        tips: &[ObjectId],
+        seen: Option<&Reach>,
+        trees: bool,
+    ) -> Result<Reach, crate::error::ServeError> {
         use crate::error::ServeError;
         use std::collections::BinaryHeap;
         let mut reach = Reach { bits: Bits::new(self.len()), extra: std::collections::HashMap::new(), met: Vec::new() };
@@ -379,7 +401,9 @@ impl PackBitmap {
                     Kind::Tag => {
                         self.mark(&mut reach, id, Kind::Tag);
                         let data = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
-                        id = gix_object::TagRefIter::from_bytes(data.data, id.kind()).target_id().map_err(|_| ServeError::MissingObject(id))?;
+                        id = gix_object::TagRefIter::from_bytes(data.data, id.kind())
+                            .target_id()
+                            .map_err(|_| ServeError::MissingObject(id))?;
                     }
                     Kind::Commit => {
                         if queued.insert(id) {
@@ -434,7 +458,13 @@ impl PackBitmap {
             uncovered.push(id);
         }
         if !trees {
-            tracing::debug!(tips = tips.len(), commits = queued.len(), uncovered = uncovered.len(), met = reach.met.len(), "bitmap reach of commits");
+            tracing::debug!(
+                tips = tips.len(),
+                commits = queued.len(),
+                uncovered = uncovered.len(),
+                met = reach.met.len(),
+                "bitmap reach of commits"
+            );
             return Ok(reach);
         }
         // The trees of uncovered commits, and tips that are trees or blobs.
@@ -477,7 +507,14 @@ impl PackBitmap {
                 crate::graph::push_children(id, data.kind, data.data, &mut stack)?;
             }
         }
-        tracing::debug!(tips = tips.len(), commits = queued.len(), uncovered = uncovered.len(), met = reach.met.len(), decoded, "bitmap reach");
+        tracing::debug!(
+            tips = tips.len(),
+            commits = queued.len(),
+            uncovered = uncovered.len(),
+            met = reach.met.len(),
+            decoded,
+            "bitmap reach"
+        );
         Ok(reach)
     }
 
@@ -585,7 +622,12 @@ fn bitmap_files_state(served: &crate::repo::Served) -> (u64, Vec<std::path::Path
     use std::hash::{Hash, Hasher};
     let pack_dir = served.git_dir.join("objects/pack");
     let mut files: Vec<(std::path::PathBuf, Option<std::time::SystemTime>)> = std::fs::read_dir(&pack_dir)
-        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "bitmap") && !crate::packs::is_temporary(p)).collect::<Vec<_>>())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "bitmap") && !crate::packs::is_temporary(p))
+                .collect::<Vec<_>>()
+        })
         .unwrap_or_default()
         .into_iter()
         .map(|p| {
@@ -602,19 +644,28 @@ fn bitmap_files_state(served: &crate::repo::Served) -> (u64, Vec<std::path::Path
 /// The pack bitmap of a repository, if it has a usable one (git writes one per repack with
 /// `-b`; with several, the first pack's is used). Read once per file state; a stale or corrupt
 /// one is logged once (the `None` is cached too) and the walk serves instead.
-pub fn of(repos: &crate::repo::Repos, served: &crate::repo::Served, repo: &gix::Repository) -> Option<std::sync::Arc<PackBitmap>> {
+pub fn of(
+    repos: &crate::repo::Repos,
+    served: &crate::repo::Served,
+    repo: &gix::Repository,
+) -> Option<std::sync::Arc<PackBitmap>> {
     let (state, files) = bitmap_files_state(served);
-    let cached = repos.cached(served, "pack bitmap", state, || -> Result<Option<std::sync::Arc<PackBitmap>>, std::convert::Infallible> {
-        Ok(files.first().and_then(|path| match PackBitmap::open(&path.with_extension("idx"), repo.object_hash()) {
-            // Its reaches decode commits into the repository's cache, which negotiation fills too.
-            Ok(Some(bitmap)) => Some(std::sync::Arc::new(PackBitmap { commits: repos.commits(served), ..bitmap })),
-            Ok(None) => None,
-            Err(err) => {
-                tracing::warn!(repo = %served.name, %err, "pack bitmap not used; selecting by walking");
-                None
-            }
-        }))
-    });
+    let cached = repos.cached(
+        served,
+        "pack bitmap",
+        state,
+        || -> Result<Option<std::sync::Arc<PackBitmap>>, std::convert::Infallible> {
+            Ok(files.first().and_then(|path| match PackBitmap::open(&path.with_extension("idx"), repo.object_hash()) {
+                // Its reaches decode commits into the repository's cache, which negotiation fills too.
+                Ok(Some(bitmap)) => Some(std::sync::Arc::new(PackBitmap { commits: repos.commits(served), ..bitmap })),
+                Ok(None) => None,
+                Err(err) => {
+                    tracing::warn!(repo = %served.name, %err, "pack bitmap not used; selecting by walking");
+                    None
+                }
+            }))
+        },
+    );
     match cached {
         Ok(bitmap) => (*bitmap).clone(),
         Err(never) => match never {},

@@ -42,7 +42,12 @@ fn write_checksummed(path: &Path, bytes: &[u8], hash: gix_hash::Kind) -> Result<
 
 /// `technical/pack-format`'s reverse index: `RIDX`, version 1, hash id, index positions in pack
 /// order, the pack's checksum, then the file's.
-pub fn write_rev(path: &Path, index: &gix_pack::index::File, order: &[u32], hash: gix_hash::Kind) -> Result<(), ServeError> {
+pub fn write_rev(
+    path: &Path,
+    index: &gix_pack::index::File,
+    order: &[u32],
+    hash: gix_hash::Kind,
+) -> Result<(), ServeError> {
     let mut out = Vec::with_capacity(12 + 4 * order.len() + 2 * hash.len_in_bytes());
     out.extend(b"RIDX");
     out.extend(1u32.to_be_bytes());
@@ -78,12 +83,19 @@ fn select_commits(repo: &gix::Repository, tips: &[ObjectId]) -> Result<Vec<Objec
 }
 
 /// A commit's committer time, read once (`times` keeps it).
-fn commit_time(objects: &gix_odb::Handle, times: &mut gix::hashtable::HashMap<ObjectId, i64>, id: &ObjectId, buf: &mut Vec<u8>) -> Result<i64, ServeError> {
+fn commit_time(
+    objects: &gix_odb::Handle,
+    times: &mut gix::hashtable::HashMap<ObjectId, i64>,
+    id: &ObjectId,
+    buf: &mut Vec<u8>,
+) -> Result<i64, ServeError> {
     if let Some(t) = times.get(id) {
         return Ok(*t);
     }
     let data = objects.try_find(id, buf)?.ok_or(ServeError::MissingObject(*id))?;
-    let time = gix_object::CommitRefIter::from_bytes(data.data, id.kind()).committer().map_or(0, |c| c.time().map_or(0, |t| t.seconds));
+    let time = gix_object::CommitRefIter::from_bytes(data.data, id.kind())
+        .committer()
+        .map_or(0, |c| c.time().map_or(0, |t| t.seconds));
     times.insert(*id, time);
     Ok(time)
 }
@@ -187,7 +199,8 @@ pub fn write_bitmap(
     }
     let ewah = |bits: &Bits| -> Result<Vec<u8>, ServeError> {
         let flags: Vec<bool> = (0..n).map(|i| bits.get(i)).collect();
-        let vec = gix_bitmap::ewah::Vec::from_bits(&flags).ok_or_else(|| ServeError::corrupt_pack("bitmap too large"))?;
+        let vec =
+            gix_bitmap::ewah::Vec::from_bits(&flags).ok_or_else(|| ServeError::corrupt_pack("bitmap too large"))?;
         let mut out = Vec::new();
         vec.write_to(&mut out)?;
         Ok(out)

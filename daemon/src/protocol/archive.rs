@@ -11,8 +11,8 @@ use gix_hash::ObjectId;
 
 use super::Context;
 use super::pkt;
-use crate::error::ServeError;
 use super::sideband::{Bands, Framing};
+use crate::error::ServeError;
 use crate::repo::RefSnapshot;
 
 /// git's limit on argument lines.
@@ -242,17 +242,19 @@ fn finish<W: Write>(bands: Bands<W>) -> Result<(), ServeError> {
     Ok(())
 }
 
-fn write_archive<W: Write>(repo: &gix::Repository, source: &Source, format: gix_archive::Format, prefix: Option<String>, out: &mut W) -> Result<(), ServeError> {
+fn write_archive<W: Write>(
+    repo: &gix::Repository,
+    source: &Source,
+    format: gix_archive::Format,
+    prefix: Option<String>,
+    out: &mut W,
+) -> Result<(), ServeError> {
     let (mut stream, _index) = repo.worktree_stream(source.tree).map_err(ServeError::pack)?;
     let prefix = match (&prefix, &source.dir) {
         (_, None) => prefix,
         (p, Some(dir)) => Some(format!("{}{dir}/", p.as_deref().unwrap_or(""))),
     };
-    let options = gix_archive::Options {
-        format,
-        tree_prefix: prefix.map(Into::into),
-        modification_time: source.mtime,
-    };
+    let options = gix_archive::Options { format, tree_prefix: prefix.map(Into::into), modification_time: source.mtime };
     let next = gix_worktree_stream::Stream::next_entry;
     match format {
         gix_archive::Format::Zip { .. } => {
@@ -273,7 +275,8 @@ mod tests {
 
     #[test]
     fn arguments_parse_as_git_archive_reads_them_and_unknown_options_are_refused() {
-        let args: Vec<String> = ["--format=zip", "--prefix=p/", "-9", "-v", "main:src", "a", "b/"].iter().map(|s| s.to_string()).collect();
+        let args: Vec<String> =
+            ["--format=zip", "--prefix=p/", "-9", "-v", "main:src", "a", "b/"].iter().map(|s| s.to_string()).collect();
         assert_eq!(
             parse(&args).unwrap(),
             Request {
@@ -285,7 +288,12 @@ mod tests {
                 paths: vec!["a".into(), "b/".into()],
             }
         );
-        assert!(parse(&["--output=/etc/passwd".to_string()]).unwrap_err().to_string().contains("unsupported option '--output=/etc/passwd'"));
+        assert!(
+            parse(&["--output=/etc/passwd".to_string()])
+                .unwrap_err()
+                .to_string()
+                .contains("unsupported option '--output=/etc/passwd'")
+        );
         assert!(parse(&["--exec=sh".to_string()]).is_err());
         assert!(parse(&["--add-file=x".to_string()]).is_err());
     }

@@ -47,7 +47,12 @@ impl Service {
 }
 
 /// upload-pack, over any transport: v2 commands or the v0/v1 negotiation, by `version`.
-pub fn upload_pack<R: Read, W: Write>(ctx: &Context<'_>, version: Version, input: Input<'_, R>, out: W) -> Result<Option<Stats>, ServeError> {
+pub fn upload_pack<R: Read, W: Write>(
+    ctx: &Context<'_>,
+    version: Version,
+    input: Input<'_, R>,
+    out: W,
+) -> Result<Option<Stats>, ServeError> {
     match (input, version) {
         (Input::Stateless(body), Version::V2) => v2::serve(ctx, body, out),
         (Input::Stateless(body), _) => v0::upload_pack(ctx, body, out),
@@ -66,7 +71,13 @@ pub enum Mode {
 
 /// receive-pack, over any transport; on a connection the push snapshot's advertisement
 /// ([`RefSnapshot::load_for_push`]) goes first.
-pub fn receive_pack<R: BufRead, W: Write>(ctx: &Context<'_>, version: Version, mode: Mode, input: R, mut out: W) -> Result<Option<crate::push::Outcome>, ServeError> {
+pub fn receive_pack<R: BufRead, W: Write>(
+    ctx: &Context<'_>,
+    version: Version,
+    mode: Mode,
+    input: R,
+    mut out: W,
+) -> Result<Option<crate::push::Outcome>, ServeError> {
     match mode {
         Mode::Stateless => receive::receive_pack(ctx, input, out),
         Mode::Stateful => {

@@ -30,7 +30,11 @@ enum Held {
 /// Classify one have; `None` when we do not hold it. An object of the bitmapped pack is held
 /// and its type is in the bitmap's type bits: no object header read (a stateless fetch names
 /// hundreds of haves per round, most of them in that pack).
-fn check_have(repo: &gix::Repository, bitmap: Option<&crate::bitmap::PackBitmap>, id: ObjectId) -> Result<Option<Held>, ServeError> {
+fn check_have(
+    repo: &gix::Repository,
+    bitmap: Option<&crate::bitmap::PackBitmap>,
+    id: ObjectId,
+) -> Result<Option<Held>, ServeError> {
     let kind = match bitmap.and_then(|b| b.kind_of(&id)) {
         Some(kind) => kind,
         None => match repo.find_header(id) {
@@ -109,7 +113,12 @@ impl Common {
     /// walk per want, first parents first, over marks shared by all wants — a commit is
     /// looked at once per call however many wants lead to it, and is counted as reaching only
     /// when a walk through it met a common commit.
-    pub fn ready(&self, repo: &gix::Repository, commits: &crate::graph::CommitCache, wants: &[ObjectId]) -> Result<bool, ServeError> {
+    pub fn ready(
+        &self,
+        repo: &gix::Repository,
+        commits: &crate::graph::CommitCache,
+        wants: &[ObjectId],
+    ) -> Result<bool, ServeError> {
         if self.commits.is_empty() {
             return Ok(false);
         }
@@ -266,14 +275,23 @@ mod tests {
             assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
             String::from_utf8(out.stdout).unwrap()
         };
-        for (name, at) in [("refs/heads/main", 99), ("refs/heads/side", 79), ("refs/heads/old", 10), ("refs/heads/mid", 45)] {
+        for (name, at) in
+            [("refs/heads/main", 99), ("refs/heads/side", 79), ("refs/heads/old", 10), ("refs/heads/mid", 45)]
+        {
             git(&["update-ref", name, &c[at].to_string()]);
         }
         git(&["repack", "-adbq"]);
         let idx = git(&["rev-parse", "--git-path", "objects/pack"]);
         let pack_dir = dir.path().join(idx.trim());
-        let idx = std::fs::read_dir(&pack_dir).unwrap().flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|e| e == "idx")).unwrap();
-        let bitmap = std::sync::Arc::new(crate::bitmap::PackBitmap::open(&idx, repo.object_hash()).unwrap().expect("git wrote a bitmap"));
+        let idx = std::fs::read_dir(&pack_dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "idx"))
+            .unwrap();
+        let bitmap = std::sync::Arc::new(
+            crate::bitmap::PackBitmap::open(&idx, repo.object_hash()).unwrap().expect("git wrote a bitmap"),
+        );
         assert!(bitmap.has_closure(&c[99]) && bitmap.has_closure(&c[79]));
         let repo = gix::open(dir.path()).unwrap();
         let (mut ready, mut not_ready) = (0, 0);

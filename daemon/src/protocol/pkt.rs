@@ -95,7 +95,11 @@ pub struct SectionRules {
 /// they are held like an HTTP body (`max_bytes`, length headers included). A malformed packet,
 /// a packet the rules do not allow, or too many bytes are errors; a client hanging up is an
 /// [`End::HungUp`] with what arrived before.
-pub fn read_section<R: std::io::Read>(lines: &mut Stream<R>, max_bytes: usize, rules: SectionRules) -> Result<(Vec<Owned>, End), ProtocolError> {
+pub fn read_section<R: std::io::Read>(
+    lines: &mut Stream<R>,
+    max_bytes: usize,
+    rules: SectionRules,
+) -> Result<(Vec<Owned>, End), ProtocolError> {
     let mut out = Vec::new();
     let mut bytes = 0usize;
     lines.reset();
@@ -148,13 +152,15 @@ impl Writer {
 
     /// A data line, exactly `data`.
     pub fn data(&mut self, data: &[u8]) -> &mut Self {
-        gix_packetline::blocking_io::encode::data_to_write(data, &mut self.buf).expect("writing to a Vec with a valid line");
+        gix_packetline::blocking_io::encode::data_to_write(data, &mut self.buf)
+            .expect("writing to a Vec with a valid line");
         self
     }
 
     /// A text line: `text` and a newline.
     pub fn text(&mut self, text: impl AsRef<[u8]>) -> &mut Self {
-        gix_packetline::blocking_io::encode::text_to_write(text.as_ref(), &mut self.buf).expect("writing to a Vec with a valid line");
+        gix_packetline::blocking_io::encode::text_to_write(text.as_ref(), &mut self.buf)
+            .expect("writing to a Vec with a valid line");
         self
     }
 
@@ -172,13 +178,15 @@ impl Writer {
     pub fn err(&mut self, message: &str) -> &mut Self {
         let message = crate::error::for_client(message, MAX_ERR);
         let message = clip(&message);
-        gix_packetline::blocking_io::encode::error_to_write(message.as_bytes(), &mut self.buf).expect("writing to a Vec");
+        gix_packetline::blocking_io::encode::error_to_write(message.as_bytes(), &mut self.buf)
+            .expect("writing to a Vec");
         self
     }
 
     /// One side-band packet on `band` (1 data, 2 progress, 3 error).
     pub fn band(&mut self, band: gix_packetline::Channel, data: &[u8]) -> &mut Self {
-        gix_packetline::blocking_io::encode::band_to_write(band, data, &mut self.buf).expect("writing to a Vec with a valid packet");
+        gix_packetline::blocking_io::encode::band_to_write(band, data, &mut self.buf)
+            .expect("writing to a Vec with a valid packet");
         self
     }
 
@@ -222,19 +230,38 @@ mod tests {
         let v0 = SectionRules { delim: false, done_ends: true };
         let v2 = SectionRules { delim: true, done_ends: false };
         assert_eq!(read_section(&mut lines, 1000, v0).unwrap(), (vec![Owned::Data(b"want".to_vec())], End::Flush));
-        assert_eq!(read_section(&mut lines, 1000, v2).unwrap(), (vec![Owned::Delim, Owned::Data(b"have 1".to_vec())], End::Flush));
+        assert_eq!(
+            read_section(&mut lines, 1000, v2).unwrap(),
+            (vec![Owned::Delim, Owned::Data(b"have 1".to_vec())], End::Flush)
+        );
         assert_eq!(read_section(&mut lines, 1000, v0).unwrap(), (vec![Owned::Data(b"done".to_vec())], End::Done));
         assert_eq!(read_section(&mut lines, 1000, v0).unwrap(), (vec![Owned::Data(b"more".to_vec())], End::HungUp));
         let v2_done = read_section(&mut stream(&b"0009done\n0009more\n0000"[..]), 1000, v2).unwrap();
-        assert_eq!(v2_done, (vec![Owned::Data(b"done".to_vec()), Owned::Data(b"more".to_vec())], End::Flush), "done ends only v0's haves");
+        assert_eq!(
+            v2_done,
+            (vec![Owned::Data(b"done".to_vec()), Owned::Data(b"more".to_vec())], End::Flush),
+            "done ends only v0's haves"
+        );
     }
 
     #[test]
     fn a_section_is_bounded_and_keeps_to_its_rules() {
-        assert!(matches!(read_section(&mut stream(&b"0009want\n0009want\n0000"[..]), 12, SectionRules::default()), Err(ProtocolError::TooLarge { limit: 12 })));
-        assert!(matches!(read_section(&mut stream(&b"0001"[..]), 100, SectionRules::default()), Err(ProtocolError::Unexpected(_))));
-        assert!(matches!(read_section(&mut stream(&b"0002"[..]), 100, SectionRules { delim: true, done_ends: false }), Err(ProtocolError::Unexpected(_))));
-        assert!(matches!(read_section(&mut stream(&b"00zz"[..]), 100, SectionRules::default()), Err(ProtocolError::PktLine(_))));
+        assert!(matches!(
+            read_section(&mut stream(&b"0009want\n0009want\n0000"[..]), 12, SectionRules::default()),
+            Err(ProtocolError::TooLarge { limit: 12 })
+        ));
+        assert!(matches!(
+            read_section(&mut stream(&b"0001"[..]), 100, SectionRules::default()),
+            Err(ProtocolError::Unexpected(_))
+        ));
+        assert!(matches!(
+            read_section(&mut stream(&b"0002"[..]), 100, SectionRules { delim: true, done_ends: false }),
+            Err(ProtocolError::Unexpected(_))
+        ));
+        assert!(matches!(
+            read_section(&mut stream(&b"00zz"[..]), 100, SectionRules::default()),
+            Err(ProtocolError::PktLine(_))
+        ));
     }
 
     #[test]

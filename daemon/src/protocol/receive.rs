@@ -7,17 +7,26 @@ use std::io::{BufRead, Write};
 
 use gix_packetline::PacketLineRef;
 
-use super::pkt;
-use super::upload::parse_oid;
 use super::hash_name;
+use super::pkt;
+use super::sideband::{Bands, Framing};
+use super::upload::parse_oid;
 use super::{Context, Version};
 use crate::error::{ProtocolError, ServeError};
-use super::sideband::{Bands, Framing};
 use crate::push::{self, Outcome};
 use crate::repo::RefSnapshot;
 
 /// receive-pack's capabilities, in git's order.
-const CAPABILITIES: &[&str] = &["report-status", "report-status-v2", "delete-refs", "side-band-64k", "quiet", "atomic", "ofs-delta", "push-options"];
+const CAPABILITIES: &[&str] = &[
+    "report-status",
+    "report-status-v2",
+    "delete-refs",
+    "side-band-64k",
+    "quiet",
+    "atomic",
+    "ofs-delta",
+    "push-options",
+];
 
 /// Most commands one push may carry, and most push options.
 const MAX_COMMANDS: usize = 100_000;
@@ -70,9 +79,17 @@ pub struct Request {
 /// At most `max_bytes` of commands and options are read (bounded before they are held); a body
 /// that ends inside a line, or that cannot be read (not gzip, a broken chunk), is an error the
 /// client is told, not an empty push.
-pub fn read_request<R: std::io::Read>(input: R, hash: gix_hash::Kind, max_bytes: usize) -> Result<(Option<Request>, R), ProtocolError> {
+pub fn read_request<R: std::io::Read>(
+    input: R,
+    hash: gix_hash::Kind,
+    max_bytes: usize,
+) -> Result<(Option<Request>, R), ProtocolError> {
     let counted = std::rc::Rc::new(std::cell::Cell::new(0u64));
-    let mut lines = gix_packetline::blocking_io::StreamingPeekableIter::new(Counted { inner: input, bytes: counted.clone() }, &[PacketLineRef::Flush], false);
+    let mut lines = gix_packetline::blocking_io::StreamingPeekableIter::new(
+        Counted { inner: input, bytes: counted.clone() },
+        &[PacketLineRef::Flush],
+        false,
+    );
     let mut held = 0usize;
     let mut req = Request::default();
     let mut first = true;
@@ -104,7 +121,8 @@ pub fn read_request<R: std::io::Read>(input: R, hash: gix_hash::Kind, max_bytes:
         caps_seen |= caps.is_some();
         let text = std::str::from_utf8(command).map_err(|_| ProtocolError::Unexpected("non-UTF-8 command".into()))?;
         if let Some(caps) = caps {
-            let caps = std::str::from_utf8(caps).map_err(|_| ProtocolError::Unexpected("non-UTF-8 capabilities".into()))?;
+            let caps =
+                std::str::from_utf8(caps).map_err(|_| ProtocolError::Unexpected("non-UTF-8 capabilities".into()))?;
             req.caps = parse_caps(caps, hash)?;
         }
         if let Some(id) = text.strip_prefix("shallow ") {
@@ -187,7 +205,9 @@ fn parse_caps(caps: &str, hash: gix_hash::Kind) -> Result<PushCaps, ProtocolErro
             "push-options" => out.push_options = true,
             "ofs-delta" | "delete-refs" => {}
             c if c.starts_with("agent=") || c.starts_with("session-id=") => {}
-            c if c.starts_with("object-format=") => super::upload::check_object_format(&c["object-format=".len()..], hash)?,
+            c if c.starts_with("object-format=") => {
+                super::upload::check_object_format(&c["object-format=".len()..], hash)?
+            }
             other => return Err(ProtocolError::UnknownCapability(other.chars().take(64).collect())),
         }
     }
@@ -196,7 +216,11 @@ fn parse_caps(caps: &str, hash: gix_hash::Kind) -> Result<PushCaps, ProtocolErro
 
 /// Serve one push: read the request from `input` (commands, options, pack), apply it, write the
 /// report to `out`. `None` when the client pushed nothing.
-pub fn receive_pack<R: BufRead, W: Write>(ctx: &Context<'_>, input: R, mut out: W) -> Result<Option<Outcome>, ServeError> {
+pub fn receive_pack<R: BufRead, W: Write>(
+    ctx: &Context<'_>,
+    input: R,
+    mut out: W,
+) -> Result<Option<Outcome>, ServeError> {
     let hash = ctx.served.repo.to_thread_local().object_hash();
     let (req, mut rest) = match read_request(input, hash, ctx.config.max_request_body) {
         Ok(read) => read,
@@ -254,7 +278,8 @@ mod tests {
 
     #[test]
     fn commands_capabilities_and_push_options_are_read_up_to_the_pack() {
-        let mut body = pkt(&format!("{OLD} {NEW} refs/heads/main\0report-status side-band-64k atomic push-options agent=x\n"));
+        let mut body =
+            pkt(&format!("{OLD} {NEW} refs/heads/main\0report-status side-band-64k atomic push-options agent=x\n"));
         body.extend(pkt(&format!("{} {NEW} refs/heads/new\n", "0".repeat(40))));
         body.extend(b"0000");
         body.extend(pkt("ci.skip\n"));
@@ -288,7 +313,13 @@ mod tests {
         assert!(req.is_none(), "nothing sent: nothing to push");
         let body = pkt(&format!("{OLD} {NEW} refs/heads/main\0report-status\n"));
         assert!(matches!(read_request(&body[..20], gix_hash::Kind::Sha1, 1 << 20), Err(ProtocolError::Truncated)));
-        assert!(matches!(read_request(&body[..], gix_hash::Kind::Sha1, 1 << 20), Err(ProtocolError::Truncated)), "no flush");
-        assert!(matches!(read_request(&body[..], gix_hash::Kind::Sha1, 10), Err(ProtocolError::TooLarge { limit: 10 })));
+        assert!(
+            matches!(read_request(&body[..], gix_hash::Kind::Sha1, 1 << 20), Err(ProtocolError::Truncated)),
+            "no flush"
+        );
+        assert!(matches!(
+            read_request(&body[..], gix_hash::Kind::Sha1, 10),
+            Err(ProtocolError::TooLarge { limit: 10 })
+        ));
     }
 }

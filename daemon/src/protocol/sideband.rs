@@ -37,12 +37,7 @@ impl<W: Write> Bands<W> {
             Framing::SideBand => pkt::MAX_SIDEBAND,
             Framing::Raw => 64 * 1024,
         };
-        Bands {
-            out,
-            framing,
-            progress: progress && framing != Framing::Raw,
-            pending: Vec::with_capacity(cap),
-        }
+        Bands { out, framing, progress: progress && framing != Framing::Raw, pending: Vec::with_capacity(cap) }
     }
 
     fn max_payload(&self) -> usize {

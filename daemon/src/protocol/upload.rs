@@ -7,9 +7,9 @@ use std::io::Write;
 use gix_hash::ObjectId;
 
 use super::Context;
+use super::sideband::{Bands, Framing};
 use crate::error::{ProtocolError, ServeError};
 use crate::filter::Filter;
-use super::sideband::{Bands, Framing};
 use crate::pack;
 use crate::repo::RefSnapshot;
 use crate::select;
@@ -29,15 +29,17 @@ pub fn check_object_format(asked: &str, ours: gix_hash::Kind) -> Result<(), Prot
     if asked == ours {
         Ok(())
     } else {
-        Err(ProtocolError::ObjectFormat {
-            asked: asked.chars().take(32).collect(),
-            ours: ours.into(),
-        })
+        Err(ProtocolError::ObjectFormat { asked: asked.chars().take(32).collect(), ours: ours.into() })
     }
 }
 
 /// Record one more `have`, refusing the one past `max_haves`.
-pub fn push_have(haves: &mut Vec<ObjectId>, hex: &str, hash: gix_hash::Kind, max_haves: usize) -> Result<(), ProtocolError> {
+pub fn push_have(
+    haves: &mut Vec<ObjectId>,
+    hex: &str,
+    hash: gix_hash::Kind,
+    max_haves: usize,
+) -> Result<(), ProtocolError> {
     if haves.len() >= max_haves {
         return Err(ProtocolError::TooMany { what: "have", limit: max_haves });
     }
@@ -67,7 +69,13 @@ pub enum WantRule {
 }
 
 /// Every want must be allowed by `rule`; an object no visible ref reaches never is.
-pub fn check_wants(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, wants: &[ObjectId], rule: WantRule) -> Result<(), ServeError> {
+pub fn check_wants(
+    ctx: &Context<'_>,
+    repo: &gix::Repository,
+    refs: &RefSnapshot,
+    wants: &[ObjectId],
+    rule: WantRule,
+) -> Result<(), ServeError> {
     let max_wants = ctx.config.max_wants;
     if wants.len() > max_wants {
         return Err(ProtocolError::TooMany { what: "want", limit: max_wants }.into());
@@ -136,7 +144,9 @@ impl Extras {
                     return Err(ProtocolError::FilterNotAllowed);
                 }
                 if self.filter.is_some() {
-                    return Err(ProtocolError::Filter(crate::filter::FilterError::Invalid("multiple filter-specs cannot be combined".into())));
+                    return Err(ProtocolError::Filter(crate::filter::FilterError::Invalid(
+                        "multiple filter-specs cannot be combined".into(),
+                    )));
                 }
                 self.filter = Some(Filter::parse(value)?);
             }
@@ -153,7 +163,13 @@ impl Extras {
 /// The shallow boundary of a request with shallow arguments (`None` without): the client's
 /// shallow lines narrowed to commits it may read (a commit we lack is ignored, as git does; one
 /// that is not a commit is refused), then [`shallow::compute`].
-pub fn boundary(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, wants: &[ObjectId], extras: &mut Extras) -> Result<Option<Boundary>, ServeError> {
+pub fn boundary(
+    ctx: &Context<'_>,
+    repo: &gix::Repository,
+    refs: &RefSnapshot,
+    wants: &[ObjectId],
+    extras: &mut Extras,
+) -> Result<Option<Boundary>, ServeError> {
     extras.deepen.check()?;
     if !extras.shallow_lines.is_empty() {
         // Each line's object is looked up once: missing ones are ignored, non-commits refused.
@@ -284,7 +300,10 @@ fn select_and_write<W: Write>(
     // The readable set is costly: asked for the first time a delta base outside the selection
     // could be added or referred to thin (and not on the edge), and only then.
     let readable = std::cell::OnceCell::new();
-    let wants_everything = request.common.is_empty() && request.boundary.is_none() && request.filter.is_none() && refs.tips().iter().all(|tip| request.wants.contains(tip));
+    let wants_everything = request.common.is_empty()
+        && request.boundary.is_none()
+        && request.filter.is_none()
+        && refs.tips().iter().all(|tip| request.wants.contains(tip));
     let stats = pack::write(
         repo,
         &selection,

@@ -10,10 +10,10 @@ use gix_hash::ObjectId;
 
 use super::negotiate::{Common, Have};
 use super::pkt::{self, Line};
+use super::sideband::Framing;
 use super::upload::{self, Extras, PackRequest};
 use super::{Context, Version, hash_name};
 use crate::error::{ProtocolError, ServeError};
-use super::sideband::Framing;
 use crate::pack::Stats;
 use crate::repo::{HeadState, RefSnapshot};
 
@@ -84,7 +84,6 @@ pub fn advertise(refs: &RefSnapshot, version: Version, stateless: bool, out: &mu
     out.flush();
 }
 
-
 /// The capabilities a client asked for on its first want line.
 #[derive(Debug, Default, Clone)]
 pub struct ClientCaps {
@@ -120,7 +119,9 @@ impl ClientCaps {
                 "shallow" | "deepen-since" | "deepen-not" => {}
                 "filter" => caps.filter = true,
                 w if w.starts_with("agent=") || w.starts_with("session-id=") => {}
-                w if w.starts_with("object-format=") => upload::check_object_format(&w["object-format=".len()..], hash)?,
+                w if w.starts_with("object-format=") => {
+                    upload::check_object_format(&w["object-format=".len()..], hash)?
+                }
                 other => return Err(ProtocolError::UnknownCapability(other.to_owned())),
             }
         }
@@ -154,7 +155,11 @@ pub struct Request {
 
 impl Request {
     /// The pack this request gets, given the negotiated common commits.
-    fn pack_request<'a>(&'a self, common: &'a [ObjectId], boundary: Option<&'a crate::shallow::Boundary>) -> PackRequest<'a> {
+    fn pack_request<'a>(
+        &'a self,
+        common: &'a [ObjectId],
+        boundary: Option<&'a crate::shallow::Boundary>,
+    ) -> PackRequest<'a> {
         let caps = &self.caps;
         PackRequest {
             wants: &self.wants,
@@ -310,7 +315,14 @@ fn negotiate(
     if !req.has_haves_section {
         return Ok(None); // a deepen request's first round: the shallow list was the answer
     }
-    let mut nego = Negotiation::new(repo, crate::bitmap::of(ctx.repos, ctx.served, repo), ctx.repos.commits(ctx.served), refs.object_hash, &req.wants, req.caps.clone());
+    let mut nego = Negotiation::new(
+        repo,
+        crate::bitmap::of(ctx.repos, ctx.served, repo),
+        ctx.repos.commits(ctx.served),
+        refs.object_hash,
+        &req.wants,
+        req.caps.clone(),
+    );
     // Walk the haves segment by segment, as git reads them between flushes.
     let start = lines.iter().position(|l| *l == Line::Flush).map_or(lines.len(), |p| p + 1);
     for line in &lines[start..] {
@@ -363,7 +375,14 @@ pub struct Negotiation<'r> {
 }
 
 impl<'r> Negotiation<'r> {
-    pub fn new(repo: &'r gix::Repository, bitmap: Option<std::sync::Arc<crate::bitmap::PackBitmap>>, commits: std::sync::Arc<crate::graph::CommitCache>, hash: gix_hash::Kind, wants: &'r [ObjectId], caps: ClientCaps) -> Self {
+    pub fn new(
+        repo: &'r gix::Repository,
+        bitmap: Option<std::sync::Arc<crate::bitmap::PackBitmap>>,
+        commits: std::sync::Arc<crate::graph::CommitCache>,
+        hash: gix_hash::Kind,
+        wants: &'r [ObjectId],
+        caps: ClientCaps,
+    ) -> Self {
         Negotiation {
             repo,
             hash,
@@ -460,7 +479,12 @@ impl<'r> Negotiation<'r> {
 /// Serve v0 upload-pack over a connection (git://): advertisement, wants, rounds of haves each
 /// answered at its flush, `done`, the pack. Everything written to `out` is flushed at the end of
 /// each round; `out` should buffer (a pack leaves in large writes).
-pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Version, input: R, mut out: W) -> Result<Option<Stats>, ServeError> {
+pub fn serve_stateful<R: std::io::Read, W: Write>(
+    ctx: &Context<'_>,
+    version: Version,
+    input: R,
+    mut out: W,
+) -> Result<Option<Stats>, ServeError> {
     let repo = ctx.served.repo.to_thread_local();
     let refs = ctx.repos.upload_refs(ctx.served, &repo)?;
     let mut w = pkt::Writer::new();
@@ -504,7 +528,14 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Ve
             out.write_all(&w.buf)?;
             out.flush()?;
         }
-        let mut nego = Negotiation::new(&repo, crate::bitmap::of(ctx.repos, ctx.served, &repo), ctx.repos.commits(ctx.served), refs.object_hash, &req.wants, req.caps.clone());
+        let mut nego = Negotiation::new(
+            &repo,
+            crate::bitmap::of(ctx.repos, ctx.served, &repo),
+            ctx.repos.commits(ctx.served),
+            refs.object_hash,
+            &req.wants,
+            req.caps.clone(),
+        );
         let mut haves = 0usize;
         loop {
             let Some(round) = section(&mut lines)? else {
@@ -546,7 +577,13 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, version: Ve
     Ok(Some(stats))
 }
 
-fn is_ready(cache: &mut Option<bool>, common: &Common, repo: &gix::Repository, commits: &crate::graph::CommitCache, wants: &[ObjectId]) -> Result<bool, ServeError> {
+fn is_ready(
+    cache: &mut Option<bool>,
+    common: &Common,
+    repo: &gix::Repository,
+    commits: &crate::graph::CommitCache,
+    wants: &[ObjectId],
+) -> Result<bool, ServeError> {
     if cache.is_none() {
         *cache = Some(common.ready(repo, commits, wants)?);
     }
@@ -586,7 +623,9 @@ mod tests {
         let second = &format!("want {MAIN} ofs-delta");
         assert!(matches!(parse(&lines(&[want, second, ""]), &refs, 10), Err(ProtocolError::Unexpected(_))));
         let unknown = &format!("want {MAIN} frobnicate");
-        assert!(matches!(parse(&lines(&[unknown, ""]), &refs, 10), Err(ProtocolError::UnknownCapability(c)) if c == "frobnicate"));
+        assert!(
+            matches!(parse(&lines(&[unknown, ""]), &refs, 10), Err(ProtocolError::UnknownCapability(c)) if c == "frobnicate")
+        );
         // A have section that neither ends in done nor in a flush was cut off.
         let have = &format!("have {MAIN}");
         assert!(matches!(parse(&lines(&[want, "", have]), &refs, 10), Err(ProtocolError::Truncated)));
@@ -597,8 +636,14 @@ mod tests {
         let refs = crate::repo::fixture_refs();
         let want = &format!("want {MAIN}");
         let have = &format!("have {MAIN}");
-        assert!(matches!(parse(&lines(&[want, "", have, have, have, ""]), &refs, 2), Err(ProtocolError::TooMany { what: "have", limit: 2 })));
-        assert!(matches!(parse(&lines(&[want, "filter blob:none", ""]), &refs, 10), Err(ProtocolError::FilterNotAllowed)));
+        assert!(matches!(
+            parse(&lines(&[want, "", have, have, have, ""]), &refs, 2),
+            Err(ProtocolError::TooMany { what: "have", limit: 2 })
+        ));
+        assert!(matches!(
+            parse(&lines(&[want, "filter blob:none", ""]), &refs, 10),
+            Err(ProtocolError::FilterNotAllowed)
+        ));
         let deepen = parse(&lines(&[want, "deepen 3", ""]), &refs, 10).unwrap();
         assert_eq!(deepen.extras.deepen.depth, Some(3));
         assert!(!deepen.has_haves_section, "a deepen request's first round has no haves");
@@ -610,8 +655,17 @@ mod tests {
         let mut w = pkt::Writer::new();
         advertise(&refs, Version::V0, true, &mut w);
         let lines = pkt::read_all(&w.buf).unwrap();
-        let text: Vec<String> = lines.iter().filter_map(|l| l.as_text()).map(|t| t.split('\0').next().unwrap().to_owned()).collect();
-        assert_eq!(text, vec![format!("{MAIN} HEAD"), format!("{MAIN} refs/heads/main"), format!("{} refs/tags/v1", "2".repeat(40)), format!("{} refs/tags/v1^{{}}", "3".repeat(40))]);
+        let text: Vec<String> =
+            lines.iter().filter_map(|l| l.as_text()).map(|t| t.split('\0').next().unwrap().to_owned()).collect();
+        assert_eq!(
+            text,
+            vec![
+                format!("{MAIN} HEAD"),
+                format!("{MAIN} refs/heads/main"),
+                format!("{} refs/tags/v1", "2".repeat(40)),
+                format!("{} refs/tags/v1^{{}}", "3".repeat(40))
+            ]
+        );
         let first = lines[0].as_text().unwrap();
         assert!(first.contains("\0multi_ack thin-pack side-band side-band-64k ofs-delta shallow"), "{first}");
         assert!(first.contains(" no-done symref=HEAD:refs/heads/main object-format=sha1 agent="), "{first}");

@@ -9,18 +9,19 @@ use std::io::Write;
 
 use gix_hash::ObjectId;
 
+use super::Context;
+use super::hash_name;
 use super::negotiate::Common;
 use super::pkt::{self, Line};
-use super::upload::{self, Extras, PackRequest};
-use super::hash_name;
-use super::Context;
-use crate::error::{ProtocolError, ServeError};
 use super::sideband::Framing;
+use super::upload::{self, Extras, PackRequest};
+use crate::error::{ProtocolError, ServeError};
 use crate::pack::Stats;
 use crate::repo::{HeadState, RefSnapshot};
 
 /// A command: its arguments in, its response out; the statistics of a pack it sent.
-type Run = fn(&Context<'_>, &gix::Repository, &RefSnapshot, &[Line<'_>], &mut dyn Write) -> Result<Option<Stats>, ServeError>;
+type Run =
+    fn(&Context<'_>, &gix::Repository, &RefSnapshot, &[Line<'_>], &mut dyn Write) -> Result<Option<Stats>, ServeError>;
 
 /// One row of the capability table.
 pub struct Capability {
@@ -33,16 +34,8 @@ pub struct Capability {
 
 /// The v2 capabilities, in git's advertisement order.
 pub const COMMANDS: &[Capability] = &[
-    Capability {
-        name: "agent",
-        value: |_| Some(crate::agent()),
-        run: None,
-    },
-    Capability {
-        name: "ls-refs",
-        value: |_| Some("unborn".into()),
-        run: Some(ls_refs),
-    },
+    Capability { name: "agent", value: |_| Some(crate::agent()), run: None },
+    Capability { name: "ls-refs", value: |_| Some("unborn".into()), run: Some(ls_refs) },
     Capability {
         name: "fetch",
         value: |refs| {
@@ -57,16 +50,8 @@ pub const COMMANDS: &[Capability] = &[
         },
         run: Some(fetch),
     },
-    Capability {
-        name: "server-option",
-        value: |_| None,
-        run: None,
-    },
-    Capability {
-        name: "object-format",
-        value: |refs| Some(hash_name(refs.object_hash).into()),
-        run: None,
-    },
+    Capability { name: "server-option", value: |_| None, run: None },
+    Capability { name: "object-format", value: |refs| Some(hash_name(refs.object_hash).into()), run: None },
 ];
 
 /// `version 2` and the capability lines, ending in a flush.
@@ -153,7 +138,13 @@ fn arg_text<'a>(line: &Line<'a>) -> Result<&'a str, ProtocolError> {
 
 /// `ls-refs`: the refs (HEAD first) matching any `ref-prefix`, with `symref-target:` and
 /// `peeled:` attributes when asked, and `unborn HEAD` when asked and HEAD is unborn.
-fn ls_refs(ctx: &Context<'_>, _repo: &gix::Repository, refs: &RefSnapshot, args: &[Line<'_>], out: &mut dyn Write) -> Result<Option<Stats>, ServeError> {
+fn ls_refs(
+    ctx: &Context<'_>,
+    _repo: &gix::Repository,
+    refs: &RefSnapshot,
+    args: &[Line<'_>],
+    out: &mut dyn Write,
+) -> Result<Option<Stats>, ServeError> {
     let (mut peel, mut symrefs, mut unborn) = (false, false, false);
     let mut prefixes: Vec<&str> = Vec::new();
     for line in args {
@@ -173,7 +164,9 @@ fn ls_refs(ctx: &Context<'_>, _repo: &gix::Repository, refs: &RefSnapshot, args:
                     prefixes.clear();
                 }
             }
-            other => return upload::reply_err(out, ProtocolError::UnknownArgument(other.chars().take(64).collect()).into()),
+            other => {
+                return upload::reply_err(out, ProtocolError::UnknownArgument(other.chars().take(64).collect()).into());
+            }
         }
     }
     let matches = |name: &[u8]| prefixes.is_empty() || prefixes.iter().any(|p| name.starts_with(p.as_bytes()));
@@ -284,7 +277,13 @@ fn parse_fetch(args: &[Line<'_>], refs: &RefSnapshot, max_haves: usize) -> Resul
 /// NAK; `ready` when every want reaches a common commit, unless `wait-for-done`) and, if ready,
 /// the pack; with `done` or without haves, the pack right away. Before the packfile section:
 /// `wanted-refs` for `want-ref`s, `shallow-info` for a shallow request.
-fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[Line<'_>], out: &mut dyn Write) -> Result<Option<Stats>, ServeError> {
+fn fetch(
+    ctx: &Context<'_>,
+    repo: &gix::Repository,
+    refs: &RefSnapshot,
+    args: &[Line<'_>],
+    out: &mut dyn Write,
+) -> Result<Option<Stats>, ServeError> {
     let mut w = pkt::Writer::new();
     type Negotiated = (FetchArgs, Vec<ObjectId>, Option<crate::shallow::Boundary>);
     let negotiated = (|| -> Result<Option<Negotiated>, ServeError> {
@@ -370,7 +369,11 @@ fn fetch(ctx: &Context<'_>, repo: &gix::Repository, refs: &RefSnapshot, args: &[
 /// Serve v2 over a connection (git://): the capability advertisement, then one command request
 /// after another (each up to its flush) until the client hangs up or sends an empty request.
 /// `out` is flushed after every response.
-pub fn serve_stateful<R: std::io::Read, W: Write>(ctx: &Context<'_>, input: R, mut out: W) -> Result<Option<Stats>, ServeError> {
+pub fn serve_stateful<R: std::io::Read, W: Write>(
+    ctx: &Context<'_>,
+    input: R,
+    mut out: W,
+) -> Result<Option<Stats>, ServeError> {
     let repo = ctx.served.repo.to_thread_local();
     let mut w = pkt::Writer::new();
     advertise(&RefSnapshot::settings_only(&repo), &mut w);
@@ -407,7 +410,22 @@ mod tests {
         let refs = crate::repo::fixture_refs();
         let want = &format!("want {}", "3".repeat(40));
         let have = &format!("have {}", "1".repeat(40));
-        let f = parse_fetch(&args(&[want, have, "thin-pack", "ofs-delta", "include-tag", "no-progress", "wait-for-done", "deepen 2", "done"]), &refs, 10).unwrap();
+        let f = parse_fetch(
+            &args(&[
+                want,
+                have,
+                "thin-pack",
+                "ofs-delta",
+                "include-tag",
+                "no-progress",
+                "wait-for-done",
+                "deepen 2",
+                "done",
+            ]),
+            &refs,
+            10,
+        )
+        .unwrap();
         assert_eq!((f.wants.len(), f.haves.len()), (1, 1));
         assert!(f.thin_pack && f.ofs_delta && f.include_tag && f.no_progress && f.wait_for_done && f.done);
         assert_eq!(f.extras.deepen.depth, Some(2));
@@ -416,13 +434,21 @@ mod tests {
     #[test]
     fn unknown_arguments_want_refs_without_the_setting_and_filters_without_it_are_refused() {
         let refs = crate::repo::fixture_refs();
-        assert!(matches!(parse_fetch(&args(&["frobnicate"]), &refs, 10), Err(ProtocolError::UnknownArgument(a)) if a == "frobnicate"));
-        assert!(matches!(parse_fetch(&args(&["want-ref refs/heads/main"]), &refs, 10), Err(ProtocolError::UnknownArgument(_))));
+        assert!(
+            matches!(parse_fetch(&args(&["frobnicate"]), &refs, 10), Err(ProtocolError::UnknownArgument(a)) if a == "frobnicate")
+        );
+        assert!(matches!(
+            parse_fetch(&args(&["want-ref refs/heads/main"]), &refs, 10),
+            Err(ProtocolError::UnknownArgument(_))
+        ));
         assert!(matches!(parse_fetch(&args(&["filter blob:none"]), &refs, 10), Err(ProtocolError::FilterNotAllowed)));
         let mut allowing = refs.clone();
         allowing.wants.ref_in_want = true;
         let f = parse_fetch(&args(&["want-ref refs/heads/main"]), &allowing, 10).unwrap();
         assert_eq!(f.wanted_refs, vec![("refs/heads/main".to_owned(), allowing.refs[0].id)]);
-        assert!(matches!(parse_fetch(&args(&["want-ref refs/heads/nope"]), &allowing, 10), Err(ProtocolError::UnknownRef(_))));
+        assert!(matches!(
+            parse_fetch(&args(&["want-ref refs/heads/nope"]), &allowing, 10),
+            Err(ProtocolError::UnknownRef(_))
+        ));
     }
 }

@@ -18,8 +18,8 @@ use gix_hash::ObjectId;
 use gix_object::{Find, Kind};
 
 use crate::error::ServeError;
-use crate::session::Context;
 use crate::repo::RefSnapshot;
+use crate::session::Context;
 use quarantine::Quarantine;
 
 /// One ref update: `new` null for a delete, `old` null for a create.
@@ -184,7 +184,10 @@ impl Rules {
         let flag = |key: &str| config.boolean(key).unwrap_or(false);
         // refuse (the default) unless the value says otherwise
         let refuse = |key: &str| match config.string(key) {
-            Some(v) => !matches!(v.to_str_lossy().to_ascii_lowercase().as_str(), "ignore" | "warn" | "false" | "no" | "off" | "0"),
+            Some(v) => !matches!(
+                v.to_str_lossy().to_ascii_lowercase().as_str(),
+                "ignore" | "warn" | "false" | "no" | "off" | "0"
+            ),
             None => true,
         };
         Rules {
@@ -197,7 +200,12 @@ impl Rules {
 }
 
 /// Apply a push whose commands are `req` and whose pack is the rest of `input`.
-pub fn apply(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead, bands: &mut dyn Messages) -> Result<Outcome, ServeError> {
+pub fn apply(
+    ctx: &Context<'_>,
+    req: &Request,
+    input: &mut dyn BufRead,
+    bands: &mut dyn Messages,
+) -> Result<Outcome, ServeError> {
     let repo = ctx.served.repo.to_thread_local();
     let hash = repo.object_hash();
     let objects_dir = repo.objects.store_ref().path().to_owned();
@@ -219,7 +227,8 @@ pub fn apply(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead, bands: &
     };
     if req.updates.iter().any(|c| !c.is_delete()) {
         let mut limited = LimitedRead { inner: input, left: ctx.config.max_push_bytes };
-        let max_object = ctx.config.max_object_bytes.min(usize::try_from(ctx.config.max_push_bytes).unwrap_or(usize::MAX));
+        let max_object =
+            ctx.config.max_object_bytes.min(usize::try_from(ctx.config.max_push_bytes).unwrap_or(usize::MAX));
         if let Err(source) = quarantine.receive(&mut limited, &repo.objects, hash, max_object) {
             // gix-pack says an object was over the allocation limit only in its words.
             let text = source.to_string();
@@ -253,7 +262,9 @@ pub fn apply(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead, bands: &
         // first left it: refused, as git's ref transactions refuse it.
         if !named.insert(command.name.as_str()) {
             *result = Err(Refusal::Duplicate);
-        } else if let Err(reason) = check_command(&repo, &received, &refs, &all_refs, &rules, head_target.as_deref(), command, &mut known) {
+        } else if let Err(reason) =
+            check_command(&repo, &received, &refs, &all_refs, &rules, head_target.as_deref(), command, &mut known)
+        {
             *result = Err(reason);
         }
     }
@@ -275,7 +286,12 @@ pub fn apply(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead, bands: &
         ("GIT_ALTERNATE_OBJECT_DIRECTORIES".to_owned(), objects_dir.display().to_string()),
     ]);
     let lines = |results: &[Result<(), Refusal>]| -> String {
-        req.updates.iter().zip(results).filter(|(_, r)| r.is_ok()).map(|(c, _)| format!("{} {} {}\n", c.old, c.new, c.name)).collect()
+        req.updates
+            .iter()
+            .zip(results)
+            .filter(|(_, r)| r.is_ok())
+            .map(|(c, _)| format!("{} {} {}\n", c.old, c.new, c.name))
+            .collect()
     };
     if let Some(hook) = hooks::find(&repo, &git_dir, "pre-receive") {
         let stdin = lines(&results);
@@ -337,7 +353,8 @@ pub fn apply(ctx: &Context<'_>, req: &Request, input: &mut dyn BufRead, bands: &
     }
 
     // 5. Hooks after.
-    let updated: Vec<&RefUpdate> = req.updates.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(c, _)| c).collect();
+    let updated: Vec<&RefUpdate> =
+        req.updates.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(c, _)| c).collect();
     if !updated.is_empty() {
         if let Some(hook) = hooks::find(&repo, &git_dir, "post-receive") {
             let ran = hooks::run(&hook, &[], lines(&results).as_bytes(), &env, &git_dir)?;
@@ -379,7 +396,11 @@ fn edit_refs(
         }
     };
     let names: Vec<String> = edits.iter().map(|e| e.name.as_bstr().to_string()).collect();
-    let locked = repo.refs.transaction().prepare(edits, timeout("core.filesRefLockTimeout", 100), timeout("core.packedRefsTimeout", 1000))?;
+    let locked = repo.refs.transaction().prepare(
+        edits,
+        timeout("core.filesRefLockTimeout", 100),
+        timeout("core.packedRefsTimeout", 1000),
+    )?;
     quarantine.note_ref_locks(&crate::ref_locks::held_for(repo, &names, false));
     crate::kill_point("push-refs-locked");
     let committed = locked.commit(Some(committer));
@@ -391,7 +412,8 @@ fn edit_refs(
 /// compare-and-swap refused it): the words git's users know.
 fn ref_refusal(repo: &gix::Repository, command: &RefUpdate) -> Option<Refusal> {
     let name = command.name.as_str();
-    let current = repo.try_find_reference(name).ok().flatten().and_then(|mut r| r.peel_to_id().ok().map(|id| id.detach()));
+    let current =
+        repo.try_find_reference(name).ok().flatten().and_then(|mut r| r.peel_to_id().ok().map(|id| id.detach()));
     match current {
         Some(_) if command.old.is_null() => return Some(Refusal::AlreadyExists),
         Some(current) if current != command.old => return Some(Refusal::Stale { current, expected: command.old }),
@@ -425,10 +447,14 @@ pub trait Messages {
 }
 
 fn edit_for(command: &RefUpdate, who: &str) -> gix::refs::transaction::RefEdit {
-    use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
     use gix::refs::Target;
+    use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
     let name: gix::refs::FullName = command.name.as_str().try_into().expect("checked before");
-    let expected = if command.old.is_null() { PreviousValue::MustNotExist } else { PreviousValue::MustExistAndMatch(Target::Object(command.old)) };
+    let expected = if command.old.is_null() {
+        PreviousValue::MustNotExist
+    } else {
+        PreviousValue::MustExistAndMatch(Target::Object(command.old))
+    };
     let change = if command.is_delete() {
         Change::Delete { expected, log: RefLog::AndReference }
     } else {
@@ -505,7 +531,12 @@ fn check_tree(data: &[u8], hash: gix_hash::Kind) -> Result<(), String> {
     for entry in gix_object::TreeRefIter::from_bytes(data, hash) {
         let entry = entry.map_err(|e| e.to_string())?;
         let name: &[u8] = entry.filename.as_ref();
-        if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.eq_ignore_ascii_case(b".git") {
+        if name.is_empty()
+            || name == b"."
+            || name == b".."
+            || name.contains(&b'/')
+            || name.eq_ignore_ascii_case(b".git")
+        {
             return Err(format!("bad entry name '{}'", name.as_bstr()));
         }
         let is_tree = entry.mode.is_tree();
@@ -573,7 +604,11 @@ fn check_command(
         return Err(Refusal::NonCommitToBranch);
     }
     connected(repo, received, command.new, known)?;
-    if rules.deny_non_fast_forwards && is_branch && !command.old.is_null() && !is_ancestor(repo, received, command.old, command.new)? {
+    if rules.deny_non_fast_forwards
+        && is_branch
+        && !command.old.is_null()
+        && !is_ancestor(repo, received, command.old, command.new)?
+    {
         return Err(Refusal::NonFastForward);
     }
     Ok(())
@@ -621,7 +656,12 @@ impl Connectivity {
 /// Every object the new tip needs is in the quarantine or the repository. Objects the
 /// repository already has are taken as complete (as git's quick check does), so the walk covers
 /// only what was received, and only what no earlier command of the push walked.
-fn connected(repo: &gix::Repository, received: &gix_odb::Handle, tip: ObjectId, known: &mut Connectivity) -> Result<(), Refusal> {
+fn connected(
+    repo: &gix::Repository,
+    received: &gix_odb::Handle,
+    tip: ObjectId,
+    known: &mut Connectivity,
+) -> Result<(), Refusal> {
     use gix_object::FindHeader;
     let mut buf = Vec::new();
     let mut seen = HashSet::new();
@@ -638,7 +678,10 @@ fn connected(repo: &gix::Repository, received: &gix_odb::Handle, tip: ObjectId, 
             }
             return Err(Refusal::MissingObjects);
         }
-        let data = received.try_find(&id, &mut buf).map_err(|e| Refusal::Check(e.to_string()))?.ok_or(Refusal::MissingObjects)?;
+        let data = received
+            .try_find(&id, &mut buf)
+            .map_err(|e| Refusal::Check(e.to_string()))?
+            .ok_or(Refusal::MissingObjects)?;
         crate::graph::push_children(id, data.kind, data.data, &mut stack).map_err(|e| Refusal::Check(e.to_string()))?;
     }
     known.complete.extend(seen);
@@ -647,7 +690,12 @@ fn connected(repo: &gix::Repository, received: &gix_odb::Handle, tip: ObjectId, 
 
 /// Is `old` an ancestor of (or equal to) `new`? Parents are read from the quarantine or the
 /// repository.
-fn is_ancestor(repo: &gix::Repository, received: &gix_odb::Handle, old: ObjectId, new: ObjectId) -> Result<bool, Refusal> {
+fn is_ancestor(
+    repo: &gix::Repository,
+    received: &gix_odb::Handle,
+    old: ObjectId,
+    new: ObjectId,
+) -> Result<bool, Refusal> {
     let mut buf = Vec::new();
     let mut seen = HashSet::new();
     let mut stack = vec![new];
@@ -659,7 +707,9 @@ fn is_ancestor(repo: &gix::Repository, received: &gix_odb::Handle, old: ObjectId
             continue;
         }
         let parents: Vec<ObjectId> = match received.try_find(&id, &mut buf) {
-            Ok(Some(data)) if data.kind == Kind::Commit => gix_object::CommitRefIter::from_bytes(data.data, id.kind()).parent_ids().collect(),
+            Ok(Some(data)) if data.kind == Kind::Commit => {
+                gix_object::CommitRefIter::from_bytes(data.data, id.kind()).parent_ids().collect()
+            }
             _ => match repo.find_commit(id) {
                 Ok(commit) => commit.parent_ids().map(|p| p.detach()).collect(),
                 Err(_) => continue,

@@ -27,7 +27,8 @@ impl Quarantine {
     pub fn create(objects_dir: &Path) -> std::io::Result<Quarantine> {
         static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
         let dir = objects_dir.join(format!("{PREFIX}{}-{nanos}-{n}", std::process::id()));
         if let Err(err) = std::fs::create_dir_all(dir.join("pack")) {
             let _ = std::fs::remove_dir_all(&dir); // the outer one may have been made
@@ -55,7 +56,11 @@ impl Quarantine {
         // checked here (git's index-pack refuses an empty pack whose checksum is wrong).
         let mut header = Vec::with_capacity(12);
         (&mut *pack).take(12).read_to_end(&mut header)?;
-        if header.len() == 12 && header.starts_with(b"PACK") && matches!(header[4..8], [0, 0, 0, 2 | 3]) && header[8..12] == [0, 0, 0, 0] {
+        if header.len() == 12
+            && header.starts_with(b"PACK")
+            && matches!(header[4..8], [0, 0, 0, 2 | 3])
+            && header[8..12] == [0, 0, 0, 0]
+        {
             let mut trailer = vec![0; hash.len_in_bytes()];
             pack.read_exact(&mut trailer).map_err(|_| "the empty pack ends before its checksum")?;
             let mut hasher = gix_hash::hasher(hash);

@@ -9,9 +9,8 @@ use std::io::BufWriter;
 use std::net::TcpStream;
 use std::sync::Arc;
 
-
-use crate::protocol::{self, Version, pkt};
 use crate::access_log::Record;
+use crate::protocol::{self, Version, pkt};
 use crate::session::{State, Tally};
 use crate::transport::pace::Paced;
 
@@ -49,12 +48,7 @@ pub fn parse_request_line(line: &[u8]) -> Option<RequestLine> {
             host = Some(h.to_owned());
         }
     }
-    Some(RequestLine {
-        service: service.to_owned(),
-        path: path.to_owned(),
-        host,
-        extra: extra.join(":"),
-    })
+    Some(RequestLine { service: service.to_owned(), path: path.to_owned(), host, extra: extra.join(":") })
 }
 
 /// Read the request line (one pkt-line) off a new connection, before it takes a thread or a
@@ -96,7 +90,12 @@ pub fn serve_connection(state: Arc<State>, stream: TcpStream, line: Vec<u8>) {
     let started = std::time::Instant::now();
     let cpu = crate::metrics::thread_cpu_seconds();
     let mut seen = Seen {
-        record: Record { transport: "git", peer: peer.map_or_else(String::new, |p| p.to_string()), status: "refused".into(), ..Record::default() },
+        record: Record {
+            transport: "git",
+            peer: peer.map_or_else(String::new, |p| p.to_string()),
+            status: "refused".into(),
+            ..Record::default()
+        },
         tally: Tally::default(),
         sent: std::cell::Cell::new(0),
     };
@@ -190,7 +189,10 @@ fn serve(state: &State, stream: TcpStream, line: &[u8], seen: &mut Seen) -> Resu
         _ => false,
     };
     if !enabled {
-        let _ = send_err(&stream, &format!("service '{}' is not enabled", request.service.chars().take(64).collect::<String>()));
+        let _ = send_err(
+            &stream,
+            &format!("service '{}' is not enabled", request.service.chars().take(64).collect::<String>()),
+        );
         return Ok(());
     }
     let served = match state.repos.resolve(&request.path) {
@@ -205,7 +207,10 @@ fn serve(state: &State, stream: TcpStream, line: &[u8], seen: &mut Seen) -> Resu
                     err => err.to_string(),
                 }
             } else {
-                format!("access denied or repository not exported: {}", request.path.chars().take(256).collect::<String>())
+                format!(
+                    "access denied or repository not exported: {}",
+                    request.path.chars().take(256).collect::<String>()
+                )
             };
             let _ = send_err(&stream, &message);
             return Ok(());

@@ -7,8 +7,8 @@
 //! to its user; later ones travel in-band (the protocol layer writes them).
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::io::Read;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -17,13 +17,13 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
+use crate::access_log::Record;
 use crate::config::Config;
 use crate::error::RepoError;
-use crate::protocol::{self, Version, pkt};
-use crate::access_log::Record;
 use crate::pack_cache::{Found, Key};
-use crate::session::{Share, Slot, State, Tally};
+use crate::protocol::{self, Version, pkt};
 use crate::repo::{RefSnapshot, Served};
+use crate::session::{Share, Slot, State, Tally};
 use crate::tap::Exchange;
 use crate::transport::stream;
 
@@ -61,9 +61,7 @@ fn text(status: StatusCode, message: impl Into<String>) -> Response<Body> {
     }
     let mut response = Response::new(full(message.into_bytes()));
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     no_cache(response.headers_mut());
     response
 }
@@ -123,16 +121,25 @@ pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>)
         (Route::UploadPack(_), _) if upload_pack_off => {
             text(StatusCode::FORBIDDEN, "fetch (git-upload-pack) is not enabled on this server")
         }
-        (Route::InfoRefs(_), _) if upload_pack_off && query_param(req.uri().query(), "service") != Some("git-receive-pack") => {
+        (Route::InfoRefs(_), _)
+            if upload_pack_off && query_param(req.uri().query(), "service") != Some("git-receive-pack") =>
+        {
             text(StatusCode::FORBIDDEN, "fetch (git-upload-pack) is not enabled on this server")
         }
         (Route::InfoRefs(repo), &Method::GET | &Method::HEAD) => info_refs(&state, repo, &req).await,
         (Route::UploadPack(repo), &Method::POST) => upload_pack(state.clone(), peer, repo.to_owned(), req).await,
         (Route::ReceivePack(repo), &Method::POST) => receive_pack(state.clone(), peer, repo.to_owned(), req).await,
         (Route::ReceivePack(_), _) => text(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed here")),
-        (Route::Dumb, _) => text(StatusCode::FORBIDDEN, "gixd serves the smart HTTP protocol only; dumb HTTP is not supported"),
-        (Route::InfoRefs(_) | Route::UploadPack(_), _) => text(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed here")),
-        (Route::NotFound, _) => text(StatusCode::NOT_FOUND, "not found: gixd serves <repository>/info/refs and <repository>/git-upload-pack"),
+        (Route::Dumb, _) => {
+            text(StatusCode::FORBIDDEN, "gixd serves the smart HTTP protocol only; dumb HTTP is not supported")
+        }
+        (Route::InfoRefs(_) | Route::UploadPack(_), _) => {
+            text(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed here"))
+        }
+        (Route::NotFound, _) => text(
+            StatusCode::NOT_FOUND,
+            "not found: gixd serves <repository>/info/refs and <repository>/git-upload-pack",
+        ),
     };
     let mut response = response;
     if method == Method::POST && !response.status().is_success() {
@@ -162,7 +169,12 @@ pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>)
 
 /// Who is asking, and may they read (or write) the repository at `repo_path`? The repository,
 /// and who it is, if so; the response to send otherwise. Resolution runs on the blocking pool.
-async fn authorize(state: &Arc<State>, headers: &HeaderMap, repo_path: &str, write: bool) -> Result<(Served, crate::auth::Identity), Response<Body>> {
+async fn authorize(
+    state: &Arc<State>,
+    headers: &HeaderMap,
+    repo_path: &str,
+    write: bool,
+) -> Result<(Served, crate::auth::Identity), Response<Body>> {
     use crate::auth::{Decision, Identity, decide, repo_key};
     let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let name = repo_path.trim_matches('/').to_owned();
@@ -189,11 +201,16 @@ async fn authorize(state: &Arc<State>, headers: &HeaderMap, repo_path: &str, wri
     match decided {
         Ok(Ok(allowed)) => Ok(allowed),
         Ok(Err(Decision::Unauthorized)) => {
-            let mut response = text(StatusCode::UNAUTHORIZED, "authentication required: a gixd token as the password (or a Bearer token)");
+            let mut response = text(
+                StatusCode::UNAUTHORIZED,
+                "authentication required: a gixd token as the password (or a Bearer token)",
+            );
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"gixd\""));
             Err(response)
         }
-        Ok(Err(Decision::Forbidden)) => Err(text(StatusCode::FORBIDDEN, format!("your token may not push to '{name}'"))),
+        Ok(Err(Decision::Forbidden)) => {
+            Err(text(StatusCode::FORBIDDEN, format!("your token may not push to '{name}'")))
+        }
         Ok(Err(_)) => Err(text(StatusCode::NOT_FOUND, format!("repository '{name}' not found"))),
         Err(_) => Err(text(StatusCode::INTERNAL_SERVER_ERROR, "internal error")),
     }
@@ -205,10 +222,7 @@ async fn info_refs(state: &Arc<State>, repo_path: &str, req: &Request<Incoming>)
         Some("git-receive-pack") => return receive_pack_advertisement(state, repo_path, req).await,
         Some(other) => return text(StatusCode::FORBIDDEN, format!("unsupported service '{other}'")),
         None => {
-            return text(
-                StatusCode::FORBIDDEN,
-                "gixd serves the smart HTTP protocol only; dumb HTTP is not supported",
-            );
+            return text(StatusCode::FORBIDDEN, "gixd serves the smart HTTP protocol only; dumb HTTP is not supported");
         }
     }
     let version = protocol_version(req.headers());
@@ -326,7 +340,9 @@ async fn read_body(config: &Config, req: Request<Incoming>) -> Result<Vec<u8>, R
         let mut out = Vec::new();
         let mut decoder = flate2::read::GzDecoder::new(&body[..]).take(max as u64 + 1);
         match decoder.read_to_end(&mut out) {
-            Ok(_) if out.len() > max => Err(text(StatusCode::PAYLOAD_TOO_LARGE, format!("request body inflates to more than {max} bytes"))),
+            Ok(_) if out.len() > max => {
+                Err(text(StatusCode::PAYLOAD_TOO_LARGE, format!("request body inflates to more than {max} bytes")))
+            }
             Ok(_) => Ok(out),
             Err(err) => Err(text(StatusCode::BAD_REQUEST, format!("request body is not valid gzip: {err}"))),
         }
@@ -368,7 +384,9 @@ async fn upload_pack(state: Arc<State>, peer: SocketAddr, repo_path: String, req
         status: "200".into(),
         ..Record::default()
     };
-    if state.pack_cache.is_some() && pkt::read_all(&body).is_ok_and(|lines| lines.iter().any(|l| matches!(l, pkt::Line::Data(b"done")))) {
+    if state.pack_cache.is_some()
+        && pkt::read_all(&body).is_ok_and(|lines| lines.iter().any(|l| matches!(l, pkt::Line::Data(b"done"))))
+    {
         return cached_upload_pack(state, peer, served, version, body, record, started).await;
     }
     // The slot is taken once the request is in: a client trickling its body holds none.
@@ -383,11 +401,7 @@ async fn upload_pack(state: Arc<State>, peer: SocketAddr, repo_path: String, req
         let cpu = crate::metrics::thread_cpu_seconds();
         let tally = Tally::default();
         let ctx = state.context(&served, None, &tally);
-        let mut tee = Tee {
-            sink: &mut sink,
-            copy: state.tap.as_ref().map(|_| Vec::new()),
-            sent: 0,
-        };
+        let mut tee = Tee { sink: &mut sink, copy: state.tap.as_ref().map(|_| Vec::new()), sent: 0 };
         let result = protocol::upload_pack(&ctx, version, protocol::Input::<&[u8]>::Stateless(&body), &mut tee);
         let copy = tee.copy.take();
         record.bytes = tee.sent;
@@ -432,7 +446,15 @@ async fn upload_pack(state: Arc<State>, peer: SocketAddr, repo_path: String, req
 /// read along, else this request generates it (in a transfer slot) for itself and for every
 /// identical request that comes while it runs. Readers hold no transfer slot: they cost no
 /// generation; their repository's and client's limits still count them.
-async fn cached_upload_pack(state: Arc<State>, peer: SocketAddr, served: Served, version: Version, body: Vec<u8>, mut record: Record, started: std::time::Instant) -> Response<Body> {
+async fn cached_upload_pack(
+    state: Arc<State>,
+    peer: SocketAddr,
+    served: Served,
+    version: Version,
+    body: Vec<u8>,
+    mut record: Record,
+    started: std::time::Instant,
+) -> Response<Body> {
     let share = match enter_share(&state, &served, peer) {
         Ok(share) => share,
         Err(response) => return response,
@@ -453,7 +475,8 @@ async fn cached_upload_pack(state: Arc<State>, peer: SocketAddr, served: Served,
         Ok(Err(err)) => return text(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
         Err(_) => return text(StatusCode::INTERNAL_SERVER_ERROR, "internal error"),
     };
-    let key = Key { git_dir: served.git_dir.clone(), state: fingerprint, version: version.number(), request: body.clone() };
+    let key =
+        Key { git_dir: served.git_dir.clone(), state: fingerprint, version: version.number(), request: body.clone() };
     let cache = state.pack_cache.as_ref().expect("only with a cache");
     let found = |found: Found| match found {
         Found::Hit(entry) => (entry, "hit"),
@@ -478,11 +501,17 @@ async fn cached_upload_pack(state: Arc<State>, peer: SocketAddr, served: Served,
                         let tally = Tally::default();
                         let ctx = state.context(&served, None, &tally);
                         let cache = state.pack_cache.as_ref().expect("only with a cache");
-                        let result = protocol::upload_pack(&ctx, version, protocol::Input::<&[u8]>::Stateless(&body), &mut cache.writer(&entry));
+                        let result = protocol::upload_pack(
+                            &ctx,
+                            version,
+                            protocol::Input::<&[u8]>::Stateless(&body),
+                            &mut cache.writer(&entry),
+                        );
                         let cpu = crate::metrics::thread_cpu_seconds() - cpu;
                         let (wants, haves) = tally.counts();
                         let stats = result.as_ref().ok().copied().flatten();
-                        *entry.generated.lock().expect("not poisoned") = crate::pack_cache::Generated { stats, wants, haves, cpu_seconds: cpu };
+                        *entry.generated.lock().expect("not poisoned") =
+                            crate::pack_cache::Generated { stats, wants, haves, cpu_seconds: cpu };
                         if let Ok(Some(_)) = &result {
                             state.metrics.generated(cpu);
                         }
@@ -527,7 +556,11 @@ async fn cached_upload_pack(state: Arc<State>, peer: SocketAddr, served: Served,
 /// sent to its end (else the client went away or stalled past `stall_timeout`). The entry's
 /// bytes are mapped already: each frame is what is there up to the end of its window of the
 /// file, not a stream window's worth (fewer hand-overs, no memory per frame).
-async fn read_entry(entry: &crate::pack_cache::Entry, tx: &tokio::sync::mpsc::Sender<Bytes>, stall_timeout: std::time::Duration) -> (u64, bool) {
+async fn read_entry(
+    entry: &crate::pack_cache::Entry,
+    tx: &tokio::sync::mpsc::Sender<Bytes>,
+    stall_timeout: std::time::Duration,
+) -> (u64, bool) {
     let mut progress = entry.subscribe();
     let mut offset = 0u64;
     loop {
@@ -566,9 +599,10 @@ pub fn metrics_response(state: &State, path: &str) -> Response<Body> {
         return text(StatusCode::NOT_FOUND, "not found: gixd serves /metrics here");
     }
     let mut response = Response::new(full(state.metrics.render().into_bytes()));
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
     response
 }
 
@@ -595,7 +629,12 @@ async fn receive_pack_advertisement(state: &Arc<State>, repo_path: &str, req: &R
 
 /// A push: authorized for write, its body streamed (never held whole) into the protocol layer
 /// on a blocking thread, the report returned when the push is done.
-async fn receive_pack(state: Arc<State>, peer: SocketAddr, repo_path: String, req: Request<Incoming>) -> Response<Body> {
+async fn receive_pack(
+    state: Arc<State>,
+    peer: SocketAddr,
+    repo_path: String,
+    req: Request<Incoming>,
+) -> Response<Body> {
     if let Err(response) = expect_content_type(req.headers(), "application/x-git-receive-pack-request") {
         return response;
     }

@@ -5,10 +5,10 @@
 //! count against the client): over every window of that much waiting, at least `min_rate` bytes
 //! per second must arrive, or the read fails with `TimedOut` and the request is dropped.
 
+pub use crate::config::Pace;
+
 use std::io;
 use std::time::{Duration, Instant};
-
-pub use crate::config::Pace;
 
 /// A reader held to a [`Pace`].
 pub struct Paced<R> {

@@ -150,7 +150,8 @@ fn send(fd: i32, pipe: &mut Option<Pipe>, bufs: &[IoSlice<'_>]) -> io::Result<us
             }
             None => {
                 // `bufs[i]` is not mapped (just asked); the run goes on to the next one that is.
-                let run = (1 + bufs[i + 1..].iter().take_while(|b| crate::pack_cache::mapped_at(b).is_none()).count()).min(1024);
+                let run = (1 + bufs[i + 1..].iter().take_while(|b| crate::pack_cache::mapped_at(b).is_none()).count())
+                    .min(1024);
                 let slices = &bufs[i..i + run];
                 i += run;
                 let len = slices.iter().map(|b| b.len()).sum();
@@ -183,7 +184,11 @@ impl AsyncWrite for Stream {
         self.poll_write_vectored(cx, &[IoSlice::new(buf)])
     }
 
-    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
         let Stream { tcp, pipe } = self.get_mut();
         loop {
             ready!(tcp.poll_write_ready(cx))?;
