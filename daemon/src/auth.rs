@@ -266,19 +266,24 @@ pub fn decide(identity: &Identity, key: &str, exported: bool, anonymous_read: bo
 
 /// The secret in an `Authorization` header: Basic's password, or a Bearer token. `Err` for a
 /// header that is there but malformed.
-pub fn credentials(header: Option<&str>) -> Result<Option<String>, ()> {
+/// An `Authorization` header that is there but neither Basic nor Bearer, or not decodable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("malformed Authorization header")]
+pub struct MalformedCredentials;
+
+pub fn credentials(header: Option<&str>) -> Result<Option<String>, MalformedCredentials> {
     let Some(value) = header else { return Ok(None) };
     let value = value.trim();
     if let Some(token) = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")) {
         return Ok(Some(token.trim().to_owned()));
     }
     if let Some(encoded) = value.strip_prefix("Basic ").or_else(|| value.strip_prefix("basic ")) {
-        let decoded = base64_decode(encoded.trim()).ok_or(())?;
-        let text = String::from_utf8(decoded).map_err(|_| ())?;
-        let (_, password) = text.split_once(':').ok_or(())?;
+        let decoded = base64_decode(encoded.trim()).ok_or(MalformedCredentials)?;
+        let text = String::from_utf8(decoded).map_err(|_| MalformedCredentials)?;
+        let (_, password) = text.split_once(':').ok_or(MalformedCredentials)?;
         return Ok(Some(password.to_owned()));
     }
-    Err(())
+    Err(MalformedCredentials)
 }
 
 /// Standard base64 (with padding), as HTTP Basic uses it.
@@ -337,7 +342,7 @@ impl Access {
                 Some(token) => Identity::User(token.clone()),
                 None => Identity::Invalid,
             },
-            Err(()) => Identity::Invalid,
+            Err(MalformedCredentials) => Identity::Invalid,
         }
     }
 }
@@ -390,8 +395,8 @@ mod tests {
         assert_eq!(credentials(Some("Bearer abc")), Ok(Some("abc".into())));
         // "user:secret"
         assert_eq!(credentials(Some("Basic dXNlcjpzZWNyZXQ=")), Ok(Some("secret".into())));
-        assert_eq!(credentials(Some("Basic !!!")), Err(()));
-        assert_eq!(credentials(Some("Digest x")), Err(()));
+        assert_eq!(credentials(Some("Basic !!!")), Err(MalformedCredentials));
+        assert_eq!(credentials(Some("Digest x")), Err(MalformedCredentials));
     }
 
     #[test]

@@ -95,34 +95,38 @@ pub fn parse_cpu_list(list: &str) -> Option<usize> {
     Some(count)
 }
 
+/// A cgroup file whose content is not what the kernel writes there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unreadable;
+
 /// cgroup v2 `cpu.max`: `max <period>` (no limit) or `<quota> <period>`.
-/// `Ok(None)` is "no limit"; `Err(())` is unreadable content.
-pub fn parse_cpu_max(text: &str) -> Result<Option<Quota>, ()> {
+/// `Ok(None)` is "no limit"; `Err(Unreadable)` is unreadable content.
+pub fn parse_cpu_max(text: &str) -> Result<Option<Quota>, Unreadable> {
     let mut words = text.split_whitespace();
-    let (quota, period) = (words.next().ok_or(())?, words.next());
+    let (quota, period) = (words.next().ok_or(Unreadable)?, words.next());
     let period_us = match period {
-        Some(p) => p.parse::<u64>().map_err(|_| ())?,
+        Some(p) => p.parse::<u64>().map_err(|_| Unreadable)?,
         None => 100_000, // the kernel's default period
     };
     if quota == "max" {
         return Ok(None);
     }
-    let quota_us = quota.parse::<u64>().map_err(|_| ())?;
+    let quota_us = quota.parse::<u64>().map_err(|_| Unreadable)?;
     if period_us == 0 {
-        return Err(());
+        return Err(Unreadable);
     }
     Ok(Some(Quota { quota_us, period_us }))
 }
 
 /// cgroup v1 `cpu.cfs_quota_us` and `cpu.cfs_period_us`: a quota of `-1` is no limit.
-pub fn parse_v1_quota(quota: &str, period: &str) -> Result<Option<Quota>, ()> {
-    let quota: i64 = quota.trim().parse().map_err(|_| ())?;
-    let period_us: u64 = period.trim().parse().map_err(|_| ())?;
+pub fn parse_v1_quota(quota: &str, period: &str) -> Result<Option<Quota>, Unreadable> {
+    let quota: i64 = quota.trim().parse().map_err(|_| Unreadable)?;
+    let period_us: u64 = period.trim().parse().map_err(|_| Unreadable)?;
     if quota < 0 {
         return Ok(None);
     }
     if period_us == 0 {
-        return Err(());
+        return Err(Unreadable);
     }
     Ok(Some(Quota { quota_us: quota as u64, period_us }))
 }
@@ -248,16 +252,16 @@ mod tests {
         assert_eq!(parse_cpu_max("150000 100000\n"), Ok(Some(Quota { quota_us: 150_000, period_us: 100_000 })));
         assert_eq!(parse_cpu_max("50000 100000").unwrap().unwrap().cpus(), 1);
         assert_eq!(parse_cpu_max("150000 100000").unwrap().unwrap().cpus(), 2, "1.5 CPUs round up");
-        assert_eq!(parse_cpu_max("garbage 1"), Err(()));
-        assert_eq!(parse_cpu_max(""), Err(()));
+        assert_eq!(parse_cpu_max("garbage 1"), Err(Unreadable));
+        assert_eq!(parse_cpu_max(""), Err(Unreadable));
     }
 
     #[test]
     fn v1_values_read_minus_one_as_no_limit() {
         assert_eq!(parse_v1_quota("-1\n", "100000\n"), Ok(None));
         assert_eq!(parse_v1_quota("200000", "100000"), Ok(Some(Quota { quota_us: 200_000, period_us: 100_000 })));
-        assert_eq!(parse_v1_quota("x", "100000"), Err(()));
-        assert_eq!(parse_v1_quota("100", "0"), Err(()));
+        assert_eq!(parse_v1_quota("x", "100000"), Err(Unreadable));
+        assert_eq!(parse_v1_quota("100", "0"), Err(Unreadable));
     }
 
     #[test]

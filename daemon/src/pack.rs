@@ -62,7 +62,7 @@ impl Phase {
     }
 
     fn line(&self, end: &str) -> String {
-        let percent = if self.total == 0 { 100 } else { self.done * 100 / self.total };
+        let percent = (self.done * 100).checked_div(self.total).unwrap_or(100);
         format!("{}: {percent:3}% ({}/{}){end}", self.title, self.done, self.total)
     }
 
@@ -143,6 +143,7 @@ fn write_verbatim<W: Write>(
 /// kept mapped), their stored entries located in `packs` when given (without inflating each,
 /// [`crate::packs`]), on the calling thread; a delta whose base is outside `ids` is what
 /// `decide` says. Every pack gixd writes through gix-pack starts here.
+#[allow(clippy::type_complexity, reason = "gix-pack's own iterator type, spelled where it is returned")]
 pub(crate) fn gix_entries<I: Iterator<Item = ObjectId>, D: FnMut(&gix_hash::oid) -> DeltaBase>(
     repo: &gix::Repository,
     ids: I,

@@ -46,12 +46,18 @@ pub struct Repos {
     /// Opened repositories by git directory, with the modification time of their config file:
     /// opening reads config and indices once, and again when the config changes (git reads it
     /// on every request; settings like hideRefs or allowFilter must take effect without a restart).
-    open: Mutex<HashMap<PathBuf, (Option<std::time::SystemTime>, gix::ThreadSafeRepository)>>,
+    open: Mutex<HashMap<PathBuf, OpenRepository>>,
     /// Values the layers above compute per repository (the pack bitmap, the readable set), by git
     /// directory and kind, each with the state it was computed from (`u64`: a fingerprint of
     /// the files or refs it depends on); a value is replaced when its state changes.
-    caches: Mutex<HashMap<(PathBuf, &'static str), (u64, Arc<dyn Any + Send + Sync>)>>,
+    caches: Mutex<HashMap<(PathBuf, &'static str), Computed>>,
 }
+
+/// An opened repository and its config file's modification time when it was opened.
+type OpenRepository = (Option<std::time::SystemTime>, gix::ThreadSafeRepository);
+
+/// A per-repository value and the state it was computed from.
+type Computed = (u64, Arc<dyn Any + Send + Sync>);
 
 /// One repository, resolved for one request.
 pub struct Served {
@@ -353,7 +359,7 @@ fn stored_refs(repo: &gix::Repository) -> Result<Vec<(BString, StoredRef)>, Serv
         }
     }
     let mut loose: Vec<(BString, StoredRef)> = Vec::new();
-    for reference in repo.refs.loose_iter().map_err(|err| ServeError::Io(err))?.flatten() {
+    for reference in repo.refs.loose_iter().map_err(ServeError::Io)?.flatten() {
         loose.push((reference.name.as_bstr().to_owned(), StoredRef { target: reference.target, peel: Peel::Unknown }));
     }
     for list in [&mut packed, &mut loose] {
@@ -536,7 +542,10 @@ impl LooseState {
             let err = std::io::Error::last_os_error();
             return match err.raw_os_error() {
                 Some(libc::ENOENT) => Ok(()),
-                Some(libc::ELOOP) => Ok(self.name_only(prefix)),
+                Some(libc::ELOOP) => {
+                    self.name_only(prefix);
+                    Ok(())
+                }
                 _ => Err(err),
             };
         }
@@ -557,7 +566,12 @@ impl LooseState {
                         prefix.push(b'/');
                         return self.directory(fd, prefix, depth + 1);
                     }
-                    Some(libc::EISDIR) => return Ok(self.name_only(prefix)),
+                    Some(libc::EISDIR) => {
+                        return {
+                            self.name_only(prefix);
+                            Ok(())
+                        };
+                    }
                     _ => return Err(err),
                 }
             }

@@ -211,7 +211,7 @@ impl<'r> Walker<'r> {
         }
         self.out.objects.push(id);
         if let Some(progress) = self.progress
-            && self.out.objects.len() % Self::TELL_EVERY == 0
+            && self.out.objects.len().is_multiple_of(Self::TELL_EVERY)
         {
             progress(self.out.objects.len());
         }

@@ -26,6 +26,10 @@ impl Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
+    #[allow(
+        clippy::should_implement_trait,
+        reason = "an endless generator: Iterator's Option would be noise at every call"
+    )]
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;

@@ -310,7 +310,7 @@ fn push_option_seeds(f: &Fixture) -> Vec<Vec<u8>> {
         w.text(format!("{} {} refs/heads/main{caps}", f.main, f.pushed));
         w.flush();
         for option in options {
-            w.text(option.to_string());
+            w.text(option);
         }
         w.flush();
         let mut body = w.into_bytes();

@@ -288,6 +288,10 @@ fn quote(path: &str) -> String {
 pub struct Lcg(pub u64);
 
 impl Lcg {
+    #[allow(
+        clippy::should_implement_trait,
+        reason = "an endless generator: Iterator's Option would be noise at every call"
+    )]
     pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         self.0 >> 33

@@ -180,18 +180,6 @@ pub fn parse_strace_summary(text: &str) -> BTreeMap<String, u64> {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn strace_summary_rows_are_read_and_the_total_is_not() {
-        let text = "syscall            calls\n------------------ -----\nclone3                 2\nclock_nanosleep        1\n------------------ -----\ntotal                  3\n";
-        let got = super::parse_strace_summary(text);
-        assert_eq!(got.get("clone3"), Some(&2));
-        assert_eq!(got.get("clock_nanosleep"), Some(&1));
-        assert_eq!(got.len(), 2);
-    }
-}
-
 /// A deterministic stream of bytes (xorshift), for inputs nobody chose by hand.
 pub fn noise(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed | 1;
@@ -227,4 +215,16 @@ pub fn verify_pack(objects: &Path) -> (PathBuf, Vec<Vec<String>>) {
         .filter(|w| (w.len() == 5 || w.len() == 7) && w[1] != "chain")
         .collect();
     (idx, rows)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn strace_summary_rows_are_read_and_the_total_is_not() {
+        let text = "syscall            calls\n------------------ -----\nclone3                 2\nclock_nanosleep        1\n------------------ -----\ntotal                  3\n";
+        let got = super::parse_strace_summary(text);
+        assert_eq!(got.get("clone3"), Some(&2));
+        assert_eq!(got.get("clock_nanosleep"), Some(&1));
+        assert_eq!(got.len(), 2);
+    }
 }

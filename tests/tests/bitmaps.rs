@@ -53,7 +53,7 @@ impl Served {
 
     /// The statistics of the last pack gixd sent since the last call.
     fn last_pack(&self) -> gixd::pack::Stats {
-        self.recorder.take().into_iter().filter_map(|e| e.pack).last().expect("a pack was sent")
+        self.recorder.take().into_iter().filter_map(|e| e.pack).next_back().expect("a pack was sent")
     }
 }
 
@@ -165,12 +165,12 @@ fn a_missing_stale_or_corrupt_bitmap_falls_back_to_the_walk_and_the_clone_is_the
     let mut corrupt = good.clone();
     corrupt[good.len() / 2] ^= 0x5a;
     std::fs::write(&bitmap_file, &corrupt).unwrap();
-    let err = PackBitmap::open(&idx, hash).err().expect("a corrupt bitmap is refused");
+    let err = PackBitmap::open(&idx, hash).expect_err("a corrupt bitmap is refused");
     assert!(err.to_string().contains("checksum"), "{err}");
     // Stale: a well-formed bitmap of another pack.
     let other = bitmapped(tmp.path(), "tags", Hash::Sha1);
     std::fs::copy(idx_of(&other).with_extension("bitmap"), &bitmap_file).unwrap();
-    let err = PackBitmap::open(&idx, hash).err().expect("a stale bitmap is refused");
+    let err = PackBitmap::open(&idx, hash).expect_err("a stale bitmap is refused");
     assert!(err.to_string().contains("stale"), "{err}");
     // Missing.
     std::fs::remove_file(&bitmap_file).unwrap();
@@ -268,7 +268,7 @@ fn a_clone_of_a_bitmapped_pack_plus_pushed_objects_is_the_pack_verbatim_plus_tho
         recorder.take();
         git_ok(tmp.path(), &[&["clone", "-q"][..], args, &[&http_url, dest.to_str().unwrap()]].concat());
         assert_fsck_clean(&dest);
-        let expected = gixd_tests::server::rev_list_objects(&repo_path, &["--all"]);
+        let expected = gixd_tests::server::rev_list_objects(repo_path, &["--all"]);
         assert_eq!(all_objects(&dest), expected, "{args:?}");
         // The big pack went out as it is, the pushed objects after it.
         let stats = recorder.take().into_iter().find_map(|e| e.pack).expect("a pack was sent");
@@ -307,7 +307,7 @@ fn every_object_of_the_pack_is_found_at_its_position_and_no_other_id_is() {
             let mut other = entry.oid;
             let last = other.as_mut_slice().last_mut().unwrap();
             *last ^= 0xff;
-            if index.lookup(&other).is_none() {
+            if index.lookup(other).is_none() {
                 assert_eq!(bitmap.pos(&other), None, "{other}");
             }
         }

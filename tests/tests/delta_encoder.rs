@@ -169,7 +169,7 @@ fn a_fetch_sends_an_edited_file_as_a_delta_against_the_clients_version_only_when
     assert!(thin.len() < 1000, "the edit goes out as a small delta: {} bytes", thin.len());
     assert_eq!(
         gixd_tests::server::ref_delta_bases(&thin),
-        [old_blob.clone()],
+        [old_blob],
         "one thin delta, against the client's version of the file"
     );
     // Stock git completes it from the client's objects.

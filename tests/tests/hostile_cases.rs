@@ -232,8 +232,10 @@ fn every_hostile_request_gets_its_exact_refusal_and_the_server_serves_on() {
     };
     let start_hwm = hwm();
 
-    let mut cases: Vec<(String, Box<dyn Fn() -> (String, bool)>)> = Vec::new();
-    let mut case = |name: String, f: Box<dyn Fn() -> (String, bool)>| cases.push((name, f));
+    /// A case: what the client saw, and whether the server behaved.
+    type Case = Box<dyn Fn() -> (String, bool)>;
+    let mut cases: Vec<(String, Case)> = Vec::new();
+    let mut case = |name: String, f: Case| cases.push((name, f));
 
     // pkt-line framing over HTTP, v2.
     for (name, bytes) in [

@@ -814,7 +814,7 @@ fn refused_ref_updates_say_which_rule_they_broke() {
     ];
     for (command, with_pack, expected) in cases {
         let pack: &[u8] = if with_pack { &empty } else { &[] };
-        let report = post_push(&f.server, &secret, &push_body(&[command.clone()], pack));
+        let report = post_push(&f.server, &secret, &push_body(std::slice::from_ref(&command), pack));
         assert!(report[1].starts_with(expected), "{command:?}: {report:?}");
     }
     assert_eq!(refs(&f.repo(), "refs"), before, "nothing moved");

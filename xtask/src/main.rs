@@ -742,7 +742,7 @@ fn write_rebase(
     if !landed_rows.is_empty() {
         let path = queue.dir.join("landed.md");
         let mut text = std::fs::read_to_string(&path).unwrap_or_else(|_| LANDED_PREAMBLE.to_owned());
-        text.push_str(&landed_rows);
+        text.push_str(landed_rows);
         std::fs::write(&path, text)?;
     }
     sync_patch_table(root, queue)?;

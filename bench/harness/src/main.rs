@@ -668,13 +668,13 @@ fn bakeoff(args: &[String]) -> Result<()> {
             ("gixd --pack-cache", Box::new(|base, g| start_gixd(&root, base, g, Cache::Memory))),
             ("gixd --pack-cache-dir", Box::new(|base, g| start_gixd(&root, base, g, Cache::Disk))),
             ("gixd", Box::new(|base, g| start_gixd(&root, base, g, Cache::Off))),
-            ("git daemon", Box::new(|base, g| start_git_daemon(base, g))),
+            ("git daemon", Box::new(start_git_daemon)),
         ]
     } else {
         vec![
             ("gixd", Box::new(|base, g| start_gixd(&root, base, g, Cache::Off))),
             ("git http-backend", Box::new(|base, g| start_http_backend(base, &scratch.join("http-backend-conf"), g))),
-            ("git daemon", Box::new(|base, g| start_git_daemon(base, g))),
+            ("git daemon", Box::new(start_git_daemon)),
             ("jgit daemon", Box::new(|base, g| start_jgit(&root, base, g))),
         ]
     };

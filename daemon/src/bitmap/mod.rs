@@ -592,30 +592,6 @@ fn bucket_of(id: &[u8]) -> usize {
     (id[0] as usize) << 8 | id[1] as usize
 }
 
-#[cfg(test)]
-mod tests {
-    use super::Bits;
-
-    #[test]
-    fn bit_operations_combine_as_sets() {
-        let mut a = Bits::new(130);
-        for i in [0, 5, 64, 129] {
-            a.set(i);
-        }
-        let mut b = Bits::new(130);
-        for i in [5, 64, 100] {
-            b.set(i);
-        }
-        let mut union = a.clone();
-        union.or(&b);
-        assert_eq!(union.ones().collect::<Vec<_>>(), vec![0, 5, 64, 100, 129]);
-        let mut diff = a.clone();
-        diff.and_not(&b);
-        assert_eq!(diff.ones().collect::<Vec<_>>(), vec![0, 129]);
-        assert_eq!(a.count_and(&b), 2);
-    }
-}
-
 /// What the cached bitmap of a repository was read from: the `.bitmap` files of its pack
 /// directory and their modification times, as a fingerprint.
 fn bitmap_files_state(served: &crate::repo::Served) -> (u64, Vec<std::path::PathBuf>) {
@@ -669,5 +645,29 @@ pub fn of(
     match cached {
         Ok(bitmap) => (*bitmap).clone(),
         Err(never) => match never {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Bits;
+
+    #[test]
+    fn bit_operations_combine_as_sets() {
+        let mut a = Bits::new(130);
+        for i in [0, 5, 64, 129] {
+            a.set(i);
+        }
+        let mut b = Bits::new(130);
+        for i in [5, 64, 100] {
+            b.set(i);
+        }
+        let mut union = a.clone();
+        union.or(&b);
+        assert_eq!(union.ones().collect::<Vec<_>>(), vec![0, 5, 64, 100, 129]);
+        let mut diff = a.clone();
+        diff.and_not(&b);
+        assert_eq!(diff.ones().collect::<Vec<_>>(), vec![0, 129]);
+        assert_eq!(a.count_and(&b), 2);
     }
 }

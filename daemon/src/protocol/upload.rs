@@ -108,7 +108,7 @@ pub fn check_wants(
     }
     if !others.is_empty() {
         let set = crate::select::readable_objects(ctx.repos, ctx.served, repo, refs)?;
-        if let Some(want) = others.iter().find(|o| !set.contains(*o)) {
+        if let Some(want) = others.iter().find(|o| !set.contains(o)) {
             return Err(ProtocolError::WantNotAdvertised(*want).into());
         }
     }

@@ -564,6 +564,10 @@ fn check_tree(data: &[u8], hash: gix_hash::Kind) -> Result<(), String> {
 }
 
 /// Why one command cannot be applied, if it cannot.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one command against the push's whole state; each argument is a different part of it"
+)]
 fn check_command(
     repo: &gix::Repository,
     received: &gix_odb::Handle,

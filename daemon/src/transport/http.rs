@@ -6,6 +6,11 @@
 //! Errors that happen before a response starts become an HTTP status with a text body git shows
 //! to its user; later ones travel in-band (the protocol layer writes them).
 
+#![allow(
+    clippy::result_large_err,
+    reason = "a refusal is the response to send: Err(Response) is returned once and sent as is"
+)]
+
 use std::convert::Infallible;
 use std::io::Read;
 use std::net::SocketAddr;

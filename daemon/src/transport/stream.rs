@@ -111,54 +111,6 @@ impl Body for ChannelBody {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use http_body_util::BodyExt;
-    use std::io::Write;
-
-    async fn frames(window: usize, total: usize) -> Vec<usize> {
-        let (mut sink, mut body) = pair(window, std::time::Duration::from_secs(30));
-        let writer = tokio::task::spawn_blocking(move || {
-            for chunk in vec![9u8; total].chunks(1000) {
-                sink.write_all(chunk).unwrap();
-            }
-            sink.finish().unwrap();
-        });
-        let mut sizes = Vec::new();
-        while let Some(frame) = body.frame().await {
-            sizes.push(frame.unwrap().into_data().unwrap().len());
-        }
-        writer.await.unwrap();
-        sizes
-    }
-
-    #[tokio::test]
-    async fn a_body_hands_out_frames_the_size_of_its_window_not_of_a_constant() {
-        let window = 256 * 1024;
-        let sizes = frames(window, 3 * window + 5).await;
-        assert_eq!(sizes, vec![window, window, window, 5]);
-        let sizes = frames(10_000, 25_000).await;
-        assert_eq!(sizes, vec![10_000, 10_000, 5_000]);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-    async fn a_stalled_reader_releases_the_writer_after_the_timeout() {
-        let (mut sink, body) = pair(4, std::time::Duration::from_millis(200));
-        let writer = tokio::task::spawn_blocking(move || sink.write_all(&[0u8; 64]));
-        let result = tokio::time::timeout(std::time::Duration::from_secs(30), writer).await.expect("released").unwrap();
-        assert_eq!(result.unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
-        drop(body);
-    }
-
-    #[tokio::test]
-    async fn a_zero_window_is_floored_to_one_byte_and_finishes() {
-        let sizes = tokio::time::timeout(std::time::Duration::from_secs(30), frames(0, 3000)).await.expect("no hang");
-        assert_eq!(sizes.len(), 3000);
-        assert!(sizes.iter().all(|s| *s == 1));
-    }
-}
-
 /// A blocking reader over a request body: an async task forwards the body's frames through a
 /// channel of two; a frame that does not arrive within the timeout ends the read with an error.
 pub struct BodyReader {
@@ -208,5 +160,53 @@ impl io::Read for BodyReader {
         let n = buf.len().min(self.current.len());
         buf[..n].copy_from_slice(&self.current.split_to(n));
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use std::io::Write;
+
+    async fn frames(window: usize, total: usize) -> Vec<usize> {
+        let (mut sink, mut body) = pair(window, std::time::Duration::from_secs(30));
+        let writer = tokio::task::spawn_blocking(move || {
+            for chunk in vec![9u8; total].chunks(1000) {
+                sink.write_all(chunk).unwrap();
+            }
+            sink.finish().unwrap();
+        });
+        let mut sizes = Vec::new();
+        while let Some(frame) = body.frame().await {
+            sizes.push(frame.unwrap().into_data().unwrap().len());
+        }
+        writer.await.unwrap();
+        sizes
+    }
+
+    #[tokio::test]
+    async fn a_body_hands_out_frames_the_size_of_its_window_not_of_a_constant() {
+        let window = 256 * 1024;
+        let sizes = frames(window, 3 * window + 5).await;
+        assert_eq!(sizes, vec![window, window, window, 5]);
+        let sizes = frames(10_000, 25_000).await;
+        assert_eq!(sizes, vec![10_000, 10_000, 5_000]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_stalled_reader_releases_the_writer_after_the_timeout() {
+        let (mut sink, body) = pair(4, std::time::Duration::from_millis(200));
+        let writer = tokio::task::spawn_blocking(move || sink.write_all(&[0u8; 64]));
+        let result = tokio::time::timeout(std::time::Duration::from_secs(30), writer).await.expect("released").unwrap();
+        assert_eq!(result.unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
+        drop(body);
+    }
+
+    #[tokio::test]
+    async fn a_zero_window_is_floored_to_one_byte_and_finishes() {
+        let sizes = tokio::time::timeout(std::time::Duration::from_secs(30), frames(0, 3000)).await.expect("no hang");
+        assert_eq!(sizes.len(), 3000);
+        assert!(sizes.iter().all(|s| *s == 1));
     }
 }
