@@ -14,6 +14,14 @@ pub enum RepoError {
     NotExported(String),
     #[error("invalid repository path '{0}'")]
     BadPath(String),
+    /// The repository is there, but gixd cannot read its format: served as empty it would lie.
+    #[error("repository '{path}' cannot be served by gixd: {reason}")]
+    Unsupported {
+        path: String,
+        /// Whether it is exported: to everyone else it is "not found", as any private repository.
+        exported: bool,
+        reason: crate::repo::format::Unsupported,
+    },
     #[error("could not read repository '{path}': {source}")]
     Open {
         path: String,

@@ -32,6 +32,17 @@ pub struct Report {
 
 /// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`.
 pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
+    // A repository gixd cannot read is left as it is: repacked by what gixd sees of it, its refs
+    // or objects elsewhere would be lost.
+    let unsupported =
+        |reason| crate::error::RepoError::Unsupported { path: git_dir.display().to_string(), exported: true, reason };
+    match crate::repo::format::check(git_dir) {
+        Ok(format) if format.precious_objects => {
+            return Err(unsupported(crate::repo::format::Unsupported::PreciousObjects).into());
+        }
+        Ok(_) => {}
+        Err(reason) => return Err(unsupported(reason).into()),
+    }
     let repo = gix::open_opts(
         git_dir,
         gix::open::Options::isolated().strict_config(false).config_overrides([crate::repo::DELTA_BASE_CACHE]),

@@ -256,6 +256,10 @@ async fn maintain(state: Arc<State>, every: std::time::Duration) {
                         state.metrics.maintenance("repacked");
                         tracing::info!(repo = %git_dir.display(), objects = report.objects, bitmaps = report.bitmaps, deltas = report.deltas_computed, refs_packed = report.refs_packed, "maintenance")
                     }
+                    Err(err @ crate::error::ServeError::Repo(crate::error::RepoError::Unsupported { .. })) => {
+                        state.metrics.maintenance("skipped");
+                        tracing::debug!(repo = %git_dir.display(), %err, "maintenance skipped")
+                    }
                     Err(err) => {
                         state.metrics.maintenance("failed");
                         tracing::warn!(repo = %git_dir.display(), %err, "maintenance failed")

@@ -199,11 +199,17 @@ fn serve(state: &State, stream: TcpStream, line: &[u8], seen: &mut Seen) -> Resu
         Ok(served) => served,
         Err(err) => {
             tracing::info!(path = %request.path, %err, "git:// request refused");
-            let message = if state.config.informative_errors {
+            let message = if let crate::error::RepoError::Unsupported { exported: true, .. } = &err {
+                // A repository anyone may read that gixd cannot: never an empty answer, the reason.
+                err.to_string()
+            } else if state.config.informative_errors {
                 // A private repository is "not found" as a missing one is: its existence is
                 // nobody's business (HTTP answers both with the same 404).
                 match err {
-                    crate::error::RepoError::NotExported(path) => crate::error::RepoError::NotFound(path).to_string(),
+                    crate::error::RepoError::NotExported(path)
+                    | crate::error::RepoError::Unsupported { path, exported: false, .. } => {
+                        crate::error::RepoError::NotFound(path).to_string()
+                    }
                     err => err.to_string(),
                 }
             } else {

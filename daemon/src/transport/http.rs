@@ -172,6 +172,13 @@ pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>)
     Ok(response)
 }
 
+/// Why a request does not reach its repository.
+enum Refused {
+    By(crate::auth::Decision),
+    /// It may read it, but gixd cannot: the reason ([`crate::repo::format`]).
+    Unsupported(String),
+}
+
 /// Who is asking, and may they read (or write) the repository at `repo_path`? The repository,
 /// and who it is, if so; the response to send otherwise. Resolution runs on the blocking pool.
 async fn authorize(
@@ -188,24 +195,36 @@ async fn authorize(
         let identity = state.access.identify(authorization.as_deref());
         // Credentials first: whether a repository exists is nobody's business before that.
         if matches!(identity, Identity::Invalid) || (write && matches!(identity, Identity::Anonymous)) {
-            return Err(Decision::Unauthorized);
+            return Err(Refused::By(Decision::Unauthorized));
         }
-        let (served, exported) = state.repos.locate(&repo_path).map_err(|err| match err {
-            RepoError::Open { .. } => {
-                tracing::error!(%err, "repository could not be opened");
-                Decision::NotFound
+        let (served, exported) = match state.repos.locate(&repo_path) {
+            Ok(located) => located,
+            // Whoever may read it is told why it is not served; to everyone else it is not there.
+            Err(RepoError::Unsupported { path, exported, reason }) => {
+                return match decide(&identity, &repo_key(&path), exported, state.access.anonymous_read, false) {
+                    Decision::Allow => Err(Refused::Unsupported(reason.to_string())),
+                    other => Err(Refused::By(other)),
+                };
             }
-            _ => Decision::NotFound,
-        })?;
+            Err(err @ RepoError::Open { .. }) => {
+                tracing::error!(%err, "repository could not be opened");
+                return Err(Refused::By(Decision::NotFound));
+            }
+            Err(_) => return Err(Refused::By(Decision::NotFound)),
+        };
         match decide(&identity, &repo_key(&served.name), exported, state.access.anonymous_read, write) {
             Decision::Allow => Ok((served, identity)),
-            other => Err(other),
+            other => Err(Refused::By(other)),
         }
     })
     .await;
     match decided {
         Ok(Ok(allowed)) => Ok(allowed),
-        Ok(Err(Decision::Unauthorized)) => {
+        // git shows a text/plain body of a failed request to its user ("remote: …").
+        Ok(Err(Refused::Unsupported(reason))) => {
+            Err(text(StatusCode::NOT_IMPLEMENTED, format!("repository '{name}' cannot be served by gixd: {reason}")))
+        }
+        Ok(Err(Refused::By(Decision::Unauthorized))) => {
             let mut response = text(
                 StatusCode::UNAUTHORIZED,
                 "authentication required: a gixd token as the password (or a Bearer token)",
@@ -213,7 +232,7 @@ async fn authorize(
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"gixd\""));
             Err(response)
         }
-        Ok(Err(Decision::Forbidden)) => {
+        Ok(Err(Refused::By(Decision::Forbidden))) => {
             Err(text(StatusCode::FORBIDDEN, format!("your token may not push to '{name}'")))
         }
         Ok(Err(_)) => Err(text(StatusCode::NOT_FOUND, format!("repository '{name}' not found"))),

@@ -15,6 +15,8 @@ use gix_hash::ObjectId;
 use crate::config::{Exports, PathRules};
 use crate::error::{RepoError, ServeError};
 
+pub mod format;
+
 /// The file that marks a repository as exported (git daemon's rule).
 pub const EXPORT_OK: &str = "git-daemon-export-ok";
 
@@ -53,8 +55,8 @@ pub struct Repos {
     caches: Mutex<HashMap<(PathBuf, &'static str), Computed>>,
 }
 
-/// An opened repository and its config file's modification time when it was opened.
-type OpenRepository = (Option<std::time::SystemTime>, gix::ThreadSafeRepository);
+/// A repository as opened (or found unreadable) when its config file had this modification time.
+type OpenRepository = (Option<std::time::SystemTime>, Result<gix::ThreadSafeRepository, format::Unsupported>);
 
 /// A per-repository value and the state it was computed from.
 type Computed = (u64, Arc<dyn Any + Send + Sync>);
@@ -153,24 +155,38 @@ impl Repos {
             Exports::Only(dir) if *dir != git_dir => return Err(not_found()),
             Exports::Only(_) => true,
         };
-        let repo = self.open(&git_dir, &name)?;
+        let repo = match self.open(&git_dir, &name)? {
+            Ok(repo) => repo,
+            Err(reason) => return Err(RepoError::Unsupported { path: name, exported, reason }),
+        };
         Ok((Served { name, git_dir, repo }, exported))
     }
 
-    fn open(&self, git_dir: &Path, name: &str) -> Result<gix::ThreadSafeRepository, RepoError> {
+    /// The repository at `git_dir`, opened again when its config changed; `Ok(Err(reason))` when
+    /// gixd cannot read its format ([`format::check`]; logged at WARN once per config state).
+    fn open(
+        &self,
+        git_dir: &Path,
+        name: &str,
+    ) -> Result<Result<gix::ThreadSafeRepository, format::Unsupported>, RepoError> {
         let config_time = std::fs::metadata(git_dir.join("config")).and_then(|m| m.modified()).ok();
         if let Some((time, repo)) = self.open.lock().expect("not poisoned").get(git_dir)
             && *time == config_time
         {
             return Ok(repo.clone());
         }
+        if let Err(reason) = format::check(git_dir) {
+            tracing::warn!(repo = %name, %reason, "repository not served: gixd cannot read it");
+            self.open.lock().expect("not poisoned").insert(git_dir.to_owned(), (config_time, Err(reason.clone())));
+            return Ok(Err(reason));
+        }
         // The delta cache as git's (96 MiB by bytes, every base a chain reconstructs kept): gix's
         // default, a list of 64 objects, would be flushed by one long chain.
         let options = gix::open::Options::isolated().strict_config(false).config_overrides([DELTA_BASE_CACHE]);
         let repo = gix::ThreadSafeRepository::open_opts(git_dir, options)
             .map_err(|e| RepoError::Open { path: name.to_owned(), source: Box::new(e) })?;
-        self.open.lock().expect("not poisoned").insert(git_dir.to_owned(), (config_time, repo.clone()));
-        Ok(repo)
+        self.open.lock().expect("not poisoned").insert(git_dir.to_owned(), (config_time, Ok(repo.clone())));
+        Ok(Ok(repo))
     }
 
     /// The cached value of `kind` for `served` if it was computed from `state`; never computes.

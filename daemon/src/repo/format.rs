@@ -1,0 +1,138 @@
+//! Whether gixd can read a repository at all: git's repository format (`core.repositoryformatversion`
+//! and the `extensions.*` that version 1 makes binding). gixd reads refs and objects itself, so a
+//! repository that keeps them where gixd does not look (reftable refs, a promisor's missing
+//! objects, a second hash) would be served as empty or incomplete; such a repository is refused
+//! with the reason instead, on every service and in maintenance.
+
+use std::path::Path;
+
+/// Why gixd does not serve a repository.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unsupported {
+    #[error("its core.repositoryformatversion is {0}; gixd reads versions 0 and 1")]
+    Version(i64),
+    #[error("it stores refs in {0} (extensions.refStorage); gixd reads the files backend only")]
+    RefStorage(String),
+    #[error("its object format is {0} (extensions.objectFormat); gixd knows sha1 and sha256")]
+    ObjectFormat(String),
+    #[error("it is a partial clone (extensions.partialClone): objects it lacks cannot be served")]
+    PartialClone,
+    #[error("it keeps a second object format (extensions.compatObjectFormat), which gixd does not maintain")]
+    CompatObjectFormat,
+    #[error("it uses extensions.{0}, which gixd does not know")]
+    Unknown(String),
+    /// Only maintenance refuses it: it deletes what a new pack holds.
+    #[error("its objects are precious (extensions.preciousObjects): maintenance never deletes any")]
+    PreciousObjects,
+    #[error("its config cannot be read: {0}")]
+    Config(String),
+}
+
+/// What the repository's format asks of a reader beyond reading it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Format {
+    /// `extensions.preciousObjects`: no object may ever be deleted (maintenance leaves it alone).
+    pub precious_objects: bool,
+}
+
+/// Read the format of the repository at `git_dir` from its `config` (no includes: git reads the
+/// format from the repository's own file) and say whether gixd can serve it, as git's
+/// `setup.c` decides: version 0 ignores extensions it does not know, version 1 refuses them.
+pub fn check(git_dir: &Path) -> Result<Format, Unsupported> {
+    let path = git_dir.join("config");
+    if !path.exists() {
+        return Ok(Format::default());
+    }
+    let config = gix::config::File::from_path_no_includes(path, gix::config::Source::Local)
+        .map_err(|err| Unsupported::Config(err.to_string()))?;
+    let version = match config.integer("core.repositoryformatversion") {
+        Ok(version) => version.unwrap_or(0),
+        Err(err) => return Err(Unsupported::Config(err.to_string())),
+    };
+    if !(0..=1).contains(&version) {
+        return Err(Unsupported::Version(version));
+    }
+    let mut format = Format::default();
+    let Some(sections) = config.sections_by_name("extensions") else { return Ok(format) };
+    for section in sections {
+        for name in section.value_names() {
+            let value = section.value(&name).map(|v| v.to_string()).unwrap_or_default();
+            let key = name.to_ascii_lowercase();
+            match key.as_str() {
+                "noop" | "noop-v1" | "worktreeconfig" => {}
+                "preciousobjects" => format.precious_objects = truthy(&value),
+                "objectformat" if matches!(value.to_ascii_lowercase().as_str(), "sha1" | "sha256") => {}
+                "objectformat" => return Err(Unsupported::ObjectFormat(value)),
+                "refstorage" if value.eq_ignore_ascii_case("files") => {}
+                "refstorage" => return Err(Unsupported::RefStorage(value)),
+                // A partial clone names its promisor remote; the extension with no value is no promise.
+                "partialclone" if !value.is_empty() => return Err(Unsupported::PartialClone),
+                "partialclone" => {}
+                "compatobjectformat" => return Err(Unsupported::CompatObjectFormat),
+                // Version 0 predates extensions: git ignores the ones it does not know there.
+                _ if version == 0 => {}
+                _ => return Err(Unsupported::Unknown(name)),
+            }
+        }
+    }
+    Ok(format)
+}
+
+/// git's boolean spelling (`true`, `yes`, `on`, a non-zero number, or a key with no value).
+fn truthy(value: &str) -> bool {
+    match value.to_ascii_lowercase().as_str() {
+        "" | "true" | "yes" | "on" => true,
+        "false" | "no" | "off" => false,
+        number => number.parse::<i64>().is_ok_and(|n| n != 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_config(text: &str) -> Result<Format, Unsupported> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config"), text).unwrap();
+        check(dir.path())
+    }
+
+    #[test]
+    fn formats_gixd_reads_pass_and_the_others_are_named() {
+        assert_eq!(with_config("[core]\n\trepositoryformatversion = 0\n"), Ok(Format::default()));
+        assert_eq!(
+            with_config("[core]\n\trepositoryformatversion = 1\n[extensions]\n\tobjectformat = sha256\n"),
+            Ok(Format::default())
+        );
+        assert_eq!(
+            with_config("[core]\n\trepositoryformatversion = 1\n[extensions]\n\trefStorage = files\n"),
+            Ok(Format::default())
+        );
+        assert_eq!(
+            with_config("[core]\n\trepositoryformatversion = 1\n[extensions]\n\tpreciousObjects = true\n"),
+            Ok(Format { precious_objects: true })
+        );
+        assert_eq!(
+            with_config("[core]\n\trepositoryformatversion = 1\n[extensions]\n\trefstorage = reftable\n"),
+            Err(Unsupported::RefStorage("reftable".into()))
+        );
+        assert_eq!(with_config("[core]\n\trepositoryformatversion = 2\n"), Err(Unsupported::Version(2)));
+        assert_eq!(
+            with_config("[core]\n\trepositoryformatversion = 1\n[extensions]\n\tfrobnicate = yes\n"),
+            Err(Unsupported::Unknown("frobnicate".into()))
+        );
+        assert_eq!(
+            with_config("[core]\n\trepositoryformatversion = 0\n[extensions]\n\tfrobnicate = yes\n"),
+            Ok(Format::default())
+        );
+        assert_eq!(
+            with_config("[core]\n\trepositoryformatversion = 1\n[extensions]\n\tobjectformat = sha3\n"),
+            Err(Unsupported::ObjectFormat("sha3".into()))
+        );
+        assert_eq!(
+            with_config("[core]\n\trepositoryformatversion = 1\n[extensions]\n\tpartialclone = origin\n"),
+            Err(Unsupported::PartialClone)
+        );
+        assert!(matches!(with_config("[core\n"), Err(Unsupported::Config(_))));
+    }
+}
