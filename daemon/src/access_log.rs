@@ -33,8 +33,11 @@ pub struct Record {
     /// `hit`, `join`, `miss` (this request generated the pack others may join), or `null`
     /// (not a cacheable request, or no cache).
     pub cache: Option<&'static str>,
-    /// The HTTP status, or on git:// `ok`, `error`, `busy`.
+    /// How it ended, in the same words on every transport: `ok`, `disconnected`, `failed`,
+    /// `refused` (before it was served; a push: some ref refused), `busy`.
     pub status: String,
+    /// The HTTP status sent (`null` on other transports).
+    pub http_status: Option<u16>,
 }
 
 pub struct AccessLog {
@@ -111,6 +114,7 @@ mod tests {
             "duration_ms",
             "cache",
             "status",
+            "http_status",
         ] {
             assert!(fields.contains(&field), "{field} missing from {text}");
         }

@@ -20,7 +20,7 @@ pub enum RepoError {
         path: String,
         /// Whether it is exported: to everyone else it is "not found", as any private repository.
         exported: bool,
-        reason: crate::repo::format::Unsupported,
+        reason: Unsupported,
     },
     #[error("could not read repository '{path}': {source}")]
     Open {
@@ -137,6 +137,28 @@ pub fn for_client(message: &str, max: usize) -> String {
         out.push_str(&piece);
     }
     out
+}
+
+/// Why gixd does not serve a repository: its format ([`crate::repo::format`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unsupported {
+    #[error("its core.repositoryformatversion is {0}; gixd reads versions 0 and 1")]
+    Version(i64),
+    #[error("it stores refs in {0} (extensions.refStorage); gixd reads the files backend only")]
+    RefStorage(String),
+    #[error("its object format is {0} (extensions.objectFormat); gixd knows sha1 and sha256")]
+    ObjectFormat(String),
+    #[error("it is a partial clone (extensions.partialClone): objects it lacks cannot be served")]
+    PartialClone,
+    #[error("it keeps a second object format (extensions.compatObjectFormat), which gixd does not maintain")]
+    CompatObjectFormat,
+    #[error("it uses extensions.{0}, which gixd does not know")]
+    Unknown(String),
+    /// Only maintenance refuses it: it deletes what a new pack holds.
+    #[error("its objects are precious (extensions.preciousObjects): maintenance never deletes any")]
+    PreciousObjects,
+    #[error("its config cannot be read: {0}")]
+    Config(String),
 }
 
 #[cfg(test)]

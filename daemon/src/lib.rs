@@ -13,8 +13,14 @@
 //! - [`transport`] — bytes in, bytes out: smart HTTP on hyper (`transport::http`), git://
 //!   (`transport::git`), streamed bodies (`transport::stream`), a minimum receive rate
 //!   (`transport::pace`), cached packs sent without a copy (`transport::zero_copy`). It
-//!   knows URLs, headers, body limits and streaming; it never parses a request's pkt-lines.
+//!   knows URLs, headers, body limits and streaming; it never parses a request's pkt-lines
+//!   (git://'s request line aside) and hands every request to [`service`].
 //!   [`tap`] — a recorder of whole exchanges.
+//! - [`service`] — one entry per service for every transport: upload-pack (`service::upload`,
+//!   through the single-flight pack cache for a fetch that ends its negotiation), receive-pack
+//!   (`service::receive`), a connection's service (`service::connection`); the transfer limits
+//!   and slots, and each request's record (access-log line and metrics) wrap these entries, so a
+//!   transport only carries bytes to them; `service::sink` streams a blocking writer's bytes out.
 //! - [`protocol`] — pkt-lines (`protocol::pkt`) and side-band framing (`protocol::sideband`),
 //!   the v0/v1 advertisement and negotiation (`protocol::v0`), v2's command table
 //!   (`protocol::v2`), what both share (`protocol::negotiate`, `protocol::upload`), receive-pack
@@ -59,6 +65,7 @@ pub mod ref_locks;
 pub mod repo;
 pub mod select;
 pub mod server;
+pub mod service;
 pub mod session;
 pub mod shallow;
 pub mod tap;

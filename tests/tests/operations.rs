@@ -66,15 +66,17 @@ fn clones_at_once(url: &str, into: &Path, n: usize, origin: &BTreeSet<String>) {
 }
 
 #[test]
-fn sixteen_identical_concurrent_clones_cost_one_pack_generation_with_the_pack_cache_and_sixteen_without() {
+fn sixteen_identical_concurrent_clones_cost_one_pack_generation_with_the_pack_cache_and_sixteen_without_on_every_transport()
+ {
     let tmp = tempfile::tempdir().unwrap();
     let base = tmp.path().join("base");
     std::fs::create_dir_all(&base).unwrap();
     let origin = all_objects(&fixture(&base));
     let spill = tmp.path().join("cache");
     std::fs::create_dir_all(&spill).unwrap();
-    for cached in [true, false] {
+    for (transport, cached) in [("http", true), ("http", false), ("git", true), ("git", false)] {
         let server = serve_with(&base, |c| {
+            c.git_listen = Some("127.0.0.1:0".parse().unwrap());
             c.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
             c.max_transfers = 4;
             c.transfer_queue_wait = std::time::Duration::from_secs(60);
@@ -86,21 +88,25 @@ fn sixteen_identical_concurrent_clones_cost_one_pack_generation_with_the_pack_ca
                 max_age: gixd::config::PackCache::DEFAULT_MAX_AGE,
             });
         });
-        let into = tmp.path().join(if cached { "cached" } else { "uncached" });
+        let into = tmp.path().join(format!("{transport}-{}", if cached { "cached" } else { "uncached" }));
         std::fs::create_dir_all(&into).unwrap();
-        clones_at_once(&server.url("repo.git"), &into, 16, &origin);
+        let url = match transport {
+            "http" => server.url("repo.git"),
+            _ => format!("git://{}/repo.git", server.git_addr.unwrap()),
+        };
+        clones_at_once(&url, &into, 16, &origin);
         let metrics = scrape(server.metrics_addr.unwrap());
         let generations = value(&metrics, "gixd_pack_generations_total", &[]);
-        let fetches = value(&metrics, "gixd_requests_total", &[("service", "git-upload-pack"), ("status", "200")]);
+        let fetches = value(&metrics, "gixd_requests_total", &[("service", "git-upload-pack"), ("status", "ok")]);
         assert!(fetches >= 16.0, "every clone's fetch is counted: {fetches}");
         if cached {
-            assert_eq!(generations, 1.0, "one generation for sixteen identical clones");
+            assert_eq!(generations, 1.0, "{transport}: one generation for sixteen identical clones");
             assert_eq!(value(&metrics, "gixd_pack_cache_total", &[("outcome", "miss")]), 1.0);
             let shared = value(&metrics, "gixd_pack_cache_total", &[("outcome", "join")])
                 + value(&metrics, "gixd_pack_cache_total", &[("outcome", "hit")]);
-            assert_eq!(shared, 15.0, "the others joined it or read it back");
+            assert_eq!(shared, 15.0, "{transport}: the others joined it or read it back");
         } else {
-            assert_eq!(generations, 16.0, "without the cache each clone generates its own pack");
+            assert_eq!(generations, 16.0, "{transport}: without the cache each clone generates its own pack");
             assert_eq!(value(&metrics, "gixd_pack_cache_total", &[]), 0.0);
         }
         assert!(value(&metrics, "gixd_pack_generation_cpu_seconds_total", &[]) > 0.0);
@@ -210,6 +216,7 @@ fn every_request_gets_an_access_log_line_with_every_field_and_the_metrics_count_
         "duration_ms",
         "cache",
         "status",
+        "http_status",
     ];
     for line in &lines {
         for field in fields {
@@ -232,12 +239,19 @@ fn every_request_gets_an_access_log_line_with_every_field_and_the_metrics_count_
         assert!(fetch["bytes"].as_u64().unwrap() > 100_000, "{fetch}");
         assert!(fetch["cpu_ms"].as_f64().unwrap() > 0.0 && fetch["duration_ms"].as_f64().unwrap() > 0.0, "{fetch}");
     }
-    assert!(lines.iter().any(|l| l["transport"] == "http" && l["service"] == "info/refs" && l["status"] == "200"));
+    assert!(lines.iter().any(|l| l["transport"] == "http"
+        && l["service"] == "info/refs"
+        && l["status"] == "ok"
+        && l["http_status"] == 200));
     assert!(
         lines.iter().any(|l| l["transport"] == "git" && l["service"] == "git-receive-pack" && l["status"] == "ok"),
         "{lines:?}"
     );
-    assert!(lines.iter().any(|l| l["service"] == "other" && l["status"] == "404"));
+    assert!(lines.iter().any(|l| l["service"] == "other" && l["status"] == "refused" && l["http_status"] == 404));
+    assert!(
+        lines.iter().filter(|l| l["transport"] == "git").all(|l| l["http_status"].is_null()),
+        "git:// lines carry no HTTP status: {lines:?}"
+    );
 }
 
 #[test]
@@ -271,10 +285,10 @@ fn the_metrics_count_requests_by_service_version_and_status_and_pushes_by_outcom
         1.0
     );
     assert_eq!(
-        value(&metrics, "gixd_requests_total", &[("service", "info/refs"), ("version", "2"), ("status", "200")]),
+        value(&metrics, "gixd_requests_total", &[("service", "info/refs"), ("version", "2"), ("status", "ok")]),
         1.0
     );
-    assert_eq!(value(&metrics, "gixd_requests_total", &[("service", "info/refs"), ("status", "404")]), 1.0);
+    assert_eq!(value(&metrics, "gixd_requests_total", &[("service", "info/refs"), ("status", "refused")]), 1.0);
     assert_eq!(value(&metrics, "gixd_pushes_total", &[("outcome", "ok")]), 1.0);
     assert_eq!(value(&metrics, "gixd_pushes_total", &[("outcome", "refused")]), 1.0);
     assert_eq!(

@@ -56,7 +56,9 @@ pub fn upload_pack<R: Read, W: Write>(
     match (input, version) {
         (Input::Stateless(body), Version::V2) => v2::serve(ctx, body, out),
         (Input::Stateless(body), _) => v0::upload_pack(ctx, body, out),
-        (Input::Stateful(input), Version::V2) => v2::serve_stateful(ctx, input, out),
+        (Input::Stateful(input), Version::V2) => {
+            v2::serve_stateful(ctx, input, out, &mut |request, out| v2::serve_request(ctx, request, out))
+        }
         (Input::Stateful(input), v0_or_v1) => v0::serve_stateful(ctx, v0_or_v1, input, out),
     }
 }
@@ -104,6 +106,51 @@ pub fn advertise_http(service: Service, refs: &RefSnapshot, version: Version, w:
             w.text(format!("# service={}", service.name())).flush();
             receive::advertise(refs, version, w);
         }
+    }
+}
+
+/// A fetch that ends its negotiation (it says `done`), as the pack cache keys it: its
+/// capabilities as a set, without the ones that change no byte of the answer (`agent`,
+/// `session-id`, `server-option`), and its other lines in the order sent. Two requests with the
+/// same key get the same answer from the same state of a repository, whichever transport carried
+/// them (a v2 `fetch` is answered alike over HTTP and a connection).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FetchKey {
+    pub version: u8,
+    pub capabilities: std::collections::BTreeSet<String>,
+    pub arguments: Vec<String>,
+}
+
+impl FetchKey {
+    /// One unambiguous byte string of the key (lines are pkt-lines: no separator is needed).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = pkt::Writer::new();
+        w.text(format!("version {}", self.version));
+        for capability in &self.capabilities {
+            w.text(capability);
+        }
+        w.delim();
+        for argument in &self.arguments {
+            w.text(argument);
+        }
+        w.into_bytes()
+    }
+}
+
+/// Whether a capability changes the answer (and so belongs in a [`FetchKey`]).
+fn shapes_the_answer(capability: &str) -> bool {
+    !["agent", "session-id", "server-option"]
+        .iter()
+        .any(|noise| capability.strip_prefix(noise).is_some_and(|rest| rest.is_empty() || rest.starts_with('=')))
+}
+
+/// The [`FetchKey`] of a stateless request body; `None` when it does not end negotiation (its
+/// answer depends on more than its bytes: a round of acknowledgements) or is not a fetch.
+pub fn fetch_key(version: Version, body: &[u8]) -> Option<FetchKey> {
+    let lines = pkt::read_all(body).ok()?;
+    match version {
+        Version::V2 => v2::fetch_key(&lines),
+        v0_or_v1 => v0::fetch_key(v0_or_v1, &lines),
     }
 }
 

@@ -213,6 +213,39 @@ pub fn parse_wants(section: &[Line<'_>], refs: &RefSnapshot) -> Result<Request, 
     Ok(req)
 }
 
+/// The [`super::FetchKey`] of a stateless request: `Some` when it ends with `done`. The
+/// capabilities ride on the first want line; a flush is kept as an empty argument (it separates
+/// the wants from the haves).
+pub fn fetch_key(version: Version, lines: &[Line<'_>]) -> Option<super::FetchKey> {
+    let mut capabilities = std::collections::BTreeSet::new();
+    let mut arguments = Vec::with_capacity(lines.len());
+    let mut first_want = true;
+    for line in lines {
+        match line {
+            Line::Flush => arguments.push(String::new()),
+            Line::Data(_) => {
+                let text = line.as_text()?.trim_end_matches('\n');
+                let mut words = text.split(' ');
+                if first_want && text.starts_with("want ") {
+                    first_want = false;
+                    let want = format!("{} {}", words.next()?, words.next()?);
+                    capabilities
+                        .extend(words.filter(|w| !w.is_empty() && super::shapes_the_answer(w)).map(str::to_owned));
+                    arguments.push(want);
+                } else {
+                    arguments.push(text.to_owned());
+                }
+            }
+            Line::Delim | Line::ResponseEnd => return None,
+        }
+    }
+    (arguments.last().map(String::as_str) == Some("done")).then_some(super::FetchKey {
+        version: version.number(),
+        capabilities,
+        arguments,
+    })
+}
+
 /// Parse a stateless v0 request: want (and shallow, deepen, filter) lines and a flush, then have
 /// lines (with flushes between rounds) and, last, `done` or a flush.
 pub fn parse(lines: &[Line<'_>], refs: &RefSnapshot, max_haves: usize) -> Result<Request, ProtocolError> {

@@ -87,9 +87,34 @@ pub fn serve<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<Opt
     }
 }
 
+/// The [`super::FetchKey`] of a command request (its packets up to its flush): `Some` for a
+/// `fetch` that says `done`.
+pub fn fetch_key(lines: &[Line<'_>]) -> Option<super::FetchKey> {
+    let lines = match lines.split_last() {
+        Some((Line::Flush, request)) => request,
+        _ => lines,
+    };
+    if lines.first()?.as_text()? != "command=fetch" {
+        return None;
+    }
+    let delim = lines.iter().position(|l| *l == Line::Delim).unwrap_or(lines.len());
+    let mut capabilities = std::collections::BTreeSet::new();
+    for line in &lines[1..delim] {
+        let text = line.as_text()?.trim_end_matches('\n');
+        if super::shapes_the_answer(text) {
+            capabilities.insert(text.to_owned());
+        }
+    }
+    let mut arguments = Vec::new();
+    for line in lines.get(delim + 1..).unwrap_or_default() {
+        arguments.push(line.as_text()?.trim_end_matches('\n').to_owned());
+    }
+    arguments.iter().any(|a| a == "done").then_some(super::FetchKey { version: 2, capabilities, arguments })
+}
+
 /// Serve one command request given as its packets up to (not including) the flush that ends it,
 /// however they arrived.
-fn serve_request<W: Write>(ctx: &Context<'_>, lines: &[Line<'_>], mut out: W) -> Result<Option<Stats>, ServeError> {
+pub fn serve_request<W: Write>(ctx: &Context<'_>, lines: &[Line<'_>], mut out: W) -> Result<Option<Stats>, ServeError> {
     let repo = ctx.served.repo.to_thread_local();
     let refs = ctx.repos.upload_refs(ctx.served, &repo)?;
     let run = || -> Result<(Run, &[Line<'_>]), ServeError> {
@@ -366,13 +391,19 @@ fn fetch(
     .map(Some)
 }
 
+/// How a connection's command requests are answered: its packets up to its flush in, the
+/// answer written to the connection; the statistics of a pack it sent.
+pub type Answer<'a, W> = dyn FnMut(&[Line<'_>], &mut W) -> Result<Option<Stats>, ServeError> + 'a;
+
 /// Serve v2 over a connection (git://): the capability advertisement, then one command request
-/// after another (each up to its flush) until the client hangs up or sends an empty request.
-/// `out` is flushed after every response.
+/// after another (each up to its flush) until the client hangs up or sends an empty request;
+/// `answer` answers each (the service decides how: [`serve_request`], or a cached answer).
+/// `out` is flushed after every response. The statistics of the last pack sent.
 pub fn serve_stateful<R: std::io::Read, W: Write>(
     ctx: &Context<'_>,
     input: R,
     mut out: W,
+    answer: &mut Answer<'_, W>,
 ) -> Result<Option<Stats>, ServeError> {
     let repo = ctx.served.repo.to_thread_local();
     let mut w = pkt::Writer::new();
@@ -392,7 +423,7 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(
             return Ok(last);
         }
         let request: Vec<Line<'_>> = request.iter().map(pkt::Owned::as_line).collect();
-        last = serve_request(ctx, &request, &mut out)?.or(last);
+        last = answer(&request, &mut out)?.or(last);
         out.flush()?;
     }
 }

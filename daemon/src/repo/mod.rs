@@ -62,6 +62,7 @@ type OpenRepository = (Option<std::time::SystemTime>, Result<gix::ThreadSafeRepo
 type Computed = (u64, Arc<dyn Any + Send + Sync>);
 
 /// One repository, resolved for one request.
+#[derive(Clone)]
 pub struct Served {
     /// The URL path as the client gave it (for messages).
     pub name: String,

@@ -8,10 +8,12 @@
 use std::io::BufWriter;
 use std::net::TcpStream;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::access_log::Record;
-use crate::protocol::{self, Version, pkt};
-use crate::session::{State, Tally};
+use crate::error::RepoError;
+use crate::protocol::{Version, pkt};
+use crate::service;
+use crate::session::State;
 use crate::transport::pace::Paced;
 
 /// Writes of at least this many bytes leave together: two full side-band packets and the short
@@ -86,62 +88,35 @@ pub async fn refuse(stream: &mut tokio::net::TcpStream, message: &str) {
 
 /// Serve one git:// connection, whose request line was read, to the end.
 pub fn serve_connection(state: Arc<State>, stream: TcpStream, line: Vec<u8>) {
-    let peer = stream.peer_addr().ok();
-    let started = std::time::Instant::now();
-    let cpu = crate::metrics::thread_cpu_seconds();
-    let mut seen = Seen {
-        record: Record {
-            transport: "git",
-            peer: peer.map_or_else(String::new, |p| p.to_string()),
-            status: "refused".into(),
-            ..Record::default()
-        },
-        tally: Tally::default(),
-        sent: std::cell::Cell::new(0),
-    };
-    let result = serve(&state, stream, &line, &mut seen);
-    let mut record = seen.record;
-    match &result {
-        Ok(()) => {}
-        Err(crate::error::ServeError::Disconnected) => {
-            record.status = "disconnected".into();
-            tracing::info!(?peer, "client went away")
-        }
-        // The same level as HTTP's failures: an operator filtering on WARN sees both.
-        Err(err) => {
-            record.status = "error".into();
-            tracing::warn!(?peer, %err, "git:// request failed")
-        }
-    }
-    (record.wants, record.haves) = seen.tally.counts();
-    record.bytes = seen.sent.get();
-    let cpu = crate::metrics::thread_cpu_seconds() - cpu;
-    record.cpu_ms = cpu * 1e3;
-    record.duration_ms = started.elapsed().as_secs_f64() * 1e3;
-    if record.objects.is_some() {
-        state.metrics.generated(cpu);
-    }
-    state.finished(record);
+    let request = parse_request_line(&line);
+    let service_name = request.as_ref().map_or("malformed", |r| r.service.as_str());
+    let version = request.as_ref().map(|r| Version::from_params(&r.extra));
+    let log = service::Request::new(
+        "git",
+        stream.peer_addr().ok(),
+        &service_name.chars().take(64).collect::<String>(),
+        version,
+    );
+    serve(&state, &stream, request, log);
 }
 
-/// What a connection's access-log line says, filled in as it is served.
-struct Seen {
-    record: Record,
-    tally: Tally,
-    /// Bytes written to the client after the refusals above.
-    sent: std::cell::Cell<u64>,
+/// A request refused before it reached its service: told why, and recorded.
+fn refused(state: &State, stream: &TcpStream, log: service::Request, message: &str) {
+    tracing::info!(peer = %log.record.peer, message, "git:// request refused");
+    let _ = send_err(stream, message);
+    log.finish(state, service::Outcome::Refused);
 }
 
 /// The connection's writes, counted.
 struct Counted<'a> {
     stream: &'a TcpStream,
-    sent: &'a std::cell::Cell<u64>,
+    sent: &'a AtomicU64,
 }
 
 impl std::io::Write for Counted<'_> {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
         let n = (&mut &*self.stream).write(data)?;
-        self.sent.set(self.sent.get() + n as u64);
+        self.sent.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
 
@@ -171,98 +146,70 @@ fn send_err(stream: &TcpStream, message: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-fn serve(state: &State, stream: TcpStream, line: &[u8], seen: &mut Seen) -> Result<(), crate::error::ServeError> {
-    stream.set_nonblocking(false)?;
-    stream.set_nodelay(true)?;
-    stream.set_write_timeout(Some(state.config.io_timeout))?;
-    let Some(request) = parse_request_line(line) else {
-        let _ = send_err(&stream, "malformed request line: expected 'git-upload-pack /path\\0host=…\\0'");
-        return Ok(());
-    };
-    seen.record.service = request.service.chars().take(64).collect();
-    seen.record.version = Some(Version::from_params(&request.extra).number());
-    let services = &state.config.services;
-    let enabled = match request.service.as_str() {
-        "git-upload-pack" => services.upload_pack,
-        "git-upload-archive" => services.upload_archive,
-        "git-receive-pack" => services.receive_pack,
-        _ => false,
-    };
-    if !enabled {
-        let _ = send_err(
-            &stream,
-            &format!("service '{}' is not enabled", request.service.chars().take(64).collect::<String>()),
-        );
-        return Ok(());
+/// Carry the connection to its service.
+fn serve(state: &Arc<State>, stream: &TcpStream, request: Option<RequestLine>, mut log: service::Request) {
+    let setup = stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.set_nodelay(true))
+        .and_then(|()| stream.set_write_timeout(Some(state.config.io_timeout)));
+    if let Err(err) = setup {
+        return refused(state, stream, log, &err.to_string());
     }
-    let served = match state.repos.resolve(&request.path) {
-        Ok(served) => served,
-        Err(err) => {
-            tracing::info!(path = %request.path, %err, "git:// request refused");
-            let message = if let crate::error::RepoError::Unsupported { exported: true, .. } = &err {
-                // A repository anyone may read that gixd cannot: never an empty answer, the reason.
-                err.to_string()
-            } else if state.config.informative_errors {
-                // A private repository is "not found" as a missing one is: its existence is
-                // nobody's business (HTTP answers both with the same 404).
-                match err {
-                    crate::error::RepoError::NotExported(path)
-                    | crate::error::RepoError::Unsupported { path, exported: false, .. } => {
-                        crate::error::RepoError::NotFound(path).to_string()
-                    }
-                    err => err.to_string(),
-                }
-            } else {
-                format!(
-                    "access denied or repository not exported: {}",
-                    request.path.chars().take(256).collect::<String>()
-                )
-            };
-            let _ = send_err(&stream, &message);
-            return Ok(());
+    let Some(request) = request else {
+        return refused(state, stream, log, "malformed request line: expected 'git-upload-pack /path\\0host=…\\0'");
+    };
+    let services = &state.config.services;
+    let service = match request.service.as_str() {
+        "git-upload-pack" if services.upload_pack => service::Service::UploadPack,
+        "git-upload-archive" if services.upload_archive => service::Service::UploadArchive,
+        // git daemon's push: no authentication on git://, so only with --enable=receive-pack.
+        "git-receive-pack" if services.receive_pack => service::Service::ReceivePack,
+        other => {
+            let message = format!("service '{}' is not enabled", other.chars().take(64).collect::<String>());
+            return refused(state, stream, log, &message);
         }
     };
+    let served = match state.repos.resolve(&request.path) {
+        Ok(served) => served,
+        Err(err) => return refused(state, stream, log, &refusal(state, &request.path, err)),
+    };
     tracing::info!(repo = %served.name, host = ?request.host, "git://");
-    seen.record.repository = Some(served.name.clone());
-    let _share = match state.shares.enter(&served.git_dir, stream.peer_addr().ok().map(|peer| peer.ip())) {
+    log = log.serving(&served, None);
+    let _share = match service::enter(state, &served, stream.peer_addr().ok().map(|peer| peer.ip())) {
         Ok(share) => share,
-        Err(refused) => {
-            tracing::info!(repo = %served.name, ?refused, "git:// transfer refused: busy");
-            let _ = send_err(&stream, refused.message());
-            return Ok(());
+        Err(busy) => {
+            let _ = send_err(stream, busy.message());
+            return log.finish(state, service::Outcome::Busy);
         }
     };
     // Reads are held to a minimum rate (a trickling client is dropped within a window), and a
     // silent one is noticed at the end of a window too.
-    let pace = if request.service == "git-receive-pack" { state.config.push_pace() } else { state.config.pace() };
-    stream.set_read_timeout(Some(pace.window.min(state.config.io_timeout)))?;
-    let input = Paced::new(&stream, pace);
-    let ctx = state.context(&served, None, &seen.tally);
-    seen.record.status = "ok".into();
-    let out = BufWriter::with_capacity(WRITE_BUFFER, Counted { stream: &stream, sent: &seen.sent });
-    if request.service == "git-upload-archive" {
-        return protocol::archive::serve_stateful(&ctx, input, out);
+    let pace = if service == service::Service::ReceivePack { state.config.push_pace() } else { state.config.pace() };
+    if let Err(err) = stream.set_read_timeout(Some(pace.window.min(state.config.io_timeout))) {
+        return refused(state, stream, log, &err.to_string());
     }
-    let version = Version::from_params(&request.extra);
-    if request.service == "git-receive-pack" {
-        // git daemon's push: no authentication on git://, so only with --enable=receive-pack.
-        let input = std::io::BufReader::with_capacity(64 * 1024, input);
-        let outcome = match protocol::receive_pack(&ctx, version, protocol::Mode::Stateful, input, out) {
-            Ok(Some(pushed)) => pushed.label(),
-            Ok(None) => return Ok(()),
-            Err(err) => {
-                state.metrics.push("failed");
-                return Err(err);
-            }
-        };
-        state.metrics.push(outcome);
-        seen.record.status = outcome.into();
-        return Ok(());
+    let sent = AtomicU64::new(0);
+    let input = Paced::new(stream, pace);
+    let out = BufWriter::with_capacity(WRITE_BUFFER, Counted { stream, sent: &sent });
+    let asked = service::Asked { service, version: Version::from_params(&request.extra), pusher: None };
+    service::connection(state, &served, asked, input, out, log, &sent);
+}
+
+/// What a client whose repository could not be resolved is told: git daemon's terse line unless
+/// `--informative-errors`; a private repository is "not found" as a missing one is (its existence
+/// is nobody's business; HTTP answers both with the same 404); a public one gixd cannot read,
+/// the reason, always (never an empty answer).
+fn refusal(state: &State, path: &str, err: RepoError) -> String {
+    match err {
+        err @ RepoError::Unsupported { exported: true, .. } => err.to_string(),
+        RepoError::NotExported(path) | RepoError::Unsupported { path, exported: false, .. }
+            if state.config.informative_errors =>
+        {
+            RepoError::NotFound(path).to_string()
+        }
+        err if state.config.informative_errors => err.to_string(),
+        _ => format!("access denied or repository not exported: {}", path.chars().take(256).collect::<String>()),
     }
-    // Only git-upload-pack is left: any other service was refused as not enabled above.
-    let stats = protocol::upload_pack(&ctx, version, protocol::Input::Stateful(input), out)?;
-    seen.record.objects = stats.map(|s| s.entries);
-    Ok(())
 }
 
 #[cfg(test)]

@@ -22,13 +22,12 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
-use crate::access_log::Record;
 use crate::config::Config;
 use crate::error::RepoError;
-use crate::pack_cache::{Found, Key};
 use crate::protocol::{self, Version, pkt};
 use crate::repo::{RefSnapshot, Served};
-use crate::session::{Share, Slot, State, Tally};
+use crate::service;
+use crate::session::State;
 use crate::tap::Exchange;
 use crate::transport::stream;
 
@@ -109,7 +108,6 @@ fn query_param<'a>(query: Option<&'a str>, key: &str) -> Option<&'a str> {
 
 /// Serve one HTTP request. Never fails: every error is a response.
 pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
-    let started = std::time::Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let version = protocol_version(req.headers());
@@ -121,6 +119,7 @@ pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>)
         Route::Dumb | Route::NotFound => ("other", None),
     };
     let repository = repository.map(|r| r.trim_matches('/').to_owned());
+    let mut log = service::Request::new("http", Some(peer), service, Some(version));
     let upload_pack_off = !state.config.services.upload_pack;
     let response = match (routed, &method) {
         (Route::UploadPack(_), _) if upload_pack_off => {
@@ -157,17 +156,17 @@ pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>)
     // A transfer writes its own line when its last byte is gone; every other response here.
     if response.extensions().get::<Logged>().is_none() {
         use hyper::body::Body as _;
-        state.finished(Record {
-            peer: peer.to_string(),
-            transport: "http",
-            repository: if response.status().is_success() { repository } else { None },
-            service: service.to_owned(),
-            version: Some(version.number()),
-            bytes: response.body().size_hint().exact().unwrap_or(0),
-            duration_ms: started.elapsed().as_secs_f64() * 1e3,
-            status: response.status().as_u16().to_string(),
-            ..Record::default()
-        });
+        let status = response.status();
+        log.record.repository = if status.is_success() { repository } else { None };
+        log.record.bytes = response.body().size_hint().exact().unwrap_or(0);
+        log.record.http_status = Some(status.as_u16());
+        let outcome = match status {
+            s if s.is_success() => service::Outcome::Ok,
+            StatusCode::SERVICE_UNAVAILABLE => service::Outcome::Busy,
+            s if s.is_server_error() => service::Outcome::Failed,
+            _ => service::Outcome::Refused,
+        };
+        log.finish(&state, outcome);
     }
     Ok(response)
 }
@@ -313,31 +312,16 @@ fn gzip_encoded(headers: &HeaderMap) -> Result<bool, Response<Body>> {
     }
 }
 
-/// A bounded number of transfers at once; beyond it, a short wait, then a clear refusal (503
-/// with `Retry-After`). Past the limit of its repository or of its client's address, a transfer
-/// is refused the same way at once.
-async fn transfer_slot(state: &State, served: &Served, peer: SocketAddr) -> Result<(Slot, Share), Response<Body>> {
-    let share = enter_share(state, served, peer)?;
-    Ok((global_slot(state).await?, share))
-}
-
-fn busy(message: &str) -> Response<Body> {
-    let mut response = text(StatusCode::SERVICE_UNAVAILABLE, message);
-    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-    response
-}
-
-/// The transfer's place among its repository's and its client's.
-fn enter_share(state: &State, served: &Served, peer: SocketAddr) -> Result<Share, Response<Body>> {
-    state.shares.enter(&served.git_dir, Some(peer.ip())).map_err(|refused| {
-        tracing::info!(repo = %served.name, %peer, ?refused, "transfer refused: busy");
-        busy(refused.message())
-    })
-}
-
-/// One of the server's transfer slots.
-async fn global_slot(state: &State) -> Result<Slot, Response<Body>> {
-    state.slot().await.ok_or_else(|| busy("server busy: too many transfers in flight, retry shortly"))
+/// What a client refused by a service is told: 503 with `Retry-After` for load, else 500.
+fn refused(refusal: service::Refusal) -> Response<Body> {
+    match refusal {
+        service::Refusal::Busy(message) => {
+            let mut response = text(StatusCode::SERVICE_UNAVAILABLE, message);
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            response
+        }
+        service::Refusal::Failed(message) => text(StatusCode::INTERNAL_SERVER_ERROR, message),
+    }
 }
 
 /// Read a request body: at most `max_request_body` bytes as sent, at most `max_inflated_body`
@@ -385,7 +369,6 @@ fn logged(mut response: Response<Body>) -> Response<Body> {
 }
 
 async fn upload_pack(state: Arc<State>, peer: SocketAddr, repo_path: String, req: Request<Incoming>) -> Response<Body> {
-    let started = std::time::Instant::now();
     if let Err(response) = expect_content_type(req.headers(), "application/x-git-upload-pack-request") {
         return response;
     }
@@ -398,222 +381,14 @@ async fn upload_pack(state: Arc<State>, peer: SocketAddr, repo_path: String, req
         Ok(body) => body,
         Err(response) => return response,
     };
-    let record = Record {
-        peer: peer.to_string(),
-        transport: "http",
-        repository: Some(served.name.clone()),
-        service: "git-upload-pack".into(),
-        version: Some(version.number()),
-        user: identity.user().map(str::to_owned),
-        status: "200".into(),
-        ..Record::default()
-    };
-    if state.pack_cache.is_some()
-        && pkt::read_all(&body).is_ok_and(|lines| lines.iter().any(|l| matches!(l, pkt::Line::Data(b"done"))))
-    {
-        return cached_upload_pack(state, peer, served, version, body, record, started).await;
-    }
-    // The slot is taken once the request is in: a client trickling its body holds none.
-    let permit = match transfer_slot(&state, &served, peer).await {
-        Ok(permit) => permit,
-        Err(response) => return response,
-    };
-    let (mut sink, response_body) = stream::pair(state.config.effective_stream_window(), state.config.io_timeout);
-    tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        let mut record = record;
-        let cpu = crate::metrics::thread_cpu_seconds();
-        let tally = Tally::default();
-        let ctx = state.context(&served, None, &tally);
-        let mut tee = Tee { sink: &mut sink, copy: state.tap.as_ref().map(|_| Vec::new()), sent: 0 };
-        let result = protocol::upload_pack(&ctx, version, protocol::Input::<&[u8]>::Stateless(&body), &mut tee);
-        let copy = tee.copy.take();
-        record.bytes = tee.sent;
-        // The tap hears of the exchange before its last frame leaves: once the client has the
-        // whole response, the exchange is already recorded.
-        if let (Some(tap), Some(response)) = (&state.tap, copy) {
-            tap.exchange(Exchange {
-                repo: served.name.clone(),
-                service: "git-upload-pack",
-                version,
-                request: body.clone(),
-                response,
-                pack: result.as_ref().ok().copied().flatten(),
-            });
+    let mut log =
+        service::Request::new("http", Some(peer), "git-upload-pack", Some(version)).serving(&served, identity.user());
+    log.record.http_status = Some(200);
+    match service::upload::stateless(&state, served, Some(peer.ip()), version, body, log).await {
+        Ok(frames) => {
+            logged(git_response("application/x-git-upload-pack-result", stream::ChannelBody::from(frames).boxed()))
         }
-        let finished = sink.finish();
-        let cpu = crate::metrics::thread_cpu_seconds() - cpu;
-        if let Ok(Some(stats)) = &result {
-            state.metrics.generated(cpu);
-            record.objects = Some(stats.entries);
-        }
-        match result {
-            Ok(_) if finished.is_ok() => {}
-            Ok(_) | Err(crate::error::ServeError::Disconnected) => {
-                record.status = "200 disconnected".into();
-                tracing::info!(repo = %served.name, "client went away")
-            }
-            Err(err) => {
-                record.status = "200 failed".into();
-                tracing::warn!(repo = %served.name, %err, "upload-pack failed")
-            }
-        }
-        (record.wants, record.haves) = tally.counts();
-        record.cpu_ms = cpu * 1e3;
-        record.duration_ms = started.elapsed().as_secs_f64() * 1e3;
-        state.finished(record);
-    });
-    logged(git_response("application/x-git-upload-pack-result", response_body.boxed()))
-}
-
-/// A fetch through the pack cache: a finished response is read back, one being generated is
-/// read along, else this request generates it (in a transfer slot) for itself and for every
-/// identical request that comes while it runs. Readers hold no transfer slot: they cost no
-/// generation; their repository's and client's limits still count them.
-async fn cached_upload_pack(
-    state: Arc<State>,
-    peer: SocketAddr,
-    served: Served,
-    version: Version,
-    body: Vec<u8>,
-    mut record: Record,
-    started: std::time::Instant,
-) -> Response<Body> {
-    let share = match enter_share(&state, &served, peer) {
-        Ok(share) => share,
-        Err(response) => return response,
-    };
-    let repo = served.repo.clone();
-    let fingerprint = tokio::task::spawn_blocking(move || {
-        let repo = repo.to_thread_local();
-        crate::repo::upload_ref_state(&repo).map(|refs| {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            (refs, crate::packs::directory_state(&repo)).hash(&mut h);
-            h.finish()
-        })
-    })
-    .await;
-    let fingerprint = match fingerprint {
-        Ok(Ok(fingerprint)) => fingerprint,
-        Ok(Err(err)) => return text(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
-        Err(_) => return text(StatusCode::INTERNAL_SERVER_ERROR, "internal error"),
-    };
-    let key =
-        Key { git_dir: served.git_dir.clone(), state: fingerprint, version: version.number(), request: body.clone() };
-    let cache = state.pack_cache.as_ref().expect("only with a cache");
-    let found = |found: Found| match found {
-        Found::Hit(entry) => (entry, "hit"),
-        Found::Join(entry) => (entry, "join"),
-    };
-    let (entry, outcome) = match cache.find(&key) {
-        Some(f) => found(f),
-        None => {
-            let slot = match global_slot(&state).await {
-                Ok(slot) => slot,
-                Err(response) => return response,
-            };
-            match cache.start(key) {
-                // Another request started it while this one waited for its slot.
-                Err(f) => found(f),
-                Ok(entry) => {
-                    let generator = (state.clone(), entry.clone());
-                    tokio::task::spawn_blocking(move || {
-                        let _slot = slot;
-                        let (state, entry) = generator;
-                        let cpu = crate::metrics::thread_cpu_seconds();
-                        let tally = Tally::default();
-                        let ctx = state.context(&served, None, &tally);
-                        let cache = state.pack_cache.as_ref().expect("only with a cache");
-                        let result = protocol::upload_pack(
-                            &ctx,
-                            version,
-                            protocol::Input::<&[u8]>::Stateless(&body),
-                            &mut cache.writer(&entry),
-                        );
-                        let cpu = crate::metrics::thread_cpu_seconds() - cpu;
-                        let (wants, haves) = tally.counts();
-                        let stats = result.as_ref().ok().copied().flatten();
-                        *entry.generated.lock().expect("not poisoned") =
-                            crate::pack_cache::Generated { stats, wants, haves, cpu_seconds: cpu };
-                        if let Ok(Some(_)) = &result {
-                            state.metrics.generated(cpu);
-                        }
-                        if let Err(err) = &result {
-                            tracing::warn!(repo = %served.name, %err, "upload-pack failed");
-                        }
-                        cache.finish(&entry, result.is_ok());
-                    });
-                    (entry, "miss")
-                }
-            }
-        }
-    };
-    state.metrics.cache(outcome);
-    record.cache = Some(outcome);
-    let (tx, response_body) = stream::channel();
-    tokio::spawn(async move {
-        let _share = share;
-        let (sent, complete) = read_entry(&entry, &tx, state.config.io_timeout).await;
-        drop(tx);
-        record.bytes = sent;
-        let progress = entry.progress();
-        record.status = match (complete, progress.state) {
-            (true, crate::pack_cache::Generation::Done) => "200".into(),
-            (true, _) => "200 failed".into(),
-            (false, _) => "200 disconnected".into(),
-        };
-        let generated = *entry.generated.lock().expect("not poisoned");
-        record.objects = generated.stats.map(|s| s.entries);
-        (record.wants, record.haves) = (generated.wants, generated.haves);
-        if outcome == "miss" {
-            record.cpu_ms = generated.cpu_seconds * 1e3;
-        }
-        record.duration_ms = started.elapsed().as_secs_f64() * 1e3;
-        state.finished(record);
-    });
-    logged(git_response("application/x-git-upload-pack-result", response_body.boxed()))
-}
-
-/// Send a cache entry to one client from its start, as fast as that client reads, waiting for
-/// the generator where the client has caught up. The bytes sent, and whether the entry was
-/// sent to its end (else the client went away or stalled past `stall_timeout`). The entry's
-/// bytes are mapped already: each frame is what is there up to the end of its window of the
-/// file, not a stream window's worth (fewer hand-overs, no memory per frame).
-async fn read_entry(
-    entry: &crate::pack_cache::Entry,
-    tx: &tokio::sync::mpsc::Sender<Bytes>,
-    stall_timeout: std::time::Duration,
-) -> (u64, bool) {
-    let mut progress = entry.subscribe();
-    let mut offset = 0u64;
-    loop {
-        let chunk = match entry.read_at(offset, usize::MAX) {
-            Ok(chunk) => chunk,
-            Err(err) => {
-                tracing::warn!(%err, "pack cache entry unreadable");
-                return (offset, false);
-            }
-        };
-        if !chunk.is_empty() {
-            let len = chunk.len() as u64;
-            match tokio::time::timeout(stall_timeout, tx.send(chunk)).await {
-                Ok(Ok(())) => offset += len,
-                _ => return (offset, false),
-            }
-            continue;
-        }
-        let now = *progress.borrow_and_update();
-        if now.len > offset {
-            continue;
-        }
-        if now.state != crate::pack_cache::Generation::Running {
-            return (offset, true);
-        }
-        if progress.changed().await.is_err() {
-            // The generator is gone and so is its entry's sender: whatever is there was read.
-            return (offset, entry.progress().len == offset);
-        }
+        Err(refusal) => refused(refusal),
     }
 }
 
@@ -671,77 +446,18 @@ async fn receive_pack(
         Ok(allowed) => allowed,
         Err(response) => return response,
     };
-    let permit = match transfer_slot(&state, &served, peer).await {
-        Ok(permit) => permit,
-        Err(response) => return response,
-    };
-    let started = std::time::Instant::now();
     let body = stream::BodyReader::spawn(req.into_body(), state.config.io_timeout);
-    let task_state = state.clone();
-    let pushed = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        let state = task_state;
-        let cpu = crate::metrics::thread_cpu_seconds();
-        let tally = Tally::default();
-        let ctx = state.context(&served, identity.user(), &tally);
-        let mut out = Vec::new();
-        // Held to a minimum rate: per-frame timeouts alone let a trickling push live for ever.
-        let body = crate::transport::pace::Paced::new(body, state.config.push_pace());
-        let input: Box<dyn Read> = if gzip { Box::new(flate2::read::GzDecoder::new(body)) } else { Box::new(body) };
-        let input = std::io::BufReader::with_capacity(64 * 1024, input);
-        let result = protocol::receive_pack(&ctx, version, protocol::Mode::Stateless, input, &mut out);
-        let outcome = match &result {
-            Ok(Some(pushed)) => Some(pushed.label()),
-            Ok(None) => None,
-            Err(err) => {
-                tracing::warn!(repo = %served.name, %err, "push failed");
-                Some("failed")
-            }
-        };
-        if let Some(outcome) = outcome {
-            state.metrics.push(outcome);
-        }
-        state.finished(Record {
-            peer: peer.to_string(),
-            transport: "http",
-            repository: Some(served.name.clone()),
-            service: "git-receive-pack".into(),
-            version: Some(version.number()),
-            user: identity.user().map(str::to_owned),
-            bytes: out.len() as u64,
-            cpu_ms: (crate::metrics::thread_cpu_seconds() - cpu) * 1e3,
-            duration_ms: started.elapsed().as_secs_f64() * 1e3,
-            status: format!("200 {}", outcome.unwrap_or("empty")),
-            ..Record::default()
-        });
-        out
-    })
-    .await;
-    match pushed {
-        Ok(out) => logged(git_response("application/x-git-receive-pack-result", full(out))),
-        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "internal error"),
-    }
-}
-
-/// Writes through to the sink, keeping a copy for the tap when there is one.
-struct Tee<'a> {
-    sink: &'a mut stream::ChannelSink,
-    copy: Option<Vec<u8>>,
-    sent: u64,
-}
-
-impl std::io::Write for Tee<'_> {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        let n = self.sink.write(data)?;
-        self.sent += n as u64;
-        if let Some(copy) = &mut self.copy {
-            copy.extend_from_slice(&data[..n]);
-        }
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.sink.flush()
+    // Held to a minimum rate: per-frame timeouts alone let a trickling push live for ever.
+    let body = crate::transport::pace::Paced::new(body, state.config.push_pace());
+    let input =
+        move || -> Box<dyn Read> { if gzip { Box::new(flate2::read::GzDecoder::new(body)) } else { Box::new(body) } };
+    let mut log =
+        service::Request::new("http", Some(peer), "git-receive-pack", Some(version)).serving(&served, identity.user());
+    log.record.http_status = Some(200);
+    let pusher = identity.user().map(str::to_owned);
+    match service::receive::stateless(&state, served, Some(peer.ip()), pusher, version, input, log).await {
+        Ok(report) => logged(git_response("application/x-git-receive-pack-result", full(report))),
+        Err(refusal) => refused(refusal),
     }
 }
 

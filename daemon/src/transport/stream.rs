@@ -1,54 +1,25 @@
-//! A response that streams: the blocking thread serving the request writes into a
-//! [`ChannelSink`], which hands frames of exactly the stream window to the async side through a
-//! bounded channel; [`ChannelBody`] yields them as HTTP body frames. The pack is never held whole,
-//! and a slow client stops the writer (back-pressure) instead of growing a buffer.
-//!
-//! And a request that streams: [`BodyReader`] is a blocking `Read` over an HTTP request body,
-//! fed frame by frame through a bounded channel (a push's pack is never held whole either).
+//! HTTP bodies that stream: [`ChannelBody`] yields the frames a blocking thread wrote into a
+//! [`crate::service::sink::ChannelSink`] (or an async task sent) as HTTP body frames; and
+//! [`BodyReader`], a blocking `Read` over an HTTP request body, fed frame by frame through a
+//! bounded channel (a push's pack is never held whole either).
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use hyper::body::{Body, Frame};
 use tokio::sync::mpsc;
-
-/// The writing half; lives on a blocking thread (inside a tokio runtime).
-pub struct ChannelSink {
-    tx: mpsc::Sender<Bytes>,
-    buf: BytesMut,
-    window: usize,
-    /// How long the client may leave a frame unaccepted before the transfer is abandoned.
-    stall_timeout: std::time::Duration,
-    runtime: tokio::runtime::Handle,
-    /// Set once the client is gone or stalled: every later write fails at once instead of
-    /// waiting out the timeout again (an error message, the final frame…).
-    dead: bool,
-}
 
 /// The reading half, as an HTTP body.
 pub struct ChannelBody {
     rx: mpsc::Receiver<Bytes>,
 }
 
-/// A sink/body pair with frames of `window` bytes (at least 1: a zero window would never move).
-/// Call it inside the runtime; the sink is used from a blocking thread.
-pub fn pair(window: usize, stall_timeout: std::time::Duration) -> (ChannelSink, ChannelBody) {
-    let window = window.max(1);
-    // One frame in the channel plus one being filled: two windows in flight per transfer.
-    let (tx, rx) = mpsc::channel(1);
-    (
-        ChannelSink {
-            tx,
-            buf: BytesMut::with_capacity(window.min(1 << 20)),
-            window,
-            stall_timeout,
-            runtime: tokio::runtime::Handle::current(),
-            dead: false,
-        },
-        ChannelBody { rx },
-    )
+impl From<mpsc::Receiver<Bytes>> for ChannelBody {
+    fn from(rx: mpsc::Receiver<Bytes>) -> Self {
+        ChannelBody { rx }
+    }
 }
 
 /// A body fed by async code: frames sent on the sender are the body's frames; a full channel
@@ -56,50 +27,6 @@ pub fn pair(window: usize, stall_timeout: std::time::Duration) -> (ChannelSink, 
 pub fn channel() -> (mpsc::Sender<Bytes>, ChannelBody) {
     let (tx, rx) = mpsc::channel(1);
     (tx, ChannelBody { rx })
-}
-
-impl ChannelSink {
-    fn send(&mut self, frame: Bytes) -> io::Result<()> {
-        if self.dead {
-            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "client disconnected"));
-        }
-        let sent = self.runtime.block_on(tokio::time::timeout(self.stall_timeout, self.tx.send(frame)));
-        let failure = match sent {
-            Ok(Ok(())) => return Ok(()),
-            Ok(Err(_)) => "client disconnected",
-            Err(_) => "client disconnected: stalled past the I/O timeout",
-        };
-        self.dead = true;
-        Err(io::Error::new(io::ErrorKind::BrokenPipe, failure))
-    }
-
-    /// Send what is buffered (the last, short frame).
-    pub fn finish(mut self) -> io::Result<()> {
-        if !self.buf.is_empty() {
-            let frame = self.buf.split().freeze();
-            self.send(frame)?;
-        }
-        Ok(())
-    }
-}
-
-impl io::Write for ChannelSink {
-    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        if self.dead {
-            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "client disconnected"));
-        }
-        self.buf.extend_from_slice(data);
-        while self.buf.len() >= self.window {
-            let frame = self.buf.split_to(self.window).freeze();
-            self.send(frame)?;
-        }
-        Ok(data.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        // Frames are the window; the short tail leaves in `finish`.
-        Ok(())
-    }
 }
 
 impl Body for ChannelBody {
@@ -166,11 +93,13 @@ impl io::Read for BodyReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::service::sink::pair;
     use http_body_util::BodyExt;
     use std::io::Write;
 
     async fn frames(window: usize, total: usize) -> Vec<usize> {
-        let (mut sink, mut body) = pair(window, std::time::Duration::from_secs(30));
+        let (mut sink, rx) = pair(window, std::time::Duration::from_secs(30));
+        let mut body = ChannelBody::from(rx);
         let writer = tokio::task::spawn_blocking(move || {
             for chunk in vec![9u8; total].chunks(1000) {
                 sink.write_all(chunk).unwrap();

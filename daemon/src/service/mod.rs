@@ -1,0 +1,227 @@
+//! The services, one entry each for every transport: upload-pack ([`upload`]), receive-pack
+//! ([`receive`]) and upload-archive (through [`connection`]). A transport resolves the
+//! repository and who asks, then hands the request here; what every request needs whatever
+//! carried it wraps these entries once: a place among its repository's and its client's
+//! transfers and a transfer slot ([`admit`]), the single-flight pack cache, and the request's
+//! record — its access-log line and metrics, written once when it ends ([`Request::finish`]),
+//! in the same words on every transport ([`Outcome`]).
+
+pub mod receive;
+pub mod sink;
+pub mod upload;
+
+use std::io::{Read, Write};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::access_log::Record;
+use crate::error::ServeError;
+use crate::protocol::{self, Version};
+use crate::repo::Served;
+use crate::session::{Share, Slot, State, Tally};
+
+/// How a request ended, in the access log's `status` and the metrics' `status` label alike for
+/// every transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Served to its end (a push: every ref it asked for moved).
+    Ok,
+    /// The client went away (or stalled past the I/O timeout) before the end.
+    Disconnected,
+    /// The server failed it; the client was told why where it still could be.
+    Failed,
+    /// Refused before it was served (not found, not allowed, not enabled, malformed), or a push
+    /// some of whose refs were refused.
+    Refused,
+    /// Refused for load: a transfer limit was reached.
+    Busy,
+}
+
+impl Outcome {
+    pub fn word(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Disconnected => "disconnected",
+            Outcome::Failed => "failed",
+            Outcome::Refused => "refused",
+            Outcome::Busy => "busy",
+        }
+    }
+
+    /// The outcome of serving that ended with `result`, the client's side considered.
+    pub fn of<T>(result: &Result<T, ServeError>) -> Outcome {
+        match result {
+            Ok(_) => Outcome::Ok,
+            Err(ServeError::Disconnected) => Outcome::Disconnected,
+            Err(_) => Outcome::Failed,
+        }
+    }
+}
+
+/// One request being served: its record, filled in as it goes and written once, when it ends.
+pub struct Request {
+    pub record: Record,
+    started: std::time::Instant,
+}
+
+impl Request {
+    /// A request that arrived on `transport` from `peer` for `service`.
+    pub fn new(
+        transport: &'static str,
+        peer: Option<std::net::SocketAddr>,
+        service: &str,
+        version: Option<Version>,
+    ) -> Request {
+        Request {
+            record: Record {
+                transport,
+                peer: peer.map_or_else(String::new, |p| p.to_string()),
+                service: service.to_owned(),
+                version: version.map(Version::number),
+                ..Record::default()
+            },
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// For `served`, by `user` (or anonymous).
+    pub fn serving(mut self, served: &Served, user: Option<&str>) -> Request {
+        self.record.repository = Some(served.name.clone());
+        self.record.user = user.map(str::to_owned);
+        self
+    }
+
+    /// What a request's parsing counted.
+    pub fn counted(&mut self, tally: &Tally) {
+        (self.record.wants, self.record.haves) = tally.counts();
+    }
+
+    /// The request is over: written to the access log and counted in the metrics.
+    pub fn finish(mut self, state: &State, outcome: Outcome) {
+        self.record.status = outcome.word().to_owned();
+        self.record.duration_ms = self.started.elapsed().as_secs_f64() * 1e3;
+        state.finished(self.record);
+    }
+}
+
+/// CPU time of the calling thread from now on: a request's blocking work runs on one thread.
+pub struct Work(f64);
+
+impl Work {
+    pub fn start() -> Work {
+        Work(crate::metrics::thread_cpu_seconds())
+    }
+
+    pub fn seconds(&self) -> f64 {
+        crate::metrics::thread_cpu_seconds() - self.0
+    }
+}
+
+/// Why a request was not served; said to the client by its transport (HTTP: a status and a
+/// text, git://: an `ERR` line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A transfer limit: retry shortly (HTTP 503 with `Retry-After`).
+    Busy(&'static str),
+    /// The server could not start it (HTTP 500).
+    Failed(String),
+}
+
+impl Refusal {
+    pub fn message(&self) -> &str {
+        match self {
+            Refusal::Busy(message) => message,
+            Refusal::Failed(message) => message,
+        }
+    }
+}
+
+/// A place for a transfer of `served` from `client` among its repository's and its client's.
+pub fn enter(state: &State, served: &Served, client: Option<IpAddr>) -> Result<Share, Refusal> {
+    state.shares.enter(&served.git_dir, client).map_err(|refused| {
+        tracing::info!(repo = %served.name, ?client, ?refused, "transfer refused: busy");
+        Refusal::Busy(refused.message())
+    })
+}
+
+/// One of the server's transfer slots, waiting up to `transfer_queue_wait` for it.
+pub async fn slot(state: &State) -> Result<Slot, Refusal> {
+    state.slot().await.ok_or(Refusal::Busy("server busy: too many transfers in flight, retry shortly"))
+}
+
+/// Both: what a transfer that does work holds while it runs.
+pub async fn admit(state: &State, served: &Served, client: Option<IpAddr>) -> Result<(Share, Slot), Refusal> {
+    let share = enter(state, served, client)?;
+    Ok((share, slot(state).await?))
+}
+
+/// The services a connection can ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    UploadPack,
+    ReceivePack,
+    UploadArchive,
+}
+
+/// What a connection asked for in its request line (and, on an authenticated transport, who).
+#[derive(Debug, Clone, Copy)]
+pub struct Asked<'a> {
+    pub service: Service,
+    pub version: Version,
+    /// Who pushes, for the reflog; `None`: anonymous.
+    pub pusher: Option<&'a str>,
+}
+
+/// Serve one connection (git://, and any stateful transport) to the end, on the calling blocking
+/// thread: `input` and `out` are the connection's two directions (`out` buffered by the caller,
+/// counting what it sent in `sent`). The request's record is finished here.
+pub fn connection<R: Read, W: Write>(
+    state: &Arc<State>,
+    served: &Served,
+    asked: Asked<'_>,
+    input: R,
+    out: W,
+    mut log: Request,
+    sent: &std::sync::atomic::AtomicU64,
+) {
+    let Asked { service, version, pusher } = asked;
+    let work = Work::start();
+    let tally = Tally::default();
+    let ctx = state.context(served, pusher, &tally);
+    let outcome = match service {
+        Service::UploadArchive => ended(served, protocol::archive::serve_stateful(&ctx, input, out)),
+        Service::ReceivePack => {
+            let input = std::io::BufReader::with_capacity(64 * 1024, input);
+            receive::counted(state, served, protocol::receive_pack(&ctx, version, protocol::Mode::Stateful, input, out))
+        }
+        Service::UploadPack => {
+            let result = upload::connection(state, &ctx, version, input, out);
+            if let Ok(fetched) = &result {
+                log.record.objects = fetched.objects;
+                log.record.cache = fetched.cache;
+            }
+            ended(served, result)
+        }
+    };
+    log.counted(&tally);
+    let cpu = work.seconds();
+    // A pack generated outside the cache (a cached one was counted where it was generated).
+    if log.record.objects.is_some() && log.record.cache.is_none() {
+        state.metrics.generated(cpu);
+    }
+    log.record.bytes = sent.load(std::sync::atomic::Ordering::Relaxed);
+    log.record.cpu_ms = cpu * 1e3;
+    log.finish(state, outcome);
+}
+
+/// The outcome of serving `served` that ended with `result`, logged once: a client gone at INFO,
+/// a failure at WARN (an operator filtering on WARN sees every transport's).
+pub fn ended<T>(served: &Served, result: Result<T, ServeError>) -> Outcome {
+    let outcome = Outcome::of(&result);
+    match result {
+        Ok(_) => {}
+        Err(ServeError::Disconnected) => tracing::info!(repo = %served.name, "client went away"),
+        Err(err) => tracing::warn!(repo = %served.name, %err, "request failed"),
+    }
+    outcome
+}
