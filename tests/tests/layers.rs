@@ -2,6 +2,8 @@
 //! graph of `daemon/src` has no cycle, and every module imports only modules of its own layer or
 //! of the layers below it (the map lists layers top to bottom, one bullet each).
 //!
+//! And no module is longer than 700 lines before its tests (a file does one thing).
+//!
 //! `cargo nextest run -p gixd-tests --test layers --no-capture` prints the graph.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -240,4 +242,30 @@ fn the_checker_sees_a_cycle_and_an_upward_import() {
     assert_eq!(edges["b"], BTreeSet::from(["a".to_owned()]), "comments are not imports");
     assert_eq!(cycles(&edges), vec![vec!["a".to_owned(), "b".to_owned()]]);
     assert_eq!(strip("x // crate::y\n#[cfg(test)]\nmod tests { crate::z }"), "x ");
+}
+
+/// Lines of a source file before its test module (the part a reader of the module reads).
+fn lines_before_tests(text: &str) -> usize {
+    text.lines().take_while(|l| !l.starts_with("#[cfg(test)]")).count()
+}
+
+#[test]
+fn no_module_is_longer_than_700_lines_before_its_tests() {
+    assert_eq!(lines_before_tests("a\nb\n#[cfg(test)]\nmod tests {}\n"), 2, "the counter stops at the tests");
+    let mut long = Vec::new();
+    let mut stack = vec![src()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let n = lines_before_tests(&std::fs::read_to_string(&path).unwrap());
+                if n > 700 {
+                    long.push(format!("{}: {n}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(long.is_empty(), "split these (each file does one thing): {long:?}");
 }

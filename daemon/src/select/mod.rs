@@ -18,6 +18,12 @@ use crate::filter::Filter;
 use crate::repo::RefSnapshot;
 use crate::shallow::Boundary;
 
+mod readable;
+
+pub use readable::{
+    READABLE_SETS_COMPUTED, Readable, reachable_from, readable_commits, readable_objects, readable_objects_if_cheap,
+};
+
 /// What one request sends.
 #[derive(Debug, Default)]
 pub struct Selection {
@@ -609,125 +615,9 @@ fn include_tags(repo: &gix::Repository, refs: &RefSnapshot, selection: &mut Sele
     Ok(())
 }
 
-/// Every object reachable from `tips`: what a client that may read those refs may be sent.
-pub fn reachable_from(repo: &gix::Repository, tips: &[ObjectId]) -> Result<HashSet<ObjectId>, ServeError> {
-    Ok(everything_reachable(repo, tips)?.objects.into_iter().collect())
-}
-
 /// Everything reachable from `tips` as a selection for a client that has nothing: in walk order
 /// (commits, then trees and blobs as met), with the name hash of each tree's and blob's path —
 /// what a repack writes and searches for deltas.
 pub fn everything_reachable(repo: &gix::Repository, tips: &[ObjectId]) -> Result<Selection, ServeError> {
     Walker::new(&crate::repo::with_walk_cache(repo)).run(tips, &[], None)
-}
-
-/// The objects a client may be sent: those reachable from the refs it may read.
-pub enum Readable {
-    /// From a walk.
-    Set(HashSet<ObjectId>),
-    /// From the pack bitmap: a bit test per question.
-    Bitmap { bitmap: std::sync::Arc<PackBitmap>, reach: crate::bitmap::Reach },
-}
-
-impl Readable {
-    pub fn contains(&self, id: &gix_hash::oid) -> bool {
-        match self {
-            Readable::Set(set) => set.contains(id),
-            Readable::Bitmap { bitmap, reach } => reach.has(bitmap, id),
-        }
-    }
-}
-
-/// How many readable sets [`readable_objects`] computed (not taken from the cache) in this
-/// process: each is a walk of every object the refs reach (or a bitmap reach), the cost a fetch
-/// must not pay for what it does not need (tests count it).
-pub static READABLE_SETS_COMPUTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// The objects reachable from `refs` (all of which this client may read), cached per ref state:
-/// from the pack bitmap when there is one (bits, and a walk only of what the bitmapped pack
-/// lacks), else from a walk of everything.
-pub fn readable_objects(
-    repos: &crate::repo::Repos,
-    served: &crate::repo::Served,
-    repo: &gix::Repository,
-    refs: &RefSnapshot,
-) -> Result<std::sync::Arc<Readable>, ServeError> {
-    repos.cached(served, "readable objects", refs.fingerprint(), || {
-        READABLE_SETS_COMPUTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(match crate::bitmap::of(repos, served, repo) {
-            Some(bitmap) => {
-                let reach = bitmap.reachable(repo, &refs.tips(), None)?;
-                Readable::Bitmap { bitmap, reach }
-            }
-            None => Readable::Set(reachable_from(repo, &refs.tips())?),
-        })
-    })
-}
-
-/// The readable set if it costs nothing now: cached for this ref state, or cheap to compute
-/// (from a pack bitmap). `None` when only a walk of every object could tell — a caller asking
-/// only to save work (a delta base it could include instead of re-deflating) then goes without.
-pub fn readable_objects_if_cheap(
-    repos: &crate::repo::Repos,
-    served: &crate::repo::Served,
-    repo: &gix::Repository,
-    refs: &RefSnapshot,
-) -> Option<std::sync::Arc<Readable>> {
-    if let Some(set) = repos.cached_only::<Readable>(served, "readable objects", refs.fingerprint()) {
-        return Some(set);
-    }
-    crate::bitmap::of(repos, served, repo)?;
-    match readable_objects(repos, served, repo, refs) {
-        Ok(set) => Some(set),
-        Err(err) => {
-            tracing::warn!(repo = %served.name, %err, "could not tell which objects are readable; deltas against bases outside the selection are re-deflated");
-            None
-        }
-    }
-}
-
-/// Which of `commits` are reachable from `refs` (a client that may read those refs may read
-/// them, their trees and blobs): decided at commit level — with the pack bitmap, by bits of the
-/// cached readable reach; without one, by a walk of commits only from the visible tips that stops
-/// once every candidate is found (commit-graph where present), never a walk of every object.
-pub fn readable_commits(
-    repos: &crate::repo::Repos,
-    served: &crate::repo::Served,
-    repo: &gix::Repository,
-    refs: &RefSnapshot,
-    commits: &[ObjectId],
-) -> Result<HashSet<ObjectId>, ServeError> {
-    if commits.is_empty() {
-        return Ok(HashSet::new());
-    }
-    if crate::bitmap::of(repos, served, repo).is_some() {
-        let readable = readable_objects(repos, served, repo, refs)?;
-        return Ok(commits.iter().filter(|c| readable.contains(c)).copied().collect());
-    }
-    let mut left: HashSet<ObjectId> = commits.iter().copied().collect();
-    let mut found = HashSet::new();
-    let mut tips = Vec::new();
-    for tip in refs.tips() {
-        if let Some(commit) = crate::graph::peel_to_commit(repo, tip)? {
-            tips.push(commit);
-        }
-    }
-    for commit in &tips {
-        if left.remove(commit) {
-            found.insert(*commit);
-        }
-    }
-    if left.is_empty() || tips.is_empty() {
-        return Ok(found);
-    }
-    for info in repo.rev_walk(tips).all()? {
-        let id = info?.id;
-        if left.remove(&id) {
-            found.insert(id);
-            if left.is_empty() {
-                break;
-            }
-        }
-    }
-    Ok(found)
 }

@@ -1,0 +1,340 @@
+//! The delta search for objects that would go out whole (git's `pack-objects --window=10
+//! --depth=50`), driven over the patch queue's gix-pack `data::delta::{encode, search}`.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+
+use gix_hash::ObjectId;
+use gix_pack::data::output;
+
+use super::*;
+use crate::select::Selection;
+
+/// Deltas computed while the pack is written (with gix-pack's delta encoder, patch 0003): an
+/// object about to go out whole whose path the client holds another version of becomes a thin
+/// delta against that version — the client has it (an edge commit's tree) and may read it.
+/// Bounded: objects of at most [`DeltaSearch::MAX_OBJECT`] bytes, and [`DeltaSearch::BUDGET`]
+/// bytes of objects and bases looked at per pack; past that, objects go out as before.
+pub(super) struct DeltaSearch<'a> {
+    pub(super) repo: &'a gix::Repository,
+    pub(super) selection: &'a Selection,
+    pub(super) enabled: bool,
+    /// Thin deltas (against what the client has) are allowed.
+    pub(super) thin_allowed: bool,
+    /// A repack's search ([`Options::deltify`]): every object stored whole, in batches.
+    pub(super) deltify: bool,
+    pub(super) budget: usize,
+    pub(super) found: usize,
+    pub(super) base: Vec<u8>,
+}
+
+impl<'a> DeltaSearch<'a> {
+    const MAX_OBJECT: usize = 16 << 20;
+    const BUDGET: usize = 1 << 30;
+    /// Smaller objects gain nothing worth a delta's header and instructions.
+    const MIN_OBJECT: usize = 64;
+
+    /// At most this many entries are kept back for a windowed search; a larger pack streams.
+    const MAX_SEARCHED_ENTRIES: usize = 500_000;
+    /// Objects inflated for the search, in bytes at most (the rest are not searched).
+    const MAX_SEARCHED_BYTES: usize = 512 << 20;
+
+    pub(super) fn new(repo: &'a gix::Repository, selection: &'a Selection, options: &Options) -> Self {
+        // A fetch by walking: the client holds something to delta against, and what is sent
+        // whole is new (a clone's whole objects are its pack's delta bases already).
+        let enabled = !selection.by_bitmap
+            && (options.deltify || !selection.client_has.is_empty())
+            && selection.objects.len() <= Self::MAX_SEARCHED_ENTRIES;
+        DeltaSearch {
+            repo,
+            selection,
+            enabled,
+            thin_allowed: options.thin_pack,
+            deltify: options.deltify,
+            budget: Self::BUDGET,
+            found: 0,
+            base: Vec::new(),
+        }
+    }
+
+    /// git's window search over the entries going out whole (trees and blobs) and, as preferred
+    /// bases, what the client holds at their paths (thin only where the client may read it and
+    /// thin packs are allowed): entries that gain become deltas (`DeltaOid`, an entry's id or a
+    /// held object's; [`EntryOffsets::emit_in_base_order`] orders and encodes them). What the
+    /// window leaves whole may still pay as a thin delta against the client's version at its
+    /// path, by a looser limit ([`Self::same_path_delta`]); an entry too large for the search's
+    /// memory is tried for that alone ([`Self::try_thin_delta`]). `tell` hears how many it has
+    /// searched, of how many, as it goes. Returns how many entries it searched.
+    pub(super) fn window(&mut self, entries: &mut [output::Entry], tell: &mut dyn FnMut(usize, usize)) -> usize {
+        use gix_pack::data::delta::search;
+        /// An object the search looks at: an entry (by index) or a held object, inflated.
+        struct Candidate {
+            entry: Option<usize>,
+            id: ObjectId,
+            kind: gix_object::Kind,
+            name_hash: u32,
+            data: Vec<u8>,
+        }
+        let mut candidates: Vec<Candidate> = Vec::new();
+        // Entry candidate → the candidate of the client's version at its path.
+        let mut same_path: Vec<(usize, usize)> = Vec::new();
+        let mut held_at: HashMap<ObjectId, usize> = HashMap::new();
+        let mut left_out: Vec<usize> = Vec::new();
+        let mut bytes = 0usize;
+        for (i, entry) in entries.iter().enumerate() {
+            let output::entry::Kind::Base(kind @ (gix_object::Kind::Blob | gix_object::Kind::Tree)) = entry.kind else {
+                continue;
+            };
+            let size = entry.decompressed_size;
+            if !(Self::MIN_OBJECT..=Self::MAX_OBJECT).contains(&size) {
+                continue;
+            }
+            if bytes + size > Self::MAX_SEARCHED_BYTES {
+                left_out.push(i);
+                continue;
+            }
+            let Some(target) = inflated(entry) else { continue };
+            bytes += size;
+            let name_hash = self.selection.name_hash.get(&entry.id).copied().unwrap_or(0);
+            candidates.push(Candidate { entry: Some(i), id: entry.id, kind, name_hash, data: target });
+            let this = candidates.len() - 1;
+            let Some(held) = self
+                .selection
+                .same_path_held
+                .get(&entry.id)
+                .filter(|held| self.thin_allowed && self.selection.client_has_readably(held))
+            else {
+                continue;
+            };
+            let at = match held_at.get(held) {
+                Some(at) => *at,
+                None => {
+                    let Ok(Some(base)) = gix_object::Find::try_find(&self.repo.objects, held, &mut self.base) else {
+                        continue;
+                    };
+                    if base.kind != kind || base.data.len() > Self::MAX_OBJECT {
+                        continue;
+                    }
+                    bytes += base.data.len();
+                    candidates.push(Candidate { entry: None, id: *held, kind, name_hash, data: base.data.to_vec() });
+                    held_at.insert(*held, candidates.len() - 1);
+                    candidates.len() - 1
+                }
+            };
+            same_path.push((this, at));
+        }
+        let objects: Vec<search::Object<'_>> = candidates
+            .iter()
+            .map(|c| search::Object {
+                kind: c.kind,
+                name_hash: c.name_hash,
+                data: &c.data,
+                preferred_base: c.entry.is_none(),
+            })
+            .collect();
+        let options = search::Options {
+            budget: self.budget,
+            max_size: Self::MAX_OBJECT,
+            min_size: Self::MIN_OBJECT,
+            ..Default::default()
+        };
+        let (deltas, _stats) = search::find_with_progress(&objects, options, tell);
+        let mut has_delta = vec![false; candidates.len()];
+        for delta in deltas {
+            let Some(target) = candidates[delta.target].entry else { continue };
+            has_delta[delta.target] =
+                self.replace_with_delta(&mut entries[target], candidates[delta.base].id, &delta.data);
+        }
+        for (target, held) in same_path {
+            if has_delta[target] {
+                continue;
+            }
+            let (t, h) = (&candidates[target], &candidates[held]);
+            let entry = &mut entries[t.entry.expect("a target is an entry")];
+            if let Some(delta) = self.same_path_delta(&t.data, &h.data) {
+                self.replace_with_delta(entry, h.id, &delta);
+            }
+        }
+        for i in left_out {
+            self.try_thin_delta(&mut entries[i]);
+        }
+        // What stays whole and was stored for the search is deflated now: from the data at hand
+        // for the candidates, inflated again for the rest (once each: a candidate that does
+        // not deflate smaller is not tried again).
+        let mut deflated = vec![false; entries.len()];
+        for c in &candidates {
+            if let Some(i) = c.entry {
+                deflate_stored(&mut entries[i], Some(&c.data));
+                deflated[i] = true;
+            }
+        }
+        for (entry, _) in entries.iter_mut().zip(deflated).filter(|(_, done)| !done) {
+            deflate_stored(entry, None);
+        }
+        candidates.iter().filter(|c| c.entry.is_some()).count()
+    }
+
+    /// A repack's search: every whole tree and blob, in git's search order (kind, name hash,
+    /// largest first), searched in consecutive batches of at most [`Self::MAX_SEARCHED_BYTES`]
+    /// inflated, so a repository of any size is searched whole with bounded memory (a window
+    /// spans a batch, not the boundary between two) and no byte budget. Nothing is thin. `tell`
+    /// hears how many it has searched, of how many, as it goes. Returns how many it searched.
+    pub(super) fn repack_window(&mut self, entries: &mut [output::Entry], tell: &mut dyn FnMut(usize, usize)) -> usize {
+        use gix_pack::data::delta::search;
+        let name_hash = |e: &output::Entry| self.selection.name_hash.get(&e.id).copied().unwrap_or(0);
+        let mut order: Vec<(u8, u32, std::cmp::Reverse<usize>, usize)> = entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match e.kind {
+                output::entry::Kind::Base(kind @ (gix_object::Kind::Blob | gix_object::Kind::Tree))
+                    if (Self::MIN_OBJECT..=Self::MAX_OBJECT).contains(&e.decompressed_size) =>
+                {
+                    Some((kind as u8, name_hash(e), std::cmp::Reverse(e.decompressed_size), i))
+                }
+                _ => None,
+            })
+            .collect();
+        order.sort();
+        let mut searched = 0;
+        let mut deflated = vec![false; entries.len()];
+        let mut rest = &order[..];
+        while !rest.is_empty() {
+            let mut bytes = 0;
+            let take = rest.iter().take_while(|(.., i)| {
+                bytes += entries[*i].decompressed_size;
+                bytes <= Self::MAX_SEARCHED_BYTES
+            });
+            let len = take.count().max(1);
+            let (batch, next) = rest.split_at(len);
+            rest = next;
+            let inflated: Vec<(usize, Vec<u8>)> =
+                batch.iter().filter_map(|(.., i)| inflated(&entries[*i]).map(|data| (*i, data))).collect();
+            let objects: Vec<search::Object<'_>> = inflated
+                .iter()
+                .map(|(i, data)| {
+                    let gix_pack::data::output::entry::Kind::Base(kind) = entries[*i].kind else {
+                        unreachable!("whole entries only")
+                    };
+                    search::Object { kind, name_hash: name_hash(&entries[*i]), data, preferred_base: false }
+                })
+                .collect();
+            let options = search::Options {
+                budget: usize::MAX,
+                max_size: Self::MAX_OBJECT,
+                min_size: Self::MIN_OBJECT,
+                ..Default::default()
+            };
+            let (deltas, _stats) =
+                search::find_with_progress(&objects, options, &mut |done, _| tell(searched + done, order.len()));
+            for delta in deltas {
+                let (target, base) = (inflated[delta.target].0, inflated[delta.base].0);
+                let base_id = entries[base].id;
+                self.replace_with_delta(&mut entries[target], base_id, &delta.data);
+            }
+            for (i, data) in &inflated {
+                deflate_stored(&mut entries[*i], Some(data));
+                deflated[*i] = true;
+            }
+            searched += inflated.len();
+        }
+        // What stays stored (level 0) and was not searched is deflated now (once: a searched
+        // entry that does not deflate smaller is not tried again).
+        for (entry, _) in entries.iter_mut().zip(deflated).filter(|(_, done)| !done) {
+            deflate_stored(entry, None);
+        }
+        searched
+    }
+
+    /// A thin delta of `target` against the client's version at its path, within the budget:
+    /// worth it only well below the whole object (git asks a first delta for under half).
+    pub(super) fn same_path_delta(&mut self, target: &[u8], held: &[u8]) -> Option<Vec<u8>> {
+        if target.len() > self.budget {
+            return None;
+        }
+        self.budget = self.budget.saturating_sub(target.len() + held.len());
+        gix_pack::data::delta::encode::Index::new(held).encode(target, target.len() / 2)
+    }
+
+    /// Make `entry` the delta `delta` against `base` if, compressed, it is smaller than the
+    /// entry is now; true if it was. An entry stored for the search (not deflated yet) takes the
+    /// delta as git takes what its search found: the delta is under half the object already.
+    pub(super) fn replace_with_delta(&mut self, entry: &mut output::Entry, base: ObjectId, delta: &[u8]) -> bool {
+        let mut z =
+            flate2::write::ZlibEncoder::new(Vec::with_capacity(delta.len() / 2 + 16), flate2::Compression::default());
+        if z.write_all(delta).is_err() {
+            return false;
+        }
+        let Ok(compressed) = z.finish() else { return false };
+        if !is_stored(entry) && compressed.len() >= entry.compressed_data.len() {
+            return false;
+        }
+        entry.kind = output::entry::Kind::DeltaOid { id: base };
+        entry.decompressed_size = delta.len();
+        entry.compressed_data = compressed;
+        self.found += 1;
+        true
+    }
+
+    /// [`Self::same_path_delta`] for an entry the search did not keep in memory.
+    pub(super) fn try_thin_delta(&mut self, entry: &mut output::Entry) {
+        if !self.thin_allowed || entry.decompressed_size > self.budget {
+            return;
+        }
+        let Some(base_id) = self.selection.same_path_held.get(&entry.id).copied() else { return };
+        if !self.selection.client_has_readably(&base_id) {
+            return;
+        }
+        let Ok(Some(base)) = gix_object::Find::try_find(&self.repo.objects, &base_id, &mut self.base) else { return };
+        if base.data.len() > Self::MAX_OBJECT {
+            return;
+        }
+        let held = base.data.to_vec();
+        let Some(target) = inflated(entry) else { return };
+        if let Some(delta) = self.same_path_delta(&target, &held) {
+            self.replace_with_delta(entry, base_id, &delta);
+        }
+    }
+}
+
+/// Deflate a whole entry whose data is stored rather than compressed (gix-pack re-deflated it at
+/// level 0 for a search: a stored stream is longer than its content), from `data` (the object)
+/// or by inflating it; kept as it is unless the deflated form is smaller.
+pub(super) fn deflate_stored(entry: &mut output::Entry, data: Option<&[u8]>) {
+    if !matches!(entry.kind, output::entry::Kind::Base(_)) || !is_stored(entry) {
+        return;
+    }
+    let inflated_here;
+    let data = match data {
+        Some(data) => data,
+        None => match inflated(entry) {
+            Some(data) => {
+                inflated_here = data;
+                &inflated_here
+            }
+            None => return,
+        },
+    };
+    let mut z =
+        flate2::write::ZlibEncoder::new(Vec::with_capacity(data.len() / 2 + 16), flate2::Compression::default());
+    if z.write_all(data).is_err() {
+        return;
+    }
+    if let Ok(compressed) = z.finish()
+        && compressed.len() < entry.compressed_data.len()
+    {
+        entry.compressed_data = compressed;
+    }
+}
+
+/// The entry's data is stored rather than compressed: a stored zlib stream is longer than what
+/// it holds (a deflated one of incompressible data can be too; it is only tried again).
+pub(super) fn is_stored(entry: &output::Entry) -> bool {
+    entry.compressed_data.len() > entry.decompressed_size
+}
+
+/// A whole entry's object, inflated (`None` if its data does not inflate to its size).
+pub(super) fn inflated(entry: &output::Entry) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(entry.decompressed_size);
+    flate2::read::ZlibDecoder::new(&entry.compressed_data[..]).read_to_end(&mut out).ok()?;
+    (out.len() == entry.decompressed_size).then_some(out)
+}

@@ -1,0 +1,320 @@
+//! Pack writing: a selection becomes a pack through gix-pack (`iter_from_counts_with_delta_bases`,
+//! `PackCopyAndBaseObjects`, one thread: the caller's), written to any `io::Write` (the protocol
+//! layer frames it). Unselected delta bases are added, and thin-pack bases used, only where the
+//! caller's `may_send` allows (the client may read them); thin ones only when the client has them.
+//!
+//! Here: the entry point ([`write`]) and its options; `progress` (git's phase lines), `reuse`
+//! (verbatim packs, stored entries), `entries` (gix-pack's entries and writer), `deltas` (the
+//! delta search), `trailer` (the checksum).
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use gix_hash::ObjectId;
+use gix_pack::data::output;
+use gix_pack::data::output::entry::iter_from_counts::DeltaBase;
+
+use crate::error::ServeError;
+use crate::select::Selection;
+
+mod deltas;
+mod entries;
+mod progress;
+mod reuse;
+mod trailer;
+
+use deltas::DeltaSearch;
+pub(crate) use entries::gix_entries;
+use entries::write_through_gix_pack;
+use progress::Phase;
+pub(crate) use progress::Throttle;
+use reuse::{EntryOffsets, write_reused, write_verbatim};
+use trailer::Hashed;
+
+/// Where a pack goes: its bytes, and git's progress lines for a client waiting for them
+/// (`Counting objects:  45% (450/1000)\r` while a phase runs, `…100% (1000/1000), done.\n` at its
+/// end). A file or a buffer takes no progress.
+pub trait Sink: Write {
+    fn progress(&mut self, _line: &str) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Sink for Vec<u8> {}
+impl<W: Write> Sink for io::BufWriter<W> {}
+
+/// A failed write to the client: a disconnect, or an I/O error.
+fn gone(err: std::io::Error) -> ServeError {
+    if is_disconnect(&err) { ServeError::Disconnected } else { ServeError::Io(err) }
+}
+
+/// What a pack request asks for beyond the objects.
+pub struct Options<'a> {
+    pub thin_pack: bool,
+    pub ofs_delta: bool,
+    /// Add a selected delta's unselected base (one the client may read) to the pack instead of
+    /// re-deflating the delta. Right for a clone, where the client has nothing; for a fetch the
+    /// client most likely holds the base already, and a deep delta chain can add many objects it
+    /// holds (measured: 22 added for 3 deltas on the corpus's linear fetch), so there the delta is
+    /// re-deflated unless it can refer to a base the client is known to have (thin).
+    pub include_unselected_bases: bool,
+    /// The repository's pack files ([`crate::packs::of`]): stored entries are located there,
+    /// not inflated one by one to find their ends. `None`: gix-odb locates them. Asked for only
+    /// when gix-pack generates entries — a pack sent as the bitmapped pack's bytes needs none.
+    pub packs: &'a dyn Fn() -> Option<std::sync::Arc<crate::packs::Packs>>,
+    /// Search deltas among the objects going out whole even when the client holds nothing
+    /// (a repack: [`crate::maintenance`]). Without it the search runs only for fetches answered
+    /// by walking — a clone's whole objects are its stored pack's delta bases already.
+    pub deltify: bool,
+    /// The pace of running progress lines ([`Throttle`]).
+    pub progress_every: std::time::Duration,
+}
+
+/// What went into a pack; counts, so they can be compared and snapshot.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stats {
+    pub entries: usize,
+    pub copied: usize,
+    pub re_deflated: usize,
+    pub bases_included: usize,
+    pub thin_deltas: usize,
+    /// Entries sent as the bitmapped pack's bytes (partial reuse: nothing decoded).
+    pub reused: usize,
+    pub bytes: u64,
+    /// The pack file was sent as it is (verbatim reuse).
+    pub verbatim: bool,
+    /// Objects that would have gone out whole, sent instead as a delta computed against the
+    /// client's version at the same path (thin).
+    pub deltas_computed: usize,
+}
+
+/// Write the pack of `selection` to `out`. `may_send` answers whether the client may be sent an
+/// object that it did not ask for (it is reachable from a ref the client may read); it is asked
+/// only about delta bases outside the selection, which are then added or referred to thin.
+pub fn write<W: Sink>(
+    repo: &gix::Repository,
+    selection: &Selection,
+    options: Options,
+    mut may_send: impl FnMut(&gix_hash::oid) -> bool,
+    out: &mut W,
+) -> Result<Stats, ServeError> {
+    if let Some(bitmap) = &selection.whole_pack
+        && options.ofs_delta
+    {
+        return write_verbatim(
+            repo,
+            bitmap,
+            selection.objects.len() - selection.extra.len(),
+            &selection.extra,
+            &options,
+            out,
+        );
+    }
+    if let Some((bitmap, positions)) = &selection.in_pack
+        && !positions.is_empty()
+    {
+        return write_reused(repo, selection, bitmap, positions, &options, &mut may_send, out);
+    }
+    let decide = move |id: &gix_hash::oid| {
+        if options.thin_pack && selection.client_has_readably(id) {
+            return DeltaBase::Thin;
+        }
+        // What this base would be, were the client allowed it; `may_send` (costly the first
+        // time) is consulted only when that is more than re-deflating.
+        let wanted = if options.thin_pack && selection.client_has(id) {
+            DeltaBase::Thin
+        } else if options.include_unselected_bases {
+            DeltaBase::Include
+        } else {
+            return DeltaBase::Recompress;
+        };
+        if may_send(id) { wanted } else { DeltaBase::Recompress }
+    };
+    let mut search = DeltaSearch::new(repo, selection, &options);
+    // An object gix-pack re-deflates whole is, when a search follows, inflated again at once and
+    // often made a delta: it is stored (level 0) for now, and deflated for the wire only if it
+    // stays whole ([`deflate_stored`]).
+    let compression = if search.enabled { gix::zlib::Compression::NONE } else { gix::zlib::Compression::DEFAULT };
+    let (num_entries, mut chunks) = gix_entries(
+        repo,
+        selection.objects.iter().copied(),
+        options.thin_pack,
+        compression,
+        (options.packs)(),
+        decide,
+    )?;
+    let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::too_many_objects())?;
+
+    // Without ofs-delta, a delta refers to its base by id; keep the ids written so far for that.
+    let mut ids: Vec<ObjectId> = Vec::new();
+    let mut missing = None;
+    let mut answer = Hashed::new(out, repo.object_hash());
+    answer.emit(&gix_pack::data::header::encode(gix_pack::data::Version::V2, num_entries_u32))?;
+    let mut written = EntryOffsets::default();
+    // git's counting is its look-up of each object's stored entry, as gix-pack's here.
+    let mut counting = Some(Phase::new("Counting objects", num_entries, options.progress_every));
+    if search.enabled {
+        let mut entries = Vec::with_capacity(num_entries);
+        let mut counting = counting.take().expect("not finished yet");
+        for chunk in chunks.by_ref() {
+            entries.extend(chunk.map_err(ServeError::pack)?.1);
+            counting.advance(entries.len() - counting.done, &mut answer)?;
+        }
+        counting.finish(&mut answer)?;
+        if entries.iter().any(|e| e.is_invalid()) {
+            return Err(ServeError::corrupt_pack("an object to send is missing from the repository"));
+        }
+        // git's "Compressing objects: P% (n/N)" while the search runs, then its final line. A
+        // line that cannot be sent (the client went away) ends the pack after the search.
+        let mut compressing = Phase::new("Compressing objects", 0, options.progress_every);
+        let mut told = Ok(());
+        let mut tell = |done: usize, total: usize| {
+            if told.is_ok() {
+                told = compressing.at(done, total, &mut answer);
+            }
+        };
+        let searched = if search.deltify {
+            search.repack_window(&mut entries, &mut tell)
+        } else {
+            search.window(&mut entries, &mut tell)
+        };
+        told?;
+        compressing.total = searched;
+        compressing.finish(&mut answer)?;
+        written.emit_in_base_order(&entries, options.ofs_delta, &mut answer)?;
+    }
+    for chunk in chunks.by_ref() {
+        let (_seq, mut entries) = chunk.map_err(ServeError::pack)?;
+        if let Some(counting) = counting.as_mut() {
+            counting.advance(entries.len(), &mut answer)?;
+        }
+        for entry in &mut entries {
+            if entry.is_invalid() {
+                missing.get_or_insert(entry.id);
+            }
+            if !options.ofs_delta {
+                if let output::entry::Kind::DeltaRef { object_index } = entry.kind {
+                    entry.kind = output::entry::Kind::DeltaOid { id: ids[object_index] };
+                }
+                ids.push(entry.id);
+            }
+            written.emit(entry, &mut answer)?;
+        }
+    }
+    if missing.is_some() {
+        return Err(ServeError::corrupt_pack("an object to send is missing from the repository"));
+    }
+    if let Some(counting) = counting {
+        counting.finish(&mut answer)?;
+    }
+    if written.offsets.len() != num_entries {
+        return Err(ServeError::corrupt_pack(format!(
+            "wrote {} entries of the {num_entries} announced",
+            written.offsets.len()
+        )));
+    }
+    let bytes = answer.finish()?;
+    let outcome = gix_parallel::Finalize::finalize(chunks).map_err(ServeError::pack)?;
+    Ok(Stats {
+        entries: num_entries,
+        copied: outcome.objects_copied_from_pack,
+        re_deflated: outcome.decoded_and_recompressed_objects,
+        bases_included: outcome.delta_bases_included,
+        thin_deltas: outcome.ref_delta_objects,
+        reused: 0,
+        bytes,
+        verbatim: false,
+        deltas_computed: search.found,
+    })
+}
+
+/// The entry of this pack (by index) a delta's base is, once the search may have made deltas of
+/// any entry; `None` for a whole object and for a thin delta (its base is the client's).
+fn base_in_pack(entry: &output::Entry, by_id: &HashMap<ObjectId, usize>) -> Option<usize> {
+    match entry.kind {
+        output::entry::Kind::DeltaRef { object_index } => Some(object_index),
+        output::entry::Kind::DeltaOid { id } => by_id.get(&id).copied(),
+        _ => None,
+    }
+}
+
+/// True when an error from writing the pack comes from the client going away: the transports
+/// say so with `BrokenPipe` (`transport::stream`, a closed socket), a socket also by a reset.
+fn is_disconnect(err: &io::Error) -> bool {
+    matches!(err.kind(), io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trailer::TrailerHasher;
+    use super::*;
+
+    #[test]
+    fn the_trailer_hash_is_the_object_database_hash_of_the_same_bytes() {
+        // Lengths around SHA-1's 64-byte block and its padding, and a large one fed in pieces.
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        for len in [0, 1, 55, 56, 63, 64, 65, 119, 120, 128, 4095, 300_000] {
+            for kind in [gix_hash::Kind::Sha1, gix_hash::Kind::Sha256] {
+                let mut ours = TrailerHasher::new(kind);
+                for piece in data[..len].chunks(7_777) {
+                    ours.update(piece);
+                }
+                let mut reference = gix_hash::hasher(kind);
+                reference.update(&data[..len]);
+                assert_eq!(
+                    ours.finalize().unwrap(),
+                    reference.try_finalize().unwrap().as_bytes(),
+                    "{kind:?}, {len} bytes"
+                );
+            }
+        }
+    }
+
+    /// A writer that fails every write with `kind`.
+    struct Failing(io::ErrorKind);
+
+    impl Sink for Failing {}
+
+    impl Write for Failing {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::Error::new(self.0, "the write failed"))
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn one_blob_repo() -> (tempfile::TempDir, gix::Repository, ObjectId) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = gix::init_bare(dir.path()).unwrap();
+        let id = repo.write_blob(b"some content").unwrap().detach();
+        (dir, repo, id)
+    }
+
+    fn write_into(out: &mut Failing) -> Result<Stats, ServeError> {
+        let (_dir, repo, id) = one_blob_repo();
+        let selection = Selection { objects: vec![id], blobs: 1, ..Selection::default() };
+        let options = Options {
+            thin_pack: false,
+            ofs_delta: true,
+            include_unselected_bases: false,
+            packs: &|| None,
+            deltify: false,
+            progress_every: std::time::Duration::from_secs(1),
+        };
+        write(&repo, &selection, options, |_| false, out)
+    }
+
+    #[test]
+    fn a_client_gone_mid_pack_is_a_disconnect_by_its_error_kind_not_its_message() {
+        for kind in [io::ErrorKind::BrokenPipe, io::ErrorKind::ConnectionReset] {
+            assert!(matches!(write_into(&mut Failing(kind)), Err(ServeError::Disconnected)), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn other_write_failures_stay_failures() {
+        let err = write_into(&mut Failing(io::ErrorKind::PermissionDenied)).unwrap_err();
+        assert!(matches!(&err, ServeError::Io(io) if io.kind() == io::ErrorKind::PermissionDenied), "{err:?}");
+    }
+}
