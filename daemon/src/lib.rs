@@ -87,9 +87,11 @@ pub(crate) fn unlinked_file(dir: &std::path::Path, purpose: &str) -> std::io::Re
     Ok(file)
 }
 
-/// A test hook: with `GIXD_TEST_KILL_AT=<point>` in its environment, gixd kills itself (SIGKILL,
-/// as an operator's `kill -9` or the OOM killer would) when it reaches that point, so a test can
-/// stop it inside a window too short to hit by timing.
+/// A test hook (feature `test-hooks`, the test suite's build only): with
+/// `GIXD_TEST_KILL_AT=<point>` in its environment, gixd kills itself (SIGKILL, as an operator's
+/// `kill -9` or the OOM killer would) when it reaches that point, so a test can stop it inside a
+/// window too short to hit by timing. Without the feature it is nothing.
+#[cfg(feature = "test-hooks")]
 pub fn kill_point(point: &str) {
     static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     if AT.get_or_init(|| std::env::var("GIXD_TEST_KILL_AT").ok()).as_deref() == Some(point) {
@@ -98,3 +100,7 @@ pub fn kill_point(point: &str) {
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     }
 }
+
+#[cfg(not(feature = "test-hooks"))]
+#[inline(always)]
+pub fn kill_point(_point: &str) {}

@@ -20,9 +20,9 @@ use crate::shallow::Boundary;
 
 mod readable;
 
-pub use readable::{
-    READABLE_SETS_COMPUTED, Readable, reachable_from, readable_commits, readable_objects, readable_objects_if_cheap,
-};
+#[cfg(feature = "test-hooks")]
+pub use readable::READABLE_SETS_COMPUTED;
+pub use readable::{Readable, reachable_from, readable_commits, readable_objects, readable_objects_if_cheap};
 
 /// What one request sends.
 #[derive(Debug, Default)]

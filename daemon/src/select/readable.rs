@@ -35,6 +35,8 @@ impl Readable {
 /// How many readable sets [`readable_objects`] computed (not taken from the cache) in this
 /// process: each is a walk of every object the refs reach (or a bitmap reach), the cost a fetch
 /// must not pay for what it does not need (tests count it).
+/// A test hook (feature `test-hooks`).
+#[cfg(feature = "test-hooks")]
 pub static READABLE_SETS_COMPUTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// The objects reachable from `refs` (all of which this client may read), cached per ref state:
@@ -47,6 +49,7 @@ pub fn readable_objects(
     refs: &RefSnapshot,
 ) -> Result<std::sync::Arc<Readable>, ServeError> {
     repos.cached(served, "readable objects", refs.fingerprint(), || {
+        #[cfg(feature = "test-hooks")]
         READABLE_SETS_COMPUTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(match crate::bitmap::of(repos, served, repo) {
             Some(bitmap) => {

@@ -8,7 +8,6 @@
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
@@ -16,11 +15,25 @@ use tokio::net::TcpStream;
 
 use crate::pack_cache::Mapped;
 
+#[cfg(any(test, feature = "test-hooks"))]
+use std::sync::atomic::{AtomicU64, Ordering};
+
 /// Bytes sent without a copy (spliced from memory or sent from files) since the start.
+#[cfg(any(test, feature = "test-hooks"))]
 static SENT_ZERO_COPY: AtomicU64 = AtomicU64::new(0);
 
+/// Bytes sent without a copy so far (a test hook: feature `test-hooks`, and this module's tests).
+#[cfg(any(test, feature = "test-hooks"))]
 pub fn bytes_sent_zero_copy() -> u64 {
     SENT_ZERO_COPY.load(Ordering::Relaxed)
+}
+
+/// Count `n` bytes as sent without a copy (where the count is kept).
+fn sent_zero_copy(n: usize) {
+    #[cfg(any(test, feature = "test-hooks"))]
+    SENT_ZERO_COPY.fetch_add(n as u64, Ordering::Relaxed);
+    #[cfg(not(any(test, feature = "test-hooks")))]
+    let _ = n;
 }
 
 /// A TCP connection whose writes send pack-cache slices without a copy.
@@ -120,7 +133,7 @@ fn send_memory(fd: i32, pipe: &mut Option<Pipe>, buf: &[u8]) -> io::Result<usize
         )
     })?;
     pipe.pending = (sent < n).then_some((at + sent, n - sent));
-    SENT_ZERO_COPY.fetch_add(sent as u64, Ordering::Relaxed);
+    sent_zero_copy(sent);
     Ok(sent)
 }
 
@@ -140,7 +153,7 @@ fn send(fd: i32, pipe: &mut Option<Pipe>, bufs: &[IoSlice<'_>]) -> io::Result<us
                         // SAFETY: both descriptors are open for the call; `offset` is ours.
                         let sent = syscall(|| unsafe { libc::sendfile(fd, file.as_raw_fd(), &mut offset, len) });
                         if let Ok(n) = sent {
-                            SENT_ZERO_COPY.fetch_add(n as u64, Ordering::Relaxed);
+                            sent_zero_copy(n);
                         }
                         sent
                     }
