@@ -35,6 +35,10 @@ pub struct Token {
     pub repos: String,
     /// Write (push) as well as read.
     pub write: bool,
+    /// May also create repositories its glob matches, by pushing to them (push-to-create, when
+    /// the server allows it); only with `write`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub create: bool,
     /// SHA-256 of the secret, hex.
     pub sha256: String,
     /// When it was made (seconds since the epoch).
@@ -95,6 +99,17 @@ impl TokenStore {
 
     /// Make a token; returns it and its secret (shown once, never stored).
     pub fn add(&mut self, user: &str, repos: &str, write: bool) -> std::io::Result<(Token, String)> {
+        self.add_creating(user, repos, write, false)
+    }
+
+    /// [`TokenStore::add`], and with `create` (and `write`) it may also create repositories.
+    pub fn add_creating(
+        &mut self,
+        user: &str,
+        repos: &str,
+        write: bool,
+        create: bool,
+    ) -> std::io::Result<(Token, String)> {
         let secret = format!("gixd_{}", hex(&random::<20>()?));
         let id = hex(&random::<4>()?);
         let token = Token {
@@ -102,6 +117,7 @@ impl TokenStore {
             user: user.to_owned(),
             repos: repos.to_owned(),
             write,
+            create: create && write,
             sha256: sha256_hex(secret.as_bytes()),
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -264,6 +280,12 @@ pub fn decide(identity: &Identity, key: &str, exported: bool, anonymous_read: bo
     }
 }
 
+/// Whether `identity` may create the repository `key` by pushing to it (its token writes and
+/// creates, and its glob matches).
+pub fn may_create(identity: &Identity, key: &str) -> bool {
+    matches!(identity, Identity::User(token) if token.write && token.create && glob_match(&token.repos, key))
+}
+
 /// The secret in an `Authorization` header: Basic's password, or a Bearer token. `Err` for a
 /// header that is there but malformed.
 /// An `Authorization` header that is there but neither Basic nor Bearer, or not decodable.
@@ -371,6 +393,7 @@ mod tests {
                 user: "u".into(),
                 repos: repos.into(),
                 write,
+                create: write,
                 sha256: String::new(),
                 created: 0,
             })
@@ -387,6 +410,11 @@ mod tests {
         assert_eq!(decide(&token("other", true), "r", false, true, true), Decision::NotFound);
         // write grant
         assert_eq!(decide(&token("*", true), "r", false, true, true), Decision::Allow);
+        // creating: a token that writes and creates, its glob matching
+        assert!(may_create(&token("team/*", true), "team/new"));
+        assert!(!may_create(&token("team/*", true), "other/new"));
+        assert!(!may_create(&token("team/*", false), "team/new"));
+        assert!(!may_create(&Identity::Anonymous, "team/new"));
     }
 
     #[test]

@@ -90,6 +90,9 @@ pub struct Config {
     pub token_file: Option<PathBuf>,
     /// Exported repositories may be read without a token.
     pub anonymous_read: bool,
+    /// A push over HTTP to a repository that does not exist creates it (private, SHA-1) when
+    /// the pusher's token may create it (`gixd token add --write --create`). Off by default.
+    pub push_to_create: bool,
     /// Opt-in: repack every repository below the base path into one pack with a bitmap this
     /// often ([`crate::maintenance`]). `None`: never.
     pub maintenance_interval: Option<std::time::Duration>,
@@ -189,6 +192,7 @@ impl Config {
             services: Services::default(),
             token_file: None,
             anonymous_read: true,
+            push_to_create: false,
             maintenance_interval: None,
             max_connections: 0,
             informative_errors: true,
@@ -262,6 +266,7 @@ pub struct File {
     /// Relative to the configuration file's directory. Default: `gixd-tokens.toml` beside it.
     pub token_file: Option<PathBuf>,
     pub anonymous_read: Option<bool>,
+    pub push_to_create: Option<bool>,
     pub stream_window: Option<usize>,
     /// Services offered on git:// besides the defaults (`upload-pack`, `receive-pack`,
     /// `upload-archive`); `disable` takes them away.
@@ -394,6 +399,7 @@ impl File {
             exports: self.export_all.map(|all| if all { Exports::All } else { Exports::DaemonExportOk }),
             token_file: Some(dir.join(self.token_file.clone().unwrap_or_else(|| "gixd-tokens.toml".into()))),
             anonymous_read: self.anonymous_read,
+            push_to_create: self.push_to_create,
             stream_window: self.stream_window,
             services,
             informative_errors: self.informative_errors,
@@ -441,6 +447,7 @@ pub struct Overrides {
     pub exports: Option<Exports>,
     pub token_file: Option<PathBuf>,
     pub anonymous_read: Option<bool>,
+    pub push_to_create: Option<bool>,
     pub stream_window: Option<usize>,
     /// Services switched on (`true`) or off, in the order given; a later switch wins.
     pub services: Vec<(String, bool)>,
@@ -489,6 +496,7 @@ impl Overrides {
             exports,
             token_file,
             anonymous_read,
+            push_to_create,
             stream_window,
             informative_errors,
             strict_paths,
@@ -533,6 +541,7 @@ impl Overrides {
             base_path,
             exports,
             anonymous_read,
+            push_to_create,
             stream_window,
             informative_errors,
             max_connections,

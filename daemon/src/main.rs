@@ -32,6 +32,11 @@ enum Command {
         #[command(subcommand)]
         command: TokenCmd,
     },
+    /// Create and list the repositories below a base path.
+    Repo {
+        #[command(subcommand)]
+        command: RepoCmd,
+    },
     /// Validate a configuration file and say exactly what is wrong with it.
     CheckConfig { file: PathBuf },
     /// Repack a repository into one pack with a reverse index and a bitmap (what git's
@@ -80,6 +85,10 @@ enum TokenCmd {
         /// Allow pushing as well as reading.
         #[arg(long)]
         write: bool,
+        /// Allow creating the repositories the glob matches by pushing to them (with --write;
+        /// the server must allow push-to-create).
+        #[arg(long, requires = "write")]
+        create: bool,
         #[command(flatten)]
         store: TokenStoreArg,
     },
@@ -94,6 +103,51 @@ enum TokenCmd {
         ids: Vec<String>,
         #[command(flatten)]
         store: TokenStoreArg,
+    },
+}
+
+/// Where the repositories are: the base path given, or the configuration's.
+#[derive(clap::Args)]
+struct BaseArg {
+    /// The directory of repositories.
+    #[arg(long, env = "GIXD_BASE_PATH", conflicts_with = "config")]
+    base_path: Option<PathBuf>,
+    /// The configuration file whose base path to use.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+impl BaseArg {
+    fn path(&self) -> Result<PathBuf, Box<dyn std::error::Error>> {
+        if let Some(path) = &self.base_path {
+            return Ok(path.clone());
+        }
+        let Some(file) = &self.config else { return Err("give --base-path (or GIXD_BASE_PATH) or --config".into()) };
+        let overrides = gixd::config::File::load(file)?.overrides(file.parent().unwrap_or(std::path::Path::new(".")));
+        overrides.base_path.ok_or_else(|| format!("{} names no base_path", file.display()).into())
+    }
+}
+
+#[derive(Subcommand)]
+enum RepoCmd {
+    /// Create a bare repository below the base path (hooks off, objects checked on push).
+    Create {
+        /// Its path below the base path (`team/app` makes `team/app.git`).
+        path: String,
+        #[arg(long, value_parser = ["sha1", "sha256"], default_value = "sha1")]
+        object_format: String,
+        /// Anyone may read it (writes git daemon's export marker).
+        #[arg(long)]
+        public: bool,
+        #[arg(long)]
+        description: Option<String>,
+        #[command(flatten)]
+        base: BaseArg,
+    },
+    /// List the repositories below the base path: format, public or private, size.
+    List {
+        #[command(flatten)]
+        base: BaseArg,
     },
 }
 
@@ -161,6 +215,9 @@ struct Serve {
     /// Exported repositories need a token too.
     #[arg(long)]
     no_anonymous_read: bool,
+    /// A push to a missing repository creates it, for a token made with --create.
+    #[arg(long, env = "GIXD_PUSH_TO_CREATE")]
+    push_to_create: bool,
     /// Repack every repository with a bitmap every this many seconds (opt-in; at least 60).
     #[arg(long, value_name = "SECONDS", env = "GIXD_MAINTENANCE_EVERY")]
     maintenance_every: Option<u64>,
@@ -363,6 +420,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => serve(args),
         Command::Daemon(args) => daemon(args),
         Command::Token { command } => token(command),
+        Command::Repo { command } => repo(command),
         Command::CheckConfig { file } => check_config(&file),
         Command::Maintenance { repo } => {
             let git_dir = if repo.join(".git").is_dir() { repo.join(".git") } else { repo };
@@ -390,6 +448,31 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `gixd repo create|list`.
+fn repo(command: RepoCmd) -> Result<(), Box<dyn std::error::Error>> {
+    match command {
+        RepoCmd::Create { path, object_format, public, description, base } => {
+            let object_hash = if object_format == "sha256" { gix_hash::Kind::Sha256 } else { gix_hash::Kind::Sha1 };
+            let options = gixd::repo::create::Options { object_hash, public, description };
+            let made = gixd::repo::create::create(&base.path()?, &path, &options)?;
+            println!("{}", made.display());
+        }
+        RepoCmd::List { base } => {
+            let base = base.path()?;
+            println!("{:<40} {:<8} {:<8} {:>12}", "repository", "format", "access", "bytes");
+            for listed in gixd::repo::listing::list(&base) {
+                let format = match &listed.format {
+                    Ok(format) => (*format).to_owned(),
+                    Err(reason) => format!("unsupported: {reason}"),
+                };
+                let access = if listed.public { "public" } else { "private" };
+                println!("{:<40} {:<8} {:<8} {:>12}", listed.name, format, access, listed.bytes);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `gixd budget`: the sizes `serve` would take here, and why.
@@ -433,6 +516,7 @@ fn serve(args: Serve) -> Result<(), Box<dyn std::error::Error>> {
         stream_window: args.stream_window,
         token_file: args.token_file,
         anonymous_read: args.no_anonymous_read.then_some(false),
+        push_to_create: args.push_to_create.then_some(true),
         maintenance_interval: args.maintenance_every.map(std::time::Duration::from_secs),
         ..Overrides::default()
     };
@@ -474,17 +558,21 @@ fn load_config(path: &std::path::Path) -> Result<Overrides, Box<dyn std::error::
 fn token(command: TokenCmd) -> Result<(), Box<dyn std::error::Error>> {
     use gixd::auth::TokenStore;
     match command {
-        TokenCmd::Add { user, repo, write, store } => {
+        TokenCmd::Add { user, repo, write, create, store } => {
             let path = store.path()?;
             let mut tokens = TokenStore::load(&path)?;
-            let (token, secret) = tokens.add(&user, &repo, write)?;
+            let (token, secret) = tokens.add_creating(&user, &repo, write, create)?;
             tokens.save()?;
             println!("{secret}");
             eprintln!(
                 "token {} for {} ({}, repositories '{}') stored in {}; the secret above is shown only now",
                 token.id,
                 token.user,
-                if token.write { "read and push" } else { "read" },
+                match (token.write, token.create) {
+                    (true, true) => "read, push and create",
+                    (true, false) => "read and push",
+                    _ => "read",
+                },
                 token.repos,
                 path.display()
             );

@@ -40,13 +40,14 @@ impl Server {
         // Pushes and maintenance runs a killed gixd left half-done: their quarantines and scratch
         // go now, and the ref locks they held with them.
         let (mut stale, mut leftovers) = (0, 0);
-        for git_dir in crate::push::quarantine::repositories_below(repos.base(), 6) {
+        for git_dir in crate::repo::repositories_below(repos.base(), 6) {
             stale += crate::push::quarantine::clean_stale(&git_dir.join("objects"));
             leftovers += crate::maintenance::clean_after_kill(&git_dir);
         }
         if stale > 0 {
             tracing::warn!(stale, "removed quarantines of interrupted pushes");
         }
+        crate::repo::create::clean_stale(repos.base());
         if leftovers > 0 {
             tracing::warn!(leftovers, "removed what interrupted maintenance runs left");
         }
@@ -250,7 +251,7 @@ async fn maintain(state: Arc<State>, every: std::time::Duration) {
         let state = state.clone();
         let _ = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            for git_dir in crate::push::quarantine::repositories_below(state.repos.base(), 6) {
+            for git_dir in crate::repo::repositories_below(state.repos.base(), 6) {
                 match crate::maintenance::run(&git_dir) {
                     Ok(report) => {
                         state.metrics.maintenance("repacked");

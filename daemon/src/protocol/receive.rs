@@ -236,29 +236,70 @@ pub fn receive_pack<R: BufRead, W: Write>(
     let framing = if req.caps.side_band_64k { Framing::SideBand64k } else { Framing::Raw };
     let mut bands = Bands::new(&mut out, framing, !req.caps.quiet);
     let outcome = push::apply(ctx, &req.push, &mut rest, &mut bands)?;
+    let unpack = outcome.unpack_error.as_ref().map(ToString::to_string);
+    let results = outcome.results.iter().map(|r| r.as_ref().err().map(ToString::to_string));
+    report(&req, unpack.as_deref(), results, bands)?;
+    Ok(Some(outcome))
+}
+
+/// Answer a push that cannot be served at all with every command refused for `reason` (git shows
+/// `! [remote rejected] <ref> (<reason>)`): the request is read and its pack drained (a client
+/// sends its whole body before it reads), nothing is stored.
+pub fn refuse<R: BufRead, W: Write>(
+    input: R,
+    hash: gix_hash::Kind,
+    max_request_body: usize,
+    reason: &str,
+    mut out: W,
+) -> Result<(), ServeError> {
+    let (req, mut rest) = match read_request(input, hash, max_request_body) {
+        Ok(read) => read,
+        Err(err) => {
+            let mut w = pkt::Writer::new();
+            w.err(&err.to_string());
+            out.write_all(&w.buf)?;
+            return Err(err.into());
+        }
+    };
+    let Some(req) = req else { return Ok(()) };
+    std::io::copy(&mut rest, &mut std::io::sink())?;
+    let framing = if req.caps.side_band_64k { Framing::SideBand64k } else { Framing::Raw };
+    let bands = Bands::new(&mut out, framing, !req.caps.quiet);
+    report(&req, Some(reason), req.push.updates.iter().map(|_| Some(reason.to_owned())), bands)
+}
+
+/// The report of a push (when the client asked for one): `unpack ok` or the reason it failed,
+/// then `ok <ref>` or `ng <ref> <reason>` per command; then the end of the bands.
+fn report<W: Write>(
+    req: &Request,
+    unpack: Option<&str>,
+    results: impl Iterator<Item = Option<String>>,
+    mut bands: Bands<W>,
+) -> Result<(), ServeError> {
     if req.caps.report_status || req.caps.report_status_v2 {
         let mut w = pkt::Writer::new();
-        match &outcome.unpack_error {
+        match unpack {
             None => w.text("unpack ok"),
-            Some(err) => w.text(format!("unpack {}", one_line(&err.to_string()))),
+            Some(err) => w.text(format!("unpack {}", one_line(err))),
         };
-        for (command, result) in req.push.updates.iter().zip(&outcome.results) {
+        for (command, result) in req.push.updates.iter().zip(results) {
             match result {
-                Ok(()) => w.text(format!("ok {}", command.name)),
-                Err(reason) => w.text(format!("ng {} {}", command.name, one_line(&reason.to_string()))),
+                None => w.text(format!("ok {}", command.name)),
+                Some(reason) => w.text(format!("ng {} {}", command.name, one_line(&reason))),
             };
         }
         w.flush();
         bands.write_all(&w.buf)?;
     }
-    let out = bands.finish()?;
+    let framing = bands.framing();
+    let mut out = bands.finish()?;
     if framing != Framing::Raw {
         let mut w = pkt::Writer::new();
         w.flush();
         out.write_all(&w.buf)?;
     }
     out.flush()?;
-    Ok(Some(outcome))
+    Ok(())
 }
 
 fn one_line(s: &str) -> String {

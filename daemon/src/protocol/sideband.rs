@@ -31,6 +31,11 @@ pub struct Bands<W: Write> {
 }
 
 impl<W: Write> Bands<W> {
+    /// How the bands are framed.
+    pub fn framing(&self) -> Framing {
+        self.framing
+    }
+
     pub fn new(out: W, framing: Framing, progress: bool) -> Self {
         let cap = match framing {
             Framing::SideBand64k => pkt::MAX_SIDEBAND_64K,

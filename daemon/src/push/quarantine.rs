@@ -39,7 +39,7 @@ impl Quarantine {
         // directory, not always for a file): without it, a start judges the quarantine by its
         // pid alone, as before it had one.
         let tmp = dir.join(format!("{HOST}.tmp"));
-        let _ = std::fs::write(&tmp, host_name()).and_then(|()| std::fs::rename(&tmp, dir.join(HOST)));
+        let _ = std::fs::write(&tmp, crate::repo::host_name()).and_then(|()| std::fs::rename(&tmp, dir.join(HOST)));
         Ok(Quarantine { dir, pack: None, objects: 0 })
     }
 
@@ -156,7 +156,9 @@ pub fn clean_stale(objects_dir: &Path) -> usize {
             continue;
         }
         // An empty name says nothing (a gixd of 5c06bee killed while it wrote it).
-        if std::fs::read_to_string(entry.path().join(HOST)).is_ok_and(|host| !host.is_empty() && host != host_name()) {
+        if std::fs::read_to_string(entry.path().join(HOST))
+            .is_ok_and(|host| !host.is_empty() && host != crate::repo::host_name())
+        {
             continue; // another host's push: whether it is alive cannot be told from here
         }
         crate::ref_locks::remove_noted(&entry.path());
@@ -166,40 +168,6 @@ pub fn clean_stale(objects_dir: &Path) -> usize {
         }
     }
     removed
-}
-
-/// This machine's name (its UTS namespace's: each container has its own).
-fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is writable for its length; the name is cut to it.
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
-/// The git directories below `base`, at most `max_depth` directories down.
-pub fn repositories_below(base: &Path, max_depth: usize) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![(base.to_owned(), 0usize)];
-    while let Some((dir, depth)) = stack.pop() {
-        if dir.join("objects").is_dir() && dir.join("HEAD").is_file() {
-            found.push(dir);
-            continue;
-        }
-        if depth >= max_depth {
-            continue;
-        }
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push((entry.path(), depth + 1));
-            }
-        }
-    }
-    found.sort();
-    found
 }
 
 #[cfg(test)]
@@ -228,14 +196,17 @@ mod tests {
         let objects = tmp.path().join("objects");
         std::fs::create_dir_all(&objects).unwrap();
         let theirs = left_by_a_dead_process(&objects, "another-host");
-        let ours = left_by_a_dead_process(&objects, &host_name());
+        let ours = left_by_a_dead_process(&objects, &crate::repo::host_name());
         // Killed between making the file and writing the name (the fifty-kills test met it).
         let unnamed = left_by_a_dead_process(&objects, "");
         assert_eq!(clean_stale(&objects), 2);
         assert!(theirs.is_dir(), "another host's push may be alive there: its quarantine stays");
         assert!(objects.join("main-another-host.lock").is_file(), "and so does the ref lock it noted");
         assert!(!ours.exists(), "this host's, whose process is gone, is removed");
-        assert!(!objects.join(format!("main-{}.lock", host_name())).exists(), "with the ref lock it noted");
+        assert!(
+            !objects.join(format!("main-{}.lock", crate::repo::host_name())).exists(),
+            "with the ref lock it noted"
+        );
         assert!(!unnamed.exists(), "one whose host file is empty is judged by its pid");
     }
 }

@@ -10,11 +10,14 @@ use std::sync::{Arc, Mutex};
 use crate::config::{Exports, PathRules};
 use crate::error::{RepoError, ServeError};
 
+pub mod create;
 pub mod format;
+pub mod listing;
 mod loose;
 mod paths;
 mod refs;
 
+pub use listing::repositories_below;
 pub use loose::loose_refs_state;
 use paths::{git_dir_of, home_of, is_git_dir};
 pub use paths::{percent_decode, relative_repo_path};
@@ -239,6 +242,23 @@ impl Repos {
         self.caches.lock().expect("not poisoned").insert(key, (state, value.clone()));
         Ok(value)
     }
+}
+
+/// This machine's name (its UTS namespace's: each container has its own).
+pub(crate) fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is writable for its length; the name is cut to it.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Whether the process `pid` of this host is alive (ours counts as alive).
+pub(crate) fn alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    pid as u32 == std::process::id() || unsafe { libc::kill(pid, 0) == 0 }
 }
 
 /// A ref snapshot in memory, for the parsers' unit tests: `main` (HEAD) at `1…1`, an annotated

@@ -48,7 +48,8 @@ pub fn relative_repo_path(decoded: &str) -> Option<PathBuf> {
     }
     let mut out = PathBuf::new();
     for segment in trimmed.split('/') {
-        if segment.is_empty() || segment == "." || segment == ".." {
+        // `.gixd-new-…`: a repository being made ([`super::create`]) is never served.
+        if segment.is_empty() || segment == "." || segment == ".." || segment.starts_with(super::create::NEW_PREFIX) {
             return None;
         }
         out.push(segment);

@@ -210,6 +210,11 @@ impl RefSnapshot {
 
     /// What an advertisement of capabilities needs and nothing more: the hash and the
     /// repository's want settings, no ref read (v2's capability advertisement lists no refs).
+    /// The refs of a repository that does not exist yet (push-to-create advertises it).
+    pub fn empty(object_hash: gix_hash::Kind) -> RefSnapshot {
+        RefSnapshot { head: HeadState::Missing, refs: Vec::new(), object_hash, wants: WantPolicy::default() }
+    }
+
     pub fn settings_only(repo: &gix::Repository) -> RefSnapshot {
         RefSnapshot {
             head: HeadState::Missing,

@@ -38,24 +38,87 @@ pub async fn stateless(
     pusher: Option<String>,
     version: Version,
     input: impl FnOnce() -> Box<dyn Read> + Send + 'static,
-    mut log: Request,
+    log: Request,
 ) -> Result<Vec<u8>, Refusal> {
     let admitted = super::admit(state, &served, client).await?;
     let state = state.clone();
     let pushed = tokio::task::spawn_blocking(move || {
         let _admitted = admitted;
-        let work = Work::start();
-        let tally = Tally::default();
-        let ctx = state.context(&served, pusher.as_deref(), &tally);
-        let mut out = Vec::new();
-        let input = std::io::BufReader::with_capacity(64 * 1024, input());
-        let result = protocol::receive_pack(&ctx, version, protocol::Mode::Stateless, input, &mut out);
-        let outcome = counted(&state, &served, result);
-        log.record.bytes = out.len() as u64;
-        log.record.cpu_ms = work.seconds() * 1e3;
-        log.finish(&state, outcome);
-        out
+        push(&state, &served, pusher.as_deref(), version, input, log).0
     })
     .await;
     pushed.map_err(|_| Refusal::Failed("internal error".into()))
+}
+
+/// Push-to-create: a push to the missing repository `name` by someone who may create it. The
+/// repository is made in a hidden place ([`crate::repo::create`]), the push lands in it, and it is
+/// put in place only if the push moved a ref; else nothing is left. A second creator of the same
+/// path meanwhile is refused (`Refusal::Conflict`).
+pub async fn create_and_push(
+    state: &Arc<State>,
+    name: String,
+    pusher: Option<String>,
+    version: Version,
+    input: impl FnOnce() -> Box<dyn Read> + Send + 'static,
+    mut log: Request,
+) -> Result<Vec<u8>, Refusal> {
+    let slot = super::slot(state).await?;
+    let state = state.clone();
+    let pushed = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        let options = crate::repo::create::Options::default();
+        let creation = match crate::repo::create::begin(state.repos.base(), &name, &options) {
+            Ok(creation) => creation,
+            Err(err) => {
+                // Another creator holds the path: every command is refused with the reason.
+                let mut out = Vec::new();
+                let input = std::io::BufReader::with_capacity(64 * 1024, input());
+                let max = state.config.max_request_body;
+                let refused = protocol::receive::refuse(input, options.object_hash, max, &err.to_string(), &mut out);
+                log.record.bytes = out.len() as u64;
+                let outcome = if refused.is_ok() { Outcome::Refused } else { Outcome::Failed };
+                log.finish(&state, outcome);
+                return Ok(out);
+            }
+        };
+        let repo =
+            gix::ThreadSafeRepository::open(creation.git_dir()).map_err(|err| Refusal::Failed(err.to_string()))?;
+        let served = Served { name: name.clone(), git_dir: creation.git_dir().to_owned(), repo };
+        let (report, outcome, moved) = push(&state, &served, pusher.as_deref(), version, input, log);
+        if moved && outcome == Outcome::Ok {
+            match creation.commit() {
+                Ok(git_dir) => {
+                    tracing::info!(repo = %name, git_dir = %git_dir.display(), "repository created by a push")
+                }
+                Err(err) => tracing::error!(repo = %name, %err, "a pushed repository could not be put in place"),
+            }
+        }
+        Ok(report)
+    })
+    .await;
+    pushed.unwrap_or_else(|_| Err(Refusal::Failed("internal error".into())))
+}
+
+/// Run one stateless push into `served` on this thread, and record it: the report, how it ended,
+/// and whether a ref moved.
+fn push(
+    state: &State,
+    served: &Served,
+    pusher: Option<&str>,
+    version: Version,
+    input: impl FnOnce() -> Box<dyn Read>,
+    mut log: Request,
+) -> (Vec<u8>, Outcome, bool) {
+    let work = Work::start();
+    let tally = Tally::default();
+    let ctx = state.context(served, pusher, &tally);
+    let mut out = Vec::new();
+    let input = std::io::BufReader::with_capacity(64 * 1024, input());
+    let result = protocol::receive_pack(&ctx, version, protocol::Mode::Stateless, input, &mut out);
+    let moved = matches!(&result, Ok(Some(pushed)) if pushed.label() == "ok");
+    let outcome = counted(state, served, result);
+    log.record.bytes = out.len() as u64;
+    log.record.cpu_ms = work.seconds() * 1e3;
+    log.finish(state, outcome);
+    (out, outcome, moved)
 }

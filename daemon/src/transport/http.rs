@@ -409,6 +409,16 @@ async fn receive_pack_advertisement(state: &Arc<State>, repo_path: &str, req: &R
     let version = protocol_version(req.headers());
     let (served, _) = match authorize(state, req.headers(), repo_path, true).await {
         Ok(allowed) => allowed,
+        Err(response) if response.status() == StatusCode::NOT_FOUND => {
+            if creator(state, req.headers(), repo_path).await.is_none() {
+                return response;
+            }
+            // Push-to-create: the repository it would make, empty.
+            let mut w = pkt::Writer::new();
+            let refs = RefSnapshot::empty(gix_hash::Kind::Sha1);
+            protocol::advertise_http(protocol::Service::ReceivePack, &refs, version, &mut w);
+            return git_response("application/x-git-receive-pack-advertisement", full(w.into_bytes()));
+        }
         Err(response) => return response,
     };
     let advertised = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, crate::error::ServeError> {
@@ -424,6 +434,28 @@ async fn receive_pack_advertisement(state: &Arc<State>, repo_path: &str, req: &R
         Ok(Err(err)) => text(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
         Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "internal error"),
     }
+}
+
+/// With push-to-create on, who may create the missing repository at `repo_path` by pushing to
+/// it (a valid name, nothing there, a token that writes and creates under it); `None` otherwise,
+/// and the request stays "not found".
+async fn creator(state: &Arc<State>, headers: &HeaderMap, repo_path: &str) -> Option<crate::auth::Identity> {
+    if !state.config.push_to_create {
+        return None;
+    }
+    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let (state, repo_path) = (state.clone(), repo_path.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let identity = state.access.identify(authorization.as_deref());
+        let name = crate::repo::create::checked_name(&repo_path).ok()?;
+        if !matches!(state.repos.locate(&repo_path), Err(RepoError::NotFound(_))) {
+            return None;
+        }
+        crate::auth::may_create(&identity, &crate::auth::repo_key(&name.to_string_lossy())).then_some(identity)
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 /// A push: authorized for write, its body streamed (never held whole) into the protocol layer
@@ -442,20 +474,37 @@ async fn receive_pack(
         Ok(gzip) => gzip,
         Err(response) => return response,
     };
-    let (served, identity) = match authorize(&state, req.headers(), &repo_path, true).await {
-        Ok(allowed) => allowed,
-        Err(response) => return response,
+    let authorized = authorize(&state, req.headers(), &repo_path, true).await;
+    let creating = match &authorized {
+        Err(response) if response.status() == StatusCode::NOT_FOUND => creator(&state, req.headers(), &repo_path).await,
+        _ => None,
+    };
+    let (served, identity) = match (authorized, creating) {
+        (Ok(allowed), _) => (Some(allowed.0), allowed.1),
+        (Err(_), Some(identity)) => (None, identity),
+        (Err(response), None) => return response,
     };
     let body = stream::BodyReader::spawn(req.into_body(), state.config.io_timeout);
     // Held to a minimum rate: per-frame timeouts alone let a trickling push live for ever.
     let body = crate::transport::pace::Paced::new(body, state.config.push_pace());
     let input =
         move || -> Box<dyn Read> { if gzip { Box::new(flate2::read::GzDecoder::new(body)) } else { Box::new(body) } };
-    let mut log =
-        service::Request::new("http", Some(peer), "git-receive-pack", Some(version)).serving(&served, identity.user());
+    let mut log = service::Request::new("http", Some(peer), "git-receive-pack", Some(version));
     log.record.http_status = Some(200);
+    log.record.user = identity.user().map(str::to_owned);
     let pusher = identity.user().map(str::to_owned);
-    match service::receive::stateless(&state, served, Some(peer.ip()), pusher, version, input, log).await {
+    let pushed = match served {
+        Some(served) => {
+            log = log.serving(&served, identity.user());
+            service::receive::stateless(&state, served, Some(peer.ip()), pusher, version, input, log).await
+        }
+        None => {
+            let name = repo_path.trim_matches('/').to_owned();
+            log.record.repository = Some(name.clone());
+            service::receive::create_and_push(&state, name, pusher, version, input, log).await
+        }
+    };
+    match pushed {
         Ok(report) => logged(git_response("application/x-git-receive-pack-result", full(report))),
         Err(refusal) => refused(refusal),
     }
