@@ -208,13 +208,18 @@ pub fn pack_files(objects: &Path) -> Vec<PathBuf> {
 /// delta, `depth base-id` after them.
 pub fn verify_pack(objects: &Path) -> (PathBuf, Vec<Vec<String>>) {
     let idx = pack_files(objects).into_iter().find(|p| p.extension().is_some_and(|e| e == "idx")).expect("one pack");
-    let out = git_out(objects, &["verify-pack", "-v", idx.to_str().expect("utf8 path")]);
-    let rows = out
-        .lines()
+    let rows = verify_pack_file(&idx);
+    (idx, rows)
+}
+
+/// `git verify-pack -v` of one pack's index: a row per object (id, kind, size, size in pack,
+/// offset, and for a delta its depth and base).
+pub fn verify_pack_file(idx: &Path) -> Vec<Vec<String>> {
+    let out = git_out(idx.parent().expect("in a directory"), &["verify-pack", "-v", idx.to_str().expect("utf8 path")]);
+    out.lines()
         .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
         .filter(|w| (w.len() == 5 || w.len() == 7) && w[1] != "chain")
-        .collect();
-    (idx, rows)
+        .collect()
 }
 
 #[cfg(test)]

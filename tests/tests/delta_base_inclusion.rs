@@ -210,3 +210,86 @@ fn a_base_selected_from_another_pack_is_not_added_twice() {
         assert_eq!(all_objects(&dest), all_objects(&server_repo));
     }
 }
+
+/// A delta whose base goes out from another pack (after pushes an object sits in two packs: as
+/// the delta it came as, and in a later pack) names that base by id — a ref-delta within the
+/// pack — instead of being re-deflated, even for a client that did not ask for thin packs; the
+/// base's chain is the one its chosen copy has. gixd's own locator chooses copies here (a stored
+/// delta before a whole copy: `gixd::packs::Packs::locate`).
+#[test]
+fn a_delta_whose_base_goes_out_from_another_pack_names_it_by_id_instead_of_being_re_deflated() {
+    let (_tmp, repo, small, big) = repo_with_delta_against("other");
+    // A second pack holding `big` as a delta against a bigger third version.
+    git(&repo, &["checkout", "-q", "-b", "third", "other"]);
+    let mut third = text("shared", 120);
+    third.extend(text("other", 40));
+    third.extend(text("third", 60));
+    commit_files(&repo, &[("file.txt", &third)], "third");
+    let third_blob = git_out(&repo, &["rev-parse", "third:file.txt"]);
+    let mut pack_objects = git_command(&repo);
+    pack_objects.args(["pack-objects", "-q", "--delta-base-offset", ".git/objects/pack/pack"]);
+    let out = gixd_tests::output_with_input(pack_objects, format!("{third_blob}\n{big}\n").as_bytes());
+    assert!(!out.is_empty(), "pack-objects wrote a pack");
+    let second = repo.join(format!(".git/objects/pack/pack-{}.idx", String::from_utf8_lossy(&out).trim()));
+    let rows = gixd_tests::verify_pack_file(&second);
+    assert!(
+        rows.iter().any(|w| w.len() == 7 && w[0] == big && w[6] == third_blob),
+        "precondition: the second pack stores {big} as a delta against {third_blob}: {rows:?}"
+    );
+
+    let mut ids: Vec<String> = git_out(&repo, &["rev-list", "--objects", "main"])
+        .lines()
+        .map(|l| l.split(' ').next().unwrap().to_owned())
+        .collect();
+    ids.extend([big.clone(), third_blob.clone()]);
+    let counts: Vec<output::Count> = ids
+        .iter()
+        .map(|id| output::Count { id: oid(id), entry_pack_location: output::count::PackLocation::NotLookedUp })
+        .collect();
+    let packs = gixd::packs::Packs::open(&repo.join(".git/objects/pack"), gix_hash::Kind::Sha1).unwrap();
+    let mut odb = gix_odb::at(repo.join(".git/objects"), gix_hash::Kind::Sha1).unwrap();
+    odb.prevent_pack_unload();
+    let located = gixd::packs::Locating { odb: gix::odb::Handle::from(odb), packs: Some(std::sync::Arc::new(packs)) };
+    let (num_entries, mut chunks) = output::entry::iter_from_counts_with_delta_bases(
+        counts,
+        located,
+        Box::new(gix_utils::progress::Discard),
+        output::entry::iter_from_counts::Options {
+            thread_limit: Some(1),
+            allow_thin_pack: false,
+            ..Default::default()
+        },
+        Some(|_: &gix_hash::oid| DeltaBase::Recompress),
+    )
+    .unwrap();
+    let mut entries = Vec::new();
+    for chunk in chunks.by_ref() {
+        entries.extend(chunk.unwrap().1);
+    }
+    let outcome = gix_parallel::Finalize::finalize(chunks).unwrap();
+    assert_eq!(entries.len(), num_entries);
+    let small_entry = entries.iter().find(|e| e.id == oid(&small)).unwrap();
+    assert!(
+        matches!(small_entry.kind, output::entry::Kind::DeltaOid { id } if id == oid(&big)),
+        "{small} goes as a delta naming {big}, not re-deflated: {:?}",
+        small_entry.kind
+    );
+    let kinds: Vec<_> = entries.iter().map(|e| (e.id.to_string(), format!("{:?}", e.kind))).collect();
+    assert_eq!(
+        outcome.decoded_and_recompressed_objects, 0,
+        "nothing re-deflated: {kinds:?} small {small} big {big} third {third_blob}"
+    );
+    let mut pack = Vec::new();
+    let writer = output::bytes::FromEntriesIter::new(
+        std::iter::once(Ok::<_, gix_error::Error>(entries)),
+        &mut pack,
+        num_entries as u32,
+        gix_pack::data::Version::V2,
+        gix_hash::Kind::Sha1,
+    );
+    for step in writer {
+        step.unwrap();
+    }
+    let expected: BTreeSet<ObjectId> = ids.iter().map(|id| oid(id)).collect();
+    assert_eq!(objects_git_reads_from(&pack), expected, "git indexes the pack: every ref-delta's base is in it");
+}

@@ -229,7 +229,7 @@ pub(crate) mod function {
                                     count,
                                     counts_in_pack,
                                     base_index_offset,
-                                    allow_thin_pack.then_some({
+                                    (allow_thin_pack || thin_bases.as_ref().as_ref().is_some_and(|b| !b.is_empty())).then_some({
                                         |pack_id, base_offset| {
                                             if let Some(thin_bases) = thin_bases.as_ref() {
                                                 let base = thin_bases.get(&(pack_id, base_offset)).copied();
@@ -335,6 +335,8 @@ mod bases {
         // An object can sit in two packs (a completed thin pack repeats its bases): one already
         // selected from elsewhere must not be added again, or the pack would hold it twice.
         let mut selected_ids: HashSet<ObjectId> = counts.iter().map(|c| c.id).collect();
+        let mut selected_at: HashMap<ObjectId, data::entry::Location> =
+            counts.iter().filter_map(|c| Some((c.id, c.entry_pack_location.as_ref()?.clone()))).collect();
         let mut decided: HashSet<(u32, data::Offset)> = HashSet::new();
         let mut thin = ThinBases::new();
         let mut offsets_by_pack: HashMap<u32, Vec<(data::Offset, ObjectId)>> = HashMap::new();
@@ -343,6 +345,7 @@ mod bases {
         let mut next = 0;
         while next < counts.len() {
             let count = &counts[next];
+            let count_id = count.id;
             next += 1;
             let Some(location) = count.entry_pack_location.as_ref() else {
                 continue;
@@ -382,7 +385,15 @@ mod bases {
             };
             let base_id = offsets[idx].1;
             if selected_ids.contains(&base_id) {
-                continue; // in the pack already, from another location: the delta is re-deflated
+                // In the pack already, from another location (a completed thin pack repeats its
+                // bases; an object pushed twice sits in two packs): the delta names it by id, a
+                // ref-delta within the pack, instead of being re-deflated — unless the base's own
+                // chain, as this pack holds it, leads back to this object (two packs may hold a
+                // pair as deltas of each other): then it is re-deflated, as before.
+                if !leads_to(count_id, base_id, &selected_at, &present, &thin, db, &mut offsets_by_pack)? {
+                    thin.insert(key, base_id);
+                }
+                continue;
             }
             match decide(&base_id) {
                 DeltaBase::Include => {
@@ -396,6 +407,15 @@ mod bases {
                     let Some(entry_size) = entry_size else {
                         continue;
                     };
+                    // Added, the base's own chain must not lead back to this delta.
+                    let location = data::entry::Location { pack_id, entry_size, pack_offset: base_offset };
+                    selected_at.insert(base_id, location);
+                    present.insert(key);
+                    if leads_to(count_id, base_id, &selected_at, &present, &thin, db, &mut offsets_by_pack)? {
+                        selected_at.remove(&base_id);
+                        present.remove(&key);
+                        continue;
+                    }
                     counts.push(output::Count::from_data(
                         base_id,
                         Some(data::entry::Location {
@@ -404,7 +424,6 @@ mod bases {
                             pack_offset: base_offset,
                         }),
                     ));
-                    present.insert(key);
                     selected_ids.insert(base_id);
                     included += 1;
                 }
@@ -415,6 +434,67 @@ mod bases {
             }
         }
         Ok((included, thin))
+    }
+
+    /// Whether `base`'s delta chain, as the pack being made holds it, reaches `target`: each
+    /// selected object's entry at its chosen location, an ofs-delta followed to its base where
+    /// that location is selected or named by id, a ref-delta to its base id. A chain longer
+    /// than any pack allows is taken as reaching it.
+    fn leads_to(
+        target: ObjectId,
+        base: ObjectId,
+        selected_at: &HashMap<ObjectId, data::entry::Location>,
+        present: &HashSet<(u32, data::Offset)>,
+        thin: &ThinBases,
+        db: &impl crate::Find,
+        offsets_by_pack: &mut HashMap<u32, Vec<(data::Offset, ObjectId)>>,
+    ) -> Result<bool> {
+        let mut next = base;
+        for _ in 0..10_000 {
+            if next == target {
+                return Ok(true);
+            }
+            let Some(location) = selected_at.get(&next) else { return Ok(false) };
+            let mut header_only = location.clone();
+            header_only.entry_size = header_only.entry_size.min(MAX_ENTRY_HEADER_LEN);
+            let Some(entry) = db.entry_by_location(&header_only) else { return Ok(false) };
+            let Ok(entry) = data::Entry::from_bytes(&entry.data, location.pack_offset, next.kind()) else {
+                return Ok(false);
+            };
+            next = match entry.header {
+                data::entry::Header::RefDelta { base_id } => base_id,
+                data::entry::Header::OfsDelta { base_distance } => {
+                    let Some(base_offset) =
+                        data::entry::Header::verified_base_pack_offset(location.pack_offset, base_distance)
+                    else {
+                        return Ok(false);
+                    };
+                    let key = (location.pack_id, base_offset);
+                    if let Some(id) = thin.get(&key) {
+                        *id
+                    } else if present.contains(&key) {
+                        let offsets = match offsets_by_pack.entry(location.pack_id) {
+                            hash_map::Entry::Occupied(e) => e.into_mut(),
+                            hash_map::Entry::Vacant(e) => {
+                                let mut offsets = db
+                                    .pack_offsets_and_oid(location.pack_id)?
+                                    .ok_or_raise(|| not_found("Pack used for counts is no longer available"))?;
+                                offsets.sort_by_key(|e| e.0);
+                                e.insert(offsets)
+                            }
+                        };
+                        match offsets.binary_search_by_key(&base_offset, |e| e.0) {
+                            Ok(i) => offsets[i].1,
+                            Err(_) => return Ok(false),
+                        }
+                    } else {
+                        return Ok(false);
+                    }
+                }
+                _ => return Ok(false),
+            };
+        }
+        Ok(true)
     }
 }
 
