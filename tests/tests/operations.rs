@@ -279,7 +279,17 @@ fn the_metrics_count_requests_by_service_version_and_status_and_pushes_by_outcom
     let _ =
         http(server.addr, "GET", "/repo.git/info/refs?service=git-upload-pack", &[("Git-Protocol", "version=2")], b"");
     let _ = http(server.addr, "GET", "/missing.git/info/refs?service=git-upload-pack", &[], b"");
-    let metrics = scrape(server.metrics_addr.unwrap());
+    // A request is counted when the server is done with it, which may be just after its client
+    // is (a push's report is sent before its record is written): read until all four are in.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let metrics = loop {
+        let metrics = scrape(server.metrics_addr.unwrap());
+        let counted = value(&metrics, "gixd_repository_requests_total", &[("repository", "repo.git")]);
+        if counted >= 4.0 || std::time::Instant::now() > deadline {
+            break metrics;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     assert_eq!(
         value(&metrics, "gixd_requests_total", &[("service", "git-upload-pack"), ("version", "0"), ("status", "ok")]),
         1.0
