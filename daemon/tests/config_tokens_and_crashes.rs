@@ -8,7 +8,7 @@
 mod common;
 use common::{git, git_ok};
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -88,17 +88,9 @@ fn serve(config: &Path) -> Server {
 }
 
 fn serve_with(config: &Path, env: &[(&str, &str)]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gixd"))
-        .args(["serve", "--config", config.to_str().unwrap()])
-        .env("GIXD_WORKER_THREADS", "1")
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = lines.next().unwrap().unwrap();
-    let addr = line.split("http://").nth(1).unwrap().split('/').next().unwrap().to_owned();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gixd"));
+    command.args(["serve", "--config", config.to_str().unwrap()]).envs(env.iter().copied());
+    let (child, addr) = common::start_serve(command);
     Server { child, addr }
 }
 

@@ -8,9 +8,8 @@
 mod common;
 use common::{git, git_ok};
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 
 fn gixd(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gixd")).args(args).output().unwrap()
@@ -36,19 +35,13 @@ impl Drop for Server {
 }
 
 fn serve(base: &Path, tokens: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gixd"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gixd"));
+    command
         .args(["serve", "--listen", "127.0.0.1:0", "--base-path", base.to_str().unwrap()])
         .args(["--token-file", tokens.to_str().unwrap()])
         .args(extra)
-        .env("GIXD_WORKER_THREADS", "1")
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = lines.next().unwrap().unwrap();
-    let addr = line.split("http://").nth(1).unwrap().split('/').next().unwrap().to_owned();
+        .envs(env.iter().copied());
+    let (child, addr) = common::start_serve(command);
     Server { child, addr }
 }
 

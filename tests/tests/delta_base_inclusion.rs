@@ -80,18 +80,25 @@ fn generate(repo: &Path, decide: impl FnMut(&gix_hash::oid) -> DeltaBase) -> Gen
     let outcome = gix_parallel::Finalize::finalize(chunks).unwrap();
     assert_eq!(entries.len(), num_entries, "the announced entry count is the real one");
     let ids = entries.iter().map(|e| e.id).collect();
+    let pack = pack_of(entries);
+    Generated { ids, outcome, pack }
+}
+
+/// A SHA-1 pack of `entries`, as gix-pack writes it.
+fn pack_of(entries: Vec<output::Entry>) -> Vec<u8> {
     let mut pack = Vec::new();
+    let num_entries = entries.len() as u32;
     let writer = output::bytes::FromEntriesIter::new(
         std::iter::once(Ok::<_, gix_error::Error>(entries)),
         &mut pack,
-        num_entries as u32,
+        num_entries,
         gix_pack::data::Version::V2,
         gix_hash::Kind::Sha1,
     );
     for step in writer {
         step.unwrap();
     }
-    Generated { ids, outcome, pack }
+    pack
 }
 
 /// Index `pack` with stock git and list the objects it holds.
@@ -279,17 +286,7 @@ fn a_delta_whose_base_goes_out_from_another_pack_names_it_by_id_instead_of_being
         outcome.decoded_and_recompressed_objects, 0,
         "nothing re-deflated: {kinds:?} small {small} big {big} third {third_blob}"
     );
-    let mut pack = Vec::new();
-    let writer = output::bytes::FromEntriesIter::new(
-        std::iter::once(Ok::<_, gix_error::Error>(entries)),
-        &mut pack,
-        num_entries as u32,
-        gix_pack::data::Version::V2,
-        gix_hash::Kind::Sha1,
-    );
-    for step in writer {
-        step.unwrap();
-    }
+    let pack = pack_of(entries);
     let expected: BTreeSet<ObjectId> = ids.iter().map(|id| oid(id)).collect();
     assert_eq!(objects_git_reads_from(&pack), expected, "git indexes the pack: every ref-delta's base is in it");
 }

@@ -13,30 +13,36 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("daemon/src")
 }
 
-/// Every module of the crate (`a`, `a::b`) and its source, without comments and test modules.
-fn modules() -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
+/// Every `.rs` file below `daemon/src`.
+fn rust_files() -> Vec<PathBuf> {
+    let mut files = Vec::new();
     let mut stack = vec![src()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).unwrap().flatten() {
             let path = entry.path();
             if path.is_dir() {
                 stack.push(path);
-                continue;
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
             }
-            if path.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let rel = path.strip_prefix(src()).unwrap().with_extension("");
-            let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
-            if parts.last().is_some_and(|p| p == "mod") {
-                parts.pop();
-            }
-            if parts == ["lib"] || parts == ["main"] {
-                continue;
-            }
-            out.insert(parts.join("::"), strip(&std::fs::read_to_string(&path).unwrap()));
         }
+    }
+    files
+}
+
+/// Every module of the crate (`a`, `a::b`) and its source, without comments and test modules.
+fn modules() -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for path in rust_files() {
+        let rel = path.strip_prefix(src()).unwrap().with_extension("");
+        let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+        if parts.last().is_some_and(|p| p == "mod") {
+            parts.pop();
+        }
+        if parts == ["lib"] || parts == ["main"] {
+            continue;
+        }
+        out.insert(parts.join("::"), strip(&std::fs::read_to_string(&path).unwrap()));
     }
     out
 }
@@ -253,18 +259,10 @@ fn lines_before_tests(text: &str) -> usize {
 fn no_module_is_longer_than_700_lines_before_its_tests() {
     assert_eq!(lines_before_tests("a\nb\n#[cfg(test)]\nmod tests {}\n"), 2, "the counter stops at the tests");
     let mut long = Vec::new();
-    let mut stack = vec![src()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let n = lines_before_tests(&std::fs::read_to_string(&path).unwrap());
-                if n > 700 {
-                    long.push(format!("{}: {n}", path.display()));
-                }
-            }
+    for path in rust_files() {
+        let n = lines_before_tests(&std::fs::read_to_string(&path).unwrap());
+        if n > 700 {
+            long.push(format!("{}: {n}", path.display()));
         }
     }
     assert!(long.is_empty(), "split these (each file does one thing): {long:?}");

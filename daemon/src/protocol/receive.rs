@@ -222,16 +222,7 @@ pub fn receive_pack<R: BufRead, W: Write>(
     mut out: W,
 ) -> Result<Option<Outcome>, ServeError> {
     let hash = ctx.served.repo.to_thread_local().object_hash();
-    let (req, mut rest) = match read_request(input, hash, ctx.config.max_request_body) {
-        Ok(read) => read,
-        Err(err) => {
-            // No report is possible before the commands are known: an ERR line says why.
-            let mut w = pkt::Writer::new();
-            w.err(&err.to_string());
-            out.write_all(&w.buf)?;
-            return Err(err.into());
-        }
-    };
+    let (req, mut rest) = read_or_say_why(input, hash, ctx.config.max_request_body, &mut out)?;
     let Some(req) = req else { return Ok(None) };
     let framing = if req.caps.side_band_64k { Framing::SideBand64k } else { Framing::Raw };
     let mut bands = Bands::new(&mut out, framing, !req.caps.quiet);
@@ -252,20 +243,31 @@ pub fn refuse<R: BufRead, W: Write>(
     reason: &str,
     mut out: W,
 ) -> Result<(), ServeError> {
-    let (req, mut rest) = match read_request(input, hash, max_request_body) {
-        Ok(read) => read,
-        Err(err) => {
-            let mut w = pkt::Writer::new();
-            w.err(&err.to_string());
-            out.write_all(&w.buf)?;
-            return Err(err.into());
-        }
-    };
+    let (req, mut rest) = read_or_say_why(input, hash, max_request_body, &mut out)?;
     let Some(req) = req else { return Ok(()) };
     std::io::copy(&mut rest, &mut std::io::sink())?;
     let framing = if req.caps.side_band_64k { Framing::SideBand64k } else { Framing::Raw };
     let bands = Bands::new(&mut out, framing, !req.caps.quiet);
     report(&req, Some(reason), req.push.updates.iter().map(|_| Some(reason.to_owned())), bands)
+}
+
+/// [`read_request`], or, when the request cannot be read, an `ERR` line saying why (no report is
+/// possible before the commands are known) and the error.
+fn read_or_say_why<R: BufRead, W: Write>(
+    input: R,
+    hash: gix_hash::Kind,
+    max_request_body: usize,
+    out: &mut W,
+) -> Result<(Option<Request>, R), ServeError> {
+    match read_request(input, hash, max_request_body) {
+        Ok(read) => Ok(read),
+        Err(err) => {
+            let mut w = pkt::Writer::new();
+            w.err(&err.to_string());
+            out.write_all(&w.buf)?;
+            Err(err.into())
+        }
+    }
 }
 
 /// The report of a push (when the client asked for one): `unpack ok` or the reason it failed,

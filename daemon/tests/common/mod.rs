@@ -1,7 +1,11 @@
-//! What the binary's integration tests share: stock git run with no config but a test identity.
+//! What the binary's integration tests share: stock git run with no config but a test identity,
+//! and `gixd serve` started and its address read from the line it prints.
 
+#![allow(dead_code, reason = "each test file uses what it needs of this module")]
+
+use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 /// `git <args>` in `dir`: no system or global config, no prompts, a fixed identity.
 pub fn git(dir: &Path, args: &[&str]) -> Output {
@@ -21,4 +25,15 @@ pub fn git_ok(dir: &Path, args: &[&str]) -> String {
     let out = git(dir, args);
     assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Start `gixd serve` as `command` says (one worker thread; its stdout read, its stderr
+/// dropped); the child and the `host:port` of the URL it prints first.
+pub fn start_serve(mut command: Command) -> (Child, String) {
+    let mut child =
+        command.env("GIXD_WORKER_THREADS", "1").stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = lines.next().unwrap().unwrap();
+    let addr = line.split("http://").nth(1).unwrap().split('/').next().unwrap().to_owned();
+    (child, addr)
 }
