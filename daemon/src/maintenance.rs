@@ -169,13 +169,13 @@ fn pack_refs(repo: &gix::Repository, scratch: &Path) -> Result<usize, ServeError
         Box::new(repo.objects.clone()),
     );
     let fail = gix::lock::acquire::Fail::Immediately;
+    crate::ref_locks::intend(scratch, &crate::ref_locks::held_for(repo, &names, true));
     let result = repo.refs.transaction().packed_refs(packed).prepare(edits, fail, fail).and_then(|locked| {
         crate::ref_locks::note(scratch, &crate::ref_locks::held_for(repo, &names, true));
         crate::kill_point("maintenance-refs-locked");
-        let committed = locked.commit(None);
-        crate::ref_locks::forget(scratch);
-        committed
+        locked.commit(None)
     });
+    crate::ref_locks::forget(scratch);
     match result {
         Ok(_) => Ok(count),
         Err(err) => {

@@ -6,7 +6,9 @@
 //! quarantine by pid and host, a maintenance scratch by the maintenance `flock`) and then calls
 //! [`remove_noted`], which removes the files that are still the ones it took and leaves any lock
 //! another writer made since.
-//! Not covered: a kill inside gix-ref's prepare itself, before the note is written
+//! A kill inside the commit, after gix-ref wrote the new value into a lock file and before it
+//! renamed it, leaves that lock changed since it was noted: it is still the same inode, and is
+//! removed. Not covered: a kill inside gix-ref's prepare itself, before the note is written
 //! (microseconds), and a power loss (the note is not synced); both leave the locks as git would.
 
 use std::os::unix::fs::MetadataExt;
@@ -16,6 +18,13 @@ use std::path::{Path, PathBuf};
 /// `dev ino ctime ctime_nsec path`.
 const NOTE: &str = "ref-locks";
 const NOTE_TMP: &str = "ref-locks.tmp";
+/// In the noting process's directory, from just before it takes ref locks: a path per line.
+const INTENT: &str = "ref-locks-intended";
+const INTENT_TMP: &str = "ref-locks-intended.tmp";
+
+/// Seconds after it was noted within which a lock file may have been written by its owner (the
+/// transaction's commit follows the note at once).
+const WRITTEN_WITHIN: i64 = 10;
 
 /// The lock files a prepared gix-ref transaction over `names` holds: `<ref>.lock` for each, and
 /// `packed-refs.lock` when it packs refs (`packing`: gix-ref locks it to create or rewrite
@@ -39,6 +48,18 @@ pub fn held_for(
         paths.push(repo.common_dir().join("packed-refs.lock"));
     }
     paths
+}
+
+/// Before a transaction takes its locks: note in `dir` the lock files it is about to take. gix-ref
+/// writes (and syncs) each lock's content while it prepares, so a kill can land after a lock
+/// exists and before [`note`] says whose it is; [`remove_noted`] then takes a lock at an intended
+/// path that was made within [`WRITTEN_WITHIN`] of this intent for this transaction's.
+pub fn intend(dir: &Path, paths: &[PathBuf]) {
+    let text: String = paths.iter().map(|p| format!("{}\n", p.display())).collect();
+    let (tmp, intent) = (dir.join(INTENT_TMP), dir.join(INTENT));
+    if let Err(err) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &intent)) {
+        tracing::warn!(dir = %dir.display(), %err, "could not note the ref locks about to be taken");
+    }
 }
 
 /// Note in `dir` the lock files in `paths` that exist (the caller holds them). Best effort: an
@@ -66,12 +87,13 @@ pub fn note(dir: &Path, paths: &[PathBuf]) {
 /// The transaction is over (committed or rolled back): its locks are gone, and so is the note.
 pub fn forget(dir: &Path) {
     let _ = std::fs::remove_file(dir.join(NOTE));
+    let _ = std::fs::remove_file(dir.join(INTENT));
 }
 
 /// Remove the lock files a process that is gone (the caller knows) noted in `dir`, where each
 /// is still the file it took (same device, inode and change time). Returns how many were removed.
 pub fn remove_noted(dir: &Path) -> usize {
-    let Ok(text) = std::fs::read_to_string(dir.join(NOTE)) else { return 0 };
+    let Ok(text) = std::fs::read_to_string(dir.join(NOTE)) else { return remove_intended(dir) };
     let mut removed = 0;
     for line in text.lines() {
         let mut fields = line.splitn(5, ' ');
@@ -83,11 +105,41 @@ pub fn remove_noted(dir: &Path) -> usize {
         if !path.file_name().is_some_and(|n| n.to_string_lossy().ends_with(".lock")) {
             continue;
         }
+        // The file it took: same device and inode, changed no earlier than noted and at most
+        // `WRITTEN_WITHIN` later — gix-ref writes the new value into a ref's lock file before it
+        // renames it into place, and a kill between the two leaves the lock with a later change
+        // time. A lock another writer made since is another inode (ours, while it exists, holds
+        // its number; renamed, it is the ref).
         let same = std::fs::symlink_metadata(path).is_ok_and(|m| {
-            m.dev() as i64 == dev && m.ino() as i64 == ino && m.ctime() == ctime && m.ctime_nsec() == nsec
+            m.dev() as i64 == dev
+                && m.ino() as i64 == ino
+                && (m.ctime(), m.ctime_nsec()) >= (ctime, nsec)
+                && m.ctime() <= ctime + WRITTEN_WITHIN
         });
         if same && std::fs::remove_file(path).is_ok() {
             tracing::warn!(lock = %path.display(), "removed a ref lock a killed process held");
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// Killed while it took its locks, before it noted them: remove the intended lock files made
+/// within [`WRITTEN_WITHIN`] after the intent was written (this transaction's; another writer's
+/// lock there would have kept it from taking the lock, and git holds one for milliseconds).
+fn remove_intended(dir: &Path) -> usize {
+    let intent = dir.join(INTENT);
+    let (Ok(text), Ok(meta)) = (std::fs::read_to_string(&intent), std::fs::metadata(&intent)) else { return 0 };
+    let (since, since_nsec) = (meta.mtime(), meta.mtime_nsec());
+    let mut removed = 0;
+    for path in text.lines().map(Path::new) {
+        if !path.file_name().is_some_and(|n| n.to_string_lossy().ends_with(".lock")) {
+            continue;
+        }
+        let made_then = std::fs::symlink_metadata(path)
+            .is_ok_and(|m| (m.ctime(), m.ctime_nsec()) >= (since, since_nsec) && m.ctime() <= since + WRITTEN_WITHIN);
+        if made_then && std::fs::remove_file(path).is_ok() {
+            tracing::warn!(lock = %path.display(), "removed a ref lock a process killed while taking it held");
             removed += 1;
         }
     }
@@ -112,10 +164,20 @@ mod tests {
         let lock = tmp.path().join("main.lock");
 
         let dir = noted(tmp.path(), &lock);
+        // Another writer's lock, made (as O_EXCL makes it, a new file) once ours was gone.
+        let theirs = tmp.path().join("theirs");
+        std::fs::write(&theirs, "").unwrap();
         std::fs::remove_file(&lock).unwrap();
-        std::fs::write(&lock, "").unwrap();
+        std::fs::rename(&theirs, &lock).unwrap();
         assert_eq!(remove_noted(&dir), 0);
         assert!(lock.is_file(), "a lock made since at the same path is someone else's: left");
+        std::fs::remove_file(&lock).unwrap();
+
+        let dir = noted(tmp.path(), &lock);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&lock, "1111111111111111111111111111111111111111\n").unwrap();
+        assert_eq!(remove_noted(&dir), 1, "written by its owner's commit before the rename: still its lock");
+        assert!(!lock.exists());
 
         let dir = noted(tmp.path(), &lock);
         forget(&dir);
@@ -123,5 +185,24 @@ mod tests {
         let dir = noted(tmp.path(), &lock);
         assert_eq!(remove_noted(&dir), 1);
         assert!(!lock.exists(), "the same file: removed");
+    }
+
+    #[test]
+    fn a_lock_taken_after_its_intent_was_noted_and_before_the_note_is_removed_and_an_older_one_is_left() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (ours, older) = (tmp.path().join("main.lock"), tmp.path().join("other.lock"));
+        std::fs::write(&older, "").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let dir = tempfile::tempdir_in(tmp.path()).unwrap().keep();
+        intend(&dir, &[ours.clone(), older.clone()]);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&ours, "1111111111111111111111111111111111111111\n").unwrap();
+        assert_eq!(remove_noted(&dir), 1, "killed inside prepare: the lock it was taking goes");
+        assert!(!ours.exists());
+        assert!(older.exists(), "a lock there before the intent is someone else's");
+        intend(&dir, std::slice::from_ref(&ours));
+        forget(&dir);
+        std::fs::write(&ours, "").unwrap();
+        assert_eq!(remove_noted(&dir), 0, "forgotten: the transaction ended");
     }
 }

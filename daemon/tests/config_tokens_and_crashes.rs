@@ -326,6 +326,10 @@ fn fifty_pushes_killed_at_different_points_leave_every_ref_old_or_new_and_the_re
     let mut killed_round = |round: u64, delay: Option<std::time::Duration>| -> bool {
         let mut server = serve(&config);
         assert_eq!(quarantines(), 0, "round {round}: the start removed the last killed push's quarantine");
+        assert!(
+            !repo.join("refs/heads/main.lock").exists(),
+            "round {round}: the start removed the ref lock the last killed push held"
+        );
         let old = main_now();
         let new = next_commit(round, &old);
         let mut client = push(&server.addr);

@@ -399,11 +399,19 @@ fn edit_refs(
         }
     };
     let names: Vec<String> = edits.iter().map(|e| e.name.as_bstr().to_string()).collect();
-    let locked = repo.refs.transaction().prepare(
+    quarantine.intend_ref_locks(&crate::ref_locks::held_for(repo, &names, false));
+    let prepared = repo.refs.transaction().prepare(
         edits,
         timeout("core.filesRefLockTimeout", 100),
         timeout("core.packedRefsTimeout", 1000),
-    )?;
+    );
+    let locked = match prepared {
+        Ok(locked) => locked,
+        Err(err) => {
+            quarantine.forget_ref_locks(); // it took none: gix-ref let go of what it had
+            return Err(err);
+        }
+    };
     quarantine.note_ref_locks(&crate::ref_locks::held_for(repo, &names, false));
     crate::kill_point("push-refs-locked");
     let committed = locked.commit(Some(committer));

@@ -101,6 +101,11 @@ impl Quarantine {
         gix_odb::at(&self.dir, hash)
     }
 
+    /// Note the ref lock files this push is about to take ([`crate::ref_locks::intend`]).
+    pub fn intend_ref_locks(&self, paths: &[PathBuf]) {
+        crate::ref_locks::intend(&self.dir, paths);
+    }
+
     /// Note the ref lock files this push holds ([`crate::ref_locks::note`]), so that a start
     /// after this process was killed removes them with the quarantine.
     pub fn note_ref_locks(&self, paths: &[PathBuf]) {
