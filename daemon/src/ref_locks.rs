@@ -6,10 +6,10 @@
 //! quarantine by pid and host, a maintenance scratch by the maintenance `flock`) and then calls
 //! [`remove_noted`], which removes the files that are still the ones it took and leaves any lock
 //! another writer made since.
-//! A kill inside the commit, after gix-ref wrote the new value into a lock file and before it
-//! renamed it, leaves that lock changed since it was noted: it is still the same inode, and is
-//! removed. Not covered: a kill inside gix-ref's prepare itself, before the note is written
-//! (microseconds), and a power loss (the note is not synced); both leave the locks as git would.
+//! gix-ref writes (and syncs) each lock's content while it prepares, milliseconds before the
+//! note can be written: the paths are noted as intended first ([`intend`]), and a lock made at
+//! one of them shortly after is this transaction's. Not covered: a power loss (the notes are not
+//! synced); it leaves the locks as git would.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -22,8 +22,8 @@ const NOTE_TMP: &str = "ref-locks.tmp";
 const INTENT: &str = "ref-locks-intended";
 const INTENT_TMP: &str = "ref-locks-intended.tmp";
 
-/// Seconds after it was noted within which a lock file may have been written by its owner (the
-/// transaction's commit follows the note at once).
+/// Seconds after its intent was noted within which a lock made at an intended path is taken for
+/// the transaction's own (gix-ref's prepare follows the intent at once).
 const WRITTEN_WITHIN: i64 = 10;
 
 /// The lock files a prepared gix-ref transaction over `names` holds: `<ref>.lock` for each, and
@@ -105,16 +105,11 @@ pub fn remove_noted(dir: &Path) -> usize {
         if !path.file_name().is_some_and(|n| n.to_string_lossy().ends_with(".lock")) {
             continue;
         }
-        // The file it took: same device and inode, changed no earlier than noted and at most
-        // `WRITTEN_WITHIN` later — gix-ref writes the new value into a ref's lock file before it
-        // renames it into place, and a kill between the two leaves the lock with a later change
-        // time. A lock another writer made since is another inode (ours, while it exists, holds
-        // its number; renamed, it is the ref).
+        // The file it took: same device, inode and change time (gix-ref writes a lock's content
+        // while it prepares, before the note; a lock made since at the same path may reuse the
+        // inode number, not the change time).
         let same = std::fs::symlink_metadata(path).is_ok_and(|m| {
-            m.dev() as i64 == dev
-                && m.ino() as i64 == ino
-                && (m.ctime(), m.ctime_nsec()) >= (ctime, nsec)
-                && m.ctime() <= ctime + WRITTEN_WITHIN
+            m.dev() as i64 == dev && m.ino() as i64 == ino && m.ctime() == ctime && m.ctime_nsec() == nsec
         });
         if same && std::fs::remove_file(path).is_ok() {
             tracing::warn!(lock = %path.display(), "removed a ref lock a killed process held");
@@ -164,20 +159,10 @@ mod tests {
         let lock = tmp.path().join("main.lock");
 
         let dir = noted(tmp.path(), &lock);
-        // Another writer's lock, made (as O_EXCL makes it, a new file) once ours was gone.
-        let theirs = tmp.path().join("theirs");
-        std::fs::write(&theirs, "").unwrap();
         std::fs::remove_file(&lock).unwrap();
-        std::fs::rename(&theirs, &lock).unwrap();
+        std::fs::write(&lock, "").unwrap();
         assert_eq!(remove_noted(&dir), 0);
         assert!(lock.is_file(), "a lock made since at the same path is someone else's: left");
-        std::fs::remove_file(&lock).unwrap();
-
-        let dir = noted(tmp.path(), &lock);
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        std::fs::write(&lock, "1111111111111111111111111111111111111111\n").unwrap();
-        assert_eq!(remove_noted(&dir), 1, "written by its owner's commit before the rename: still its lock");
-        assert!(!lock.exists());
 
         let dir = noted(tmp.path(), &lock);
         forget(&dir);
