@@ -6,12 +6,12 @@
 //! ref locks that push held.
 
 mod common;
-use common::{git, git_ok};
+use common::{Server, git, git_ok};
 
 use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 fn gixd(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gixd")).args(args).output().unwrap()
@@ -70,19 +70,6 @@ fn tokens_are_shown_once_stored_hashed_listed_and_revoked() {
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no token with id nope"));
 }
 
-/// `gixd serve --config FILE`, killed on drop (unless already killed).
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn serve(config: &Path) -> Server {
     serve_with(config, &[])
 }
@@ -90,8 +77,7 @@ fn serve(config: &Path) -> Server {
 fn serve_with(config: &Path, env: &[(&str, &str)]) -> Server {
     let mut command = Command::new(env!("CARGO_BIN_EXE_gixd"));
     command.args(["serve", "--config", config.to_str().unwrap()]).envs(env.iter().copied());
-    let (child, addr) = common::start_serve(command);
-    Server { child, addr }
+    common::start_serve(command)
 }
 
 fn setup(tmp: &Path) -> (PathBuf, PathBuf, PathBuf, String) {

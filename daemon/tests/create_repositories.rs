@@ -6,10 +6,10 @@
 //! is refused; a push killed while creating leaves nothing, and the next start removes what it left.
 
 mod common;
-use common::{git, git_ok};
+use common::{Server, git, git_ok};
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Command, Output};
 
 fn gixd(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gixd")).args(args).output().unwrap()
@@ -21,19 +21,6 @@ fn gixd_ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-/// `gixd serve` on a free port, killed on drop.
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn serve(base: &Path, tokens: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
     let mut command = Command::new(env!("CARGO_BIN_EXE_gixd"));
     command
@@ -41,8 +28,7 @@ fn serve(base: &Path, tokens: &Path, extra: &[&str], env: &[(&str, &str)]) -> Se
         .args(["--token-file", tokens.to_str().unwrap()])
         .args(extra)
         .envs(env.iter().copied());
-    let (child, addr) = common::start_serve(command);
-    Server { child, addr }
+    common::start_serve(command)
 }
 
 fn token(tokens: &Path, glob: &str, flags: &[&str]) -> String {

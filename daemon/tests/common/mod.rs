@@ -27,13 +27,27 @@ pub fn git_ok(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// A `gixd serve` child, killed when dropped (unless it is gone already).
+pub struct Server {
+    pub child: Child,
+    /// `host:port` of the URL it printed.
+    pub addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Start `gixd serve` as `command` says (one worker thread; its stdout read, its stderr
-/// dropped); the child and the `host:port` of the URL it prints first.
-pub fn start_serve(mut command: Command) -> (Child, String) {
+/// dropped), once it printed the URL it serves.
+pub fn start_serve(mut command: Command) -> Server {
     let mut child =
         command.env("GIXD_WORKER_THREADS", "1").stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let line = lines.next().unwrap().unwrap();
     let addr = line.split("http://").nth(1).unwrap().split('/').next().unwrap().to_owned();
-    (child, addr)
+    Server { child, addr }
 }
