@@ -8,11 +8,19 @@ use std::path::Path;
 
 pub use crate::error::Unsupported;
 
-/// What the repository's format asks of a reader beyond reading it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What the repository's format says beyond that gixd can read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Format {
+    /// `extensions.objectFormat` (SHA-1 without it).
+    pub object_hash: gix_hash::Kind,
     /// `extensions.preciousObjects`: no object may ever be deleted (maintenance leaves it alone).
     pub precious_objects: bool,
+}
+
+impl Default for Format {
+    fn default() -> Self {
+        Format { object_hash: gix_hash::Kind::Sha1, precious_objects: false }
+    }
 }
 
 /// Read the format of the repository at `git_dir` from its `config` (no includes: git reads the
@@ -41,8 +49,13 @@ pub fn check(git_dir: &Path) -> Result<Format, Unsupported> {
             match key.as_str() {
                 "noop" | "noop-v1" | "worktreeconfig" => {}
                 "preciousobjects" => format.precious_objects = truthy(&value),
-                "objectformat" if matches!(value.to_ascii_lowercase().as_str(), "sha1" | "sha256") => {}
-                "objectformat" => return Err(Unsupported::ObjectFormat(value)),
+                "objectformat" => {
+                    format.object_hash = match value.to_ascii_lowercase().as_str() {
+                        "sha1" => gix_hash::Kind::Sha1,
+                        "sha256" => gix_hash::Kind::Sha256,
+                        _ => return Err(Unsupported::ObjectFormat(value)),
+                    }
+                }
                 "refstorage" if value.eq_ignore_ascii_case("files") => {}
                 "refstorage" => return Err(Unsupported::RefStorage(value)),
                 // A partial clone names its promisor remote; the extension with no value is no promise.
@@ -82,7 +95,7 @@ mod tests {
         assert_eq!(with_config("[core]\n\trepositoryformatversion = 0\n"), Ok(Format::default()));
         assert_eq!(
             with_config("[core]\n\trepositoryformatversion = 1\n[extensions]\n\tobjectformat = sha256\n"),
-            Ok(Format::default())
+            Ok(Format { object_hash: gix_hash::Kind::Sha256, ..Format::default() })
         );
         assert_eq!(
             with_config("[core]\n\trepositoryformatversion = 1\n[extensions]\n\trefStorage = files\n"),
@@ -90,7 +103,7 @@ mod tests {
         );
         assert_eq!(
             with_config("[core]\n\trepositoryformatversion = 1\n[extensions]\n\tpreciousObjects = true\n"),
-            Ok(Format { precious_objects: true })
+            Ok(Format { precious_objects: true, ..Format::default() })
         );
         assert_eq!(
             with_config("[core]\n\trepositoryformatversion = 1\n[extensions]\n\trefstorage = reftable\n"),

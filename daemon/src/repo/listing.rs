@@ -48,9 +48,9 @@ pub fn list(base: &Path) -> Vec<Listed> {
         .into_iter()
         .map(|git_dir| {
             let name = git_dir.strip_prefix(base).unwrap_or(&git_dir).display().to_string();
-            let format = format::check(&git_dir).map(|_| {
-                let config = std::fs::read_to_string(git_dir.join("config")).unwrap_or_default().to_ascii_lowercase();
-                if config.contains("objectformat = sha256") { "sha256" } else { "sha1" }
+            let format = format::check(&git_dir).map(|format| match format.object_hash {
+                gix_hash::Kind::Sha256 => "sha256",
+                _ => "sha1",
             });
             Listed {
                 name,
