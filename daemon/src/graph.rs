@@ -7,26 +7,33 @@ use gix_object::Kind;
 
 use crate::error::ServeError;
 
-/// Push the objects `data` (the object `id`, of `kind`) refers to: a commit's tree and parents, a
-/// tree's entries (gitlinks left out: a submodule's commit lives in another repository), a tag's
-/// target. Walks over object data (bitmaps, connectivity, maintenance) share it.
-pub fn push_children(id: ObjectId, kind: Kind, data: &[u8], out: &mut Vec<ObjectId>) -> Result<(), ServeError> {
+/// Push the objects `data` (the object `id`, of `kind`) refers to, each with the type the referrer
+/// gives it: a commit's tree and parents, a tree's entries (gitlinks left out: a submodule's commit
+/// lives in another repository; a blob or symlink entry is a blob, a directory a tree), a tag's
+/// target (its `type` header). Walks over object data (bitmaps, connectivity, maintenance) share
+/// it; with the type at hand a walk need not read a blob to learn it is one, as git's traversal
+/// never reads blobs.
+pub fn push_children(id: ObjectId, kind: Kind, data: &[u8], out: &mut Vec<(ObjectId, Kind)>) -> Result<(), ServeError> {
     let unparsable = |_| ServeError::MissingObject(id);
     match kind {
         Kind::Commit => {
             let commit = gix_object::CommitRefIter::from_bytes(data, id.kind());
-            out.push(commit.clone().tree_id().map_err(unparsable)?);
-            out.extend(commit.parent_ids());
+            out.push((commit.clone().tree_id().map_err(unparsable)?, Kind::Tree));
+            out.extend(commit.parent_ids().map(|parent| (parent, Kind::Commit)));
         }
         Kind::Tree => {
             for entry in gix_object::TreeRefIter::from_bytes(data, id.kind()) {
                 let entry = entry.map_err(unparsable)?;
                 if !entry.mode.is_commit() {
-                    out.push(entry.oid.to_owned());
+                    let kind = if entry.mode.is_tree() { Kind::Tree } else { Kind::Blob };
+                    out.push((entry.oid.to_owned(), kind));
                 }
             }
         }
-        Kind::Tag => out.push(gix_object::TagRefIter::from_bytes(data, id.kind()).target_id().map_err(unparsable)?),
+        Kind::Tag => {
+            let tag = gix_object::TagRef::from_bytes(data, id.kind()).map_err(|_| ServeError::MissingObject(id))?;
+            out.push((tag.target(), tag.target_kind));
+        }
         Kind::Blob => {}
     }
     Ok(())

@@ -2,7 +2,8 @@
 //! without a bitmap, a fetch with thin deltas, a want of an inner commit, a shallow line and a
 //! clone of every ref are answered without computing the readable set of all objects (counted by
 //! `gixd::select::READABLE_SETS_COMPUTED`; one test per process, so the count is this test's).
-//! Tags on old commits sent as haves (as go-git does) do not change that.
+//! Tags on old commits sent as haves (as go-git does) do not change that. And a bitmap reach over
+//! the packs pushes left inflates no blob (`gixd::bitmap::BLOBS_INFLATED_BY_REACH`).
 
 use std::sync::atomic::Ordering;
 
@@ -92,4 +93,38 @@ fn a_bitmap_fetch_answers_its_thin_bases_from_its_own_reach_not_a_reach_of_every
     assert!(stats.thin_deltas > 0, "the fetch sends thin deltas against what the client has: {stats:?}");
     let computed = gixd::select::READABLE_SETS_COMPUTED.load(Ordering::Relaxed) - before;
     assert_eq!(computed, 0, "a readable set of every ref was computed {computed} times");
+}
+
+#[test]
+fn a_bitmap_reach_over_pushed_packs_inflates_no_blob() {
+    // A bitmapped pack, then twenty commits of new files each in packs of their own, as pushes
+    // leave them: the reach walks the new commits' trees, and their blobs are known as blobs from
+    // the trees naming them.
+    let (tmp, repo, _) = tagged_history(5);
+    let behind = tmp.path().join("behind");
+    git_ok(tmp.path(), &["clone", "-q", repo.to_str().unwrap(), behind.to_str().unwrap()]);
+    let server_dir = tmp.path().join("served");
+    let bare = server_dir.join("repo");
+    git_ok(tmp.path(), &["clone", "-q", "--bare", repo.to_str().unwrap(), bare.to_str().unwrap()]);
+    git(&bare, &["repack", "-adbq"]);
+    for n in 0..20 {
+        let files: Vec<(String, String)> =
+            (0..4).map(|f| (format!("dir{n}/new{f}.txt"), format!("file {f} of push {n}\n"))).collect();
+        let files: Vec<(&str, &[u8])> = files.iter().map(|(p, t)| (p.as_str(), t.as_bytes())).collect();
+        commit_files(&repo, &files, &format!("push{n}"));
+        git_ok(&repo, &["push", "-q", bare.to_str().unwrap(), "main"]);
+        git(&bare, &["repack", "-dq"]);
+    }
+    let packs = std::fs::read_dir(bare.join("objects/pack")).unwrap().filter_map(Result::ok);
+    assert!(packs.filter(|e| e.path().extension().is_some_and(|x| x == "pack")).count() > 10, "one pack per push");
+    let server = serve(&server_dir);
+    let before = gixd::bitmap::BLOBS_INFLATED_BY_REACH.load(Ordering::Relaxed);
+    git_ok(
+        &behind,
+        &["-c", "protocol.version=2", "fetch", "-q", &server.url("repo"), "+refs/heads/main:refs/remotes/origin/main"],
+    );
+    assert_eq!(git_out(&behind, &["rev-parse", "origin/main"]), git_out(&repo, &["rev-parse", "main"]));
+    git_ok(&behind, &["fsck", "--connectivity-only"]);
+    let inflated = gixd::bitmap::BLOBS_INFLATED_BY_REACH.load(Ordering::Relaxed) - before;
+    assert_eq!(inflated, 0, "the bitmap reach inflated {inflated} blobs");
 }

@@ -381,7 +381,7 @@ impl PackBitmap {
         let mut buf = Vec::new();
         // Tips: tags are peeled (each tag object is reached), commits go to the commit walk,
         // trees and blobs to the object walk.
-        let mut objects: Vec<ObjectId> = Vec::new();
+        let mut objects: Vec<(ObjectId, Kind)> = Vec::new();
         let mut queue: BinaryHeap<(i64, ObjectId)> = BinaryHeap::new();
         let mut queued = std::collections::HashSet::new();
         // Each commit is decoded once, when it is queued: its parents wait here.
@@ -413,8 +413,8 @@ impl PackBitmap {
                         }
                         break;
                     }
-                    _ => {
-                        objects.push(id);
+                    kind => {
+                        objects.push((id, kind));
                         break;
                     }
                 }
@@ -469,7 +469,7 @@ impl PackBitmap {
         }
         // The trees of uncovered commits, and tips that are trees or blobs.
         for commit in &uncovered {
-            objects.push(self.commits.get(repo, *commit)?.tree);
+            objects.push((self.commits.get(repo, *commit)?.tree, Kind::Tree));
         }
         let mut stack = objects;
         let mut decoded = 0usize;
@@ -477,7 +477,7 @@ impl PackBitmap {
         // the pack again would be a search — a changed tree's unchanged entries come up once
         // per uncovered commit.
         let mut seen: gix::hashtable::HashSet<ObjectId> = gix::hashtable::HashSet::default();
-        while let Some(id) = stack.pop() {
+        while let Some((id, kind)) = stack.pop() {
             if !seen.insert(id) {
                 continue;
             }
@@ -488,15 +488,23 @@ impl PackBitmap {
             if reach.has_at(pos, &id) {
                 continue;
             }
-            // A blob of the pack needs no decoding: its bit is all there is to it.
-            if let Some(pos) = pos
-                && self.kind_at(pos) == Kind::Blob
-            {
-                reach.bits.set(pos);
+            // A blob needs no decoding: its bit (or its entry outside the pack) is all there is to
+            // it, and the tree naming it said it is one. The pack writer finds it, or fails.
+            if kind == Kind::Blob || pos.is_some_and(|pos| self.kind_at(pos) == Kind::Blob) {
+                match pos {
+                    Some(pos) => reach.bits.set(pos),
+                    None => {
+                        reach.extra.insert(id, Kind::Blob);
+                    }
+                }
                 continue;
             }
             decoded += 1;
             let data = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
+            #[cfg(feature = "test-hooks")]
+            if data.kind == Kind::Blob {
+                BLOBS_INFLATED_BY_REACH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             match pos {
                 Some(pos) => reach.bits.set(pos),
                 None => {
@@ -542,6 +550,11 @@ impl PackBitmap {
 
 /// What [`PackBitmap::reachable`] found: bits over the pack, and the objects outside it with
 /// their kinds.
+/// Blobs the bitmap reach walk inflated (test builds only): none should be, a tree names its
+/// blobs as blobs.
+#[cfg(feature = "test-hooks")]
+pub static BLOBS_INFLATED_BY_REACH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 #[derive(Debug)]
 pub struct Reach {
     pub bits: Bits,

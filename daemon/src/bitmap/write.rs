@@ -182,8 +182,8 @@ pub fn write_bitmap(
             }
         }
         // 2. The trees of the commits it walked, against everything the closures it met hold.
-        let mut stack = trees;
-        while let Some(id) = stack.pop() {
+        let mut stack: Vec<(ObjectId, Kind)> = trees.into_iter().map(|tree| (tree, Kind::Tree)).collect();
+        while let Some((id, _)) = stack.pop() {
             let pos = pos_of(&id).ok_or(ServeError::MissingObject(id))?;
             if bits.get(pos) {
                 continue;

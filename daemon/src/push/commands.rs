@@ -115,18 +115,24 @@ pub(super) fn connected(
     use gix_object::FindHeader;
     let mut buf = Vec::new();
     let mut seen = HashSet::new();
-    let mut stack = vec![tip];
+    let mut stack = vec![(tip, Kind::Commit)];
     let mut fresh = None;
-    while let Some(id) = stack.pop() {
+    while let Some((id, _)) = stack.pop() {
         if known.complete.contains(&id) || !seen.insert(id) {
             continue;
         }
-        let in_quarantine = matches!(received.try_header(&id), Ok(Some(_)));
-        if !in_quarantine || known.quick.has_object(id) {
+        let header = match received.try_header(&id) {
+            Ok(Some(header)) => Some(header),
+            _ => None,
+        };
+        if header.is_none() || known.quick.has_object(id) {
             if has_object(repo, &mut fresh, id) {
                 continue;
             }
             return Err(Refusal::MissingObjects);
+        }
+        if header.is_some_and(|header| header.kind == Kind::Blob) {
+            continue; // present, and nothing below it: not inflated
         }
         let data = received
             .try_find(&id, &mut buf)
