@@ -290,3 +290,89 @@ fn a_delta_whose_base_goes_out_from_another_pack_names_it_by_id_instead_of_being
     let expected: BTreeSet<ObjectId> = ids.iter().map(|id| oid(id)).collect();
     assert_eq!(objects_git_reads_from(&pack), expected, "git indexes the pack: every ref-delta's base is in it");
 }
+
+/// An entry of a hand-made pack: `data` whole, or as a delta (encoded by gix-pack) against the
+/// entry at `base` with the object `base_data`.
+fn hand_entry(data: &[u8], base: Option<(usize, &[u8])>) -> output::Entry {
+    use std::io::Write;
+    let id = gix_object::compute_hash(gix_hash::Kind::Sha1, gix_object::Kind::Blob, data).unwrap();
+    let (kind, bytes) = match base {
+        None => (output::entry::Kind::Base(gix_object::Kind::Blob), data.to_vec()),
+        Some((index, base_data)) => {
+            let delta = gix_pack::data::delta::encode::Index::new(base_data).encode(data, data.len()).unwrap();
+            (output::entry::Kind::DeltaRef { object_index: index }, delta)
+        }
+    };
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    z.write_all(&bytes).unwrap();
+    output::Entry { id, kind, decompressed_size: bytes.len(), compressed_data: z.finish().unwrap() }
+}
+
+/// Two packs may hold a pair as deltas of each other, and a third object may be a delta of one
+/// of them: pack A stores `x` as a delta of `y`, pack B stores `y` and `z` as deltas of `x`. With
+/// `x` chosen from A and `y` and `z` from B (each a stored delta), `z` may name `x` by id, but
+/// `y` must not, though it is a delta of the same stored base: `x`'s chain leads back to `y`. A
+/// pack with `x → y → x` is one no client can index (gixd's geometric roll-up of tokio's pushes
+/// met it: "a delta's base was never written").
+#[test]
+fn a_delta_on_a_base_another_delta_names_by_id_is_re_deflated_when_its_chain_would_loop() {
+    let (_tmp, repo) = temp_repo(false);
+    let x = text("x", 200);
+    let mut y = x.clone();
+    y.extend(text("y", 20));
+    let mut z = x.clone();
+    z.extend(text("z", 20));
+    for pack in [
+        vec![hand_entry(&y, None), hand_entry(&x, Some((0, &y)))],
+        vec![hand_entry(&x, None), hand_entry(&y, Some((0, &x))), hand_entry(&z, Some((0, &x)))],
+    ] {
+        let bytes = pack_of(pack);
+        let mut index_pack = git_command(&repo);
+        index_pack.args(["index-pack", "--stdin"]);
+        let out = gixd_tests::output_with_input(index_pack, &bytes);
+        assert!(!out.is_empty(), "git indexed the hand-made pack");
+    }
+    let id = |data: &[u8]| gix_object::compute_hash(gix_hash::Kind::Sha1, gix_object::Kind::Blob, data).unwrap();
+    let (x, y, z) = (id(&x), id(&y), id(&z));
+    let packs = gixd::packs::Packs::open(&repo.join(".git/objects/pack"), gix_hash::Kind::Sha1).unwrap();
+    // Each chosen copy is a stored delta: x from A (of y), y and z from B (of x).
+    let delta_packs: Vec<u32> = [x, y, z].iter().map(|id| packs.locate(id).unwrap().pack_id).collect();
+    assert_ne!(delta_packs[0], delta_packs[1], "precondition: x and y come from different packs");
+    assert_eq!(delta_packs[1], delta_packs[2], "precondition: y and z come from the same pack");
+    let mut odb = gix_odb::at(repo.join(".git/objects"), gix_hash::Kind::Sha1).unwrap();
+    odb.prevent_pack_unload();
+    let located = gixd::packs::Locating { odb: gix::odb::Handle::from(odb), packs: Some(std::sync::Arc::new(packs)) };
+    // z before y: the base decision for "x in pack B" is made for z first.
+    let counts: Vec<output::Count> = [x, z, y]
+        .into_iter()
+        .map(|id| output::Count { id, entry_pack_location: output::count::PackLocation::NotLookedUp })
+        .collect();
+    let (_, mut chunks) = output::entry::iter_from_counts_with_delta_bases(
+        counts,
+        located,
+        Box::new(gix_utils::progress::Discard),
+        output::entry::iter_from_counts::Options {
+            thread_limit: Some(1),
+            allow_thin_pack: false,
+            ..Default::default()
+        },
+        Some(|_: &gix_hash::oid| DeltaBase::Recompress),
+    )
+    .unwrap();
+    let mut entries = Vec::new();
+    for chunk in chunks.by_ref() {
+        entries.extend(chunk.unwrap().1);
+    }
+    let kinds: Vec<_> = entries.iter().map(|e| (e.id.to_string(), format!("{:?}", e.kind))).collect();
+    let kind_of = |id: ObjectId| entries.iter().find(|e| e.id == id).unwrap().kind;
+    assert!(matches!(kind_of(z), output::entry::Kind::DeltaOid { id } if id == x), "z names x by id: {kinds:?}");
+    assert!(
+        !matches!(
+            (kind_of(x), kind_of(y)),
+            (output::entry::Kind::DeltaOid { .. }, output::entry::Kind::DeltaOid { .. })
+        ),
+        "x and y are not deltas of each other: {kinds:?}"
+    );
+    let pack = pack_of(entries);
+    assert_eq!(objects_git_reads_from(&pack), BTreeSet::from([x, y, z]), "git indexes the pack");
+}

@@ -133,8 +133,9 @@ pub(crate) mod function {
         }
         let (delta_bases_included, thin_bases) = match (mode, delta_base) {
             (Mode::PackCopyAndBaseObjects, Some(mut decide)) => {
-                let (included, thin) = super::bases::include(&mut counts, &db, &mut decide, allow_thin_pack)?;
-                (included, Some(thin))
+                let (included, thin, looping) =
+                    super::bases::include(&mut counts, &db, &mut decide, allow_thin_pack)?;
+                (included, Some((thin, looping)))
             }
             (_, None) => (0, None),
         };
@@ -229,9 +230,12 @@ pub(crate) mod function {
                                     count,
                                     counts_in_pack,
                                     base_index_offset,
-                                    (allow_thin_pack || thin_bases.as_ref().as_ref().is_some_and(|b| !b.is_empty())).then_some({
+                                    (allow_thin_pack || thin_bases.as_ref().as_ref().is_some_and(|(b, _)| !b.is_empty())).then_some({
                                         |pack_id, base_offset| {
-                                            if let Some(thin_bases) = thin_bases.as_ref() {
+                                            if let Some((thin_bases, looping)) = thin_bases.as_ref() {
+                                                if looping.contains(&count.id) {
+                                                    return Ok(None);
+                                                }
                                                 let base = thin_bases.get(&(pack_id, base_offset)).copied();
                                                 stats.ref_delta_objects += usize::from(base.is_some());
                                                 return Ok(base);
@@ -320,13 +324,14 @@ mod bases {
 
     /// Ask `decide` about every ofs-delta base in the pack of a selected delta that is not itself
     /// selected, appending the bases it includes to `counts` (and then their bases, in turn).
-    /// Returns how many were added, and the bases to refer to by id.
+    /// Returns how many were added, the bases to refer to by id, and the deltas that must not
+    /// refer to theirs by id though another delta on the same base does (its chain leads back).
     pub fn include(
         counts: &mut Vec<output::Count>,
         db: &impl crate::Find,
         decide: &mut impl FnMut(&gix_hash::oid) -> DeltaBase,
         allow_thin_pack: bool,
-    ) -> Result<(usize, ThinBases)> {
+    ) -> Result<(usize, ThinBases, HashSet<ObjectId>)> {
         let mut present: HashSet<(u32, data::Offset)> = counts
             .iter()
             .filter_map(|c| c.entry_pack_location.as_ref())
@@ -339,6 +344,7 @@ mod bases {
             counts.iter().filter_map(|c| Some((c.id, c.entry_pack_location.as_ref()?.clone()))).collect();
         let mut decided: HashSet<(u32, data::Offset)> = HashSet::new();
         let mut thin = ThinBases::new();
+        let mut looping = HashSet::new();
         let mut offsets_by_pack: HashMap<u32, Vec<(data::Offset, ObjectId)>> = HashMap::new();
         let mut buf = Vec::new();
         let mut included = 0;
@@ -367,7 +373,19 @@ mod bases {
             };
             let pack_id = location.pack_id;
             let key = (pack_id, base_offset);
-            if present.contains(&key) || !decided.insert(key) {
+            if present.contains(&key) {
+                continue;
+            }
+            if !decided.insert(key) {
+                // Decided for another delta on this base: named by id, this delta's own chain
+                // must not lead back either (two packs may hold a pair as deltas of each other
+                // while a third object is a delta of one of them).
+                if let Some(&base_id) = thin.get(&key)
+                    && selected_ids.contains(&base_id)
+                    && leads_to(count_id, base_id, &selected_at, &present, &thin, db, &mut offsets_by_pack)?
+                {
+                    looping.insert(count_id);
+                }
                 continue;
             }
             let offsets = match offsets_by_pack.entry(pack_id) {
@@ -433,7 +451,7 @@ mod bases {
                 DeltaBase::Thin | DeltaBase::Recompress => {}
             }
         }
-        Ok((included, thin))
+        Ok((included, thin, looping))
     }
 
     /// Whether `base`'s delta chain, as the pack being made holds it, reaches `target`: each
