@@ -96,6 +96,10 @@ pub struct Config {
     /// Opt-in: repack every repository below the base path into one pack with a bitmap this
     /// often ([`crate::maintenance`]). `None`: never.
     pub maintenance_interval: Option<std::time::Duration>,
+    /// After pushes, a repository gets the maintenance it is due
+    /// ([`crate::maintenance::geometric::due`]): its small packs rolled up geometrically, or, once
+    /// enough objects are outside its bitmap, a full repack with a new one. On by default.
+    pub auto_maintenance: bool,
     /// Most git:// connections at once (git daemon's `--max-connections`; 0: no limit beyond
     /// the transfer limit). One more is told so and closed.
     pub max_connections: usize,
@@ -194,6 +198,7 @@ impl Config {
             anonymous_read: true,
             push_to_create: false,
             maintenance_interval: None,
+            auto_maintenance: true,
             max_connections: 0,
             informative_errors: true,
             stream_window: Self::DEFAULT_STREAM_WINDOW,
@@ -278,6 +283,8 @@ pub struct File {
     pub max_connections: Option<usize>,
     /// Seconds between maintenance runs over every repository (absent: none).
     pub maintenance_interval_secs: Option<u64>,
+    /// Maintenance after pushes (default true).
+    pub auto_maintenance: Option<bool>,
     pub metrics_listen: Option<SocketAddr>,
     /// Relative to the configuration file's directory; `-`: standard output.
     pub access_log: Option<PathBuf>,
@@ -407,6 +414,7 @@ impl File {
             user_path: self.user_path.clone(),
             max_connections: self.max_connections,
             maintenance_interval: self.maintenance_interval_secs.map(secs),
+            auto_maintenance: self.auto_maintenance,
             max_request_body: limits.and_then(|l| l.max_request_body),
             max_inflated_body: limits.and_then(|l| l.max_inflated_body),
             max_push_bytes: limits.and_then(|l| l.max_push_bytes),
@@ -457,6 +465,7 @@ pub struct Overrides {
     pub whitelist: Option<Vec<PathBuf>>,
     pub max_connections: Option<usize>,
     pub maintenance_interval: Option<std::time::Duration>,
+    pub auto_maintenance: Option<bool>,
     pub max_request_body: Option<usize>,
     pub max_inflated_body: Option<usize>,
     pub max_push_bytes: Option<u64>,
@@ -504,6 +513,7 @@ impl Overrides {
             whitelist,
             max_connections,
             maintenance_interval,
+            auto_maintenance,
             max_request_body,
             max_inflated_body,
             max_push_bytes,
@@ -542,6 +552,7 @@ impl Overrides {
             exports,
             anonymous_read,
             push_to_create,
+            auto_maintenance,
             stream_window,
             informative_errors,
             max_connections,

@@ -44,6 +44,10 @@ enum Command {
     Maintenance {
         /// The repository (its git directory or work tree).
         repo: PathBuf,
+        /// Roll the small packs up instead, as git's `repack --geometric=2 -d` (what `gixd serve`
+        /// runs after pushes); the big pack and its bitmap stay.
+        #[arg(long)]
+        geometric: bool,
     },
 }
 
@@ -221,6 +225,10 @@ struct Serve {
     /// Repack every repository with a bitmap every this many seconds (opt-in; at least 60).
     #[arg(long, value_name = "SECONDS", env = "GIXD_MAINTENANCE_EVERY")]
     maintenance_every: Option<u64>,
+    /// After pushes, roll a repository's small packs up geometrically, or repack it with a new
+    /// bitmap once enough objects are outside its bitmap [default: true].
+    #[arg(long, value_name = "BOOL", env = "GIXD_AUTO_MAINTENANCE")]
+    auto_maintenance: Option<bool>,
     #[command(flatten)]
     limits: LimitFlags,
     #[command(flatten)]
@@ -422,22 +430,28 @@ fn main() -> std::process::ExitCode {
         Command::Token { command } => token(command),
         Command::Repo { command } => repo(command),
         Command::CheckConfig { file } => check_config(&file),
-        Command::Maintenance { repo } => {
+        Command::Maintenance { repo, geometric } => {
             let git_dir = if repo.join(".git").is_dir() { repo.join(".git") } else { repo };
-            gixd::maintenance::run(&git_dir).map(|r| {
-                println!(
-                    "{}: {} objects in {} ({} stored whole before, now deltas), {} commit bitmaps; removed {} pack(s) and {} loose object(s) now in it; {} loose ref(s) packed",
-                    git_dir.display(),
-                    r.objects,
-                    r.pack.display(),
-                    r.deltas_computed,
-                    r.bitmaps,
-                    r.packs_removed,
-                    r.loose_removed,
-                    r.refs_packed
-                )
-            })
-            .map_err(Into::into)
+            let report = if geometric {
+                gixd::maintenance::geometric::run(&git_dir).map(|r| r.unwrap_or_default())
+            } else {
+                gixd::maintenance::run(&git_dir)
+            };
+            report
+                .map(|r| {
+                    println!(
+                        "{}: {} objects in {} ({} stored whole before, now deltas), {} commit bitmaps; removed {} pack(s) and {} loose object(s) now in it; {} loose ref(s) packed",
+                        git_dir.display(),
+                        r.objects,
+                        r.pack.display(),
+                        r.deltas_computed,
+                        r.bitmaps,
+                        r.packs_removed,
+                        r.loose_removed,
+                        r.refs_packed
+                    )
+                })
+                .map_err(Into::into)
         }
         Command::Budget(sizes) => budget(&sizes),
     };
@@ -518,6 +532,7 @@ fn serve(args: Serve) -> Result<(), Box<dyn std::error::Error>> {
         anonymous_read: args.no_anonymous_read.then_some(false),
         push_to_create: args.push_to_create.then_some(true),
         maintenance_interval: args.maintenance_every.map(std::time::Duration::from_secs),
+        auto_maintenance: args.auto_maintenance,
         ..Overrides::default()
     };
     let mut layers = flags

@@ -21,6 +21,8 @@ pub struct Server {
     git_listener: Option<TcpListener>,
     metrics_listener: Option<TcpListener>,
     state: Arc<State>,
+    /// What pushes ask of maintenance, with `Config::auto_maintenance`.
+    maintenance_asks: Option<tokio::sync::mpsc::UnboundedReceiver<std::path::PathBuf>>,
 }
 
 /// What a server is started with beyond its configuration.
@@ -67,7 +69,15 @@ impl Server {
             None => None,
         };
         let pack_cache = config.pack_cache.clone().map(crate::pack_cache::PackCache::new);
+        let (maintenance, maintenance_asks) = match config.auto_maintenance {
+            true => {
+                let (asks, asked) = crate::service::maintenance::channel();
+                (Some(asks), Some(asked))
+            }
+            false => (None, None),
+        };
         Ok(Server {
+            maintenance_asks,
             listener,
             git_listener,
             metrics_listener,
@@ -81,6 +91,7 @@ impl Server {
                 metrics: Arc::new(crate::metrics::Metrics::new()),
                 access_log,
                 pack_cache,
+                maintenance,
             }),
         })
     }
@@ -108,7 +119,10 @@ impl Server {
             tokio::spawn(serve_metrics(metrics, self.state.clone()));
         }
         if let Some(every) = self.state.config.maintenance_interval {
-            tokio::spawn(maintain(self.state.clone(), every));
+            tokio::spawn(crate::service::maintenance::on_the_clock(self.state.clone(), every));
+        }
+        if let Some(asks) = self.maintenance_asks {
+            tokio::spawn(crate::service::maintenance::after_pushes(self.state.clone(), asks));
         }
         // The accept loop runs on a worker, not on the thread that drives this future: a
         // connection's task then starts on the worker that accepted it, with no hand-over to
@@ -239,36 +253,6 @@ async fn accept_git(listener: TcpListener, state: Arc<State>) {
                 }
             }
         });
-    }
-}
-
-/// The opt-in schedule: every `every`, each repository below the base path is repacked with a
-/// bitmap, one after the other on a blocking thread (one transfer slot while it runs).
-async fn maintain(state: Arc<State>, every: std::time::Duration) {
-    loop {
-        tokio::time::sleep(every).await;
-        let Ok(permit) = state.transfers.clone().acquire_owned().await else { return };
-        let state = state.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            for git_dir in crate::repo::repositories_below(state.repos.base(), 6) {
-                match crate::maintenance::run(&git_dir) {
-                    Ok(report) => {
-                        state.metrics.maintenance("repacked");
-                        tracing::info!(repo = %git_dir.display(), objects = report.objects, bitmaps = report.bitmaps, deltas = report.deltas_computed, refs_packed = report.refs_packed, "maintenance")
-                    }
-                    Err(err @ crate::error::ServeError::Repo(crate::error::RepoError::Unsupported { .. })) => {
-                        state.metrics.maintenance("skipped");
-                        tracing::debug!(repo = %git_dir.display(), %err, "maintenance skipped")
-                    }
-                    Err(err) => {
-                        state.metrics.maintenance("failed");
-                        tracing::warn!(repo = %git_dir.display(), %err, "maintenance failed")
-                    }
-                }
-            }
-        })
-        .await;
     }
 }
 

@@ -23,6 +23,9 @@ pub struct State {
     pub metrics: Arc<crate::metrics::Metrics>,
     pub access_log: Option<crate::access_log::AccessLog>,
     pub pack_cache: Option<crate::pack_cache::PackCache>,
+    /// Where a push asks for its repository's maintenance (`service::maintenance`); `None`: no
+    /// maintenance after pushes.
+    pub maintenance: Option<tokio::sync::mpsc::UnboundedSender<std::path::PathBuf>>,
 }
 
 /// A transfer slot (one of `Config::max_transfers`), counted in the metrics while held.

@@ -20,7 +20,12 @@ fn packs(repo: &Path) -> Vec<String> {
 }
 
 fn test_bitmap(repo: &Path) {
-    let out = git_client(repo, &["rev-list", "--test-bitmap", "HEAD"]);
+    test_bitmap_at(repo, "HEAD")
+}
+
+/// git accepts the bitmap of the commit `rev`.
+fn test_bitmap_at(repo: &Path, rev: &str) {
+    let out = git_client(repo, &["rev-list", "--test-bitmap", rev]);
     assert!(
         out.status.success() && String::from_utf8_lossy(&out.stderr).contains("OK!"),
         "{}: {}",
@@ -399,4 +404,94 @@ fn maintenance_leaves_a_pack_git_is_writing_beside_it() {
     let report = gixd::maintenance::run(&repo).unwrap();
     assert!(gits.is_file(), "git's pack in the making is left: {report:?}");
     assert!(!ours.exists(), "a temporary file of a killed gixd run is removed");
+}
+
+/// `.pack` files of `repo`, by name.
+fn pack_files(repo: &Path) -> Vec<String> {
+    packs(repo).into_iter().filter(|n| n.ends_with(".pack")).collect()
+}
+
+/// A repository with a big bitmapped pack (what a full repack left) and then `pushes` small
+/// pushes through gixd, one pack each; returns it with its server, work tree and URL.
+fn big_pack_then_pushes(tmp: &Path, pushes: usize, auto: bool) -> (PushOnly, String) {
+    let base = tmp.join("base");
+    let repo = base.join("r.git");
+    std::fs::create_dir_all(&repo).unwrap();
+    gixd_tests::git(&repo, &["init", "-q", "--bare", "-b", "main"]);
+    let work = tmp.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    gixd_tests::git(&work, &["init", "-q", "-b", "main"]);
+    for i in 0..30 {
+        let files: Vec<(String, String)> =
+            (0..10).map(|f| (format!("d{f}/file{f}.txt"), format!("{i} {f}\n").repeat(30 + f))).collect();
+        let files: Vec<(&str, &[u8])> = files.iter().map(|(p, t)| (p.as_str(), t.as_bytes())).collect();
+        gixd_tests::commit_files(&work, &files, &format!("base {i}"));
+    }
+    git_ok(&work, &["push", "-q", repo.to_str().unwrap(), "main"]);
+    gixd::maintenance::run(&repo).unwrap();
+    let big = pack_files(&repo).pop().unwrap();
+    let server = serve_with(&base, |c| {
+        c.git_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.services.receive_pack = true;
+        c.auto_maintenance = auto;
+    });
+    let url = format!("git://{}/r.git", server.git_addr.unwrap());
+    for i in 0..pushes {
+        gixd_tests::commit_files(
+            &work,
+            &[
+                ("d1/file1.txt", format!("pushed {i}\n").repeat(40).as_bytes()),
+                ("new.txt", format!("{i}\n").as_bytes()),
+            ],
+            &format!("push {i}"),
+        );
+        git_ok(&work, &["push", "-q", &url, "main"]);
+    }
+    (PushOnly { server, base, repo, url, work }, big)
+}
+
+#[test]
+fn geometric_maintenance_rolls_the_pushed_packs_into_one_and_leaves_the_big_pack_and_its_bitmap() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (PushOnly { server: _server, repo, url, .. }, big) = big_pack_then_pushes(tmp.path(), 6, false);
+    assert_eq!(pack_files(&repo).len(), 7, "the big pack and a pack per push: {:?}", packs(&repo));
+    let before = all_objects(&repo);
+    let bitmap_before = std::fs::read(repo.join("objects/pack").join(big.replace(".pack", ".bitmap"))).unwrap();
+
+    let report = gixd::maintenance::geometric::run(&repo).unwrap().expect("the pushed packs are rolled up");
+    assert_eq!(report.packs_removed, 6, "{report:?}");
+    let after = pack_files(&repo);
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert!(after.contains(&big), "the big pack stays: {after:?}");
+    let bitmap_after = std::fs::read(repo.join("objects/pack").join(big.replace(".pack", ".bitmap"))).unwrap();
+    assert_eq!(bitmap_after, bitmap_before, "its bitmap untouched");
+    assert_eq!(all_objects(&repo), before, "nothing lost");
+    assert_fsck_clean(&repo);
+    test_bitmap_at(&repo, "main~6");
+    // In progression now: a second run has nothing to do.
+    assert!(gixd::maintenance::geometric::run(&repo).unwrap().is_none());
+    assert_eq!(gixd::maintenance::geometric::due(&repo), gixd::maintenance::geometric::Due::Nothing);
+
+    let ours = tmp.path().join("ours");
+    git_ok(tmp.path(), &["clone", "-q", "--mirror", &url, ours.to_str().unwrap()]);
+    assert_eq!(all_objects(&ours), rev_list_objects(&repo, &["--all"]));
+}
+
+#[test]
+fn pushes_are_followed_by_geometric_maintenance_by_default() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (PushOnly { server: _server, repo, url, work, .. }, big) = big_pack_then_pushes(tmp.path(), 6, true);
+    let started = std::time::Instant::now();
+    while pack_files(&repo).len() > 2 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(60), "no roll-up: {:?}", packs(&repo));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(pack_files(&repo).contains(&big), "the big pack stays");
+    assert_fsck_clean(&repo);
+    // Serving and pushing go on over the rolled-up pack.
+    gixd_tests::commit_files(&work, &[("after.txt", b"after the roll-up\n")], "after");
+    git_ok(&work, &["push", "-q", &url, "main"]);
+    let ours = tmp.path().join("ours");
+    git_ok(tmp.path(), &["clone", "-q", "--mirror", &url, ours.to_str().unwrap()]);
+    assert_eq!(all_objects(&ours), rev_list_objects(&repo, &["--all"]));
 }

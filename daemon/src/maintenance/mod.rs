@@ -5,6 +5,8 @@
 //! Nothing is lost: an old pack is deleted only when every one of its objects is in the new
 //! pack, a loose object only when it is; objects nobody references stay where they were; a
 //! loose ref is removed only after packed-refs holds its value, under its lock.
+//!
+//! `geometric`: the roll-up of small packs that runs after pushes, and what a repository is due.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,6 +15,8 @@ use gix_hash::ObjectId;
 
 use crate::bitmap::write::{pack_order, write_bitmap, write_rev};
 use crate::error::ServeError;
+
+pub mod geometric;
 
 /// What a maintenance run did.
 #[derive(Debug, Default)]
@@ -30,24 +34,17 @@ pub struct Report {
     pub refs_packed: usize,
 }
 
-/// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`.
+/// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`, with a delta search among the
+/// objects stored whole.
 pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
-    // A repository gixd cannot read is left as it is: repacked by what gixd sees of it, its refs
-    // or objects elsewhere would be lost.
-    let unsupported =
-        |reason| crate::error::RepoError::Unsupported { path: git_dir.display().to_string(), exported: true, reason };
-    match crate::repo::format::check(git_dir) {
-        Ok(format) if format.precious_objects => {
-            return Err(unsupported(crate::repo::format::Unsupported::PreciousObjects).into());
-        }
-        Ok(_) => {}
-        Err(reason) => return Err(unsupported(reason).into()),
-    }
-    let repo = gix::open_opts(
-        git_dir,
-        gix::open::Options::isolated().strict_config(false).config_overrides([crate::repo::DELTA_BASE_CACHE]),
-    )
-    .map_err(ServeError::pack)?;
+    full(git_dir, Bases::Search)
+}
+
+/// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`; `bases` says whether objects
+/// stored whole are searched for deltas (a run by hand or on the clock) or kept as they are (the
+/// automatic run after pushes: memory bounded by the entries, not by the objects' data).
+pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, ServeError> {
+    let repo = open(git_dir)?;
     let hash = repo.object_hash();
     let objects_dir = repo.objects.store_ref().path().to_owned();
     let pack_dir = objects_dir.join("pack");
@@ -66,7 +63,7 @@ pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
     //    completed bases), so versions of a file pushed apart become deltas of each other.
     let scratch = objects_dir.join(format!("gixd-maintenance-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
-    let result = write_pack(&repo, &selection, &scratch, &pack_dir, hash);
+    let result = write_pack(&repo, &selection, &scratch, &pack_dir, hash, bases);
     let _ = std::fs::remove_dir_all(&scratch);
     let (index_path, data_path, deltas_computed) = result?;
 
@@ -85,21 +82,86 @@ pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
         deltas_computed,
         ..Report::default()
     };
-    for entry in std::fs::read_dir(&pack_dir)?.flatten() {
+    remove_contained(&pack_dir, &index, &index_path, |_| true, &mut report);
+    remove_loose_contained(&objects_dir, &index, &mut report)?;
+
+    // 5. Loose refs into packed-refs (their locks noted in the scratch directory meanwhile).
+    std::fs::create_dir_all(&scratch)?;
+    let packed = pack_refs(&repo, &scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
+    report.refs_packed = packed?;
+    Ok(report)
+}
+
+/// `git_dir` opened for maintenance, if gixd can read it whole: a repository gixd cannot read is
+/// left as it is (repacked by what gixd sees of it, its refs or objects elsewhere would be lost),
+/// and so is one whose objects are precious.
+fn open(git_dir: &Path) -> Result<gix::Repository, ServeError> {
+    let unsupported =
+        |reason| crate::error::RepoError::Unsupported { path: git_dir.display().to_string(), exported: true, reason };
+    match crate::repo::format::check(git_dir) {
+        Ok(format) if format.precious_objects => {
+            return Err(unsupported(crate::repo::format::Unsupported::PreciousObjects).into());
+        }
+        Ok(_) => {}
+        Err(reason) => return Err(unsupported(reason).into()),
+    }
+    gix::open_opts(
+        git_dir,
+        gix::open::Options::isolated().strict_config(false).config_overrides([crate::repo::DELTA_BASE_CACHE]),
+    )
+    .map_err(ServeError::pack)
+}
+
+/// The loose objects of `objects_dir`, by their file names.
+fn loose_objects(objects_dir: &Path) -> Vec<ObjectId> {
+    let mut ids = Vec::new();
+    for fanout in std::fs::read_dir(objects_dir).into_iter().flatten().flatten() {
+        let name = fanout.file_name();
+        let Some(prefix) = name.to_str().filter(|n| n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit())) else {
+            continue;
+        };
+        for loose in std::fs::read_dir(fanout.path()).into_iter().flatten().flatten() {
+            let hex = format!("{prefix}{}", loose.file_name().to_string_lossy());
+            if let Ok(id) = ObjectId::from_hex(hex.as_bytes()) {
+                ids.push(id);
+            }
+        }
+    }
+    ids
+}
+
+/// Remove the packs of `pack_dir` that `chosen` picks (by index path) whose every object is in
+/// `index` (the new pack, at `index_path`): the index first, readers find packs by it.
+fn remove_contained(
+    pack_dir: &Path,
+    index: &gix_pack::index::File,
+    index_path: &Path,
+    chosen: impl Fn(&Path) -> bool,
+    report: &mut Report,
+) {
+    for entry in std::fs::read_dir(pack_dir).into_iter().flatten().flatten() {
         let path = entry.path();
-        if path.extension().is_none_or(|e| e != "idx") || path == index_path {
+        if path.extension().is_none_or(|e| e != "idx") || path == index_path || !chosen(&path) {
             continue;
         }
-        let Ok(old) = gix_pack::index::File::at(&path, hash) else { continue };
+        let Ok(old) = gix_pack::index::File::at(&path, index.object_hash()) else { continue };
         if old.iter().all(|e| index.lookup(e.oid).is_some()) {
-            // The index first: readers find packs by it.
             for ext in ["idx", "pack", "rev", "bitmap", "keep"] {
                 let _ = std::fs::remove_file(path.with_extension(ext));
             }
             report.packs_removed += 1;
         }
     }
-    for fanout in std::fs::read_dir(&objects_dir)?.flatten() {
+}
+
+/// Remove the loose objects that `index` (the new pack) holds.
+fn remove_loose_contained(
+    objects_dir: &Path,
+    index: &gix_pack::index::File,
+    report: &mut Report,
+) -> Result<(), ServeError> {
+    for fanout in std::fs::read_dir(objects_dir)?.flatten() {
         let name = fanout.file_name();
         let Some(prefix) = name.to_str().filter(|n| n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit())) else {
             continue;
@@ -115,13 +177,7 @@ pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
         }
         let _ = std::fs::remove_dir(fanout.path()); // only if empty
     }
-
-    // 5. Loose refs into packed-refs (their locks noted in the scratch directory meanwhile).
-    std::fs::create_dir_all(&scratch)?;
-    let packed = pack_refs(&repo, &scratch);
-    let _ = std::fs::remove_dir_all(&scratch);
-    report.refs_packed = packed?;
-    Ok(report)
+    Ok(())
 }
 
 /// Move every loose ref that names an object into packed-refs (with its peeled value) and
@@ -258,12 +314,25 @@ pub fn clean_after_kill(git_dir: &Path) -> usize {
     remove_leftovers(&objects_dir, &objects_dir.join("pack"))
 }
 
+/// What a repack does with objects stored whole, and with a delta whose base it does not write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bases {
+    /// Every base is written (everything goes in) and whole objects are searched for deltas.
+    Search,
+    /// Every base is written; whole objects stay whole (no search: memory bounded by the entries).
+    Keep,
+    /// Only the selection is written: a delta whose base is not in it is stored whole, and the
+    /// whole objects are searched among themselves (a roll-up of some packs).
+    StoreWhole,
+}
+
 fn write_pack(
     repo: &gix::Repository,
     selection: &crate::select::Selection,
     scratch: &Path,
     pack_dir: &Path,
     hash: gix_hash::Kind,
+    bases: Bases,
 ) -> Result<(PathBuf, PathBuf, usize), ServeError> {
     // Every object is in: a base outside the selection is never met. Stored entries are located
     // in the pack files as read now (not inflated to find their ends); one that does not read
@@ -280,9 +349,9 @@ fn write_pack(
     let options = crate::pack::Options {
         thin_pack: false,
         ofs_delta: true,
-        include_unselected_bases: true,
+        include_unselected_bases: bases != Bases::StoreWhole,
         packs: &|| packs.clone(),
-        deltify: true,
+        deltify: bases != Bases::Keep,
         progress_every: std::time::Duration::from_secs(1),
     };
     let stats = crate::pack::write(repo, selection, options, |_| true, &mut file)?;

@@ -4,8 +4,10 @@
 //! carried it wraps these entries once: a place among its repository's and its client's
 //! transfers and a transfer slot ([`admit`]), the single-flight pack cache, and the request's
 //! record — its access-log line and metrics, written once when it ends ([`Request::finish`]),
-//! in the same words on every transport ([`Outcome`]).
+//! in the same words on every transport ([`Outcome`]). [`maintenance`] runs what pushes and the
+//! clock ask for, under a transfer slot like any transfer.
 
+pub mod maintenance;
 pub mod receive;
 pub mod sink;
 pub mod upload;

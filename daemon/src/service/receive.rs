@@ -17,6 +17,7 @@ pub fn counted(state: &State, served: &Served, result: Result<Option<crate::push
         // No command: nothing was pushed (a client that only looked at the refs).
         Ok(None) => Outcome::Ok,
         Ok(Some(pushed)) => {
+            super::maintenance::asked_after_push(state, &served.git_dir);
             let label = pushed.label();
             state.metrics.push(label);
             if label == "ok" { Outcome::Ok } else { Outcome::Refused }

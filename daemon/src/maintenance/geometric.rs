@@ -1,0 +1,226 @@
+//! Geometric maintenance (git's `repack --geometric=2`): the packs pushes leave are rolled up so
+//! that, by object count, each pack holds at least twice what all smaller ones hold together; the
+//! big pack (and its bitmap) is left untouched, so a run costs what the small packs hold, not the
+//! repository. And [`due`]: what maintenance a repository needs now, read from its pack
+//! directory (counts in the `.idx` headers, no object read).
+
+use std::path::{Path, PathBuf};
+
+use gix_hash::ObjectId;
+
+use super::Report;
+use crate::error::ServeError;
+
+/// The factor of the progression (git's default, `--geometric=2`).
+pub const FACTOR: u64 = 2;
+
+/// Loose objects enough for a roll-up by themselves (git's `gc.auto` counts in thousands; a
+/// served repository seldom has any: pushes are kept as packs).
+pub const LOOSE_MIN_OBJECTS: u64 = 100;
+
+/// Below this many objects outside a bitmap, no full repack is scheduled for it: a clone walks
+/// them, which costs about what a search of them would.
+pub const FULL_MIN_OBJECTS: u64 = 10_000;
+
+/// One pack of the pack directory, as maintenance sees it.
+#[derive(Debug, Clone)]
+pub struct PackInfo {
+    pub index: PathBuf,
+    pub objects: u64,
+    pub bitmap: bool,
+    /// A `.keep` file: never rolled up or removed.
+    pub kept: bool,
+    pub mtime: std::time::SystemTime,
+}
+
+/// The packs in `pack_dir`, smallest first (git's geometry order).
+pub fn packs(pack_dir: &Path) -> Vec<PackInfo> {
+    let mut packs: Vec<PackInfo> = std::fs::read_dir(pack_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("pack-"))
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "idx") && p.with_extension("pack").is_file())
+        .filter_map(|index| {
+            let objects = index_object_count(&index)?;
+            let mtime = std::fs::metadata(index.with_extension("pack")).and_then(|m| m.modified()).ok()?;
+            Some(PackInfo {
+                bitmap: index.with_extension("bitmap").is_file(),
+                kept: index.with_extension("keep").exists(),
+                objects,
+                mtime,
+                index,
+            })
+        })
+        .collect();
+    packs.sort_by_key(|p| (p.objects, p.mtime));
+    packs
+}
+
+/// The object count of a version-2 pack index, from its fan-out table's last entry (an index
+/// that does not read so is left out: maintenance does not touch what it cannot read).
+fn index_object_count(index: &Path) -> Option<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(index).ok()?;
+    let mut header = [0u8; 8];
+    file.read_exact(&mut header).ok()?;
+    if header != [0xff, b't', b'O', b'c', 0, 0, 0, 2] {
+        return None;
+    }
+    file.seek(SeekFrom::Start(8 + 255 * 4)).ok()?;
+    let mut last = [0u8; 4];
+    file.read_exact(&mut last).ok()?;
+    Some(u64::from(u32::from_be_bytes(last)))
+}
+
+/// How many of `sizes` (ascending) git's geometric repack rolls into one pack, `extra` (loose
+/// objects) counted in: the smallest ones that break the progression by `FACTOR`, then as many
+/// larger ones as the new pack would break it with. 0 or 1 and no loose objects: nothing to do.
+pub fn split(sizes: &[u64], extra: u64) -> usize {
+    // From the top: the first pair (going down) that is not in progression marks the split.
+    let mut i = sizes.len().saturating_sub(1);
+    while i > 0 {
+        if sizes[i] < FACTOR.saturating_mul(sizes[i - 1]) {
+            break;
+        }
+        i -= 1;
+    }
+    let mut split = if i > 0 { i + 1 } else { 0 };
+    // The rolled-up pack may be too big for the packs above it: they join it.
+    let mut total: u64 = sizes[..split].iter().sum::<u64>() + extra;
+    while split < sizes.len() && sizes[split] < FACTOR.saturating_mul(total) {
+        total += sizes[split];
+        split += 1;
+    }
+    split
+}
+
+/// What a repository needs now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    Nothing,
+    /// Small packs (and loose objects) to roll up.
+    Geometric,
+    /// Objects a bitmap does not cover, enough to write one again: everything into one pack.
+    Full,
+}
+
+/// What `git_dir` needs: a full repack (with its bitmap) when at least [`FULL_MIN_OBJECTS`] objects,
+/// and as many as half of what the bitmap covers, are outside the bitmapped pack; else a geometric
+/// roll-up when there are at least two packs (or loose objects with a pack) out of progression.
+pub fn due(git_dir: &Path) -> Due {
+    let objects_dir = git_dir.join("objects");
+    let packs: Vec<PackInfo> = packs(&objects_dir.join("pack")).into_iter().filter(|p| !p.kept).collect();
+    let loose = super::loose_objects(&objects_dir).len() as u64;
+    let bitmapped: u64 = packs.iter().filter(|p| p.bitmap).map(|p| p.objects).sum();
+    let outside: u64 = packs.iter().filter(|p| !p.bitmap).map(|p| p.objects).sum::<u64>() + loose;
+    if outside >= FULL_MIN_OBJECTS && outside >= bitmapped / 2 {
+        return Due::Full;
+    }
+    let sizes: Vec<u64> = packs.iter().map(|p| p.objects).collect();
+    let rolled = split(&sizes, loose);
+    if rolled + usize::from(loose > 0) >= 2 || loose >= LOOSE_MIN_OBJECTS { Due::Geometric } else { Due::Nothing }
+}
+
+/// Roll the small packs of `git_dir` (and its loose objects) into one pack, git's
+/// `repack --geometric=2 -d`: every object of the rolled packs goes in, reachable or not (nothing
+/// is lost); stored deltas are kept where their base goes in too, and the rest searched among the
+/// rolled objects; a delta whose base stays in a pack not rolled is stored whole (a pack on disk
+/// is never thin). The rolled packs are removed once the new one is in place. `None`: nothing to
+/// roll.
+pub fn run(git_dir: &Path) -> Result<Option<Report>, ServeError> {
+    let repo = super::open(git_dir)?;
+    let hash = repo.object_hash();
+    let objects_dir = repo.objects.store_ref().path().to_owned();
+    let pack_dir = objects_dir.join("pack");
+    let _lock = super::Lock::take(&objects_dir)?;
+    let leftovers_removed = super::remove_leftovers(&objects_dir, &pack_dir);
+
+    let present: Vec<PackInfo> = packs(&pack_dir).into_iter().filter(|p| !p.kept).collect();
+    let loose = super::loose_objects(&objects_dir);
+    let sizes: Vec<u64> = present.iter().map(|p| p.objects).collect();
+    let mut rolled: Vec<&PackInfo> = present[..split(&sizes, loose.len() as u64)].iter().collect();
+    if rolled.len() + usize::from(!loose.is_empty()) < 2 && (loose.len() as u64) < LOOSE_MIN_OBJECTS {
+        return Ok(None);
+    }
+    // Newest first: a delta's base came with it or before it, and the newest history is what
+    // fetches ask for.
+    rolled.sort_by_key(|p| std::cmp::Reverse(p.mtime));
+    let mut seen: gix::hashtable::HashSet<ObjectId> = Default::default();
+    let mut objects = Vec::new();
+    for pack in &rolled {
+        let index = gix_pack::index::File::at(&pack.index, hash).map_err(ServeError::pack)?;
+        let mut entries: Vec<(u64, ObjectId)> = index.iter().map(|e| (e.pack_offset, e.oid)).collect();
+        entries.sort_unstable();
+        objects.extend(entries.into_iter().map(|(_, id)| id).filter(|id| seen.insert(*id)));
+    }
+    objects.extend(loose.iter().copied().filter(|id| seen.insert(*id)));
+    let selection = crate::select::Selection { objects, ..Default::default() };
+
+    let scratch = objects_dir.join(format!("gixd-maintenance-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let result = super::write_pack(&repo, &selection, &scratch, &pack_dir, hash, super::Bases::StoreWhole);
+    let _ = std::fs::remove_dir_all(&scratch);
+    let (index_path, data_path, deltas_computed) = result?;
+    let index = gix_pack::index::File::at(&index_path, hash).map_err(ServeError::pack)?;
+    let mut report = Report {
+        objects: selection.objects.len(),
+        pack: data_path,
+        leftovers_removed,
+        deltas_computed,
+        ..Report::default()
+    };
+    let rolled_indexes: Vec<PathBuf> = rolled.iter().map(|p| p.index.clone()).collect();
+    super::remove_contained(
+        &pack_dir,
+        &index,
+        &index_path,
+        |path| rolled_indexes.iter().any(|r| r == path),
+        &mut report,
+    );
+    super::remove_loose_contained(&objects_dir, &index, &mut report)?;
+    // Rolled into one pack with everything: it can carry the bitmap, as a full run's does.
+    if packs(&pack_dir).iter().all(|p| p.index == index_path) {
+        let refs = crate::repo::RefSnapshot::load_hiding_nothing(&repo)?;
+        let order = crate::bitmap::write::pack_order(&index);
+        crate::bitmap::write::write_rev(&index_path.with_extension("rev"), &index, &order, hash)?;
+        match crate::bitmap::write::write_bitmap(
+            &repo,
+            &index,
+            &order,
+            &refs.tips(),
+            &index_path.with_extension("bitmap"),
+            hash,
+        ) {
+            Ok(bitmaps) => report.bitmaps = bitmaps,
+            // An object reachable from a ref is not in it (written loose meanwhile): no bitmap.
+            Err(err) => tracing::info!(repo = %git_dir.display(), %err, "rolled-up pack left without a bitmap"),
+        }
+    }
+    Ok(Some(report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split;
+
+    #[test]
+    fn the_split_rolls_what_breaks_the_progression_and_what_the_new_pack_would_break() {
+        // In progression already: nothing.
+        assert_eq!(split(&[10, 25, 100], 0), 0);
+        // One pack: nothing to roll it with.
+        assert_eq!(split(&[100], 0), 0);
+        // Two pushes of 50 beside a big pack: the two roll into 100, below half of 1000.
+        assert_eq!(split(&[50, 50, 1000], 0), 2);
+        // Three pushes: 50+50 breaks, the 100 they make is not half of 120: it joins.
+        assert_eq!(split(&[50, 50, 120, 1000], 0), 3);
+        // Forty pushes of 50 beside 20 000: all forty roll, the big one stays.
+        let mut sizes = vec![50; 40];
+        sizes.push(20_000);
+        assert_eq!(split(&sizes, 0), 40);
+        // Loose objects weigh on the new pack.
+        assert_eq!(split(&[30, 100], 60), 2);
+        assert_eq!(split(&[30, 1000], 0), 0);
+    }
+}
