@@ -133,9 +133,9 @@ pub(crate) mod function {
         }
         let (delta_bases_included, thin_bases) = match (mode, delta_base) {
             (Mode::PackCopyAndBaseObjects, Some(mut decide)) => {
-                let (included, thin, looping) =
+                let (included, thin, looping, ref_bases) =
                     super::bases::include(&mut counts, &db, &mut decide, allow_thin_pack)?;
-                (included, Some((thin, looping)))
+                (included, Some((thin, looping, ref_bases)))
             }
             (_, None) => (0, None),
         };
@@ -225,14 +225,20 @@ pub(crate) mod function {
                                 .clone();
                                 let base_index_offset = pack_range.start;
                                 let counts_in_pack = &counts[pack_range];
-                                let entry = output::Entry::from_pack_entry(
+                                let kept_ref_base = thin_bases
+                                    .as_ref()
+                                    .as_ref()
+                                    .and_then(|(_, _, ref_bases)| ref_bases.get(&count.id).copied());
+                                let entry = if let Some(base_id) = kept_ref_base {
+                                    output::Entry::from_ref_delta_entry(pack_entry, count, base_id, version)
+                                } else { output::Entry::from_pack_entry(
                                     pack_entry,
                                     count,
                                     counts_in_pack,
                                     base_index_offset,
-                                    (allow_thin_pack || thin_bases.as_ref().as_ref().is_some_and(|(b, _)| !b.is_empty())).then_some({
+                                    (allow_thin_pack || thin_bases.as_ref().as_ref().is_some_and(|(b, _, _)| !b.is_empty())).then_some({
                                         |pack_id, base_offset| {
-                                            if let Some((thin_bases, looping)) = thin_bases.as_ref() {
+                                            if let Some((thin_bases, looping, _)) = thin_bases.as_ref() {
                                                 if looping.contains(&count.id) {
                                                     return Ok(None);
                                                 }
@@ -259,7 +265,7 @@ pub(crate) mod function {
                                         }
                                     }),
                                     version,
-                                );
+                                ) };
                                 match entry {
                                     Some(entry) => {
                                         stats.objects_copied_from_pack += 1;
@@ -322,16 +328,25 @@ mod bases {
     /// Thin-pack bases by `(pack_id, pack_offset)`.
     pub type ThinBases = HashMap<(u32, data::Offset), ObjectId>;
 
+    /// Stored ref-deltas kept as deltas: delta id to base id.
+    pub type RefBases = HashMap<ObjectId, ObjectId>;
+
     /// Ask `decide` about every ofs-delta base in the pack of a selected delta that is not itself
     /// selected, appending the bases it includes to `counts` (and then their bases, in turn).
-    /// Returns how many were added, the bases to refer to by id, and the deltas that must not
-    /// refer to theirs by id though another delta on the same base does (its chain leads back).
+    /// Returns how many were added, the bases to refer to by id, the deltas that must not
+    /// refer to theirs by id though another delta on the same base does (its chain leads back),
+    /// and the stored ref-deltas copied as they are, by delta id with their base's id.
+    ///
+    /// A stored ref-delta (a thin pack a push brought, completed by `index-pack --fix-thin`:
+    /// its deltas name bases appended after them) is kept where its base goes out too (selected,
+    /// or included) or the caller allows it thin, and its chain does not lead back to it; else it
+    /// is re-deflated, as before.
     pub fn include(
         counts: &mut Vec<output::Count>,
         db: &impl crate::Find,
         decide: &mut impl FnMut(&gix_hash::oid) -> DeltaBase,
         allow_thin_pack: bool,
-    ) -> Result<(usize, ThinBases, HashSet<ObjectId>)> {
+    ) -> Result<(usize, ThinBases, HashSet<ObjectId>, RefBases)> {
         let mut present: HashSet<(u32, data::Offset)> = counts
             .iter()
             .filter_map(|c| c.entry_pack_location.as_ref())
@@ -345,6 +360,7 @@ mod bases {
         let mut decided: HashSet<(u32, data::Offset)> = HashSet::new();
         let mut thin = ThinBases::new();
         let mut looping = HashSet::new();
+        let mut ref_bases = RefBases::new();
         let mut offsets_by_pack: HashMap<u32, Vec<(data::Offset, ObjectId)>> = HashMap::new();
         let mut buf = Vec::new();
         let mut included = 0;
@@ -364,8 +380,41 @@ mod bases {
             let Ok(entry) = data::Entry::from_bytes(&entry.data, location.pack_offset, count.id.kind()) else {
                 continue; // a corrupt entry is reported when it is copied
             };
-            let data::entry::Header::OfsDelta { base_distance } = entry.header else {
-                continue;
+            let base_distance = match entry.header {
+                data::entry::Header::OfsDelta { base_distance } => base_distance,
+                data::entry::Header::RefDelta { base_id } => {
+                    if selected_ids.contains(&base_id) {
+                        if !leads_to(count_id, base_id, &selected_at, &present, &thin, &ref_bases, db, &mut offsets_by_pack)? {
+                            ref_bases.insert(count_id, base_id);
+                        }
+                        continue;
+                    }
+                    match decide(&base_id) {
+                        DeltaBase::Include => {
+                            let Some(location) = db.location_by_oid(&base_id, &mut buf)? else {
+                                continue;
+                            };
+                            let key = (location.pack_id, location.pack_offset);
+                            selected_at.insert(base_id, location.clone());
+                            present.insert(key);
+                            if leads_to(count_id, base_id, &selected_at, &present, &thin, &ref_bases, db, &mut offsets_by_pack)? {
+                                selected_at.remove(&base_id);
+                                present.remove(&key);
+                                continue;
+                            }
+                            counts.push(output::Count::from_data(base_id, Some(location)));
+                            selected_ids.insert(base_id);
+                            included += 1;
+                            ref_bases.insert(count_id, base_id);
+                        }
+                        DeltaBase::Thin if allow_thin_pack => {
+                            ref_bases.insert(count_id, base_id);
+                        }
+                        DeltaBase::Thin | DeltaBase::Recompress => {}
+                    }
+                    continue;
+                }
+                _ => continue,
             };
             let Some(base_offset) = data::entry::Header::verified_base_pack_offset(location.pack_offset, base_distance)
             else {
@@ -382,7 +431,7 @@ mod bases {
                 // while a third object is a delta of one of them).
                 if let Some(&base_id) = thin.get(&key)
                     && selected_ids.contains(&base_id)
-                    && leads_to(count_id, base_id, &selected_at, &present, &thin, db, &mut offsets_by_pack)?
+                    && leads_to(count_id, base_id, &selected_at, &present, &thin, &ref_bases, db, &mut offsets_by_pack)?
                 {
                     looping.insert(count_id);
                 }
@@ -408,7 +457,7 @@ mod bases {
                 // ref-delta within the pack, instead of being re-deflated — unless the base's own
                 // chain, as this pack holds it, leads back to this object (two packs may hold a
                 // pair as deltas of each other): then it is re-deflated, as before.
-                if !leads_to(count_id, base_id, &selected_at, &present, &thin, db, &mut offsets_by_pack)? {
+                if !leads_to(count_id, base_id, &selected_at, &present, &thin, &ref_bases, db, &mut offsets_by_pack)? {
                     thin.insert(key, base_id);
                 }
                 continue;
@@ -429,7 +478,7 @@ mod bases {
                     let location = data::entry::Location { pack_id, entry_size, pack_offset: base_offset };
                     selected_at.insert(base_id, location);
                     present.insert(key);
-                    if leads_to(count_id, base_id, &selected_at, &present, &thin, db, &mut offsets_by_pack)? {
+                    if leads_to(count_id, base_id, &selected_at, &present, &thin, &ref_bases, db, &mut offsets_by_pack)? {
                         selected_at.remove(&base_id);
                         present.remove(&key);
                         continue;
@@ -451,7 +500,7 @@ mod bases {
                 DeltaBase::Thin | DeltaBase::Recompress => {}
             }
         }
-        Ok((included, thin, looping))
+        Ok((included, thin, looping, ref_bases))
     }
 
     /// Whether `base`'s delta chain, as the pack being made holds it, reaches `target`: each
@@ -464,6 +513,7 @@ mod bases {
         selected_at: &HashMap<ObjectId, data::entry::Location>,
         present: &HashSet<(u32, data::Offset)>,
         thin: &ThinBases,
+        ref_bases: &RefBases,
         db: &impl crate::Find,
         offsets_by_pack: &mut HashMap<u32, Vec<(data::Offset, ObjectId)>>,
     ) -> Result<bool> {
@@ -480,7 +530,11 @@ mod bases {
                 return Ok(false);
             };
             next = match entry.header {
-                data::entry::Header::RefDelta { base_id } => base_id,
+                // Kept as a delta only where decided so; re-deflated, the chain ends here.
+                data::entry::Header::RefDelta { base_id } => match ref_bases.get(&next) {
+                    Some(_) => base_id,
+                    None => return Ok(false),
+                },
                 data::entry::Header::OfsDelta { base_distance } => {
                     let Some(base_offset) =
                         data::entry::Header::verified_base_pack_offset(location.pack_offset, base_distance)

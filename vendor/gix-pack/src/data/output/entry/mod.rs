@@ -52,6 +52,35 @@ impl output::Entry {
         self.id.is_null()
     }
 
+    /// Copy a stored ref-delta as it is: an entry naming `base_id` by id, for a caller that knows the
+    /// base goes out in the same pack or is one the receiver has. `None` if `entry` is not a
+    /// ref-delta of the `target_version`.
+    pub fn from_ref_delta_entry(
+        mut entry: find::Entry,
+        count: &output::Count,
+        base_id: ObjectId,
+        target_version: data::Version,
+    ) -> Option<Result<Self>> {
+        if entry.version != target_version {
+            return None;
+        }
+        let pack_entry = match data::Entry::from_bytes(&entry.data, 0, count.id.kind()) {
+            Ok(e) => e,
+            Err(err) => return Some(Err(err)),
+        };
+        if !matches!(pack_entry.header, data::entry::Header::RefDelta { base_id: stored } if stored == base_id) {
+            return None;
+        }
+        entry.data.copy_within(pack_entry.data_offset as usize.., 0);
+        entry.data.truncate(entry.data.len() - pack_entry.data_offset as usize);
+        Some(Ok(output::Entry {
+            id: count.id.to_owned(),
+            kind: output::entry::Kind::DeltaOid { id: base_id },
+            decompressed_size: pack_entry.decompressed_size as usize,
+            compressed_data: entry.data,
+        }))
+    }
+
     /// Create an Entry from a previously counted object which is located in a pack. It's `entry` is provided here.
     /// The `target_version` specifies what kind of target `Entry` version the caller desires. Both supported versions use
     /// the same entry encoding.
