@@ -71,14 +71,16 @@ impl Packs {
         Ok(Packs { files })
     }
 
-    /// Where `id`'s entry is and how long it is: the first copy stored as a delta, else the first
-    /// copy. After pushes an object is often in two packs: as the delta it came as, and whole in
+    /// Where `id`'s entry is and how long it is: the smallest copy stored as a delta (pushes store
+    /// an object against whatever base the pusher had; the smallest delta is most often against
+    /// the closest version), else the first copy. After pushes an object is often in two packs: as the delta it came as, and whole in
     /// a later pack (a thin push's base, appended to complete it). The whole copy would go out
     /// whole where the delta goes out as it is (its base sent too, or the client's), as git's
     /// pack-objects prefers a stored delta; gix-pack names a base chosen from another pack by id,
     /// and re-deflates a delta whose base's chain would lead back to it (patches/gix-pack/0001).
     pub fn locate(&self, id: &gix_hash::oid) -> Option<Location> {
         let mut first = None;
+        let mut smallest_delta: Option<Location> = None;
         for (pack_id, file) in self.files.iter().enumerate() {
             let Some(i) = file.index.lookup(id) else { continue };
             let location = Location {
@@ -87,11 +89,14 @@ impl Packs {
                 entry_size: usize::try_from(file.sizes[i as usize]).ok()?,
             };
             if file.data.entry(location.pack_offset).is_ok_and(|entry| entry.header.is_delta()) {
-                return Some(location);
+                if smallest_delta.as_ref().is_none_or(|s| location.entry_size < s.entry_size) {
+                    smallest_delta = Some(location);
+                }
+                continue;
             }
             first.get_or_insert(location);
         }
-        first
+        smallest_delta.or(first)
     }
 }
 

@@ -67,19 +67,144 @@ pub(super) fn write_through_gix_pack<W: Write>(
     decide: impl FnMut(&gix_hash::oid) -> DeltaBase,
     packs: Option<std::sync::Arc<crate::packs::Packs>>,
     answer: &mut Hashed<'_, W>,
+    earlier: Earlier<'_>,
     mut count: impl FnMut(&output::Entry),
 ) -> Result<(), ServeError> {
     let (_, chunks) = gix_entries(repo, ids, true, gix::zlib::Compression::DEFAULT, packs, decide)?;
-    let mut written = EntryOffsets::default();
+    let mut out =
+        BaseFirst { earlier, at_by_id: Default::default(), at: Vec::new(), ids: Vec::new(), head: Vec::new() };
+    // Entries are held (up to a budget) so that a delta goes after its base: gix-pack gives them
+    // in stored order, and a thin pack completed by `index-pack --fix-thin` stores its bases after
+    // the deltas naming them, which would have to name them by id.
+    let mut held: Vec<output::Entry> = Vec::new();
+    let mut held_bytes = 0usize;
+    let mut streaming = false;
     for chunk in chunks {
         let (_, entries) = chunk.map_err(ServeError::pack)?;
         for entry in entries {
             if entry.is_invalid() {
                 return Err(ServeError::MissingObject(entry.id));
             }
-            written.emit(&entry, answer)?;
-            count(&entry);
+            out.at.push(u64::MAX);
+            out.ids.push(entry.id);
+            if streaming {
+                out.write(out.at.len() - 1, &entry, answer)?;
+                count(&entry);
+                continue;
+            }
+            held_bytes += entry.compressed_data.len();
+            held.push(entry);
+            if held_bytes > BASE_FIRST_BUDGET {
+                out.write_base_first(out.at.len() - held.len(), &held, answer, &mut count)?;
+                held.clear();
+                streaming = true;
+            }
         }
     }
-    Ok(())
+    out.write_base_first(out.at.len() - held.len(), &held, answer, &mut count)
+}
+
+/// Compressed bytes of entries held to put bases before their deltas; past it, the rest go out
+/// as they come (a delta before its base names it by id).
+const BASE_FIRST_BUDGET: usize = 64 << 20;
+
+/// Where each entry written went, by id and by its index in gix-pack's order, for deltas
+/// written after their base: an ofs-delta where the client takes them (an id's 20 or 32 bytes
+/// become a distance's one to three), else the base's id.
+struct BaseFirst<'a> {
+    earlier: Earlier<'a>,
+    at_by_id: gix::hashtable::HashMap<ObjectId, u64>,
+    /// By index in gix-pack's order: where it went (`u64::MAX`: not yet), and its id.
+    at: Vec<u64>,
+    ids: Vec<ObjectId>,
+    head: Vec<u8>,
+}
+
+impl BaseFirst<'_> {
+    /// Write `entry`, the `index`-th of gix-pack's order.
+    fn write<W: Write>(
+        &mut self,
+        index: usize,
+        entry: &output::Entry,
+        answer: &mut Hashed<'_, W>,
+    ) -> Result<(), ServeError> {
+        use gix_pack::data::entry::Header;
+        let here = answer.written;
+        let ofs_or_ref = |base_at: Option<u64>, base_id: ObjectId| match base_at.filter(|_| self.earlier.ofs_delta) {
+            Some(at) => Header::OfsDelta { base_distance: here - at },
+            None => Header::RefDelta { base_id },
+        };
+        let header = match entry.kind {
+            output::entry::Kind::Base(_) => entry.to_entry_header(gix_pack::data::Version::V2, |_| 0),
+            output::entry::Kind::DeltaOid { id } => {
+                let at = self.at_by_id.get(&id).copied().or_else(|| self.earlier.before.and_then(|b| b(&id)));
+                ofs_or_ref(at, id)
+            }
+            output::entry::Kind::DeltaRef { object_index } => {
+                let at = self.at.get(object_index).copied().filter(|at| *at != u64::MAX);
+                let at = at.ok_or_else(|| ServeError::corrupt_pack("a delta's base was never written"))?;
+                ofs_or_ref(Some(at), self.ids[object_index])
+            }
+        };
+        self.head.clear();
+        header.write_to(entry.decompressed_size as u64, &mut self.head)?;
+        answer.emit(&self.head)?;
+        answer.emit(&entry.compressed_data)?;
+        self.at_by_id.insert(entry.id, here);
+        self.at[index] = here;
+        Ok(())
+    }
+
+    /// Write `entries` (gix-pack's from index `start` on), each delta whose base is among them
+    /// after that base.
+    fn write_base_first<W: Write>(
+        &mut self,
+        start: usize,
+        entries: &[output::Entry],
+        answer: &mut Hashed<'_, W>,
+        count: &mut impl FnMut(&output::Entry),
+    ) -> Result<(), ServeError> {
+        let by_id: gix::hashtable::HashMap<ObjectId, usize> =
+            entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
+        let base_of = |e: &output::Entry| match e.kind {
+            output::entry::Kind::DeltaOid { id } => by_id.get(&id).copied(),
+            output::entry::Kind::DeltaRef { object_index } => object_index.checked_sub(start),
+            output::entry::Kind::Base(_) => None,
+        };
+        let mut waiting: std::collections::HashMap<usize, Vec<usize>> = std::collections::HashMap::new();
+        let mut done = vec![false; entries.len()];
+        for first in 0..entries.len() {
+            if let Some(base) = base_of(&entries[first])
+                && base < entries.len()
+                && !done[base]
+            {
+                waiting.entry(base).or_default().push(first);
+                continue;
+            }
+            let mut ready = vec![first];
+            while let Some(i) = ready.pop() {
+                self.write(start + i, &entries[i], answer)?;
+                count(&entries[i]);
+                done[i] = true;
+                if let Some(mut next) = waiting.remove(&i) {
+                    next.reverse();
+                    ready.extend(next);
+                }
+            }
+        }
+        if !waiting.is_empty() {
+            return Err(ServeError::corrupt_pack("a delta's base was never written"));
+        }
+        Ok(())
+    }
+}
+
+/// Where objects written before a gix-pack stream went in the same answer (`before`: by id), and
+/// whether the client takes ofs-deltas: a delta naming such an object by id is then an ofs-delta.
+/// Where an object went in the answer, if it did.
+pub(super) type OffsetOf<'a> = dyn Fn(&gix_hash::oid) -> Option<u64> + 'a;
+
+pub(super) struct Earlier<'a> {
+    pub(super) ofs_delta: bool,
+    pub(super) before: Option<&'a OffsetOf<'a>>,
 }

@@ -25,7 +25,7 @@ mod trailer;
 
 use deltas::DeltaSearch;
 pub(crate) use entries::gix_entries;
-use entries::write_through_gix_pack;
+use entries::{Earlier, write_through_gix_pack};
 use progress::Phase;
 pub(crate) use progress::Throttle;
 use reuse::{EntryOffsets, write_reused, write_verbatim};

@@ -58,7 +58,10 @@ pub(super) fn write_verbatim<W: Write>(
         // locations, taken while a repack swaps packs under its snapshot, can pair an index
         // with another pack (seen: a clone sent an entry that did not inflate, and gix-odb's
         // own "index must always be present" panic, with git gc running beside gixd).
-        write_through_gix_pack(repo, extra.iter().copied(), decide, (options.packs)(), &mut answer, |_| {
+        // The pack went out from its first byte: an entry's offset in it is its offset here.
+        let before = |id: &gix_hash::oid| bitmap.pos(id).map(|pos| bitmap.entry_at(pos).0);
+        let earlier = Earlier { ofs_delta: options.ofs_delta, before: Some(&before) };
+        write_through_gix_pack(repo, extra.iter().copied(), decide, (options.packs)(), &mut answer, earlier, |_| {
             stats.entries += 1
         })?;
     }
@@ -284,12 +287,15 @@ pub(super) fn write_reused<W: Write>(
             |id: &gix_hash::oid| bitmap.pos(id).is_some_and(|p| sent.get(p)) || extra_set.contains(&id.to_owned());
         let decide =
             |id: &gix_hash::oid| if in_answer(id) || usable_thin(id) { DeltaBase::Thin } else { DeltaBase::Recompress };
+        let before = |id: &gix_hash::oid| bitmap.pos(id).filter(|p| reused.get(*p)).map(|p| new_offset[p]);
+        let earlier = Earlier { ofs_delta: options.ofs_delta, before: Some(&before) };
         write_through_gix_pack(
             repo,
             later.iter().chain(extra).copied(),
             decide,
             (options.packs)(),
             &mut answer,
+            earlier,
             |entry| {
                 stats.entries += 1;
                 match entry.kind {
