@@ -614,6 +614,9 @@ fn bitmap_files_state(served: &crate::repo::Served) -> (u64, Vec<std::path::Path
         .map(|d| {
             d.flatten()
                 .map(|e| e.path())
+                // A pack's own bitmap: a multi-pack-index's (`multi-pack-index-<hash>.bitmap`,
+                // positions in the MIDX's order across packs) is not read yet.
+                .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("pack-")))
                 .filter(|p| p.extension().is_some_and(|e| e == "bitmap") && !crate::packs::is_temporary(p))
                 .collect::<Vec<_>>()
         })

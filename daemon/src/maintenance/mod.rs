@@ -106,11 +106,7 @@ fn open(git_dir: &Path) -> Result<gix::Repository, ServeError> {
         Ok(_) => {}
         Err(reason) => return Err(unsupported(reason).into()),
     }
-    gix::open_opts(
-        git_dir,
-        gix::open::Options::isolated().strict_config(false).config_overrides([crate::repo::DELTA_BASE_CACHE]),
-    )
-    .map_err(ServeError::pack)
+    gix::open_opts(git_dir, crate::repo::open_options(&crate::repo::midx::check(git_dir))).map_err(ServeError::pack)
 }
 
 /// The loose objects of `objects_dir`, by their file names.

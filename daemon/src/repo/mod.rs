@@ -14,6 +14,7 @@ pub mod create;
 pub mod format;
 pub mod listing;
 mod loose;
+pub mod midx;
 mod paths;
 mod refs;
 
@@ -22,6 +23,15 @@ pub use loose::loose_refs_state;
 use paths::{git_dir_of, home_of, is_git_dir};
 pub use paths::{percent_decode, relative_repo_path};
 pub use refs::{AdvertisedRef, HeadState, RefSnapshot, WantPolicy, is_hidden, upload_ref_state};
+
+/// How gixd opens a repository: isolated from the user's and system's config, git's delta-base
+/// cache, and without a multi-pack-index that would hide objects ([`midx`]).
+pub fn open_options(midx: &midx::Midx) -> gix::open::Options {
+    // The delta cache as git's (96 MiB by bytes, every base a chain reconstructs kept): gix's
+    // default, a list of 64 objects, would be flushed by one long chain.
+    let overrides = std::iter::once(DELTA_BASE_CACHE).chain(midx.override_needed());
+    gix::open::Options::isolated().strict_config(false).config_overrides(overrides)
+}
 
 /// The file that marks a repository as exported (git daemon's rule).
 pub const EXPORT_OK: &str = "git-daemon-export-ok";
@@ -62,7 +72,9 @@ pub struct Repos {
 }
 
 /// A repository as opened (or found unreadable) when its config file had this modification time.
-type OpenRepository = (Option<std::time::SystemTime>, Result<gix::ThreadSafeRepository, format::Unsupported>);
+/// And the multi-pack-index it was opened with or without ([`midx`]).
+type OpenRepository =
+    (Option<std::time::SystemTime>, midx::Midx, Result<gix::ThreadSafeRepository, format::Unsupported>);
 
 /// A per-repository value and the state it was computed from.
 type Computed = (u64, Arc<dyn Any + Send + Sync>);
@@ -177,22 +189,27 @@ impl Repos {
         name: &str,
     ) -> Result<Result<gix::ThreadSafeRepository, format::Unsupported>, RepoError> {
         let config_time = std::fs::metadata(git_dir.join("config")).and_then(|m| m.modified()).ok();
-        if let Some((time, repo)) = self.open.lock().expect("not poisoned").get(git_dir)
+        if let Some((time, midx, repo)) = self.open.lock().expect("not poisoned").get(git_dir)
             && *time == config_time
+            && midx.still(git_dir)
         {
             return Ok(repo.clone());
         }
+        let midx = midx::check(git_dir);
         if let Err(reason) = format::check(git_dir) {
             tracing::warn!(repo = %name, %reason, "repository not served: gixd cannot read it");
-            self.open.lock().expect("not poisoned").insert(git_dir.to_owned(), (config_time, Err(reason.clone())));
+            self.open
+                .lock()
+                .expect("not poisoned")
+                .insert(git_dir.to_owned(), (config_time, midx, Err(reason.clone())));
             return Ok(Err(reason));
         }
-        // The delta cache as git's (96 MiB by bytes, every base a chain reconstructs kept): gix's
-        // default, a list of 64 objects, would be flushed by one long chain.
-        let options = gix::open::Options::isolated().strict_config(false).config_overrides([DELTA_BASE_CACHE]);
-        let repo = gix::ThreadSafeRepository::open_opts(git_dir, options)
+        if let Some(reason) = &midx.unusable {
+            tracing::warn!(repo = %name, %reason, "multi-pack-index not used: each pack's own index serves");
+        }
+        let repo = gix::ThreadSafeRepository::open_opts(git_dir, open_options(&midx))
             .map_err(|e| RepoError::Open { path: name.to_owned(), source: Box::new(e) })?;
-        self.open.lock().expect("not poisoned").insert(git_dir.to_owned(), (config_time, Ok(repo.clone())));
+        self.open.lock().expect("not poisoned").insert(git_dir.to_owned(), (config_time, midx, Ok(repo.clone())));
         Ok(Ok(repo))
     }
 
