@@ -68,6 +68,16 @@ pub const REPOS: &[Spec] = &[
         about: "a real repository's shape: 300 commits over 12 files with merged branches, 120 annotated and 100 lightweight tags on old commits, 30 hidden refs/pull/*/head with objects of their own, a bitmap covering only the older tips (commits and a branch pushed after the repack)",
         build: real_shapes,
     },
+    Spec {
+        name: "pushed-packs",
+        about: "a server between repacks: 120 commits with a bitmap, then 8 pushes of 10 commits, each kept as the thin pack it came as, completed with its bases stored whole",
+        build: pushed_packs,
+    },
+    Spec {
+        name: "midx",
+        about: "pushed-packs with a multi-pack-index and its bitmap over every pack (git multi-pack-index write --bitmap)",
+        build: midx,
+    },
 ];
 
 /// Where the corpus of this generator lives.
@@ -776,4 +786,50 @@ fn real_shapes(b: &Builder) {
     );
     s.annotated_tag("v1.0", fresh, "after the repack\n");
     b.import(&s);
+}
+
+/// A server's repository between repacks: main's first 120 commits fetched and repacked with a
+/// bitmap, then 8 pushes of 10 commits each by stock git (thin packs, kept as packs by
+/// receive-pack and completed with their bases, as `index-pack --fix-thin` does).
+fn pushed_packs(b: &Builder) {
+    let src = Builder { repo: b.repo.with_extension("src"), hash: b.hash };
+    let _ = std::fs::remove_dir_all(&src.repo);
+    std::fs::create_dir_all(&src.repo).unwrap();
+    src.git(&["init", "-q", "--bare", &format!("--object-format={}", b.hash.name())]);
+    let mut rng = Lcg(37);
+    let mut files: Vec<TextFile> = (0..12).map(|_| TextFile::new(&mut rng, 80)).collect();
+    let name = |i: usize| format!("src/part{i:02}.txt");
+    let mut s = Stream::new();
+    let all: Vec<(String, Vec<u8>)> = files.iter().enumerate().map(|(i, f)| (name(i), f.bytes())).collect();
+    let first: Vec<(&str, File<'_>)> = all.iter().map(|(n, d)| (n.as_str(), File::Data(d))).collect();
+    let mut tip = s.commit("main", &[], &first, "start\n");
+    for i in 1..200 {
+        let edited: Vec<usize> = (0..1 + rng.below(2)).map(|_| rng.below(files.len())).collect();
+        let mut changed = Vec::new();
+        for f in edited {
+            files[f].edit(&mut rng);
+            changed.push((name(f), files[f].bytes()));
+        }
+        let changes: Vec<(&str, File<'_>)> = changed.iter().map(|(n, d)| (n.as_str(), File::Data(d))).collect();
+        tip = s.commit("main", &[tip], &changes, &format!("change {i}\n"));
+    }
+    src.import(&s);
+    let commit = |back: usize| src.git(&["rev-parse", &format!("main~{back}")]);
+    let single = ["-c", "pack.threads=1"];
+    b.git(&["fetch", "-q", src.repo.to_str().unwrap(), &format!("{}:refs/heads/main", commit(80))]);
+    // -f: deltas computed here on one thread, not the fetch's (threaded, so not reproducible).
+    b.git(&[&single[..], &["repack", "-adfbq", "--window=10", "--depth=50"]].concat());
+    b.git(&["config", "receive.unpackLimit", "1"]);
+    for push in 1..=8 {
+        let target = format!("{}:refs/heads/main", commit(80 - push * 10));
+        src.git(&[&single[..], &["push", "-q", "--thin", b.repo.to_str().unwrap(), &target]].concat());
+    }
+    b.git(&["config", "--unset", "receive.unpackLimit"]);
+    let _ = std::fs::remove_dir_all(&src.repo);
+}
+
+/// [`pushed_packs`] with a multi-pack-index over every pack and its bitmap.
+fn midx(b: &Builder) {
+    pushed_packs(b);
+    b.git(&["-c", "pack.threads=1", "multi-pack-index", "write", "--bitmap"]);
 }

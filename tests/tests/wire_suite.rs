@@ -288,6 +288,8 @@ fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String 
     let recorder = Arc::new(Recorder::default());
     let tap = recorder.clone();
     let base = corpus::dir();
+    // Served before its repositories are built: the directory must be there (a fresh checkout).
+    std::fs::create_dir_all(&base).unwrap();
     let server = serve_tapped(&base, Some(tap), |_| {});
     // Bitmapped copies (git repack -adb, with a .rev), served from a directory of their own.
     let bitmapped_base = base.join("bitmapped");
@@ -538,6 +540,8 @@ corpus_cases! {
     wire_delta_bases => "delta-bases",
     wire_bitmap => "bitmap",
     wire_real_shapes => "real-shapes",
+    wire_pushed_packs => "pushed-packs",
+    wire_midx => "midx",
 }
 
 #[test]
