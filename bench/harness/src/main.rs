@@ -10,6 +10,7 @@
 //! `cargo run -p bench --release -- bakeoff [--quick] [--rounds N] [--repo PATH]… [--label NAME] [--identical N [--split-cpus | --placements shared,split]]`
 //! `cargo run -p bench --release -- render`
 
+mod life;
 mod render;
 
 use anyhow::{Context, Result, bail};

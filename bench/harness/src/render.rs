@@ -75,6 +75,9 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
         reports.extend(render_label(&rows, label.as_deref())?);
     }
     reports.extend(identical_history(&rows));
+    if let Some(text) = crate::life::report(root)? {
+        reports.push((crate::life::REPORT.to_owned(), text));
+    }
     for (path, text) in reports {
         let path = root.join(path);
         if !check {
