@@ -495,3 +495,34 @@ fn pushes_are_followed_by_geometric_maintenance_by_default() {
     git_ok(tmp.path(), &["clone", "-q", "--mirror", &url, ours.to_str().unwrap()]);
     assert_eq!(all_objects(&ours), rev_list_objects(&repo, &["--all"]));
 }
+
+#[test]
+fn a_repository_of_one_pushed_pack_gets_its_bitmap_without_a_repack() {
+    let tmp = tempfile::tempdir().unwrap();
+    let PushOnly { server: _server, repo, url, work, .. } = push_only(tmp.path());
+    for i in 0..20 {
+        gixd_tests::commit_files(&work, &[(&format!("f{}.txt", i % 5), format!("{i}\n").repeat(50).as_bytes())], "c");
+    }
+    // A branch pushed with it and then deleted (a deletion brings no pack): the pack also holds
+    // an object nothing reaches, which a repack would leave behind in the old pack.
+    git_ok(&work, &["checkout", "-q", "-b", "tmp"]);
+    gixd_tests::commit_files(&work, &[("orphan.txt", b"nobody points here\n")], "orphan");
+    git_ok(&work, &["checkout", "-q", "main"]);
+    git_ok(&work, &["push", "-q", &url, "main", "tmp"]);
+    git_ok(&work, &["push", "-q", &url, ":tmp"]);
+    use std::os::unix::fs::MetadataExt;
+    let before = pack_files(&repo);
+    assert_eq!(before.len(), 1, "the whole history in one pushed pack: {:?}", packs(&repo));
+    let inode = |name: &str| std::fs::metadata(repo.join("objects/pack").join(name)).unwrap().ino();
+    let inode_before = inode(&before[0]);
+    let report = gixd::maintenance::full(&repo, gixd::maintenance::Bases::Keep).unwrap();
+    assert!(report.bitmaps > 0, "{report:?}");
+    // A repack that kept every stored entry can write the same bytes under the same name: the
+    // file itself must be the one the push wrote.
+    assert_eq!(pack_files(&repo), before, "one pack, the one pushed: not repacked beside it");
+    assert_eq!(inode(&before[0]), inode_before, "the pack is the one pushed, not rewritten");
+    test_bitmap(&repo);
+    // Clean but for the orphan, which is dangling on purpose.
+    let fsck = git_client(&repo, &["fsck", "--full", "--strict", "--no-dangling"]);
+    assert!(fsck.status.success() && fsck.stdout.is_empty(), "{}", String::from_utf8_lossy(&fsck.stdout));
+}

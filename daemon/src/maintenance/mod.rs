@@ -56,6 +56,14 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, ServeError> {
     //    not a client's view of it), in walk order with each path's name hash.
     let refs = crate::repo::RefSnapshot::load_hiding_nothing(&repo)?;
     let tips = refs.tips();
+    // After pushes, a repository of one pack with no bitmap (a whole history pushed at once)
+    // needs no repack for its bitmap: the pack gets one as it is.
+    if bases == Bases::Keep
+        && let Some(mut report) = bitmap_in_place(&repo, &objects_dir, &tips)?
+    {
+        report.leftovers_removed = leftovers_removed;
+        return Ok(report);
+    }
     let selection = crate::select::everything_reachable(&repo, &tips)?;
 
     // 2. A pack of them, indexed into place: stored deltas kept (their bases are in it too),
@@ -91,6 +99,41 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, ServeError> {
     let _ = std::fs::remove_dir_all(&scratch);
     report.refs_packed = packed?;
     Ok(report)
+}
+
+/// When `objects_dir` holds one pack (not kept), without a bitmap, and no loose object: its `.rev`
+/// and `.bitmap` written beside it, if every object reachable from `tips` is in it (else `None`,
+/// and a repack follows). Costs a walk of the history, not a rewrite of the pack.
+fn bitmap_in_place(
+    repo: &gix::Repository,
+    objects_dir: &Path,
+    tips: &[ObjectId],
+) -> Result<Option<Report>, ServeError> {
+    let packs = geometric::packs(&objects_dir.join("pack"));
+    let [pack] = packs.as_slice() else { return Ok(None) };
+    if pack.bitmap || pack.kept || !loose_objects(objects_dir).is_empty() {
+        return Ok(None);
+    }
+    let hash = repo.object_hash();
+    let index = gix_pack::index::File::at(&pack.index, hash).map_err(ServeError::pack)?;
+    let order = pack_order(&index);
+    let bitmap_path = pack.index.with_extension("bitmap");
+    // The reverse index first: the bitmap's presence is what readers go by.
+    write_rev(&pack.index.with_extension("rev"), &index, &order, hash)?;
+    match write_bitmap(repo, &index, &order, tips, &bitmap_path, hash) {
+        Ok(bitmaps) => Ok(Some(Report {
+            objects: index.num_objects() as usize,
+            pack: pack.index.with_extension("pack"),
+            bitmaps,
+            ..Report::default()
+        })),
+        // Something reachable is not in it: the repack puts it in.
+        Err(ServeError::MissingObject(_)) => {
+            let _ = std::fs::remove_file(&bitmap_path);
+            Ok(None)
+        }
+        Err(err) => Err(err),
+    }
 }
 
 /// `git_dir` opened for maintenance, if gixd can read it whole: a repository gixd cannot read is
