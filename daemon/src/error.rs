@@ -123,6 +123,14 @@ impl ServeError {
     }
 }
 
+/// The first `chars` characters of something a client sent, for an error that quotes it: an
+/// error value never holds client input unbounded. The message it ends in is bounded and
+/// escaped once more where it is sent ([`for_client`]). Every quotation of client input goes
+/// through here.
+pub fn quoted(input: &str, chars: usize) -> String {
+    input.chars().take(chars).collect()
+}
+
 /// A message as a client may be shown it: at most `max` bytes (cut at a character boundary,
 /// marked with `…`), control characters (a NUL, an escape) written as `\xNN` — error texts quote
 /// what the client sent, and must not carry it back unbounded or raw. Newlines stay.

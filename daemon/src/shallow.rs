@@ -53,7 +53,7 @@ impl Deepen {
 pub fn parse_depth(value: &str) -> Result<u32, ProtocolError> {
     match value.parse::<i64>() {
         Ok(n) if n > 0 && n <= i64::from(INFINITE_DEPTH) => Ok(n as u32),
-        _ => Err(ProtocolError::Shallow(format!("invalid deepen: {}", value.chars().take(40).collect::<String>()))),
+        _ => Err(ProtocolError::Shallow(format!("invalid deepen: {}", crate::error::quoted(value, 40)))),
     }
 }
 
@@ -61,9 +61,7 @@ pub fn parse_depth(value: &str) -> Result<u32, ProtocolError> {
 pub fn parse_since(value: &str) -> Result<i64, ProtocolError> {
     match value.parse::<i64>() {
         Ok(n) if n != -1 => Ok(n),
-        _ => {
-            Err(ProtocolError::Shallow(format!("invalid deepen-since: {}", value.chars().take(40).collect::<String>())))
-        }
+        _ => Err(ProtocolError::Shallow(format!("invalid deepen-since: {}", crate::error::quoted(value, 40)))),
     }
 }
 
@@ -255,13 +253,8 @@ fn by_rev_list(
 pub fn resolve_deepen_not(refs: &crate::repo::RefSnapshot, name: &str) -> Result<ObjectId, ProtocolError> {
     match refs.dwim(name).as_slice() {
         [(_, id)] => Ok(*id),
-        [] => Err(ProtocolError::Shallow(format!(
-            "deepen-not is not a ref: {}",
-            name.chars().take(100).collect::<String>()
-        ))),
-        _ => {
-            Err(ProtocolError::Shallow(format!("ambiguous deepen-not: {}", name.chars().take(100).collect::<String>())))
-        }
+        [] => Err(ProtocolError::Shallow(format!("deepen-not is not a ref: {}", crate::error::quoted(name, 100)))),
+        _ => Err(ProtocolError::Shallow(format!("ambiguous deepen-not: {}", crate::error::quoted(name, 100)))),
     }
 }
 

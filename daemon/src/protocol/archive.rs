@@ -50,7 +50,7 @@ pub enum Refusal {
 
 /// At most `n` characters of client input, for a refusal.
 fn clip(s: &str, n: usize) -> String {
-    s.chars().take(n).collect()
+    crate::error::quoted(s, n)
 }
 
 fn repository(err: impl std::error::Error + Send + Sync + 'static) -> Refusal {

@@ -133,7 +133,7 @@ pub fn read_request<R: std::io::Read>(
         }
         let mut words = text.splitn(3, ' ');
         let (Some(old), Some(new), Some(name)) = (words.next(), words.next(), words.next()) else {
-            return Err(ProtocolError::Unexpected(text.chars().take(200).collect()));
+            return Err(ProtocolError::Unexpected(crate::error::quoted(text, 200)));
         };
         if req.push.updates.len() == MAX_COMMANDS {
             return Err(ProtocolError::TooMany { what: "command", limit: MAX_COMMANDS });
@@ -208,7 +208,7 @@ fn parse_caps(caps: &str, hash: gix_hash::Kind) -> Result<PushCaps, ProtocolErro
             c if c.starts_with("object-format=") => {
                 super::upload::check_object_format(&c["object-format=".len()..], hash)?
             }
-            other => return Err(ProtocolError::UnknownCapability(other.chars().take(64).collect())),
+            other => return Err(ProtocolError::UnknownCapability(crate::error::quoted(other, 64))),
         }
     }
     Ok(out)
@@ -305,7 +305,7 @@ fn report<W: Write>(
 }
 
 fn one_line(s: &str) -> String {
-    s.replace('\n', " ").chars().take(900).collect()
+    crate::error::quoted(&s.replace('\n', " "), 900)
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use crate::shallow::{self, Boundary, Deepen};
 pub fn parse_oid(hex: &str, kind: gix_hash::Kind) -> Result<ObjectId, ProtocolError> {
     match ObjectId::from_hex(hex.as_bytes()) {
         Ok(id) if id.kind() == kind => Ok(id),
-        _ => Err(ProtocolError::BadObjectId(hex.chars().take(80).collect())),
+        _ => Err(ProtocolError::BadObjectId(crate::error::quoted(hex, 80))),
     }
 }
 
@@ -29,7 +29,7 @@ pub fn check_object_format(asked: &str, ours: gix_hash::Kind) -> Result<(), Prot
     if asked == ours {
         Ok(())
     } else {
-        Err(ProtocolError::ObjectFormat { asked: asked.chars().take(32).collect(), ours: ours.into() })
+        Err(ProtocolError::ObjectFormat { asked: crate::error::quoted(asked, 32), ours: ours.into() })
     }
 }
 

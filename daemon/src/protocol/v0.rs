@@ -203,7 +203,7 @@ pub fn parse_wants(section: &[Line<'_>], refs: &RefSnapshot) -> Result<Request, 
                         let value = text.split_once(' ').map_or("", |(_, v)| v);
                         req.extras.line(refs, word, value)?;
                     }
-                    _ => return Err(ProtocolError::Unexpected(text.chars().take(100).collect())),
+                    _ => return Err(ProtocolError::Unexpected(crate::error::quoted(text, 100))),
                 }
             }
             other => return Err(ProtocolError::Unexpected(format!("{other:?}"))),
@@ -272,7 +272,7 @@ pub fn parse(lines: &[Line<'_>], refs: &RefSnapshot, max_haves: usize) -> Result
                 } else if let Some(hex) = text.strip_prefix("have ") {
                     upload::push_have(&mut req.haves, hex, hash, max_haves)?;
                 } else {
-                    return Err(ProtocolError::Unexpected(text.chars().take(100).collect()));
+                    return Err(ProtocolError::Unexpected(crate::error::quoted(text, 100)));
                 }
             }
             other => return Err(ProtocolError::Unexpected(format!("{other:?}"))),

@@ -125,7 +125,7 @@ pub fn serve_request<W: Write>(ctx: &Context<'_>, lines: &[Line<'_>], mut out: W
         let row = COMMANDS
             .iter()
             .find(|c| c.name == command && c.run.is_some())
-            .ok_or_else(|| ProtocolError::UnknownCommand(command.chars().take(64).collect()))?;
+            .ok_or_else(|| ProtocolError::UnknownCommand(crate::error::quoted(command, 64)))?;
         // Capability lines up to the delimiter (or the end when there are no arguments).
         let mut i = 1;
         while let Some(line) = lines.get(i) {
@@ -137,7 +137,7 @@ pub fn serve_request<W: Write>(ctx: &Context<'_>, lines: &[Line<'_>], mut out: W
                     match key {
                         "agent" | "server-option" | "session-id" => {}
                         "object-format" => upload::check_object_format(value, refs.object_hash)?,
-                        other => return Err(ProtocolError::UnknownCapability(other.chars().take(64).collect()).into()),
+                        other => return Err(ProtocolError::UnknownCapability(crate::error::quoted(other, 64)).into()),
                     }
                 }
                 Line::ResponseEnd => return Err(ProtocolError::Unexpected("response-end in a request".into()).into()),
@@ -190,7 +190,7 @@ fn ls_refs(
                 }
             }
             other => {
-                return upload::reply_err(out, ProtocolError::UnknownArgument(other.chars().take(64).collect()).into());
+                return upload::reply_err(out, ProtocolError::UnknownArgument(crate::error::quoted(other, 64)).into());
             }
         }
     }
@@ -279,7 +279,7 @@ fn parse_fetch(args: &[Line<'_>], refs: &RefSnapshot, max_haves: usize) -> Resul
                     .find(|r| r.name == value.as_bytes())
                     .map(|r| r.id)
                     .or_else(|| if value == "HEAD" { refs.head_id() } else { None })
-                    .ok_or_else(|| ProtocolError::UnknownRef(value.chars().take(100).collect()))?;
+                    .ok_or_else(|| ProtocolError::UnknownRef(crate::error::quoted(value, 100)))?;
                 if !f.wanted_refs.iter().any(|(name, _)| name == value) {
                     f.wanted_refs.push((value.to_owned(), id));
                 }
@@ -292,7 +292,7 @@ fn parse_fetch(args: &[Line<'_>], refs: &RefSnapshot, max_haves: usize) -> Resul
             "include-tag" => f.include_tag = true,
             "ofs-delta" => f.ofs_delta = true,
             "wait-for-done" => f.wait_for_done = true,
-            other => return Err(ProtocolError::UnknownArgument(other.chars().take(64).collect())),
+            other => return Err(ProtocolError::UnknownArgument(crate::error::quoted(other, 64))),
         }
     }
     Ok(f)

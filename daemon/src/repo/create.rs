@@ -54,7 +54,7 @@ const MAX_DEPTH: usize = 5;
 /// `..`, no hidden segment — so no `.git` nesting and no temporary directory —, letters, digits,
 /// `-`, `_` and `.` only), `.git` appended when missing. Also what push-to-create checks first.
 pub fn checked_name(name: &str) -> Result<PathBuf, CreateError> {
-    let bad = |why| CreateError::BadName(name.chars().take(200).collect(), why);
+    let bad = |why| CreateError::BadName(crate::error::quoted(name, 200), why);
     let trimmed = name.trim_matches('/');
     let mut rel = super::relative_repo_path(trimmed).ok_or_else(|| bad("empty, or a segment is '..' or '.'"))?;
     let segments: Vec<&str> = trimmed.split('/').collect();

@@ -114,6 +114,12 @@ fn counted(
             state.metrics.maintenance("skipped");
             tracing::debug!(repo = %git_dir.display(), %err, "maintenance skipped")
         }
+        // Another run holds the repository's maintenance lock (a second replica, or `gixd
+        // maintenance` by hand): it does the work.
+        Err(crate::error::ServeError::Io(err)) if err.kind() == std::io::ErrorKind::WouldBlock => {
+            state.metrics.maintenance("skipped");
+            tracing::debug!(repo = %git_dir.display(), %err, "maintenance skipped")
+        }
         Err(err) => {
             state.metrics.maintenance("failed");
             tracing::warn!(repo = %git_dir.display(), %err, "maintenance failed")

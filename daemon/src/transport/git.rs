@@ -91,12 +91,7 @@ pub fn serve_connection(state: Arc<State>, stream: TcpStream, line: Vec<u8>) {
     let request = parse_request_line(&line);
     let service_name = request.as_ref().map_or("malformed", |r| r.service.as_str());
     let version = request.as_ref().map(|r| Version::from_params(&r.extra));
-    let log = service::Request::new(
-        "git",
-        stream.peer_addr().ok(),
-        &service_name.chars().take(64).collect::<String>(),
-        version,
-    );
+    let log = service::Request::new("git", stream.peer_addr().ok(), &crate::error::quoted(service_name, 64), version);
     serve(&state, &stream, request, log);
 }
 
@@ -165,7 +160,7 @@ fn serve(state: &Arc<State>, stream: &TcpStream, request: Option<RequestLine>, m
         // git daemon's push: no authentication on git://, so only with --enable=receive-pack.
         "git-receive-pack" if services.receive_pack => service::Service::ReceivePack,
         other => {
-            let message = format!("service '{}' is not enabled", other.chars().take(64).collect::<String>());
+            let message = format!("service '{}' is not enabled", crate::error::quoted(other, 64));
             return refused(state, stream, log, &message);
         }
     };
@@ -208,7 +203,7 @@ fn refusal(state: &State, path: &str, err: RepoError) -> String {
             RepoError::NotFound(path).to_string()
         }
         err if state.config.informative_errors => err.to_string(),
-        _ => format!("access denied or repository not exported: {}", path.chars().take(256).collect::<String>()),
+        _ => format!("access denied or repository not exported: {}", crate::error::quoted(path, 256)),
     }
 }
 
