@@ -46,10 +46,12 @@ impl Row {
         (self.moment != "reference-git-geometric-midx").then_some(1.05)
     }
 
-    /// How far the row is from its goals (above 1: missed), for the order.
+    /// How far the row is from its goals (above 1: missed), for the order; a row without a
+    /// goal is measured against parity with git (bytes 1.05, CPU 1.0), so the worst comes first
+    /// whether or not a goal binds it.
     fn badness(&self) -> f64 {
-        let b = self.bytes_ratio().zip(self.bytes_goal()).map_or(0.0, |(r, g)| r / g);
-        let c = self.cpu_ratio().zip(self.cpu_goal()).map_or(0.0, |(r, g)| r / g);
+        let b = self.bytes_ratio().map_or(0.0, |r| r / self.bytes_goal().unwrap_or(1.05));
+        let c = self.cpu_ratio().map_or(0.0, |r| r / self.cpu_goal().unwrap_or(1.0));
         b.max(c)
     }
 }
