@@ -42,6 +42,7 @@ pub fn packs(pack_dir: &Path) -> Vec<PackInfo> {
         .filter(|e| e.file_name().to_string_lossy().starts_with("pack-"))
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "idx") && p.with_extension("pack").is_file())
+        .filter(|p| !rolled_marker(p).exists())
         .filter_map(|index| {
             let objects = index_object_count(&index)?;
             let mtime = std::fs::metadata(index.with_extension("pack")).and_then(|m| m.modified()).ok()?;
@@ -56,6 +57,41 @@ pub fn packs(pack_dir: &Path) -> Vec<PackInfo> {
         .collect();
     packs.sort_by_key(|p| (p.objects, p.mtime));
     packs
+}
+
+/// How long a rolled-up pack stays after its roll-up: a request that started before it (here or
+/// in another replica) may still look objects up in it through a snapshot of the pack list.
+pub const GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Where the roll-up of the pack indexed by `index` is noted: `objects/gixd-rolled/<pack name>`,
+/// its modification time the roll-up's. Outside the pack directory, where git would count an
+/// unknown file as garbage.
+fn rolled_marker(index: &Path) -> PathBuf {
+    let objects_dir = index.parent().and_then(Path::parent).unwrap_or(Path::new("."));
+    objects_dir.join("gixd-rolled").join(index.file_name().unwrap_or_default())
+}
+
+/// Remove the packs rolled up more than `grace` ago ([`GRACE`]; the index first: readers find
+/// packs by it), and the notes of packs gone otherwise (a full repack, git's gc). Run under the
+/// maintenance lock. Returns how many packs went.
+pub fn expire_rolled(objects_dir: &Path, grace: std::time::Duration) -> usize {
+    let dir = objects_dir.join("gixd-rolled");
+    let mut removed = 0;
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let index = objects_dir.join("pack").join(entry.file_name());
+        let age = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+        if !index.exists() {
+            let _ = std::fs::remove_file(entry.path());
+        } else if age.is_some_and(|age| age >= grace) {
+            for ext in ["idx", "pack", "rev", "bitmap", "keep"] {
+                let _ = std::fs::remove_file(index.with_extension(ext));
+            }
+            let _ = std::fs::remove_file(entry.path());
+            removed += 1;
+        }
+    }
+    let _ = std::fs::remove_dir(&dir); // only if empty
+    removed
 }
 
 /// The object count of a version-2 pack index, from its fan-out table's last entry (an index
@@ -127,8 +163,8 @@ pub fn due(git_dir: &Path) -> Due {
 /// `repack --geometric=2 -d`: every object of the rolled packs goes in, reachable or not (nothing
 /// is lost); stored deltas are kept where their base goes in too, and the rest searched among the
 /// rolled objects; a delta whose base stays in a pack not rolled is stored whole (a pack on disk
-/// is never thin). The rolled packs are removed once the new one is in place. `None`: nothing to
-/// roll.
+/// is never thin). The rolled packs are noted once the new one is in place and removed by a run
+/// [`GRACE`] later ([`expire_rolled`]). `None`: nothing to roll.
 pub fn run(git_dir: &Path) -> Result<Option<Report>, ServeError> {
     let repo = super::open(git_dir)?;
     let hash = repo.object_hash();
@@ -136,6 +172,7 @@ pub fn run(git_dir: &Path) -> Result<Option<Report>, ServeError> {
     let pack_dir = objects_dir.join("pack");
     let _lock = super::Lock::take(&objects_dir)?;
     let leftovers_removed = super::remove_leftovers(&objects_dir, &pack_dir);
+    expire_rolled(&objects_dir, GRACE);
 
     let present: Vec<PackInfo> = packs(&pack_dir).into_iter().filter(|p| !p.kept).collect();
     let loose = super::loose_objects(&objects_dir);
@@ -171,14 +208,20 @@ pub fn run(git_dir: &Path) -> Result<Option<Report>, ServeError> {
         deltas_computed,
         ..Report::default()
     };
-    let rolled_indexes: Vec<PathBuf> = rolled.iter().map(|p| p.index.clone()).collect();
-    super::remove_contained(
-        &pack_dir,
-        &index,
-        &index_path,
-        |path| rolled_indexes.iter().any(|r| r == path),
-        &mut report,
-    );
+    // The rolled packs are noted, not removed: requests that started before (here or in another
+    // replica) may still read them; a later run removes them after [`GRACE`]. Their objects are
+    // in the new pack, so every lookup finds one copy or the other meanwhile.
+    for pack in &rolled {
+        let Ok(old) = gix_pack::index::File::at(&pack.index, hash) else { continue };
+        if old.iter().all(|e| index.lookup(e.oid).is_some()) {
+            let marker = rolled_marker(&pack.index);
+            if let Some(dir) = marker.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::File::create(&marker)?;
+            report.packs_removed += 1;
+        }
+    }
     super::remove_loose_contained(&objects_dir, &index, &mut report)?;
     // Rolled into one pack with everything: it can carry the bitmap, as a full run's does.
     if packs(&pack_dir).iter().all(|p| p.index == index_path) {

@@ -51,6 +51,7 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, ServeError> {
     std::fs::create_dir_all(&pack_dir)?;
     let _lock = Lock::take(&objects_dir)?;
     let leftovers_removed = remove_leftovers(&objects_dir, &pack_dir);
+    geometric::expire_rolled(&objects_dir, geometric::GRACE);
 
     // 1. Everything reachable from every ref and HEAD (hidden refs too: this is the repository,
     //    not a client's view of it), in walk order with each path's name hash.
@@ -303,6 +304,17 @@ impl Lock {
         }
         Ok(Lock(file))
     }
+}
+
+/// Remove the packs a roll-up left more than `grace` ago ([`geometric::GRACE`]), if no other run
+/// holds the repository's maintenance lock (a run that does removes them itself).
+pub fn expire(git_dir: &Path, grace: std::time::Duration) -> usize {
+    let objects_dir = git_dir.join("objects");
+    if !objects_dir.join("gixd-rolled").is_dir() {
+        return 0;
+    }
+    let Ok(_lock) = Lock::take(&objects_dir) else { return 0 };
+    geometric::expire_rolled(&objects_dir, grace)
 }
 
 /// Remove what runs killed before they finished left: their scratch directories

@@ -77,11 +77,25 @@ pub async fn on_the_clock(state: Arc<State>, every: std::time::Duration) {
     }
 }
 
-/// Run what `git_dir` is due now, on this thread.
+/// Run what `git_dir` is due now, on this thread. A roll-up leaves the packs it rolled for
+/// [`geometric::GRACE`]: the repository is asked for again once that has passed, to remove them.
 fn due(state: &State, git_dir: &Path) {
+    maintenance::expire(git_dir, geometric::GRACE);
     match geometric::due(git_dir) {
         geometric::Due::Nothing => {}
-        geometric::Due::Geometric => counted(state, git_dir, "geometric", geometric::run(git_dir)),
+        geometric::Due::Geometric => {
+            let result = geometric::run(git_dir);
+            if matches!(&result, Ok(Some(report)) if report.packs_removed > 0)
+                && let (Some(asks), Ok(runtime)) = (state.maintenance.clone(), tokio::runtime::Handle::try_current())
+            {
+                let git_dir = git_dir.to_owned();
+                runtime.spawn(async move {
+                    tokio::time::sleep(geometric::GRACE + std::time::Duration::from_secs(1)).await;
+                    let _ = asks.send(git_dir);
+                });
+            }
+            counted(state, git_dir, "geometric", result)
+        }
         geometric::Due::Full => {
             counted(state, git_dir, "repacked", maintenance::full(git_dir, maintenance::Bases::Keep).map(Some))
         }
