@@ -33,14 +33,14 @@ impl Filter {
         let mut filter = Filter::default();
         // An error inside a combination names the whole spec, as the client wrote it.
         filter.add(spec, 0).map_err(|err| match err {
-            FilterError::Invalid(_) => FilterError::Invalid(crate::error::quoted(spec, 100)),
+            FilterError::Invalid(_) => FilterError::Invalid(crate::client_text::quoted(spec, 100)),
             other => other,
         })?;
         Ok(filter)
     }
 
     fn add(&mut self, spec: &str, nesting: usize) -> Result<(), FilterError> {
-        let shown = || crate::error::quoted(spec, 100);
+        let shown = || crate::client_text::quoted(spec, 100);
         let invalid = || FilterError::Invalid(shown());
         if spec == "blob:none" {
             self.no_blobs = true;

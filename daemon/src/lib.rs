@@ -43,12 +43,14 @@
 //! - [`graph`] — the object graph: an object's children, peeling.
 //! - [`config`] — every limit, with why it exists; [`error`] — the typed errors, each reported
 //!   once, where the request's answer is written; [`filter`] — partial-clone filter specs and
-//!   what they leave out; [`auth`] — tokens and grants: who may read or push what.
+//!   what they leave out; [`auth`] — tokens and grants: who may read or push what;
+//!   [`client_text`] — client input quoted into errors, and error text as a client is shown it.
 
 pub mod access_log;
 pub mod auth;
 pub mod bitmap;
 pub mod budget;
+pub mod client_text;
 pub mod config;
 pub mod demo;
 pub mod error;

@@ -325,7 +325,7 @@ mod tests {
     }
 
     #[test]
-    fn every_entry_is_located_where_gix_odb_finds_it_and_sized_as_it_sizes_it_by_inflating() {
+    fn every_entry_is_located_where_gix_odb_finds_it_or_at_a_smaller_copy_and_sized_as_it_sizes_it() {
         let dir = repository();
         let repo = gix::open(dir.path()).unwrap();
         let packs = Packs::open(&dir.path().join(".git/objects/pack"), repo.object_hash()).unwrap();
@@ -334,6 +334,8 @@ mod tests {
         odb.prevent_pack_unload();
         let ours = Locating { odb: odb.clone(), packs: Some(Arc::new(packs)) };
         let ids = git(dir.path(), &["cat-file", "--batch-all-objects", "--batch-check=%(objectname)"], None);
+        // What the third pack holds a second copy of.
+        let copied = git(dir.path(), &["rev-list", "--objects", "HEAD~3"], None);
         let (mut packed, mut loose, mut deltas) = (0, 0, 0);
         let mut buf = Vec::new();
         for id in ids.lines().map(|l| gix_hash::ObjectId::from_hex(l.as_bytes()).unwrap()) {
@@ -347,7 +349,13 @@ mod tests {
                 }
                 _ => panic!("{id}: located by one side only"),
             };
-            assert_eq!((found.pack_offset, found.entry_size), (theirs.pack_offset, theirs.entry_size), "{id}");
+            if (found.pack_offset, found.entry_size) != (theirs.pack_offset, theirs.entry_size) {
+                // Stored in two packs (the third holds a copy of some objects): ours is the
+                // smaller copy ([`Packs::locate`]), gix-odb's the one of the pack it tries first.
+                assert!(found.entry_size < theirs.entry_size, "{id}: {found:?} is no smaller than {theirs:?}");
+                assert!(copied.contains(&id.to_string()), "{id} is in one pack only, yet located elsewhere");
+                continue;
+            }
             let entry = gix_pack::Find::entry_by_location(&ours, &found).unwrap().data;
             assert_eq!(entry, gix_pack::Find::entry_by_location(&odb, &theirs).unwrap().data, "{id}");
             let header = gix_pack::data::Entry::from_bytes(&entry, found.pack_offset, id.kind()).unwrap();

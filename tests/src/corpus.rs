@@ -75,7 +75,7 @@ pub const REPOS: &[Spec] = &[
     },
     Spec {
         name: "midx",
-        about: "pushed-packs with a multi-pack-index and its bitmap over every pack (git multi-pack-index write --bitmap)",
+        about: "pushed-packs with a multi-pack-index and its bitmap over every pack, the big pack preferred (git multi-pack-index write --bitmap --preferred-pack)",
         build: midx,
     },
 ];
@@ -828,8 +828,17 @@ fn pushed_packs(b: &Builder) {
     let _ = std::fs::remove_dir_all(&src.repo);
 }
 
-/// [`pushed_packs`] with a multi-pack-index over every pack and its bitmap.
+/// [`pushed_packs`] with a multi-pack-index over every pack and its bitmap, the big pack
+/// preferred (as `git repack --write-midx` prefers it; left to itself, `multi-pack-index write`
+/// prefers the oldest pack, and the pushes' packs are as old as it to the second).
 fn midx(b: &Builder) {
     pushed_packs(b);
-    b.git(&["-c", "pack.threads=1", "multi-pack-index", "write", "--bitmap"]);
+    let big = std::fs::read_dir(b.repo.join("objects/pack"))
+        .expect("a pack directory")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|name| name.starts_with("pack-") && name.ends_with(".bitmap"))
+        .expect("the big pack has a bitmap");
+    let preferred = format!("--preferred-pack={}", big.replace(".bitmap", ".pack"));
+    b.git(&["-c", "pack.threads=1", "multi-pack-index", "write", "--bitmap", &preferred]);
 }

@@ -1,17 +1,22 @@
-//! Pack bitmaps (object selection layer): git's single-pack `.bitmap` (`technical/bitmap-format`:
-//! header, the four type bitmaps, one EWAH bitmap per selected commit with its XOR offset, the
-//! optional name-hash cache and lookup table), read with gix-bitmap's EWAH decoder, bit positions
-//! in pack order (from the `.rev` file, or computed from the index). [`PackBitmap::reachable`]
+//! Pack bitmaps (object selection layer): git's `.bitmap` (`technical/bitmap-format`: header,
+//! the four type bitmaps, one EWAH bitmap per selected commit with its XOR offset, the optional
+//! name-hash cache and lookup table), read with gix-bitmap's EWAH decoder — a pack's own, bit
+//! positions in pack order (from the `.rev` file, or computed from the index), or a
+//! multi-pack-index's, positions in its pseudo-pack order over every pack it names (from its
+//! `RIDX` chunk), entries reused from its preferred pack ([`open`]). [`PackBitmap::reachable`]
 //! answers "everything these tips reach" as bitmap operations, walking only from tips the
 //! bitmap does not cover down to covered commits; selection ([`crate::select`]) combines such
 //! reaches for the wants and the haves. A stale or corrupt bitmap is an error the caller turns
 //! into the walk (with one warning per file state). Writing a `.rev` and a `.bitmap`:
 //! [`write`].
 
+mod open;
 pub mod write;
 
+pub use open::of;
+
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use gix_hash::ObjectId;
 use gix_object::{Find, Kind};
@@ -108,7 +113,10 @@ pub struct PackBitmap {
     pub data: std::sync::Arc<gix_pack::data::File>,
     /// Where the pack's entries end (its trailing checksum starts).
     entries_end: u64,
-    index: gix_pack::index::File,
+    ids: Ids,
+    /// Positions `0..reusable` are entries of [`Self::data`], in pack order: all of them for a
+    /// pack's own bitmap, the preferred pack's for a multi-pack-index's.
+    reusable: usize,
     /// Pack position → index position.
     order: Vec<u32>,
     /// Index position → pack position.
@@ -133,8 +141,32 @@ pub struct PackBitmap {
     commits: std::sync::Arc<crate::graph::CommitCache>,
 }
 
-fn be32(data: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
+/// The object ids a bitmap's positions stand for.
+enum Ids {
+    /// One pack's index: every position is an entry of [`PackBitmap::data`].
+    Pack(gix_pack::index::File),
+    /// A multi-pack-index (`technical/multi-pack-index`): positions in its pseudo-pack order
+    /// (the preferred pack's objects first, then each other pack's in pack-id and offset order,
+    /// an object counted once), from its reverse index. Only the preferred pack's positions are
+    /// entries of [`PackBitmap::data`], at these offsets.
+    /// `by_pack`: each pack's run of positions, the packs with the most objects first.
+    Multi { index: gix_pack::multi_index::File<Vec<u8>>, offsets: Vec<u64>, by_pack: Vec<std::ops::Range<usize>> },
+}
+
+impl Ids {
+    fn oid_at(&self, i: u32) -> &gix_hash::oid {
+        match self {
+            Ids::Pack(index) => index.oid_at_index(i),
+            Ids::Multi { index, .. } => index.oid_at_index(i),
+        }
+    }
+
+    fn num(&self) -> u32 {
+        match self {
+            Ids::Pack(index) => index.num_objects(),
+            Ids::Multi { index, .. } => index.num_objects(),
+        }
+    }
 }
 
 impl std::fmt::Debug for PackBitmap {
@@ -148,100 +180,29 @@ impl std::fmt::Debug for PackBitmap {
 }
 
 impl PackBitmap {
-    /// Open the bitmap of the pack whose index is `idx` (its `.bitmap` beside it). `Ok(None)`:
-    /// the pack has no bitmap.
-    pub fn open(idx: &Path, hash: gix_hash::Kind) -> Result<Option<PackBitmap>, BitmapError> {
-        let path = idx.with_extension("bitmap");
-        let data = match std::fs::read(&path) {
-            Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(BitmapError::Io { path, source }),
-        };
-        let corrupt = |message: &str| BitmapError::Corrupt { path: path.clone(), message: message.to_owned() };
-        let index = gix_pack::index::File::at(idx, hash)
-            .map_err(|e| BitmapError::Index { path: idx.to_owned(), message: e.to_string() })?;
-        let n = index.num_objects() as usize;
-        let hash_len = hash.len_in_bytes();
-        // The whole file is covered by its trailing checksum.
-        if data.len() < 12 + 2 * hash_len {
-            return Err(corrupt("truncated"));
-        }
-        let (body, trailer) = data.split_at(data.len() - hash_len);
-        let mut hasher = gix_hash::hasher(hash);
-        hasher.update(body);
-        let digest = hasher.try_finalize().map_err(|_| corrupt("checksum"))?;
-        if digest.as_bytes() != trailer {
-            return Err(corrupt("checksum mismatch"));
-        }
-        if &data[0..4] != b"BITM" {
-            return Err(corrupt("not a bitmap (magic)"));
-        }
-        let version = u16::from_be_bytes([data[4], data[5]]);
-        if version != 1 {
-            return Err(corrupt(&format!("version {version}")));
-        }
-        let flags = u16::from_be_bytes([data[6], data[7]]);
-        let entries = be32(&data, 8).ok_or_else(|| corrupt("header"))? as usize;
-        let checksum = &data[12..12 + hash_len];
-        if checksum != index.pack_checksum().as_bytes() {
-            return Err(BitmapError::Stale { path });
-        }
-        let mut rest = &body[12 + hash_len..];
-        let mut types = Vec::with_capacity(4);
-        for _ in 0..4 {
-            let (ewah, tail) = gix_bitmap::ewah::decode(rest).map_err(|e| corrupt(&format!("type bitmap: {e}")))?;
-            types.push(Bits::from_ewah(&ewah, n).ok_or_else(|| corrupt("type bitmap out of range"))?);
-            rest = tail;
-        }
-        let mut stored = Vec::with_capacity(entries);
-        let mut by_commit = HashMap::with_capacity(entries);
-        for i in 0..entries {
-            let position = be32(rest, 0).ok_or_else(|| corrupt("entry"))? as usize;
-            let xor = *rest.get(4).ok_or_else(|| corrupt("entry"))? as usize;
-            let (ewah, tail) = gix_bitmap::ewah::decode(rest.get(6..).ok_or_else(|| corrupt("entry"))?)
-                .map_err(|e| corrupt(&format!("entry {i}: {e}")))?;
-            rest = tail;
-            if position >= n || xor > i {
-                return Err(corrupt(&format!("entry {i} out of range")));
+    /// Is this one pack's bitmap (every position an entry of [`Self::data`])? A multi-pack-index's
+    /// is over several packs.
+    pub fn is_one_pack(&self) -> bool {
+        matches!(self.ids, Ids::Pack(_))
+    }
+
+    /// The positions set in `bits`, in the order they are best sent when not copied as they
+    /// stand: pack order for one pack; for a multi-pack-index pack by pack, the packs with the
+    /// most objects first — the big pack holds the bases the pushed packs' deltas name, and a
+    /// delta sent before its base would name it by id.
+    pub fn send_order<'a>(&'a self, bits: &'a Bits) -> Box<dyn Iterator<Item = usize> + 'a> {
+        match &self.ids {
+            Ids::Pack(_) => Box::new(bits.ones()),
+            Ids::Multi { by_pack, .. } => {
+                Box::new(by_pack.iter().flat_map(|run| run.clone().filter(|pos| bits.get(*pos))))
             }
-            by_commit.insert(index.oid_at_index(position as u32).to_owned(), i);
-            stored.push(Entry { ewah, xor });
         }
-        // What follows (name-hash cache, lookup table) is optional and not needed here.
-        let _ = flags;
-        let order = match crate::packs::read_rev(&idx.with_extension("rev"), n, &index, hash) {
-            Some(order) => order,
-            None => write::pack_order(&index),
-        };
-        let mut position = vec![0u32; n];
-        for (pack_pos, idx_pos) in order.iter().enumerate() {
-            position[*idx_pos as usize] = pack_pos as u32;
-        }
-        let (prefixes, fanout) = prefix_table(&index);
-        let pack = idx.with_extension("pack");
-        // Mapped now and held with the bitmap: `git repack` renames and deletes packs while
-        // requests read them, and a mapping outlives the name (a path opened per request fails).
-        let data = gix_pack::data::File::at(&pack, hash)
-            .map_err(|e| BitmapError::Pack { path: pack.clone(), message: e.to_string() })?;
-        if data.num_objects() as usize != n {
-            return Err(corrupt("the pack beside the index holds another number of objects"));
-        }
-        let entries_end = data.pack_end() as u64;
-        Ok(Some(PackBitmap {
-            pack,
-            data: std::sync::Arc::new(data),
-            entries_end,
-            index,
-            order,
-            position,
-            prefixes,
-            fanout,
-            types: types.try_into().expect("four"),
-            entries: stored,
-            by_commit,
-            decoded: std::sync::Mutex::new(HashMap::new()),
-            commits: Default::default(),
-        }))
+    }
+
+    /// Positions `0..reusable()` are entries of [`Self::data`] ([`Self::entry_at`]): every one
+    /// for a pack's own bitmap, the preferred pack's for a multi-pack-index's.
+    pub fn reusable(&self) -> usize {
+        self.reusable
     }
 
     pub fn len(&self) -> usize {
@@ -267,7 +228,7 @@ impl PackBitmap {
         let bucket = &self.prefixes[start..end];
         let mut i = start + bucket.partition_point(|p| *p < prefix);
         while i < end && self.prefixes[i] == prefix {
-            if self.index.oid_at_index(i as u32) == id {
+            if self.ids.oid_at(i as u32) == id {
                 return Some(i);
             }
             i += 1;
@@ -276,25 +237,39 @@ impl PackBitmap {
     }
 
     pub fn oid_at(&self, pos: usize) -> ObjectId {
-        self.index.oid_at_index(self.order[pos]).to_owned()
+        self.ids.oid_at(self.order[pos]).to_owned()
     }
 
-    /// The entry at pack position `pos`: its offset in the pack and its size there (up to the
-    /// next entry in pack order, as git sizes entries from its reverse index) — known without
-    /// reading the entry, where gix-odb's `location_by_oid` inflates the object to learn it.
+    /// The entry at pack position `pos` (below [`Self::reusable`]): its offset in the pack and
+    /// its size there (up to the next entry in pack order, as git sizes entries from its reverse
+    /// index) — known without reading the entry, where gix-odb's `location_by_oid` inflates the
+    /// object to learn it.
     pub fn entry_at(&self, pos: usize) -> (u64, usize) {
-        let offset = self.index.pack_offset_at_index(self.order[pos]);
-        let end = match self.order.get(pos + 1) {
-            Some(next) => self.index.pack_offset_at_index(*next),
-            None => self.entries_end,
-        };
+        let offset = self.offset_at(pos);
+        let end = if pos + 1 < self.reusable { self.offset_at(pos + 1) } else { self.entries_end };
         (offset, end.saturating_sub(offset) as usize)
     }
 
-    /// The pack position of the entry at `offset`, if an entry starts there.
+    /// The offset in [`Self::data`] of the entry at `pos` (below [`Self::reusable`]).
+    fn offset_at(&self, pos: usize) -> u64 {
+        match &self.ids {
+            Ids::Pack(index) => index.pack_offset_at_index(self.order[pos]),
+            Ids::Multi { offsets, .. } => offsets[pos],
+        }
+    }
+
+    /// The pack position of the entry of [`Self::data`] at `offset`, if an entry starts there.
     pub fn pos_at_offset(&self, offset: u64) -> Option<usize> {
-        let p = self.order.partition_point(|i| self.index.pack_offset_at_index(*i) < offset);
-        (self.order.get(p).is_some_and(|i| self.index.pack_offset_at_index(*i) == offset)).then_some(p)
+        let (mut low, mut high) = (0, self.reusable);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            if self.offset_at(mid) < offset {
+                low = mid + 1;
+            } else {
+                high = mid;
+            }
+        }
+        (low < self.reusable && self.offset_at(low) == offset).then_some(low)
     }
 
     /// Whether `commit`'s stored closure holds any of `targets` (bits over this pack); `None`
@@ -583,12 +558,12 @@ impl Reach {
 /// two-byte prefix start (65 537 entries: the last is the count) — a bucket of a few ids at
 /// most, where a first-byte bucket holds a 256th of the pack and a look-up searched it per tree
 /// entry a walk met.
-fn prefix_table(index: &gix_pack::index::File) -> (Vec<u64>, Vec<u32>) {
-    let n = index.num_objects();
+fn prefix_table(ids: &Ids) -> (Vec<u64>, Vec<u32>) {
+    let n = ids.num();
     let mut prefixes = Vec::with_capacity(n as usize);
     let mut fanout = vec![0u32; FANOUT + 1];
     for i in 0..n {
-        let bytes = index.oid_at_index(i).as_bytes();
+        let bytes = ids.oid_at(i).as_bytes();
         prefixes.push(u64::from_be_bytes(bytes[..8].try_into().expect("ids are longer than eight bytes")));
         fanout[bucket_of(bytes) + 1] += 1;
     }
@@ -603,65 +578,6 @@ const FANOUT: usize = 1 << 16;
 
 fn bucket_of(id: &[u8]) -> usize {
     (id[0] as usize) << 8 | id[1] as usize
-}
-
-/// What the cached bitmap of a repository was read from: the `.bitmap` files of its pack
-/// directory and their modification times, as a fingerprint.
-fn bitmap_files_state(served: &crate::repo::Served) -> (u64, Vec<std::path::PathBuf>) {
-    use std::hash::{Hash, Hasher};
-    let pack_dir = served.git_dir.join("objects/pack");
-    let mut files: Vec<(std::path::PathBuf, Option<std::time::SystemTime>)> = std::fs::read_dir(&pack_dir)
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.path())
-                // A pack's own bitmap: a multi-pack-index's (`multi-pack-index-<hash>.bitmap`,
-                // positions in the MIDX's order across packs) is not read yet.
-                .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("pack-")))
-                .filter(|p| p.extension().is_some_and(|e| e == "bitmap") && !crate::packs::is_temporary(p))
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default()
-        .into_iter()
-        .map(|p| {
-            let time = std::fs::metadata(&p).and_then(|m| m.modified()).ok();
-            (p, time)
-        })
-        .collect();
-    files.sort();
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    files.hash(&mut h);
-    (h.finish(), files.into_iter().map(|(p, _)| p).collect())
-}
-
-/// The pack bitmap of a repository, if it has a usable one (git writes one per repack with
-/// `-b`; with several, the first pack's is used). Read once per file state; a stale or corrupt
-/// one is logged once (the `None` is cached too) and the walk serves instead.
-pub fn of(
-    repos: &crate::repo::Repos,
-    served: &crate::repo::Served,
-    repo: &gix::Repository,
-) -> Option<std::sync::Arc<PackBitmap>> {
-    let (state, files) = bitmap_files_state(served);
-    let cached = repos.cached(
-        served,
-        "pack bitmap",
-        state,
-        || -> Result<Option<std::sync::Arc<PackBitmap>>, std::convert::Infallible> {
-            Ok(files.first().and_then(|path| match PackBitmap::open(&path.with_extension("idx"), repo.object_hash()) {
-                // Its reaches decode commits into the repository's cache, which negotiation fills too.
-                Ok(Some(bitmap)) => Some(std::sync::Arc::new(PackBitmap { commits: repos.commits(served), ..bitmap })),
-                Ok(None) => None,
-                Err(err) => {
-                    tracing::warn!(repo = %served.name, %err, "pack bitmap not used; selecting by walking");
-                    None
-                }
-            }))
-        },
-    );
-    match cached {
-        Ok(bitmap) => (*bitmap).clone(),
-        Err(never) => match never {},
-    }
 }
 
 #[cfg(test)]

@@ -110,9 +110,10 @@ pub fn write<W: Sink>(
             out,
         );
     }
-    if let Some((bitmap, positions)) = &selection.in_pack
-        && !positions.is_empty()
-    {
+    // By a multi-pack-index's bitmap with nothing to copy from its preferred pack, too: the
+    // selection is in pseudo-pack order, where a push's deltas precede the thin bases
+    // `index-pack --fix-thin` appended, and this path puts bases first.
+    if let Some((bitmap, positions)) = &selection.in_pack {
         return write_reused(repo, selection, bitmap, positions, &options, &mut may_send, out);
     }
     let decide = move |id: &gix_hash::oid| {

@@ -546,9 +546,13 @@ fn select_with_bitmap(
     let mut extra: Vec<(ObjectId, Kind)> = want.extra.into_iter().collect();
     extra.sort_by_key(|(id, _)| *id);
     let extra_of = |k: Kind| extra.iter().filter(|(_, kind)| *kind == k).count();
-    let everything = want.bits.ones().count() == bitmap.len();
-    let positions: Vec<u32> = want.bits.ones().map(|pos| pos as u32).collect();
-    let mut objects: Vec<ObjectId> = positions.iter().map(|pos| bitmap.oid_at(*pos as usize)).collect();
+    let everything = bitmap.is_one_pack() && want.bits.ones().count() == bitmap.len();
+    // The positions whose entries can be copied from the bitmap's pack (with a multi-pack-index,
+    // its preferred pack's), then the rest by id.
+    let (positions, elsewhere): (Vec<u32>, Vec<u32>) =
+        bitmap.send_order(&want.bits).map(|pos| pos as u32).partition(|pos| (*pos as usize) < bitmap.reusable());
+    let mut objects: Vec<ObjectId> =
+        positions.iter().chain(&elsewhere).map(|pos| bitmap.oid_at(*pos as usize)).collect();
     objects.extend(extra.iter().map(|(id, _)| *id));
     Ok(Some(Selection {
         whole_pack: everything.then(|| bitmap.clone()),

@@ -1,0 +1,342 @@
+//! Opening a bitmap (object selection layer): a pack's own `.bitmap` or a multi-pack-index's
+//! (`multi-pack-index-<checksum>.bitmap`) read into a [`PackBitmap`] — the file checked (its
+//! checksum, and that it was written for this pack or MIDX), the type bitmaps and commit entries
+//! parsed, the positions' order taken from the reverse index — and which of a repository's
+//! bitmaps serves it ([`of`]).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use gix_hash::ObjectId;
+
+use super::{BitmapError, Bits, Entry, Ids, PackBitmap, prefix_table, write};
+
+/// What a `.bitmap` file holds past its header, for `n` objects.
+struct Parsed {
+    types: [Bits; 4],
+    entries: Vec<Entry>,
+    by_commit: HashMap<ObjectId, usize>,
+}
+
+/// Check and parse the bitmap `data` read from `path`: its trailing checksum, magic, version,
+/// that it was written for what has the checksum `expected` (the pack's, or the
+/// multi-pack-index's), the type bitmaps and the commit entries (`id_at`: the id at an index
+/// position).
+fn parse(
+    path: &Path,
+    data: &[u8],
+    hash: gix_hash::Kind,
+    n: usize,
+    expected: &gix_hash::oid,
+    id_at: impl Fn(u32) -> ObjectId,
+) -> Result<Parsed, BitmapError> {
+    let corrupt = |message: &str| BitmapError::Corrupt { path: path.to_owned(), message: message.to_owned() };
+    let hash_len = hash.len_in_bytes();
+    // The whole file is covered by its trailing checksum.
+    if data.len() < 12 + 2 * hash_len {
+        return Err(corrupt("truncated"));
+    }
+    let (body, trailer) = data.split_at(data.len() - hash_len);
+    let mut hasher = gix_hash::hasher(hash);
+    hasher.update(body);
+    let digest = hasher.try_finalize().map_err(|_| corrupt("checksum"))?;
+    if digest.as_bytes() != trailer {
+        return Err(corrupt("checksum mismatch"));
+    }
+    if &data[0..4] != b"BITM" {
+        return Err(corrupt("not a bitmap (magic)"));
+    }
+    let version = u16::from_be_bytes([data[4], data[5]]);
+    if version != 1 {
+        return Err(corrupt(&format!("version {version}")));
+    }
+    let entries = be32(data, 8).ok_or_else(|| corrupt("header"))? as usize;
+    if &data[12..12 + hash_len] != expected.as_bytes() {
+        return Err(BitmapError::Stale { path: path.to_owned() });
+    }
+    let mut rest = &body[12 + hash_len..];
+    let mut types = Vec::with_capacity(4);
+    for _ in 0..4 {
+        let (ewah, tail) = gix_bitmap::ewah::decode(rest).map_err(|e| corrupt(&format!("type bitmap: {e}")))?;
+        types.push(Bits::from_ewah(&ewah, n).ok_or_else(|| corrupt("type bitmap out of range"))?);
+        rest = tail;
+    }
+    let mut stored = Vec::with_capacity(entries.min(n));
+    let mut by_commit = HashMap::with_capacity(entries.min(n));
+    for i in 0..entries {
+        let position = be32(rest, 0).ok_or_else(|| corrupt("entry"))? as usize;
+        let xor = *rest.get(4).ok_or_else(|| corrupt("entry"))? as usize;
+        let (ewah, tail) = gix_bitmap::ewah::decode(rest.get(6..).ok_or_else(|| corrupt("entry"))?)
+            .map_err(|e| corrupt(&format!("entry {i}: {e}")))?;
+        rest = tail;
+        if position >= n || xor > i {
+            return Err(corrupt(&format!("entry {i} out of range")));
+        }
+        by_commit.insert(id_at(position as u32), i);
+        stored.push(Entry { ewah, xor });
+    }
+    // What follows (name-hash cache, lookup table) is optional and not needed here.
+    Ok(Parsed { types: types.try_into().expect("four"), entries: stored, by_commit })
+}
+
+/// Pack position → index position, and its inverse; `None` unless `order` is a permutation of
+/// `0..n`.
+fn positions(order: &[u32], n: usize) -> Option<Vec<u32>> {
+    if order.len() != n {
+        return None;
+    }
+    let mut position = vec![u32::MAX; n];
+    for (pack_pos, idx_pos) in order.iter().enumerate() {
+        let slot = position.get_mut(*idx_pos as usize)?;
+        if *slot != u32::MAX {
+            return None;
+        }
+        *slot = pack_pos as u32;
+    }
+    Some(position)
+}
+
+/// A multi-pack-index's reverse index (pseudo-pack position → MIDX position): its `RIDX`
+/// chunk (git writes one with every MIDX bitmap), else the `multi-pack-index-<checksum>.rev`
+/// file older gits wrote beside it. `None`: neither, or one that does not read.
+fn midx_reverse_index(raw: &[u8], pack_dir: &Path, checksum: &gix_hash::oid, n: usize) -> Option<Vec<u32>> {
+    let be32s = |bytes: &[u8]| -> Vec<u32> {
+        bytes.chunks_exact(4).map(|c| u32::from_be_bytes(c.try_into().expect("four bytes"))).collect()
+    };
+    let num_chunks = *raw.get(6)? as u32;
+    if let Ok(toc) = gix_chunk::file::Index::from_bytes(raw, 12, num_chunks)
+        && let Ok(range) = toc.offset_by_id(*b"RIDX")
+    {
+        let range = usize::try_from(range.start).ok()?..usize::try_from(range.end).ok()?;
+        let chunk = raw.get(range)?;
+        return (chunk.len() == 4 * n).then(|| be32s(chunk));
+    }
+    let rev = std::fs::read(pack_dir.join(format!("multi-pack-index-{}.rev", checksum.to_hex()))).ok()?;
+    // `RIDX`, version 1, hash id, the positions, the MIDX's checksum and the file's own.
+    let body = rev.get(12..12 + 4 * n)?;
+    (rev.get(0..4)? == b"RIDX").then(|| be32s(body))
+}
+
+fn be32(data: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
+}
+
+impl PackBitmap {
+    /// Open the bitmap of the pack whose index is `idx` (its `.bitmap` beside it). `Ok(None)`:
+    /// the pack has no bitmap.
+    pub fn open(idx: &Path, hash: gix_hash::Kind) -> Result<Option<PackBitmap>, BitmapError> {
+        let path = idx.with_extension("bitmap");
+        let data = match std::fs::read(&path) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(BitmapError::Io { path, source }),
+        };
+        let corrupt = |message: &str| BitmapError::Corrupt { path: path.clone(), message: message.to_owned() };
+        let index = gix_pack::index::File::at(idx, hash)
+            .map_err(|e| BitmapError::Index { path: idx.to_owned(), message: e.to_string() })?;
+        let n = index.num_objects() as usize;
+        let parsed = parse(&path, &data, hash, n, &index.pack_checksum(), |i| index.oid_at_index(i).to_owned())?;
+        let order = match crate::packs::read_rev(&idx.with_extension("rev"), n, &index, hash) {
+            Some(order) => order,
+            None => write::pack_order(&index),
+        };
+        let position = positions(&order, n).ok_or_else(|| corrupt("the reverse index is no permutation"))?;
+        let pack = idx.with_extension("pack");
+        // Mapped now and held with the bitmap: `git repack` renames and deletes packs while
+        // requests read them, and a mapping outlives the name (a path opened per request fails).
+        let data = gix_pack::data::File::at(&pack, hash)
+            .map_err(|e| BitmapError::Pack { path: pack.clone(), message: e.to_string() })?;
+        if data.num_objects() as usize != n {
+            return Err(corrupt("the pack beside the index holds another number of objects"));
+        }
+        Ok(Some(PackBitmap::new(pack, data, Ids::Pack(index), n, order, position, parsed)))
+    }
+
+    /// Open the bitmap of the multi-pack-index in `pack_dir` (`multi-pack-index-<its
+    /// checksum>.bitmap`, as `git multi-pack-index write --bitmap` and `git repack --write-midx
+    /// -b` write it). `Ok(None)`: there is no MIDX, or it has no bitmap. Its positions are over
+    /// every pack the MIDX names; entries are reused from its preferred pack (git's single-pack
+    /// reuse), whose positions come first.
+    pub fn open_midx(pack_dir: &Path, hash: gix_hash::Kind) -> Result<Option<PackBitmap>, BitmapError> {
+        let midx_path = pack_dir.join("multi-pack-index");
+        let raw = match std::fs::read(&midx_path) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(BitmapError::Io { path: midx_path, source }),
+        };
+        let index = gix_pack::multi_index::File::from_data(raw.clone(), midx_path.clone(), Some(1 << 30))
+            .map_err(|e| BitmapError::Index { path: midx_path.clone(), message: e.to_string() })?;
+        if index.object_hash() != hash {
+            return Err(BitmapError::Index { path: midx_path, message: "written for another hash".into() });
+        }
+        let checksum = index.checksum();
+        let path = pack_dir.join(format!("multi-pack-index-{}.bitmap", checksum.to_hex()));
+        let data = match std::fs::read(&path) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(BitmapError::Io { path, source }),
+        };
+        let corrupt = |message: &str| BitmapError::Corrupt { path: path.clone(), message: message.to_owned() };
+        let n = index.num_objects() as usize;
+        let parsed = parse(&path, &data, hash, n, &checksum, |i| index.oid_at_index(i).to_owned())?;
+        let order = midx_reverse_index(&raw, pack_dir, &checksum, n)
+            .ok_or_else(|| corrupt("the multi-pack-index has no reverse index that reads"))?;
+        let position = positions(&order, n).ok_or_else(|| corrupt("the reverse index is no permutation"))?;
+        // The preferred pack: the one of the first position. Its objects lead the order, by
+        // offset; all of them (the MIDX picks the preferred pack's copy of an object first).
+        let location = |pos: usize| {
+            index.pack_id_and_pack_offset_at_index(order[pos]).map_err(|e| corrupt(&format!("position {pos}: {e}")))
+        };
+        let mut offsets = Vec::new();
+        let mut by_pack: Vec<std::ops::Range<usize>> = Vec::new();
+        let (preferred, _) = if n == 0 { (0, 0) } else { location(0)? };
+        let mut last_pack = None;
+        for pos in 0..n {
+            let (pack_id, offset) = location(pos)?;
+            if last_pack != Some(pack_id) {
+                by_pack.push(pos..pos);
+                last_pack = Some(pack_id);
+            }
+            if let Some(run) = by_pack.last_mut() {
+                run.end = pos + 1;
+            }
+            if by_pack.len() == 1 {
+                if offsets.last().is_some_and(|last| *last >= offset) {
+                    return Err(corrupt("the preferred pack's objects are not in pack order"));
+                }
+                offsets.push(offset);
+            }
+        }
+        by_pack.sort_by_key(|run| std::cmp::Reverse(run.len())); // stable: pack order among equals
+        let pack = index
+            .index_names()
+            .get(preferred as usize)
+            .map(|name| pack_dir.join(name).with_extension("pack"))
+            .ok_or_else(|| corrupt("no preferred pack"))?;
+        let pack_data = gix_pack::data::File::at(&pack, hash)
+            .map_err(|e| BitmapError::Pack { path: pack.clone(), message: e.to_string() })?;
+        if pack_data.num_objects() as usize != offsets.len() || offsets.len() * 2 < n {
+            // Not all of the preferred pack in the MIDX, or not the big pack (`git multi-pack-index
+            // write` prefers the oldest pack, a push's whose thin bases are stored whole): nothing
+            // is copied from it as it stands, each object goes out from its smallest stored copy
+            // ([`crate::packs`]); the bits still answer reachability.
+            offsets.clear();
+        }
+        let reusable = offsets.len();
+        let mut bitmap =
+            PackBitmap::new(pack, pack_data, Ids::Multi { index, offsets, by_pack }, n, order, position, parsed);
+        bitmap.reusable = reusable;
+        Ok(Some(bitmap))
+    }
+
+    fn new(
+        pack: PathBuf,
+        data: gix_pack::data::File,
+        ids: Ids,
+        n: usize,
+        order: Vec<u32>,
+        position: Vec<u32>,
+        parsed: Parsed,
+    ) -> PackBitmap {
+        let (prefixes, fanout) = prefix_table(&ids);
+        PackBitmap {
+            pack,
+            entries_end: data.pack_end() as u64,
+            data: std::sync::Arc::new(data),
+            ids,
+            reusable: n,
+            order,
+            position,
+            prefixes,
+            fanout,
+            types: parsed.types,
+            entries: parsed.entries,
+            by_commit: parsed.by_commit,
+            decoded: std::sync::Mutex::new(HashMap::new()),
+            commits: Default::default(),
+        }
+    }
+}
+
+/// What the cached bitmap of a repository was read from: the `.bitmap` files of its pack
+/// directory and their modification times, as a fingerprint.
+fn bitmap_files_state(served: &crate::repo::Served) -> (u64, Vec<std::path::PathBuf>) {
+    use std::hash::{Hash, Hasher};
+    let pack_dir = served.git_dir.join("objects/pack");
+    let mut files: Vec<(std::path::PathBuf, Option<std::time::SystemTime>)> = std::fs::read_dir(&pack_dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                // Packs' own bitmaps, a multi-pack-index's (`multi-pack-index-<hash>.bitmap`,
+                // positions in the MIDX's order across packs) and the MIDX itself.
+                .filter(|p| {
+                    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                    (name.starts_with("pack-") || name.starts_with("multi-pack-index"))
+                        && (name == "multi-pack-index" || p.extension().is_some_and(|e| e == "bitmap"))
+                        && !crate::packs::is_temporary(p)
+                })
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| {
+            let time = std::fs::metadata(&p).and_then(|m| m.modified()).ok();
+            (p, time)
+        })
+        .collect();
+    files.sort();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    files.hash(&mut h);
+    (h.finish(), files.into_iter().map(|(p, _)| p).collect())
+}
+
+/// The bitmap of a repository, if it has a usable one: its multi-pack-index's (git's
+/// `repack --write-midx -b`, `multi-pack-index write --bitmap`) where the MIDX is there and names
+/// no deleted pack ([`crate::repo::midx`]), as git prefers it, else a pack's own (git writes one
+/// per repack with `-b`; with several, the first pack's is used). Read once per file state; a
+/// stale or corrupt one is logged once (the `None` is cached too) and the next candidate, or the
+/// walk, serves instead.
+pub fn of(
+    repos: &crate::repo::Repos,
+    served: &crate::repo::Served,
+    repo: &gix::Repository,
+) -> Option<std::sync::Arc<PackBitmap>> {
+    let (state, files) = bitmap_files_state(served);
+    let cached = repos.cached(
+        served,
+        "pack bitmap",
+        state,
+        || -> Result<Option<std::sync::Arc<PackBitmap>>, std::convert::Infallible> {
+            let hash = repo.object_hash();
+            let pack_dir = served.git_dir.join("objects/pack");
+            let midx_usable = crate::repo::midx::check(&served.git_dir).unusable.is_none();
+            let midx = files.iter().any(|p| p.file_name().is_some_and(|n| n == "multi-pack-index")) && midx_usable;
+            let candidates = midx.then_some(None).into_iter().chain(
+                files
+                    .iter()
+                    .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("pack-")))
+                    .take(1)
+                    .map(Some),
+            );
+            for candidate in candidates {
+                let opened = match candidate {
+                    None => PackBitmap::open_midx(&pack_dir, hash),
+                    Some(path) => PackBitmap::open(&path.with_extension("idx"), hash),
+                };
+                match opened {
+                    // Its reaches decode commits into the repository's cache, which negotiation fills too.
+                    Ok(Some(bitmap)) => {
+                        return Ok(Some(std::sync::Arc::new(PackBitmap { commits: repos.commits(served), ..bitmap })));
+                    }
+                    Ok(None) => {}
+                    Err(err) => tracing::warn!(repo = %served.name, %err, "bitmap not used"),
+                }
+            }
+            Ok(None)
+        },
+    );
+    match cached {
+        Ok(bitmap) => (*bitmap).clone(),
+        Err(never) => match never {},
+    }
+}
