@@ -34,6 +34,10 @@ pub const ALL: &[Target] = &[
     Target { name: "git-request-line", seeds: request_line_seeds, run: git_request_line, max_len: 1024 },
     Target { name: "authorization", seeds: authorization_seeds, run: authorization, max_len: 512 },
     Target { name: "grant-glob", seeds: glob_seeds, run: grant_glob, max_len: 256 },
+    // Not a client's input but the repository's: files git writes beside gixd, damaged.
+    Target { name: "pack-bitmap-file", seeds: pack_bitmap_seeds, run: pack_bitmap_file, max_len: 1 << 14 },
+    Target { name: "multi-pack-index-file", seeds: midx_seeds, run: midx_file, max_len: 1 << 14 },
+    Target { name: "midx-bitmap-file", seeds: midx_bitmap_seeds, run: midx_bitmap_file, max_len: 1 << 14 },
 ];
 
 /// The target named `name`.
@@ -67,6 +71,11 @@ pub struct Fixture {
     pub pushed: ObjectId,
     server: OnceLock<gixd::server::Running>,
     recorded: OnceLock<Vec<(Version, Vec<u8>)>>,
+    /// `m.git`: r.git's visible history in a bitmapped pack, c3 in a second pack, and a
+    /// multi-pack-index over both with its bitmap: the files the on-disk targets damage.
+    midx_repo: PathBuf,
+    /// A fresh directory per on-disk case.
+    scratch: std::sync::atomic::AtomicUsize,
 }
 
 impl Fixture {
@@ -102,6 +111,15 @@ impl Fixture {
             .map(|l| ObjectId::from_hex(l.split(' ').next().unwrap().as_bytes()).unwrap())
             .collect();
 
+        let midx_repo = base.join("m.git");
+        git(&base, &["clone", "-q", "--bare", "--no-local", r.to_str().unwrap(), midx_repo.to_str().unwrap()]);
+        git(&midx_repo, &["-c", "pack.writeReverseIndex=true", "repack", "-adqb"]);
+        git(
+            &midx_repo,
+            &["-c", "fetch.unpackLimit=1", "fetch", "-q", work.to_str().unwrap(), &format!("{pushed}:refs/heads/c3")],
+        );
+        git(&midx_repo, &["multi-pack-index", "write", "--bitmap"]);
+
         let mut config = Config::new(base.clone());
         config.exports = Exports::All;
         config.listen = "127.0.0.1:0".parse().unwrap();
@@ -127,6 +145,8 @@ impl Fixture {
             pushed: id(pushed),
             server: OnceLock::new(),
             recorded: OnceLock::new(),
+            midx_repo,
+            scratch: Default::default(),
         }
     }
 
@@ -680,4 +700,120 @@ fn check_answer(f: &Fixture, out: &[u8]) -> Result<(), String> {
     }
     PACKS_CHECKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(())
+}
+
+/// m.git's pack directory file whose name starts with `prefix` and ends with `suffix`.
+fn midx_repo_file(f: &Fixture, prefix: &str, suffix: &str) -> PathBuf {
+    std::fs::read_dir(f.midx_repo.join("objects/pack"))
+        .expect("m.git has packs")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.starts_with(prefix) && name.ends_with(suffix)
+        })
+        .min()
+        .unwrap_or_else(|| panic!("m.git has a {prefix}*{suffix}"))
+}
+
+fn pack_bitmap_seeds(f: &Fixture) -> Vec<Vec<u8>> {
+    vec![std::fs::read(midx_repo_file(f, "pack-", ".bitmap")).unwrap()]
+}
+
+fn midx_seeds(f: &Fixture) -> Vec<Vec<u8>> {
+    vec![std::fs::read(f.midx_repo.join("objects/pack/multi-pack-index")).unwrap()]
+}
+
+fn midx_bitmap_seeds(f: &Fixture) -> Vec<Vec<u8>> {
+    vec![std::fs::read(midx_repo_file(f, "multi-pack-index-", ".bitmap")).unwrap()]
+}
+
+/// A copy of m.git in a fresh directory with `input` written over its file `replaced` (a pack
+/// directory file name).
+fn damaged_copy(f: &Fixture, replaced: &str, input: &[u8]) -> Result<PathBuf, String> {
+    let n = f.scratch.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dest = f.base.join(format!("damaged-{n}.git"));
+    let status = Command::new("cp")
+        .args(["-a", f.midx_repo.to_str().unwrap(), dest.to_str().unwrap()])
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err("copying m.git failed".into());
+    }
+    let pack_dir = dest.join("objects/pack");
+    let path = pack_dir.join(replaced);
+    let _ = std::fs::remove_file(&path); // git writes them read-only
+    std::fs::write(&path, input).map_err(|e| e.to_string())?;
+    Ok(dest)
+}
+
+/// Open what `repo` has (the MIDX check, the MIDX's bitmap, a pack's own) and, where a bitmap
+/// opened, reach main through it: damage is an error or a walk, never a panic.
+fn open_and_reach(f: &Fixture, repo: &Path) -> Result<(), String> {
+    let _ = gixd::repo::midx::check(repo);
+    let hash = gix_hash::Kind::Sha1;
+    let mut bitmaps = Vec::new();
+    if let Ok(Some(bitmap)) = gixd::bitmap::PackBitmap::open_midx(&repo.join("objects/pack"), hash) {
+        bitmaps.push(bitmap);
+    }
+    let idx = midx_repo_file(f, "pack-", ".bitmap").with_extension("idx");
+    if let Ok(Some(bitmap)) =
+        gixd::bitmap::PackBitmap::open(&repo.join("objects/pack").join(idx.file_name().unwrap()), hash)
+    {
+        bitmaps.push(bitmap);
+    }
+    if bitmaps.is_empty() {
+        return Ok(());
+    }
+    let handle = gix::open_opts(repo, gixd::repo::open_options(&gixd::repo::midx::check(repo)))
+        .map_err(|e| format!("opening the copy: {e}"))?;
+    // From the intact m.git: git itself dies on some damaged MIDXs ("bad pack-int-id").
+    let expected: HashSet<ObjectId> = git_out(&f.midx_repo, &["rev-list", "--objects", &f.main.to_string()])
+        .lines()
+        .map(|l| ObjectId::from_hex(l.split(' ').next().unwrap().as_bytes()).unwrap())
+        .collect();
+    for bitmap in bitmaps {
+        if bitmap.reusable() > 0 {
+            let _ = bitmap.entry_at(bitmap.reusable() - 1);
+        }
+        // A file opens only when its checksums hold, so when it does it is git's own: its reach
+        // of main is all of main's history.
+        let reach = bitmap.reachable(&handle, &[f.main], None).map_err(|e| format!("reach failed: {e}"))?;
+        let reached: HashSet<ObjectId> =
+            reach.bits.ones().map(|pos| bitmap.oid_at(pos)).chain(reach.extra.keys().copied()).collect();
+        if !expected.is_subset(&reached) {
+            return Err(format!(
+                "{bitmap:?} opened but reaches {} of main's {} objects",
+                reached.len(),
+                expected.len()
+            ));
+        }
+    }
+    let _ = std::fs::remove_dir_all(repo);
+    Ok(())
+}
+
+fn pack_bitmap_file(f: &Fixture, input: &[u8]) -> Result<(), String> {
+    let name = midx_repo_file(f, "pack-", ".bitmap");
+    let repo = damaged_copy(f, &name.file_name().unwrap().to_string_lossy(), input)?;
+    // Without the MIDX, the pack's own bitmap is the one read.
+    let _ = std::fs::remove_file(repo.join("objects/pack/multi-pack-index"));
+    open_and_reach(f, &repo)
+}
+
+fn midx_file(f: &Fixture, input: &[u8]) -> Result<(), String> {
+    // The MIDX bitmap renamed after the checksum the damaged MIDX ends in, so it is read too.
+    let bitmap = midx_repo_file(f, "multi-pack-index-", ".bitmap");
+    let repo = damaged_copy(f, "multi-pack-index", input)?;
+    if input.len() >= 20 {
+        let checksum: String = input[input.len() - 20..].iter().map(|b| format!("{b:02x}")).collect();
+        let _ = std::fs::copy(&bitmap, repo.join(format!("objects/pack/multi-pack-index-{checksum}.bitmap")));
+    }
+    open_and_reach(f, &repo)
+}
+
+fn midx_bitmap_file(f: &Fixture, input: &[u8]) -> Result<(), String> {
+    let name = midx_repo_file(f, "multi-pack-index-", ".bitmap");
+    let repo = damaged_copy(f, &name.file_name().unwrap().to_string_lossy(), input)?;
+    open_and_reach(f, &repo)
 }

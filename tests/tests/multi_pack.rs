@@ -93,8 +93,9 @@ fn between_repacks_clones_and_fetches_carry_gits_objects_at_gits_bytes() {
     }
 }
 
-/// A multi-pack-index that is truncated, or stale (naming packs a repack deleted), does not stop
-/// gixd serving the repository: a clone still carries every object (the lookup goes around it).
+/// A multi-pack-index that is truncated, stale (naming packs a repack deleted) or damaged (its
+/// checksum does not match) does not stop gixd serving the repository: a clone still carries
+/// every object (the lookup goes around it).
 #[test]
 fn a_truncated_or_stale_multi_pack_index_is_served_around() {
     let tmp = tempfile::tempdir().unwrap();
@@ -125,8 +126,22 @@ fn a_truncated_or_stale_multi_pack_index_is_served_around() {
     let saved = std::fs::read(stale.join("objects/pack/multi-pack-index")).unwrap();
     git_ok(&stale, &["repack", "-adq"]);
     std::fs::write(stale.join("objects/pack/multi-pack-index"), saved).unwrap();
+    // An offset table shifted by one entry, each id naming the next one's object: gix-odb,
+    // trusting it, gave another object's data for an id; the MIDX's checksum says it is damaged.
+    let damaged = copy("damaged.git");
+    let path = damaged.join("objects/pack/multi-pack-index");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let ooff = (0..bytes[6] as usize)
+        .map(|i| &bytes[12 + 12 * i..24 + 12 * i])
+        .find(|entry| &entry[..4] == b"OOFF")
+        .map(|entry| u64::from_be_bytes(entry[4..12].try_into().unwrap()) as usize)
+        .expect("an OOFF chunk");
+    let objects = gix_pack::multi_index::File::at(&path, None).unwrap().num_objects() as usize;
+    bytes.copy_within(ooff + 8..ooff + 8 * objects, ooff);
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, &bytes).unwrap();
     let server = serve(&base);
-    for name in ["truncated.git", "stale.git"] {
+    for name in ["truncated.git", "stale.git", "damaged.git"] {
         let dest = tmp.path().join(format!("clone-{name}"));
         git_ok(tmp.path(), &["clone", "-q", "--mirror", &server.url(name), dest.to_str().unwrap()]);
         assert_fsck_clean(&dest);

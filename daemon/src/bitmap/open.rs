@@ -164,6 +164,13 @@ impl PackBitmap {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(BitmapError::Io { path: midx_path, source }),
         };
+        // Its trailing checksum first: a damaged offset table would place bits on other objects.
+        let trailer = raw.len().saturating_sub(hash.len_in_bytes());
+        let mut hasher = gix_hash::hasher(hash);
+        hasher.update(&raw[..trailer]);
+        if hasher.try_finalize().ok().is_none_or(|digest| digest.as_bytes() != &raw[trailer..]) {
+            return Err(BitmapError::Index { path: midx_path, message: "checksum mismatch: damaged".into() });
+        }
         let index = gix_pack::multi_index::File::from_data(raw.clone(), midx_path.clone(), Some(1 << 30))
             .map_err(|e| BitmapError::Index { path: midx_path.clone(), message: e.to_string() })?;
         if index.object_hash() != hash {
