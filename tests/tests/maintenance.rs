@@ -473,7 +473,18 @@ fn geometric_maintenance_rolls_the_pushed_packs_into_one_and_leaves_the_big_pack
     assert_eq!(bitmap_after, bitmap_before, "its bitmap untouched");
     assert_eq!(all_objects(&repo), before, "nothing lost");
     assert_fsck_clean(&repo);
-    test_bitmap_at(&repo, "main~6");
+    // A multi-pack-index over the two, the big pack preferred, and its bitmap, which git reads
+    // (it prefers a MIDX's bitmap) and gixd serves from: the newest history is covered too.
+    assert!(report.bitmaps > 0, "{report:?}");
+    git_ok(&repo, &["multi-pack-index", "verify"]);
+    test_bitmap_at(&repo, "main");
+    let base = repo.parent().unwrap();
+    let repos = gixd::repo::Repos::new(base, gixd::config::Exports::All).unwrap();
+    let served = repos.resolve(&format!("/{}", repo.file_name().unwrap().to_str().unwrap())).unwrap();
+    let bitmap = gixd::bitmap::of(&repos, &served, &served.repo.to_thread_local()).expect("a bitmap");
+    assert!(!bitmap.is_one_pack(), "the MIDX's: {bitmap:?}");
+    assert_eq!(bitmap.pack.file_name().unwrap().to_str().unwrap(), big, "the big pack preferred");
+    assert_eq!(bitmap.len(), before.len(), "over every object");
     // In progression now: a second run has nothing to do.
     assert!(gixd::maintenance::geometric::run(&repo).unwrap().is_none());
     assert_eq!(gixd::maintenance::geometric::due(&repo), gixd::maintenance::geometric::Due::Nothing);

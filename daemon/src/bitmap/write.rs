@@ -48,6 +48,18 @@ pub fn write_rev(
     order: &[u32],
     hash: gix_hash::Kind,
 ) -> Result<(), ServeError> {
+    write_rev_for(path, &index.pack_checksum(), order, hash)
+}
+
+/// A reverse index for what has the checksum `checksum`: a pack, or a multi-pack-index (its
+/// `multi-pack-index-<checksum>.rev`, positions in its pseudo-pack order, which git reads where
+/// the MIDX has no `RIDX` chunk).
+pub fn write_rev_for(
+    path: &Path,
+    checksum: &gix_hash::oid,
+    order: &[u32],
+    hash: gix_hash::Kind,
+) -> Result<(), ServeError> {
     let mut out = Vec::with_capacity(12 + 4 * order.len() + 2 * hash.len_in_bytes());
     out.extend(b"RIDX");
     out.extend(1u32.to_be_bytes());
@@ -55,8 +67,18 @@ pub fn write_rev(
     for i in order {
         out.extend(i.to_be_bytes());
     }
-    out.extend(index.pack_checksum().as_bytes());
+    out.extend(checksum.as_bytes());
     write_checksummed(path, &out, hash)
+}
+
+/// The ids a bitmap is written over: a pack's index, or a multi-pack-index's.
+pub struct Over<'a> {
+    /// The id at an index position.
+    pub id_at: &'a dyn Fn(u32) -> ObjectId,
+    /// The index position of an id.
+    pub lookup: &'a dyn Fn(&gix_hash::oid) -> Option<u32>,
+    /// The checksum of what the bitmap is for (the pack's, the MIDX's).
+    pub checksum: ObjectId,
 }
 
 /// The commits that get a bitmap: every ref tip that is a commit, and one commit in 100 of the
@@ -114,6 +136,24 @@ pub fn write_bitmap(
     path: &Path,
     hash: gix_hash::Kind,
 ) -> Result<usize, ServeError> {
+    let over = Over {
+        id_at: &|i| index.oid_at_index(i).to_owned(),
+        lookup: &|id| index.lookup(id),
+        checksum: index.pack_checksum(),
+    };
+    write_bitmap_over(repo, &over, order, tips, path, hash)
+}
+
+/// [`write_bitmap`] over any ids: a pack's, or a multi-pack-index's (`order` its pseudo-pack
+/// order).
+pub fn write_bitmap_over(
+    repo: &gix::Repository,
+    index: &Over<'_>,
+    order: &[u32],
+    tips: &[ObjectId],
+    path: &Path,
+    hash: gix_hash::Kind,
+) -> Result<usize, ServeError> {
     let n = order.len();
     // Pack position by id, in one id-keyed table: the closures below ask it for every object
     // they meet, and a binary search of the index each time (memcmp of ids) was over half of a
@@ -121,14 +161,14 @@ pub fn write_bitmap(
     let mut position: gix::hashtable::HashMap<ObjectId, usize> = gix::hashtable::HashMap::default();
     position.reserve(n);
     for (pack_pos, idx_pos) in order.iter().enumerate() {
-        position.insert(index.oid_at_index(*idx_pos).to_owned(), pack_pos);
+        position.insert((index.id_at)(*idx_pos), pack_pos);
     }
     let pos_of = |id: &ObjectId| position.get(id).copied();
     let mut buf = Vec::new();
     // Type bitmaps, from each object's header (a blob is not inflated to learn it is one).
     let mut types = [Bits::new(n), Bits::new(n), Bits::new(n), Bits::new(n)];
     for (pack_pos, idx_pos) in order.iter().enumerate() {
-        let id = index.oid_at_index(*idx_pos).to_owned();
+        let id = (index.id_at)(*idx_pos);
         let kind = repo.find_header(id).map_err(|_| ServeError::MissingObject(id))?.kind();
         let slot = match kind {
             Kind::Commit => 0,
@@ -210,12 +250,12 @@ pub fn write_bitmap(
     out.extend(1u16.to_be_bytes());
     out.extend(1u16.to_be_bytes()); // BITMAP_OPT_FULL_DAG
     out.extend((chosen.len() as u32).to_be_bytes());
-    out.extend(index.pack_checksum().as_bytes());
+    out.extend(index.checksum.as_bytes());
     for t in &types {
         out.extend(ewah(t)?);
     }
     for commit in &chosen {
-        let idx_pos = index.lookup(commit).ok_or(ServeError::MissingObject(*commit))?;
+        let idx_pos = (index.lookup)(commit).ok_or(ServeError::MissingObject(*commit))?;
         out.extend(idx_pos.to_be_bytes());
         out.push(0); // no XOR
         out.push(0); // flags

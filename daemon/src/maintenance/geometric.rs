@@ -184,13 +184,22 @@ pub fn run(git_dir: &Path) -> Result<Option<Report>, ServeError> {
     // Newest first: a delta's base came with it or before it, and the newest history is what
     // fetches ask for.
     rolled.sort_by_key(|p| std::cmp::Reverse(p.mtime));
+    // What a pack that stays holds is not copied (git's `--stdin-packs` excludes it too): a
+    // push's thin bases, stored whole, are in the big pack already. The packs then hold each
+    // object once, and a multi-pack-index over them can prefer the big pack.
+    let staying: Vec<gix_pack::index::File> = present
+        .iter()
+        .filter(|p| !rolled.iter().any(|r| r.index == p.index))
+        .map(|p| gix_pack::index::File::at(&p.index, hash).map_err(ServeError::pack))
+        .collect::<Result<_, _>>()?;
+    let stays = |id: &ObjectId| staying.iter().any(|index| index.lookup(id).is_some());
     let mut seen: gix::hashtable::HashSet<ObjectId> = Default::default();
     let mut objects = Vec::new();
     for pack in &rolled {
         let index = gix_pack::index::File::at(&pack.index, hash).map_err(ServeError::pack)?;
         let mut entries: Vec<(u64, ObjectId)> = index.iter().map(|e| (e.pack_offset, e.oid)).collect();
         entries.sort_unstable();
-        objects.extend(entries.into_iter().map(|(_, id)| id).filter(|id| seen.insert(*id)));
+        objects.extend(entries.into_iter().map(|(_, id)| id).filter(|id| !stays(id) && seen.insert(*id)));
     }
     objects.extend(loose.iter().copied().filter(|id| seen.insert(*id)));
     let selection = crate::select::Selection { objects, ..Default::default() };
@@ -213,7 +222,7 @@ pub fn run(git_dir: &Path) -> Result<Option<Report>, ServeError> {
     // in the new pack, so every lookup finds one copy or the other meanwhile.
     for pack in &rolled {
         let Ok(old) = gix_pack::index::File::at(&pack.index, hash) else { continue };
-        if old.iter().all(|e| index.lookup(e.oid).is_some()) {
+        if old.iter().all(|e| index.lookup(e.oid).is_some() || stays(&e.oid)) {
             let marker = rolled_marker(&pack.index);
             if let Some(dir) = marker.parent() {
                 std::fs::create_dir_all(dir)?;
@@ -223,8 +232,11 @@ pub fn run(git_dir: &Path) -> Result<Option<Report>, ServeError> {
         }
     }
     super::remove_loose_contained(&objects_dir, &index, &mut report)?;
-    // Rolled into one pack with everything: it can carry the bitmap, as a full run's does.
-    if packs(&pack_dir).iter().all(|p| p.index == index_path) {
+    // Rolled into one pack with everything: it can carry the bitmap, as a full run's does (and
+    // a MIDX would name packs about to go). Else a MIDX over what stays, with its bitmap.
+    let geometry = packs(&pack_dir);
+    if geometry.iter().all(|p| p.index == index_path) {
+        super::midx::remove(&pack_dir, None);
         let refs = crate::repo::RefSnapshot::load_hiding_nothing(&repo)?;
         let order = crate::bitmap::write::pack_order(&index);
         crate::bitmap::write::write_rev(&index_path.with_extension("rev"), &index, &order, hash)?;
@@ -240,6 +252,10 @@ pub fn run(git_dir: &Path) -> Result<Option<Report>, ServeError> {
             // An object reachable from a ref is not in it (written loose meanwhile): no bitmap.
             Err(err) => tracing::info!(repo = %git_dir.display(), %err, "rolled-up pack left without a bitmap"),
         }
+    } else if let Some(big) = geometry.iter().max_by_key(|p| p.objects) {
+        let refs = crate::repo::RefSnapshot::load_hiding_nothing(&repo)?;
+        let indexes = geometry.iter().map(|p| p.index.clone()).collect();
+        report.bitmaps = super::midx::write(&repo, &pack_dir, indexes, &big.index, &refs.tips())?;
     }
     Ok(Some(report))
 }

@@ -17,6 +17,7 @@ use crate::bitmap::write::{pack_order, write_bitmap, write_rev};
 use crate::error::ServeError;
 
 pub mod geometric;
+pub mod midx;
 
 /// What a maintenance run did.
 #[derive(Debug, Default)]
@@ -91,6 +92,9 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, ServeError> {
         deltas_computed,
         ..Report::default()
     };
+    // A multi-pack-index (git's, or a geometric run's) would name packs about to go: the one
+    // pack and its bitmap serve now.
+    midx::remove(&pack_dir, None);
     remove_contained(&pack_dir, &index, &index_path, |_| true, &mut report);
     remove_loose_contained(&objects_dir, &index, &mut report)?;
 
