@@ -71,6 +71,19 @@ fn rolled_marker(index: &Path) -> PathBuf {
     objects_dir.join("gixd-rolled").join(index.file_name().unwrap_or_default())
 }
 
+/// Note that the pack indexed by `index` went into another (its roll-up, or a full run's pack):
+/// it leaves the geometry now and goes [`GRACE`] later ([`expire_rolled`]). Its bitmap goes at
+/// once, so that no new request picks it over the new pack's (one that read it holds it).
+pub(super) fn mark_rolled(index: &Path) -> std::io::Result<()> {
+    let marker = rolled_marker(index);
+    if let Some(dir) = marker.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::File::create(&marker)?;
+    let _ = std::fs::remove_file(index.with_extension("bitmap"));
+    Ok(())
+}
+
 /// Remove the packs rolled up more than `grace` ago ([`GRACE`]; the index first: readers find
 /// packs by it), and the notes of packs gone otherwise (a full repack, git's gc). Run under the
 /// maintenance lock. Returns how many packs went.
@@ -223,11 +236,7 @@ pub fn run(git_dir: &Path) -> Result<Option<Report>, ServeError> {
     for pack in &rolled {
         let Ok(old) = gix_pack::index::File::at(&pack.index, hash) else { continue };
         if old.iter().all(|e| index.lookup(e.oid).is_some() || stays(&e.oid)) {
-            let marker = rolled_marker(&pack.index);
-            if let Some(dir) = marker.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            std::fs::File::create(&marker)?;
+            mark_rolled(&pack.index)?;
             report.packs_removed += 1;
         }
     }

@@ -95,7 +95,7 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, ServeError> {
     // A multi-pack-index (git's, or a geometric run's) would name packs about to go: the one
     // pack and its bitmap serve now.
     midx::remove(&pack_dir, None);
-    remove_contained(&pack_dir, &index, &index_path, |_| true, &mut report);
+    retire_contained(&pack_dir, &index, &index_path, &mut report)?;
     remove_loose_contained(&objects_dir, &index, &mut report)?;
 
     // 5. Loose refs into packed-refs (their locks noted in the scratch directory meanwhile).
@@ -175,28 +175,27 @@ fn loose_objects(objects_dir: &Path) -> Vec<ObjectId> {
     ids
 }
 
-/// Remove the packs of `pack_dir` that `chosen` picks (by index path) whose every object is in
-/// `index` (the new pack, at `index_path`): the index first, readers find packs by it.
-fn remove_contained(
+/// The packs of `pack_dir` whose every object is in `index` (the new pack, at `index_path`) are
+/// noted as rolled into it: they go [`geometric::GRACE`] later, when transfers that started
+/// before this run (here or in another replica) are done with them.
+fn retire_contained(
     pack_dir: &Path,
     index: &gix_pack::index::File,
     index_path: &Path,
-    chosen: impl Fn(&Path) -> bool,
     report: &mut Report,
-) {
+) -> Result<(), ServeError> {
     for entry in std::fs::read_dir(pack_dir).into_iter().flatten().flatten() {
         let path = entry.path();
-        if path.extension().is_none_or(|e| e != "idx") || path == index_path || !chosen(&path) {
+        if path.extension().is_none_or(|e| e != "idx") || path == index_path || crate::packs::is_temporary(&path) {
             continue;
         }
         let Ok(old) = gix_pack::index::File::at(&path, index.object_hash()) else { continue };
         if old.iter().all(|e| index.lookup(e.oid).is_some()) {
-            for ext in ["idx", "pack", "rev", "bitmap", "keep"] {
-                let _ = std::fs::remove_file(path.with_extension(ext));
-            }
+            geometric::mark_rolled(&path)?;
             report.packs_removed += 1;
         }
     }
+    Ok(())
 }
 
 /// Remove the loose objects that `index` (the new pack) holds.

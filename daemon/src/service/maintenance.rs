@@ -77,29 +77,25 @@ pub async fn on_the_clock(state: Arc<State>, every: std::time::Duration) {
     }
 }
 
-/// Run what `git_dir` is due now, on this thread. A roll-up leaves the packs it rolled for
+/// Run what `git_dir` is due now, on this thread. A run leaves the packs it replaced for
 /// [`geometric::GRACE`]: the repository is asked for again once that has passed, to remove them.
 fn due(state: &State, git_dir: &Path) {
     maintenance::expire(git_dir, geometric::GRACE);
-    match geometric::due(git_dir) {
-        geometric::Due::Nothing => {}
-        geometric::Due::Geometric => {
-            let result = geometric::run(git_dir);
-            if matches!(&result, Ok(Some(report)) if report.packs_removed > 0)
-                && let (Some(asks), Ok(runtime)) = (state.maintenance.clone(), tokio::runtime::Handle::try_current())
-            {
-                let git_dir = git_dir.to_owned();
-                runtime.spawn(async move {
-                    tokio::time::sleep(geometric::GRACE + std::time::Duration::from_secs(1)).await;
-                    let _ = asks.send(git_dir);
-                });
-            }
-            counted(state, git_dir, "geometric", result)
-        }
-        geometric::Due::Full => {
-            counted(state, git_dir, "repacked", maintenance::full(git_dir, maintenance::Bases::Keep).map(Some))
-        }
+    let (done, result) = match geometric::due(git_dir) {
+        geometric::Due::Nothing => return,
+        geometric::Due::Geometric => ("geometric", geometric::run(git_dir)),
+        geometric::Due::Full => ("repacked", maintenance::full(git_dir, maintenance::Bases::Keep).map(Some)),
+    };
+    if matches!(&result, Ok(Some(report)) if report.packs_removed > 0)
+        && let (Some(asks), Ok(runtime)) = (state.maintenance.clone(), tokio::runtime::Handle::try_current())
+    {
+        let git_dir = git_dir.to_owned();
+        runtime.spawn(async move {
+            tokio::time::sleep(geometric::GRACE + std::time::Duration::from_secs(1)).await;
+            let _ = asks.send(git_dir);
+        });
     }
+    counted(state, git_dir, done, result)
 }
 
 /// A run's outcome, in the metrics (`gixd_maintenance_runs_total{outcome}`) and the log.
