@@ -96,7 +96,9 @@ moment pushed "file://$OUT/base/repo.git"
 mkdir -p "$OUT/ref"; cp -a "$OUT/base/repo.git" "$OUT/ref/repo.git"
 git -C "$OUT/ref/repo.git" repack -q --geometric=2 -d --write-midx -b
 "$GIXD" maintenance --geometric "$OUT/base/repo.git" > "$OUT/geometric.txt"
-echo "packs after gixd's geometric maintenance: $(ls "$OUT"/base/repo.git/objects/pack/*.pack | wc -l)"
+# The packs a run replaced stay 60 s for transfers that started before it (noted in
+# objects/gixd-rolled/): counted apart.
+echo "packs after gixd's geometric maintenance: $(ls "$OUT"/base/repo.git/objects/pack/*.pack | wc -l), of which retired: $(ls "$OUT"/base/repo.git/objects/gixd-rolled 2>/dev/null | wc -l)"
 moment geometric "file://$OUT/base/repo.git"
 moment reference-git-geometric-midx "file://$OUT/ref/repo.git"
 "$GIXD" maintenance "$OUT/base/repo.git" > "$OUT/full.txt"
