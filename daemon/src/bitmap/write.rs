@@ -1,6 +1,7 @@
-//! Writing git's reverse index (`.rev`) and pack bitmap (`.bitmap`) for one pack, as
-//! `technical/pack-format` and `technical/bitmap-format` describe them and git reads them
-//! (`git rev-list --test-bitmap` accepts the result): the writing half beside the reading one.
+//! Writing git's reverse index (`.rev`) and bitmap (`.bitmap`) for one pack or for a
+//! multi-pack-index ([`Over`] names the ids either way), as `technical/pack-format` and
+//! `technical/bitmap-format` describe them and git reads them (`git rev-list --test-bitmap`
+//! accepts the result): the writing half beside the reading one.
 
 use std::collections::HashMap;
 use std::io::Write;
