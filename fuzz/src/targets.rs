@@ -750,7 +750,7 @@ fn damaged_copy(f: &Fixture, replaced: &str, input: &[u8]) -> Result<PathBuf, St
 /// Open what `repo` has (the MIDX check, the MIDX's bitmap, a pack's own) and, where a bitmap
 /// opened, reach main through it: damage is an error or a walk, never a panic.
 fn open_and_reach(f: &Fixture, repo: &Path) -> Result<(), String> {
-    let _ = gixd::repo::midx::check(repo);
+    let midx = gixd::repo::midx::check(repo);
     let hash = gix_hash::Kind::Sha1;
     let mut bitmaps = Vec::new();
     if let Ok(Some(bitmap)) = gixd::bitmap::PackBitmap::open_midx(&repo.join("objects/pack"), hash) {
@@ -765,8 +765,7 @@ fn open_and_reach(f: &Fixture, repo: &Path) -> Result<(), String> {
     if bitmaps.is_empty() {
         return Ok(());
     }
-    let handle = gix::open_opts(repo, gixd::repo::open_options(&gixd::repo::midx::check(repo)))
-        .map_err(|e| format!("opening the copy: {e}"))?;
+    let handle = gix::open_opts(repo, gixd::repo::open_options(&midx)).map_err(|e| format!("opening the copy: {e}"))?;
     // From the intact m.git: git itself dies on some damaged MIDXs ("bad pack-int-id").
     let expected: HashSet<ObjectId> = git_out(&f.midx_repo, &["rev-list", "--objects", &f.main.to_string()])
         .lines()

@@ -150,7 +150,11 @@ enum Ids {
     /// an object counted once), from its reverse index. Only the preferred pack's positions are
     /// entries of [`PackBitmap::data`], at these offsets.
     /// `by_pack`: each pack's run of positions, the packs with the most objects first.
-    Multi { index: gix_pack::multi_index::File<Vec<u8>>, offsets: Vec<u64>, by_pack: Vec<std::ops::Range<usize>> },
+    Multi {
+        index: gix_pack::multi_index::File<std::sync::Arc<[u8]>>,
+        offsets: Vec<u64>,
+        by_pack: Vec<std::ops::Range<usize>>,
+    },
 }
 
 impl Ids {

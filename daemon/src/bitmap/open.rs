@@ -159,8 +159,9 @@ impl PackBitmap {
     /// reuse), whose positions come first.
     pub fn open_midx(pack_dir: &Path, hash: gix_hash::Kind) -> Result<Option<PackBitmap>, BitmapError> {
         let midx_path = pack_dir.join("multi-pack-index");
-        let raw = match std::fs::read(&midx_path) {
-            Ok(d) => d,
+        // Shared with the parsed MIDX, which keeps it: the reverse index is read from it too.
+        let raw: std::sync::Arc<[u8]> = match std::fs::read(&midx_path) {
+            Ok(d) => d.into(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(BitmapError::Io { path: midx_path, source }),
         };
@@ -183,6 +184,16 @@ impl PackBitmap {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(BitmapError::Io { path, source }),
         };
+        // A MIDX naming a pack a repack deleted (git rewrites it on its next repack) is stale.
+        if let Some(gone) = index
+            .index_names()
+            .iter()
+            .map(|name| pack_dir.join(name))
+            .find(|index| !index.is_file() || !index.with_extension("pack").is_file())
+        {
+            let message = format!("it names {}, which is gone: stale", gone.display());
+            return Err(BitmapError::Index { path: midx_path, message });
+        }
         let corrupt = |message: &str| BitmapError::Corrupt { path: path.clone(), message: message.to_owned() };
         let n = index.num_objects() as usize;
         let parsed = parse(&path, &data, hash, n, &checksum, |i| index.oid_at_index(i).to_owned())?;
@@ -316,8 +327,8 @@ pub fn of(
         || -> Result<Option<std::sync::Arc<PackBitmap>>, std::convert::Infallible> {
             let hash = repo.object_hash();
             let pack_dir = served.git_dir.join("objects/pack");
-            let midx_usable = crate::repo::midx::check(&served.git_dir).unusable.is_none();
-            let midx = files.iter().any(|p| p.file_name().is_some_and(|n| n == "multi-pack-index")) && midx_usable;
+            // A damaged or stale MIDX is refused by `open_midx` itself (its checksum, the packs it names).
+            let midx = files.iter().any(|p| p.file_name().is_some_and(|n| n == "multi-pack-index"));
             let candidates = midx.then_some(None).into_iter().chain(
                 files
                     .iter()
