@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
-use gixd::config::{Config, Exports, Overrides};
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
+use gixd::config::{Config, Layers, Limits, Settings};
 
 /// `gixd --version`: ours, gitoxide's, and the patches built in.
 const VERSION: &str =
@@ -26,7 +26,7 @@ enum Command {
     /// Serve git:// like `git daemon`, with its flags (and smart HTTP with --http-listen).
     Daemon(Daemon),
     /// Print the CPU budget gixd reads from the kernel and the sizes it would choose.
-    Budget(Sizes),
+    Budget(Budget),
     /// Make, list and revoke access tokens (HTTP: the token is the password).
     Token {
         #[command(subcommand)]
@@ -69,9 +69,7 @@ impl TokenStoreArg {
             return Ok(path.clone());
         }
         if let Some(file) = &self.config {
-            let overrides =
-                gixd::config::File::load(file)?.overrides(file.parent().unwrap_or(std::path::Path::new(".")));
-            return Ok(overrides.token_file.expect("a config file always names a token file"));
+            return Ok(Settings::load(file)?.token_file.expect("a config file always names a token file"));
         }
         Ok(gixd::config::default_token_file())
     }
@@ -127,8 +125,7 @@ impl BaseArg {
             return Ok(path.clone());
         }
         let Some(file) = &self.config else { return Err("give --base-path (or GIXD_BASE_PATH) or --config".into()) };
-        let overrides = gixd::config::File::load(file)?.overrides(file.parent().unwrap_or(std::path::Path::new(".")));
-        overrides.base_path.ok_or_else(|| format!("{} names no base_path", file.display()).into())
+        Settings::load(file)?.base_path.ok_or_else(|| format!("{} names no base_path", file.display()).into())
     }
 }
 
@@ -155,266 +152,75 @@ enum RepoCmd {
     },
 }
 
-/// Thread and transfer sizes; each defaults to what the CPU budget allows.
+/// `gixd budget`'s flags: the limits (sizes among them) `serve` takes.
 #[derive(clap::Args)]
-struct Sizes {
-    /// Runtime worker threads [default: effective CPUs].
-    #[arg(long, env = "GIXD_WORKER_THREADS")]
-    worker_threads: Option<usize>,
-    /// Blocking threads, all started up front [default: transfers + 2].
-    #[arg(long, env = "GIXD_BLOCKING_THREADS")]
-    blocking_threads: Option<usize>,
-    /// Upload-pack requests in flight before "busy, retry" [default: 2 × effective CPUs].
-    #[arg(long, env = "GIXD_MAX_TRANSFERS")]
-    max_transfers: Option<usize>,
-    /// Transfers of one repository in flight before "busy, retry" (0: no limit of its own) [default: 0].
-    #[arg(long, env = "GIXD_MAX_TRANSFERS_PER_REPOSITORY")]
-    max_transfers_per_repository: Option<usize>,
-    /// Transfers from one client address in flight before "busy, retry" (0: no limit of its own) [default: 0].
-    #[arg(long, env = "GIXD_MAX_TRANSFERS_PER_CLIENT")]
-    max_transfers_per_client: Option<usize>,
-    /// Seconds a request waits for a transfer slot before "busy, retry" [default: 5].
-    #[arg(long, env = "GIXD_QUEUE_WAIT")]
-    queue_wait: Option<u64>,
+struct Budget {
+    #[command(flatten)]
+    limits: Limits,
 }
 
-impl Sizes {
-    fn overrides(&self) -> Overrides {
-        Overrides {
-            worker_threads: self.worker_threads,
-            blocking_threads: self.blocking_threads,
-            max_transfers: self.max_transfers,
-            max_transfers_per_repository: self.max_transfers_per_repository,
-            max_transfers_per_client: self.max_transfers_per_client,
-            transfer_queue_wait: self.queue_wait.map(std::time::Duration::from_secs),
-            ..Overrides::default()
-        }
-    }
-}
-
+/// `gixd serve`: every setting ([`Settings`]), from the configuration file, the environment and
+/// these flags.
 #[derive(clap::Args)]
 struct Serve {
-    /// A TOML configuration file (see `gixd check-config`); flags given here win over it.
+    /// A TOML configuration file (see `gixd check-config`); variables and flags win over it.
     #[arg(long, env = "GIXD_CONFIG")]
     config: Option<PathBuf>,
-    /// Address to listen on [default: 127.0.0.1:8080].
-    #[arg(long, env = "GIXD_LISTEN")]
-    listen: Option<SocketAddr>,
-    /// Also serve git:// on this address (git daemon's port is 9418).
-    #[arg(long, env = "GIXD_GIT_LISTEN")]
-    git_listen: Option<SocketAddr>,
-    /// Serve repositories below this directory. Without it, gixd serves the repository it is
-    /// started in, or a demo repository it creates.
-    #[arg(long, env = "GIXD_BASE_PATH")]
-    base_path: Option<PathBuf>,
-    /// Serve every repository below the base path, not only those with git-daemon-export-ok.
-    #[arg(long)]
-    export_all: bool,
-    /// Bytes per HTTP response frame (the in-flight window per transfer) [default: 262144].
-    #[arg(long, env = "GIXD_STREAM_WINDOW")]
-    stream_window: Option<usize>,
-    /// The token state file [default: beside --config, else as `gixd token` says].
-    #[arg(long, env = "GIXD_TOKEN_FILE")]
-    token_file: Option<PathBuf>,
-    /// Exported repositories need a token too.
-    #[arg(long)]
-    no_anonymous_read: bool,
-    /// A push to a missing repository creates it, for a token made with --create.
-    #[arg(long, env = "GIXD_PUSH_TO_CREATE")]
-    push_to_create: bool,
-    /// Repack every repository with a bitmap every this many seconds (opt-in; at least 60).
-    #[arg(long, value_name = "SECONDS", env = "GIXD_MAINTENANCE_EVERY")]
-    maintenance_every: Option<u64>,
-    /// After pushes, roll a repository's small packs up geometrically, or repack it with a new
-    /// bitmap once enough objects are outside its bitmap [default: true].
-    #[arg(long, value_name = "BOOL", env = "GIXD_AUTO_MAINTENANCE")]
-    auto_maintenance: Option<bool>,
     #[command(flatten)]
-    limits: LimitFlags,
-    #[command(flatten)]
-    daemon: DaemonFlags,
-    #[command(flatten)]
-    sizes: Sizes,
-    #[command(flatten)]
-    operations: OperationFlags,
+    settings: Settings,
 }
 
-/// What an operator watches and what repeated clones share.
-#[derive(clap::Args)]
-struct OperationFlags {
-    /// Serve Prometheus metrics at http://ADDR/metrics.
-    #[arg(long, value_name = "ADDR", env = "GIXD_METRICS_LISTEN")]
-    metrics_listen: Option<SocketAddr>,
-    /// One JSON line per request to this file (`-`: standard output).
-    #[arg(long, value_name = "FILE", env = "GIXD_ACCESS_LOG")]
-    access_log: Option<PathBuf>,
-    /// Share one generated pack among identical fetches (the single-flight pack cache; off by default).
-    #[arg(long, env = "GIXD_PACK_CACHE")]
-    pack_cache: bool,
-    /// Bytes of cached responses held in memory [default: 64 MiB]; implies --pack-cache.
-    #[arg(long, value_name = "BYTES", env = "GIXD_PACK_CACHE_MEMORY")]
-    pack_cache_memory: Option<u64>,
-    /// Where responses that do not fit in memory go (unlinked files); implies --pack-cache.
-    #[arg(long, value_name = "DIR", env = "GIXD_PACK_CACHE_DIR")]
-    pack_cache_dir: Option<PathBuf>,
-    /// Bytes of finished responses kept on disk [default: 1 GiB]; implies --pack-cache.
-    #[arg(long, value_name = "BYTES", env = "GIXD_PACK_CACHE_DISK")]
-    pack_cache_disk: Option<u64>,
-    /// Seconds a finished response is kept [default: 300]; implies --pack-cache.
-    #[arg(long, value_name = "SECONDS", env = "GIXD_PACK_CACHE_SECS")]
-    pack_cache_secs: Option<u64>,
-}
-
-impl OperationFlags {
-    fn overrides(&self) -> Overrides {
-        Overrides {
-            metrics_listen: self.metrics_listen,
-            access_log: self.access_log.clone(),
-            pack_cache: self.pack_cache.then_some(true),
-            pack_cache_memory: self.pack_cache_memory,
-            pack_cache_dir: self.pack_cache_dir.clone(),
-            pack_cache_disk: self.pack_cache_disk,
-            pack_cache_max_age: self.pack_cache_secs.map(std::time::Duration::from_secs),
-            ..Overrides::default()
-        }
-    }
-}
-
-/// Request limits (the configuration file's `[limits]`).
-#[derive(clap::Args)]
-struct LimitFlags {
-    /// Largest request body as sent [default: 16 MiB].
-    #[arg(long, value_name = "BYTES")]
-    max_request_body: Option<usize>,
-    /// Largest request body after gzip [default: 64 MiB].
-    #[arg(long, value_name = "BYTES")]
-    max_inflated_body: Option<usize>,
-    /// Largest pack one push may send [default: 4 GiB].
-    #[arg(long, value_name = "BYTES")]
-    max_push_bytes: Option<u64>,
-    /// Largest object a push may carry, by its inflated size [default: 256 MiB].
-    #[arg(long, value_name = "BYTES")]
-    max_object_bytes: Option<usize>,
-    /// Slowest a client may send while gixd waits for it, in bytes per second [default: 1024].
-    #[arg(long, value_name = "BYTES")]
-    min_receive_rate: Option<u64>,
-    /// Most want lines per request [default: 100000].
-    #[arg(long, value_name = "N")]
-    max_wants: Option<usize>,
-    /// Most have lines per request [default: 100000].
-    #[arg(long, value_name = "N")]
-    max_haves: Option<usize>,
-}
-
-impl LimitFlags {
-    fn overrides(&self) -> Overrides {
-        Overrides {
-            max_request_body: self.max_request_body,
-            max_inflated_body: self.max_inflated_body,
-            max_push_bytes: self.max_push_bytes,
-            max_object_bytes: self.max_object_bytes,
-            min_receive_rate: self.min_receive_rate,
-            max_wants: self.max_wants,
-            max_haves: self.max_haves,
-            ..Overrides::default()
-        }
-    }
-}
-
-/// git daemon's flags that gixd shares between `serve` and `daemon`.
-#[derive(clap::Args)]
-struct DaemonFlags {
-    /// Offer a service: upload-pack (on by default), receive-pack, upload-archive.
-    #[arg(long, value_name = "SERVICE")]
-    enable: Vec<String>,
-    /// Stop offering a service.
-    #[arg(long, value_name = "SERVICE")]
-    disable: Vec<String>,
-    /// Seconds a client may stay silent (or not read) during a request [default: 120].
-    #[arg(long, value_name = "SECONDS")]
-    timeout: Option<u64>,
-    /// Seconds a git:// client has to send its request line [default: 30].
-    #[arg(long, value_name = "SECONDS")]
-    init_timeout: Option<u64>,
-    /// Most git:// connections at once, 0 for no limit [serve: 0; daemon: 32, as git daemon].
-    #[arg(long, value_name = "N")]
-    max_connections: Option<usize>,
-    /// Tell git:// clients why a path failed (serve: always; daemon: only with this flag).
-    #[arg(long)]
-    informative_errors: bool,
-    /// Paths must name the git directory exactly: no `.git` appended, no subdirectories of the
-    /// whitelisted directories.
-    #[arg(long)]
-    strict_paths: bool,
-    /// Serve `~user/x` from `<home>/<DIR>/x` (or `<home>/x` without a value); only homes below the
-    /// base path are served.
-    #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "")]
-    user_path: Option<String>,
-    /// Log every connection and request (info); without it `daemon` logs warnings only.
-    #[arg(long)]
-    verbose: bool,
-}
-
-impl DaemonFlags {
-    /// What the flags given say; a boolean flag that is absent says nothing.
-    fn overrides(&self) -> Overrides {
-        let secs = std::time::Duration::from_secs;
-        let services = self
-            .enable
-            .iter()
-            .map(|n| (n.clone(), true))
-            .chain(self.disable.iter().map(|n| (n.clone(), false)))
-            .collect();
-        Overrides {
-            services,
-            io_timeout: self.timeout.map(secs),
-            init_timeout: self.init_timeout.map(secs),
-            max_connections: self.max_connections,
-            informative_errors: self.informative_errors.then_some(true),
-            strict_paths: self.strict_paths.then_some(true),
-            user_path: self.user_path.clone(),
-            ..Overrides::default()
-        }
-    }
-}
-
-/// `git daemon`'s command line, served by gixd.
+/// `git daemon`'s command line, served by gixd: git daemon's flags are settings' flags
+/// ([`daemon_command`] gives them git daemon's defaults).
 #[derive(clap::Args)]
 struct Daemon {
-    /// Repository paths are relative to this directory (required: gixd never serves `/`).
-    #[arg(long, value_name = "DIR")]
-    base_path: PathBuf,
-    /// Serve every repository, not only those with git-daemon-export-ok.
-    #[arg(long)]
-    export_all: bool,
     /// Address to listen on for git:// (all interfaces by default, as git daemon).
-    #[arg(long, value_name = "HOST", default_value = "0.0.0.0")]
+    #[arg(id = "git_host", long = "listen", value_name = "HOST", default_value = "0.0.0.0")]
     listen: std::net::IpAddr,
     /// git:// port.
     #[arg(long, default_value_t = 9418)]
     port: u16,
-    /// Also serve smart HTTP on this address.
-    #[arg(long, value_name = "ADDR")]
-    http_listen: Option<SocketAddr>,
     /// Accepted for git daemon compatibility: the listener always reuses the address.
     #[arg(long)]
     reuseaddr: bool,
+    /// Log every connection and request (info); without it `daemon` logs warnings only.
+    #[arg(long)]
+    verbose: bool,
     #[command(flatten)]
-    daemon: DaemonFlags,
-    #[command(flatten)]
-    sizes: Sizes,
-    #[command(flatten)]
-    operations: OperationFlags,
+    settings: Settings,
     /// Only repositories in these directories (below them, without --strict-paths) are served.
     #[arg(value_name = "DIRECTORY")]
     directories: Vec<PathBuf>,
 }
 
+/// The command line, with `gixd daemon`'s own declared defaults: git daemon's (32 connections,
+/// terse errors, a base path required) and smart HTTP only where `--http-listen` says.
+fn daemon_command() -> clap::Command {
+    Cli::command().mut_subcommand("daemon", |daemon| {
+        daemon
+            .mut_arg("listen", |arg| {
+                arg.long("http-listen")
+                    .env(None::<&str>)
+                    .default_value("127.0.0.1:0")
+                    .help("Also serve smart HTTP on this address (without it: a loopback port nobody is told of)")
+            })
+            .mut_arg("git_listen", |arg| arg.hide(true))
+            .mut_arg("base_path", |arg| {
+                arg.required(true)
+                    .help("Repository paths are relative to this directory (required: gixd never serves `/`)")
+            })
+            .mut_arg("max_connections", |arg| arg.default_value("32"))
+            .mut_arg("informative_errors", |arg| arg.default_value("false"))
+    })
+}
+
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let matches = daemon_command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let sub = matches.subcommand().map(|(_, m)| m.clone()).unwrap_or_default();
     // git daemon is quiet unless --verbose; `serve` tells what it does.
     let level = match &cli.command {
-        Command::Daemon(d) if !d.daemon.verbose => "warn",
+        Command::Daemon(d) if !d.verbose => "warn",
         _ => "info",
     };
     tracing_subscriber::fmt()
@@ -425,8 +231,8 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Serve(args) => serve(args),
-        Command::Daemon(args) => daemon(args),
+        Command::Serve(args) => serve(args, &sub),
+        Command::Daemon(args) => daemon(args, &sub),
         Command::Token { command } => token(command),
         Command::Repo { command } => repo(command),
         Command::CheckConfig { file } => check_config(&file),
@@ -453,7 +259,7 @@ fn main() -> std::process::ExitCode {
                 })
                 .map_err(Into::into)
         }
-        Command::Budget(sizes) => budget(&sizes),
+        Command::Budget(args) => budget(args, &sub),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -490,8 +296,9 @@ fn repo(command: RepoCmd) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// `gixd budget`: the sizes `serve` would take here, and why.
-fn budget(sizes: &Sizes) -> Result<(), Box<dyn std::error::Error>> {
-    let (_, line, warning) = resolve_for_budget(Config::new(".".into()), sizes.overrides())?;
+fn budget(args: Budget, matches: &ArgMatches) -> Result<(), Box<dyn std::error::Error>> {
+    let layers = Layers::from_matches(matches, &Settings { limits: args.limits, ..Settings::default() });
+    let (_, line, warning) = resolve_for_budget(&layers.with_file(Settings::default()))?;
     println!("{line}");
     if let Some(warning) = warning {
         println!("warning: {warning}");
@@ -499,75 +306,50 @@ fn budget(sizes: &Sizes) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn daemon(args: Daemon) -> Result<(), Box<dyn std::error::Error>> {
+fn daemon(args: Daemon, matches: &ArgMatches) -> Result<(), Box<dyn std::error::Error>> {
     let _ = args.reuseaddr;
-    let http = args.http_listen;
-    // git daemon's own defaults, below its flags: 32 connections, terse errors.
-    let defaults = Overrides {
-        exports: Some(if args.export_all { Exports::All } else { Exports::DaemonExportOk }),
-        git_listen: Some(SocketAddr::new(args.listen, args.port)),
-        max_connections: Some(32),
-        informative_errors: Some(false),
-        whitelist: Some(args.directories.clone()),
-        // Without --http-listen the HTTP listener takes a free loopback port nobody is told about.
-        listen: Some(http.unwrap_or_else(|| "127.0.0.1:0".parse().expect("valid"))),
-        ..Overrides::default()
-    };
-    let flags = args.sizes.overrides().over(args.daemon.overrides()).over(args.operations.overrides());
-    run(Config::new(args.base_path), flags.over(defaults), None, http.is_some())
+    let mut layers = Layers::from_matches(matches, &args.settings);
+    let announce_http = layers.given.listen.is_some();
+    layers.given.git_listen.get_or_insert(SocketAddr::new(args.listen, args.port));
+    let (mut config, line, warning) = resolve_for_budget(&layers.with_file(Settings::default()))?;
+    config.paths.whitelist = args.directories;
+    run(config, &line, warning, None, announce_http)
 }
 
-fn serve(args: Serve) -> Result<(), Box<dyn std::error::Error>> {
+fn serve(args: Serve, matches: &ArgMatches) -> Result<(), Box<dyn std::error::Error>> {
     let file = match &args.config {
         Some(path) => load_config(path)?,
-        None => Overrides::default(),
+        None => Settings::default(),
     };
-    let flags = Overrides {
-        listen: args.listen,
-        git_listen: args.git_listen,
-        base_path: args.base_path,
-        exports: args.export_all.then_some(Exports::All),
-        stream_window: args.stream_window,
-        token_file: args.token_file,
-        anonymous_read: args.no_anonymous_read.then_some(false),
-        push_to_create: args.push_to_create.then_some(true),
-        maintenance_interval: args.maintenance_every.map(std::time::Duration::from_secs),
-        auto_maintenance: args.auto_maintenance,
-        ..Overrides::default()
+    let mut settings = Layers::from_matches(matches, &args.settings).with_file(file);
+    settings.token_file.get_or_insert_with(gixd::config::default_token_file);
+    // No base path anywhere: serve the checkout gixd runs in, or a demo repository.
+    let demo = match &settings.base_path {
+        Some(_) => None,
+        None => {
+            let data_dir = std::env::temp_dir().join("gixd");
+            std::fs::create_dir_all(&data_dir)?;
+            let demo = gixd::demo::default_repository(&std::env::current_dir()?, &data_dir)?;
+            settings.base_path = Some(demo.base_path.clone());
+            Some(demo)
+        }
     };
-    let mut layers = flags
-        .over(args.limits.overrides())
-        .over(args.daemon.overrides())
-        .over(args.sizes.overrides())
-        .over(args.operations.overrides())
-        .over(file);
-    if layers.token_file.is_none() {
-        layers.token_file = Some(gixd::config::default_token_file());
-    }
-    let url_path = if layers.base_path.is_none() {
-        // No base path anywhere: serve the checkout gixd runs in, or a demo repository.
-        let cwd = std::env::current_dir()?;
-        let data_dir = std::env::temp_dir().join("gixd");
-        std::fs::create_dir_all(&data_dir)?;
-        let default = gixd::demo::default_repository(&cwd, &data_dir)?;
-        layers.base_path = Some(default.base_path);
-        layers.exports = Some(default.exports);
-        Some(default.url_path)
-    } else {
-        None
-    };
-    run(Config::new(".".into()), layers, url_path, true)
+    let (mut config, line, warning) = resolve_for_budget(&settings)?;
+    let url_path = demo.map(|demo| {
+        config.exports = demo.exports;
+        demo.url_path
+    });
+    run(config, &line, warning, url_path, true)
 }
 
 /// The configuration file's settings, refused with every problem named when it has any.
-fn load_config(path: &std::path::Path) -> Result<Overrides, Box<dyn std::error::Error>> {
-    let file = gixd::config::File::load(path)?;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    let problems = file.problems(dir);
+fn load_config(path: &std::path::Path) -> Result<Settings, Box<dyn std::error::Error>> {
+    let file = Settings::load(path)?;
+    let problems = file.problems();
     if !problems.is_empty() {
         return Err(format!("{}:\n  {}", path.display(), problems.join("\n  ")).into());
     }
-    Ok(file.overrides(dir))
+    Ok(file)
 }
 
 fn token(command: TokenCmd) -> Result<(), Box<dyn std::error::Error>> {
@@ -627,7 +409,7 @@ fn token(command: TokenCmd) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn check_config(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
-    let config = load_config(path)?.resolve(Config::new(".".into()), 1)?;
+    let config = load_config(path)?.resolve(1)?;
     println!(
         "{}: ok (listen {}, git:// {}, base path {}, tokens in {})",
         path.display(),
@@ -639,26 +421,23 @@ fn check_config(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>
     Ok(())
 }
 
-/// `layers` resolved on `defaults` for the CPU budget gixd really has, with the line that says
-/// which sizes it chose and why (and a warning, if the budget calls for one).
-fn resolve_for_budget(
-    defaults: Config,
-    layers: Overrides,
-) -> Result<(Config, String, Option<String>), gixd::config::ConfigError> {
+/// `settings` resolved for the CPU budget gixd really has, with the line that says which sizes it
+/// chose and why (and a warning, if the budget calls for one).
+fn resolve_for_budget(settings: &Settings) -> Result<(Config, String, Option<String>), gixd::config::ConfigError> {
     let budget = gixd::budget::read();
-    let config = layers.resolve(defaults, budget.effective())?;
+    let config = settings.resolve(budget.effective())?;
     let (line, warning) = budget.describe(&config.sizes());
     Ok((config, line, warning))
 }
 
-/// Resolve the layers for the budget, and serve.
+/// Serve `config`, after saying which sizes it runs with.
 fn run(
-    defaults: Config,
-    layers: Overrides,
+    config: Config,
+    line: &str,
+    warning: Option<String>,
     url_path: Option<String>,
     announce_http: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let (config, line, warning) = resolve_for_budget(defaults, layers)?;
     tracing::info!("{line}");
     if let Some(warning) = warning {
         tracing::warn!("{warning}");

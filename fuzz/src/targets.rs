@@ -551,8 +551,9 @@ fn repo_path(f: &Fixture, input: &[u8]) -> Result<(), String> {
 }
 
 fn config_file(f: &Fixture, input: &[u8]) -> Result<(), String> {
-    if let Ok(file) = toml::from_str::<gixd::config::File>(&String::from_utf8_lossy(input)) {
-        let _ = file.overrides(&f.base).resolve(Config::new(f.base.clone()), 2);
+    if let Ok(file) = toml::from_str::<gixd::config::Settings>(&String::from_utf8_lossy(input)) {
+        let _ = file.problems();
+        let _ = file.over(&gixd::config::Settings { base_path: Some(f.base.clone()), ..Default::default() }).resolve(2);
     }
     Ok(())
 }

@@ -74,6 +74,7 @@ fn sixteen_identical_concurrent_clones_cost_one_pack_generation_with_the_pack_ca
     let origin = all_objects(&fixture(&base));
     let spill = tmp.path().join("cache");
     std::fs::create_dir_all(&spill).unwrap();
+    let declared = &gixd::config::Settings::defaults().pack_cache;
     for (transport, cached) in [("http", true), ("http", false), ("git", true), ("git", false)] {
         let server = serve_with(&base, |c| {
             c.git_listen = Some("127.0.0.1:0".parse().unwrap());
@@ -84,8 +85,8 @@ fn sixteen_identical_concurrent_clones_cost_one_pack_generation_with_the_pack_ca
             c.pack_cache = cached.then(|| gixd::config::PackCache {
                 memory_bytes: 64 << 10,
                 dir: Some(spill.clone()),
-                disk_bytes: gixd::config::PackCache::DEFAULT_DISK,
-                max_age: gixd::config::PackCache::DEFAULT_MAX_AGE,
+                disk_bytes: declared.disk_bytes.expect("declared"),
+                max_age: std::time::Duration::from_secs(declared.max_age_secs.expect("declared")),
             });
         });
         let into = tmp.path().join(format!("{transport}-{}", if cached { "cached" } else { "uncached" }));

@@ -1,0 +1,238 @@
+//! Settings: where repositories are, which are served, and every limit, each with why it exists.
+//! [`Config`] is what the server runs with; [`Settings`] declares each setting once (its TOML
+//! key, flag, variable, default and doc) and stacks the layers that give them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+pub use settings::{Layers, Limits, PackCacheSettings, Settings, SettingsError};
+
+mod settings;
+
+/// Which repositories under the base path may be served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exports {
+    /// Only those holding a `git-daemon-export-ok` file (git daemon's rule).
+    DaemonExportOk,
+    /// Every repository under the base path (`--export-all`).
+    All,
+    /// Exactly this git directory (the checkout `gixd serve` was started in).
+    Only(PathBuf),
+}
+
+/// Which services are offered (git daemon's `--enable`/`--disable`): upload-pack on,
+/// receive-pack and upload-archive off until enabled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Services {
+    pub upload_pack: bool,
+    pub receive_pack: bool,
+    pub upload_archive: bool,
+}
+
+impl Default for Services {
+    fn default() -> Self {
+        Services { upload_pack: true, receive_pack: false, upload_archive: false }
+    }
+}
+
+impl Services {
+    /// Switch a service by its name (`upload-pack`, `receive-pack`, `upload-archive`).
+    pub fn set(&mut self, name: &str, on: bool) -> Result<(), ConfigError> {
+        match name {
+            "upload-pack" => self.upload_pack = on,
+            "receive-pack" => self.receive_pack = on,
+            "upload-archive" => self.upload_archive = on,
+            other => return Err(ConfigError::UnknownService(other.to_owned())),
+        }
+        Ok(())
+    }
+}
+
+/// A setting no configuration layer may give.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("unknown service '{0}' (known: upload-pack, receive-pack, upload-archive)")]
+    UnknownService(String),
+}
+
+/// How a request path finds its repository, beyond the base path (git daemon's flags).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PathRules {
+    /// `--strict-paths`: the path must name the git directory exactly (no `.git` appended, no
+    /// `/.git` looked into, no subdirectories of whitelisted directories).
+    pub strict: bool,
+    /// `--user-path[=dir]`: `~user/x` means `<user's home>/<dir>/x` — still only below the base
+    /// path. `None`: `~user` paths are refused.
+    pub user_path: Option<String>,
+    /// Directories given on git daemon's command line: when any are given, only repositories in
+    /// them (or, without `strict`, below them) are served.
+    pub whitelist: Vec<PathBuf>,
+}
+
+/// How slowly a client may send, and over how long a wait that is judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    /// Bytes per second of waiting, at least.
+    pub min_rate: u64,
+    /// The waiting time over which the rate is judged (a burst after a pause is fine).
+    pub window: std::time::Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// Where git:// is served, if at all (git daemon's port is 9418).
+    pub git_listen: Option<SocketAddr>,
+    /// How long a git:// client may take to send its request line: a connection that never
+    /// says what it wants must not hold a thread.
+    pub init_timeout: std::time::Duration,
+    /// Repositories are looked up below this directory, never outside it.
+    pub base_path: PathBuf,
+    pub exports: Exports,
+    pub paths: PathRules,
+    pub services: Services,
+    /// The token state file (`gixd token …` writes it); `None`: no tokens, so unexported
+    /// repositories are not readable over HTTP and nobody can push over HTTP.
+    pub token_file: Option<PathBuf>,
+    /// Exported repositories may be read without a token.
+    pub anonymous_read: bool,
+    /// A push over HTTP to a repository that does not exist creates it (private, SHA-1) when
+    /// the pusher's token may create it (`gixd token add --write --create`). Off by default.
+    pub push_to_create: bool,
+    /// Opt-in: repack every repository below the base path into one pack with a bitmap this
+    /// often ([`crate::maintenance`]). `None`: never.
+    pub maintenance_interval: Option<std::time::Duration>,
+    /// After pushes, a repository gets the maintenance it is due
+    /// ([`crate::maintenance::geometric::due`]): its small packs rolled up geometrically, or, once
+    /// enough objects are outside its bitmap, a full repack with a new one. On by default.
+    pub auto_maintenance: bool,
+    /// Most git:// connections at once (git daemon's `--max-connections`; 0: no limit beyond
+    /// the transfer limit). One more is told so and closed.
+    pub max_connections: usize,
+    /// git:// errors say what went wrong (no such repository, not exported); without it, every
+    /// path failure reads "access denied or repository not exported", as git daemon says
+    /// without `--informative-errors`, so a prober learns nothing.
+    pub informative_errors: bool,
+    /// Bytes per HTTP response frame: the in-flight window between the pack writer and the
+    /// socket. Larger means fewer wake-ups, smaller means less memory per transfer. Floored to 1.
+    /// A pack cache reader is not bound by it: its frames are slices of the entry's mapped file
+    /// (up to a 4 MiB window's end), which cost no memory per transfer.
+    pub stream_window: usize,
+    /// Largest request body read as sent (gzip or not): a negotiation is wants and haves, so
+    /// anything near this is not a git client.
+    pub max_request_body: usize,
+    /// Largest request body after gzip inflation: caps a gzip bomb at a size we can afford.
+    pub max_inflated_body: usize,
+    /// Largest pack one push may send: beyond it the push is refused and nothing is kept.
+    pub max_push_bytes: u64,
+    /// The largest object a push may carry, by its declared (inflated) size, refused before it is
+    /// allocated: a zlib bomb of a few hundred KB can declare half a gigabyte.
+    pub max_object_bytes: usize,
+    /// Most `want` lines one request may carry: one per ref a client can ask for, with room.
+    pub max_wants: usize,
+    /// Most `have` lines one request may carry (stateless HTTP re-sends the common ones).
+    pub max_haves: usize,
+    /// Threads serving connections (tokio workers): one per CPU the budget really has.
+    pub worker_threads: usize,
+    /// Blocking threads, all started up front and kept: repository reads and pack generation
+    /// run on them, so a transfer never creates a thread.
+    pub blocking_threads: usize,
+    /// Upload-pack requests (each may generate a pack) in flight at once; more wait up to
+    /// `transfer_queue_wait`, then get "busy, retry" instead of an unbounded pile of work.
+    pub max_transfers: usize,
+    /// Transfers of one repository in flight at once, of the `max_transfers` (0: no limit of
+    /// its own): a fleet cloning one repository leaves slots for the others.
+    pub max_transfers_per_repository: usize,
+    /// Transfers from one client address in flight at once (0: no limit of its own): one host
+    /// cannot take every slot.
+    pub max_transfers_per_client: usize,
+    pub transfer_queue_wait: std::time::Duration,
+    /// How long a client may take to send its request head or body, or to accept the next frame
+    /// of a response, before the transfer is dropped: a stalled client must not hold a thread.
+    pub io_timeout: std::time::Duration,
+    /// git's pace for a running progress line ("Enumerating objects: N", "Counting objects:
+    /// 45% (450/1000)"): at most one this often. One second, as git; the tests set it to zero
+    /// to see every line a long transfer would show.
+    pub progress_interval: std::time::Duration,
+    /// The slowest a client may send a request or a push (bytes per second of the server's
+    /// waiting, judged over `init_timeout` of waiting): per-read timeouts alone let a client that
+    /// sends a byte every few seconds hold a connection and a transfer slot for ever.
+    pub min_receive_rate: u64,
+    /// Where Prometheus scrapes `/metrics` ([`crate::metrics`]); `None`: not served.
+    pub metrics_listen: Option<SocketAddr>,
+    /// The access log's file, `-` for standard output ([`crate::access_log`]); `None`: none.
+    pub access_log: Option<PathBuf>,
+    /// The single-flight pack cache ([`crate::pack_cache`]); `None` (the default, as Gitaly's):
+    /// every fetch generates its own pack.
+    pub pack_cache: Option<PackCache>,
+}
+
+/// What the pack cache keeps, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackCache {
+    /// Bytes of responses held in memory, all entries together.
+    pub memory_bytes: u64,
+    /// Where an entry that does not fit in memory goes (unlinked files); `None`: it stays in
+    /// memory while it is generated and is not kept afterwards.
+    pub dir: Option<PathBuf>,
+    /// Bytes of finished entries kept on disk.
+    pub disk_bytes: u64,
+    /// How long a finished entry is kept.
+    pub max_age: std::time::Duration,
+}
+
+impl Config {
+    /// The configuration every setting's declared default gives ([`Settings`]), serving
+    /// `base_path`, sized for one CPU.
+    pub fn new(base_path: PathBuf) -> Self {
+        Settings { base_path: Some(base_path), ..Settings::default() }
+            .resolve(1)
+            .expect("the declared defaults resolve")
+    }
+
+    /// Size the threads and transfers for `effective` CPUs: a worker per CPU, two transfers per
+    /// CPU (a transfer also waits on its client), and blocking threads for those plus the short
+    /// tasks beside them (advertisements, repository lookups).
+    pub fn size_for(&mut self, effective: usize) {
+        let effective = effective.max(1);
+        self.worker_threads = effective;
+        self.max_transfers = 2 * effective;
+        self.blocking_threads = self.max_transfers + 2;
+    }
+
+    /// The sizes, as the startup line states them.
+    pub fn sizes(&self) -> String {
+        format!(
+            "workers {}, blocking threads {}, transfers in flight {}",
+            self.worker_threads, self.blocking_threads, self.max_transfers
+        )
+    }
+
+    /// How request bytes must arrive ([`crate::transport::pace`]): judged over `init_timeout`.
+    pub fn pace(&self) -> Pace {
+        Pace { min_rate: self.min_receive_rate, window: self.init_timeout }
+    }
+
+    /// How a push's bytes must arrive: judged over `io_timeout`, since a client may compress its
+    /// pack for a while before the first byte of it leaves.
+    pub fn push_pace(&self) -> Pace {
+        Pace { min_rate: self.min_receive_rate, window: self.io_timeout }
+    }
+
+    /// The window actually used: 0 would accept no byte ever and hang the transfer.
+    pub fn effective_stream_window(&self) -> usize {
+        self.stream_window.max(1)
+    }
+}
+/// Where tokens live without a configuration file: `$GIXD_STATE_DIR/tokens.toml`, else
+/// `$XDG_STATE_HOME/gixd/tokens.toml`, else `~/.local/state/gixd/tokens.toml`.
+pub fn default_token_file() -> PathBuf {
+    if let Some(dir) = std::env::var_os("GIXD_STATE_DIR") {
+        return PathBuf::from(dir).join("tokens.toml");
+    }
+    if let Some(dir) = std::env::var_os("XDG_STATE_HOME") {
+        return PathBuf::from(dir).join("gixd/tokens.toml");
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    home.join(".local/state/gixd/tokens.toml")
+}

@@ -1,0 +1,743 @@
+//! Every setting, declared once. A field of [`Settings`] (or of its `[limits]` and `[pack_cache]`
+//! tables) is the setting: its name is the TOML key and the arg id, its attributes give the flag
+//! and the `GIXD_*` variable, its `default_value` is the default (`--help` shows it from there)
+//! and its doc is the help. Layers stack in one order — the declared defaults, the configuration
+//! file, the environment, the command line (clap puts a flag above its variable) — by one
+//! table merge ([`Settings::over`]), and [`Settings::resolve`] turns the stack into a [`Config`].
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, FromArgMatches};
+
+use super::{Config, ConfigError, Exports, PackCache, PathRules, Services};
+
+/// The settings of `gixd serve` (and, with git daemon's defaults, of `gixd daemon`): the TOML
+/// configuration file's keys, the flags and the variables. Every field is optional: a layer
+/// says only what it gives. Unknown keys are errors, so a typo is reported rather than ignored.
+#[derive(Debug, Default, Clone, PartialEq, Args, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Address to listen on for smart HTTP.
+    #[arg(long, env = "GIXD_LISTEN", value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: Option<SocketAddr>,
+    /// Also serve git:// on this address (git daemon's port is 9418).
+    #[arg(long, env = "GIXD_GIT_LISTEN", value_name = "ADDR")]
+    pub git_listen: Option<SocketAddr>,
+    /// Serve repositories below this directory (in the file: relative to the file). Without it,
+    /// `gixd serve` serves the repository it is started in, or a demo repository it creates.
+    #[arg(long, env = "GIXD_BASE_PATH", value_name = "DIR")]
+    pub base_path: Option<PathBuf>,
+    /// Serve every repository below the base path, not only those with git-daemon-export-ok.
+    #[arg(long, env = "GIXD_EXPORT_ALL", value_name = "BOOL", value_parser = boolish(), num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "false")]
+    pub export_all: Option<bool>,
+    /// The token state file. Without it: `gixd-tokens.toml` beside the configuration file, else
+    /// `$GIXD_STATE_DIR/tokens.toml`, `$XDG_STATE_HOME/gixd/tokens.toml` or
+    /// `~/.local/state/gixd/tokens.toml`.
+    #[arg(long, env = "GIXD_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Exported repositories may be read without a token.
+    #[arg(long, env = "GIXD_ANONYMOUS_READ", value_name = "BOOL", value_parser = boolish(), num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "true")]
+    pub anonymous_read: Option<bool>,
+    /// A push to a missing repository creates it, for a token made with --create.
+    #[arg(long, env = "GIXD_PUSH_TO_CREATE", value_name = "BOOL", value_parser = boolish(), num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "false")]
+    pub push_to_create: Option<bool>,
+    /// Bytes per HTTP response frame (the in-flight window per transfer; at least 1).
+    #[arg(long, env = "GIXD_STREAM_WINDOW", value_name = "BYTES", default_value = "262144")]
+    pub stream_window: Option<usize>,
+    /// Offer a service: upload-pack (on by default), receive-pack, upload-archive.
+    #[arg(long, env = "GIXD_ENABLE", value_name = "SERVICE", value_delimiter = ',')]
+    pub enable: Option<Vec<String>>,
+    /// Stop offering a service.
+    #[arg(long, env = "GIXD_DISABLE", value_name = "SERVICE", value_delimiter = ',')]
+    pub disable: Option<Vec<String>>,
+    /// Tell git:// clients why a path failed; without it every failure reads "access denied or
+    /// repository not exported", as git daemon says without --informative-errors.
+    #[arg(long, env = "GIXD_INFORMATIVE_ERRORS", value_name = "BOOL", value_parser = boolish(), num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "true")]
+    pub informative_errors: Option<bool>,
+    /// Paths must name the git directory exactly: no `.git` appended, no subdirectories of the
+    /// whitelisted directories.
+    #[arg(long, env = "GIXD_STRICT_PATHS", value_name = "BOOL", value_parser = boolish(), num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "false")]
+    pub strict_paths: Option<bool>,
+    /// Serve `~user/x` from `<home>/<DIR>/x` (or `<home>/x` without a value); only homes below the
+    /// base path are served. Without it, `~user` paths are refused.
+    #[arg(long, env = "GIXD_USER_PATH", value_name = "DIR", num_args = 0..=1, require_equals = true,
+          default_missing_value = "")]
+    pub user_path: Option<String>,
+    /// Most git:// connections at once, 0 for no limit beyond the transfer limit.
+    #[arg(long, env = "GIXD_MAX_CONNECTIONS", value_name = "N", default_value = "0")]
+    pub max_connections: Option<usize>,
+    /// Repack every repository with a bitmap every this many seconds (at least 60). Without it:
+    /// never (maintenance after pushes is `auto_maintenance`).
+    #[arg(long = "maintenance-every", env = "GIXD_MAINTENANCE_EVERY", value_name = "SECONDS")]
+    pub maintenance_interval_secs: Option<u64>,
+    /// After pushes, roll a repository's small packs up geometrically, or repack it with a new
+    /// bitmap once enough objects are outside its bitmap.
+    #[arg(long, env = "GIXD_AUTO_MAINTENANCE", value_name = "BOOL", value_parser = boolish(), num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value = "true")]
+    pub auto_maintenance: Option<bool>,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long, env = "GIXD_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// One JSON line per request to this file (`-`: standard output; in the file: relative to it).
+    #[arg(long, env = "GIXD_ACCESS_LOG", value_name = "FILE")]
+    pub access_log: Option<PathBuf>,
+    #[command(flatten)]
+    #[serde(default, skip_serializing_if = "Limits::is_empty")]
+    pub limits: Limits,
+    #[command(flatten)]
+    #[serde(default, skip_serializing_if = "PackCacheSettings::is_empty")]
+    pub pack_cache: PackCacheSettings,
+}
+
+/// `[limits]`: sizes, counts and times.
+#[derive(Debug, Default, Clone, PartialEq, Args, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+#[command(next_help_heading = "Limits ([limits] in the configuration file)")]
+pub struct Limits {
+    /// Largest request body as sent (gzip or not): a negotiation is wants and haves.
+    #[arg(
+        id = "limits.max_request_body",
+        long = "max-request-body",
+        env = "GIXD_MAX_REQUEST_BODY",
+        value_name = "BYTES",
+        default_value = "16777216"
+    )]
+    pub max_request_body: Option<usize>,
+    /// Largest request body after gzip inflation: caps a gzip bomb.
+    #[arg(
+        id = "limits.max_inflated_body",
+        long = "max-inflated-body",
+        env = "GIXD_MAX_INFLATED_BODY",
+        value_name = "BYTES",
+        default_value = "67108864"
+    )]
+    pub max_inflated_body: Option<usize>,
+    /// Largest pack one push may send: beyond it the push is refused and nothing is kept.
+    #[arg(
+        id = "limits.max_push_bytes",
+        long = "max-push-bytes",
+        env = "GIXD_MAX_PUSH_BYTES",
+        value_name = "BYTES",
+        default_value = "4294967296"
+    )]
+    pub max_push_bytes: Option<u64>,
+    /// Largest object a push may carry, by its declared (inflated) size.
+    #[arg(
+        id = "limits.max_object_bytes",
+        long = "max-object-bytes",
+        env = "GIXD_MAX_OBJECT_BYTES",
+        value_name = "BYTES",
+        default_value = "268435456"
+    )]
+    pub max_object_bytes: Option<usize>,
+    /// Most want lines per request (at least 1).
+    #[arg(
+        id = "limits.max_wants",
+        long = "max-wants",
+        env = "GIXD_MAX_WANTS",
+        value_name = "N",
+        default_value = "100000"
+    )]
+    pub max_wants: Option<usize>,
+    /// Most have lines per request (at least 1).
+    #[arg(
+        id = "limits.max_haves",
+        long = "max-haves",
+        env = "GIXD_MAX_HAVES",
+        value_name = "N",
+        default_value = "100000"
+    )]
+    pub max_haves: Option<usize>,
+    /// Slowest a client may send while gixd waits for it, in bytes per second of waiting.
+    #[arg(
+        id = "limits.min_receive_rate",
+        long = "min-receive-rate",
+        env = "GIXD_MIN_RECEIVE_RATE",
+        value_name = "BYTES",
+        default_value = "1024"
+    )]
+    pub min_receive_rate: Option<u64>,
+    /// Upload-pack requests in flight before "busy, retry". Without it: two per effective CPU.
+    #[arg(id = "limits.max_transfers", long = "max-transfers", env = "GIXD_MAX_TRANSFERS", value_name = "N")]
+    pub max_transfers: Option<usize>,
+    /// Transfers of one repository in flight before "busy, retry" (0: no limit of its own).
+    #[arg(
+        id = "limits.max_transfers_per_repository",
+        long = "max-transfers-per-repository",
+        env = "GIXD_MAX_TRANSFERS_PER_REPOSITORY",
+        value_name = "N",
+        default_value = "0"
+    )]
+    pub max_transfers_per_repository: Option<usize>,
+    /// Transfers from one client address in flight before "busy, retry" (0: no limit of its own).
+    #[arg(
+        id = "limits.max_transfers_per_client",
+        long = "max-transfers-per-client",
+        env = "GIXD_MAX_TRANSFERS_PER_CLIENT",
+        value_name = "N",
+        default_value = "0"
+    )]
+    pub max_transfers_per_client: Option<usize>,
+    /// Runtime worker threads. Without it: one per effective CPU.
+    #[arg(id = "limits.worker_threads", long = "worker-threads", env = "GIXD_WORKER_THREADS", value_name = "N")]
+    pub worker_threads: Option<usize>,
+    /// Blocking threads, all started up front (at least transfers + 1). Without it: transfers + 2.
+    #[arg(id = "limits.blocking_threads", long = "blocking-threads", env = "GIXD_BLOCKING_THREADS", value_name = "N")]
+    pub blocking_threads: Option<usize>,
+    /// Seconds a client may stay silent (or not read) during a request (at least 1).
+    #[arg(
+        id = "limits.io_timeout_secs",
+        long = "timeout",
+        env = "GIXD_TIMEOUT",
+        value_name = "SECONDS",
+        default_value = "120"
+    )]
+    pub io_timeout_secs: Option<u64>,
+    /// Seconds a client has to send its request (a git:// request line, an HTTP request head; at
+    /// least 1); also the window the minimum receive rate is judged over.
+    #[arg(
+        id = "limits.init_timeout_secs",
+        long = "init-timeout",
+        env = "GIXD_INIT_TIMEOUT",
+        value_name = "SECONDS",
+        default_value = "30"
+    )]
+    pub init_timeout_secs: Option<u64>,
+    /// Seconds a request waits for a transfer slot before "busy, retry".
+    #[arg(
+        id = "limits.queue_wait_secs",
+        long = "queue-wait",
+        env = "GIXD_QUEUE_WAIT",
+        value_name = "SECONDS",
+        default_value = "5"
+    )]
+    pub queue_wait_secs: Option<u64>,
+}
+
+/// `[pack_cache]`: the single-flight pack cache. A `[pack_cache]` table in the file, `--pack-cache`,
+/// or any of its sizes given turns it on.
+#[derive(Debug, Default, Clone, PartialEq, Args, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+#[command(next_help_heading = "Pack cache ([pack_cache] in the configuration file)")]
+pub struct PackCacheSettings {
+    /// Share one generated pack among identical fetches. Without it: off unless a size or the
+    /// directory below is given.
+    #[arg(id = "pack_cache.enabled", long = "pack-cache", env = "GIXD_PACK_CACHE", value_name = "BOOL", value_parser = boolish(),
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub enabled: Option<bool>,
+    /// Bytes of cached responses held in memory, all entries together.
+    #[arg(
+        id = "pack_cache.memory_bytes",
+        long = "pack-cache-memory",
+        env = "GIXD_PACK_CACHE_MEMORY",
+        value_name = "BYTES",
+        default_value = "67108864"
+    )]
+    pub memory_bytes: Option<u64>,
+    /// Where responses that do not fit in memory go (unlinked files). Without it: they stay in
+    /// memory while generated and are not kept.
+    #[arg(id = "pack_cache.dir", long = "pack-cache-dir", env = "GIXD_PACK_CACHE_DIR", value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Bytes of finished responses kept on disk.
+    #[arg(
+        id = "pack_cache.disk_bytes",
+        long = "pack-cache-disk",
+        env = "GIXD_PACK_CACHE_DISK",
+        value_name = "BYTES",
+        default_value = "1073741824"
+    )]
+    pub disk_bytes: Option<u64>,
+    /// Seconds a finished response is kept.
+    #[arg(
+        id = "pack_cache.max_age_secs",
+        long = "pack-cache-secs",
+        env = "GIXD_PACK_CACHE_SECS",
+        value_name = "SECONDS",
+        default_value = "300"
+    )]
+    pub max_age_secs: Option<u64>,
+}
+
+impl Limits {
+    fn is_empty(&self) -> bool {
+        *self == Limits::default()
+    }
+}
+
+impl PackCacheSettings {
+    fn is_empty(&self) -> bool {
+        *self == PackCacheSettings::default()
+    }
+
+    /// A layer that gives any of the cache's sizes (or, in the file, its table) turns it on,
+    /// unless it also says `enabled = false`.
+    fn implied_by(&mut self, given: bool) {
+        let sized = self.memory_bytes.is_some()
+            || self.dir.is_some()
+            || self.disk_bytes.is_some()
+            || self.max_age_secs.is_some();
+        if self.enabled.is_none() && (given || sized) {
+            self.enabled = Some(true);
+        }
+    }
+}
+
+/// A setting no layer may give, or a file that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// What a command line gives, as two layers: what its arguments' declared defaults say (a
+/// subcommand may declare its own, as `gixd daemon` does git daemon's) and what its flags and
+/// variables give. The configuration file goes between them ([`Layers::with_file`]).
+#[derive(Debug, Default, Clone)]
+pub struct Layers {
+    pub defaults: Settings,
+    pub given: Settings,
+}
+
+impl Layers {
+    /// Split `parsed` (the settings `matches` parsed into) by where each value came from.
+    pub fn from_matches(matches: &ArgMatches, parsed: &Settings) -> Layers {
+        let table = to_table(parsed);
+        let (mut defaults, mut given) = (toml::Table::new(), toml::Table::new());
+        for id in matches.ids() {
+            let Some(value) = lookup(&table, id.as_str()) else { continue };
+            let layer = match matches.value_source(id.as_str()) {
+                Some(ValueSource::DefaultValue) => &mut defaults,
+                _ => &mut given,
+            };
+            insert(layer, id.as_str(), value.clone());
+        }
+        let mut given = from_table(given).expect("values clap parsed deserialize");
+        given.pack_cache.implied_by(false);
+        Layers { defaults: from_table(defaults).expect("values clap parsed deserialize"), given }
+    }
+
+    /// Every layer stacked: the flags and variables over `file` over the declared defaults.
+    pub fn with_file(self, file: Settings) -> Settings {
+        self.given.over(&file).over(&self.defaults)
+    }
+}
+
+impl Settings {
+    /// The declared defaults (what `--help` shows), as a layer.
+    pub fn defaults() -> &'static Settings {
+        static DEFAULTS: OnceLock<Settings> = OnceLock::new();
+        DEFAULTS.get_or_init(|| {
+            let command = Settings::augment_args(clap::Command::new("gixd")).mut_args(|arg| arg.env(None::<&str>));
+            let matches = command.try_get_matches_from(["gixd"]).expect("the declared defaults parse");
+            Settings::from_arg_matches(&matches).expect("the declared defaults parse")
+        })
+    }
+
+    /// Parse a configuration file: paths in it are relative to its directory, the token file is
+    /// `gixd-tokens.toml` beside it unless it names one, and a `[pack_cache]` table turns the
+    /// cache on. The error names the file, the line and the key.
+    pub fn load(path: &Path) -> Result<Settings, SettingsError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| SettingsError::Read { path: path.to_owned(), source })?;
+        let mut settings = Settings::parse(&text).map_err(|e| SettingsError::Invalid {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        for p in [&mut settings.base_path, &mut settings.pack_cache.dir].into_iter().flatten() {
+            *p = dir.join(&*p);
+        }
+        if let Some(log) = &mut settings.access_log
+            && log.as_os_str() != "-"
+        {
+            *log = dir.join(&*log);
+        }
+        settings.token_file = Some(dir.join(settings.token_file.take().unwrap_or_else(|| "gixd-tokens.toml".into())));
+        Ok(settings)
+    }
+
+    /// A configuration file's text (paths as they stand); a `[pack_cache]` table turns the cache on.
+    pub fn parse(text: &str) -> Result<Settings, toml::de::Error> {
+        let mut settings: Settings = toml::from_str(text)?;
+        let has_cache_table = toml::from_str::<toml::Table>(text).is_ok_and(|t| t.contains_key("pack_cache"));
+        settings.pack_cache.implied_by(has_cache_table);
+        Ok(settings)
+    }
+
+    /// What is wrong beyond the syntax: each problem, one line each.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(base) = self.base_path.as_ref().filter(|b| !b.is_dir()) {
+            out.push(format!("base_path: {} is not a directory", base.display()));
+        }
+        let mut services = Services::default();
+        for (key, names, on) in [("enable", &self.enable, true), ("disable", &self.disable, false)] {
+            for name in names.iter().flatten() {
+                if let Err(e) = services.set(name, on) {
+                    out.push(format!("{key}: {e}"));
+                }
+            }
+        }
+        if self.stream_window == Some(0) {
+            out.push("stream_window: must be at least 1".into());
+        }
+        if self.listen.is_some() && self.listen == self.git_listen {
+            out.push("listen and git_listen: the same address twice".into());
+        }
+        let limits = &self.limits;
+        for (key, value) in [
+            ("max_transfers", limits.max_transfers),
+            ("worker_threads", limits.worker_threads),
+            ("max_wants", limits.max_wants),
+        ] {
+            if value == Some(0) {
+                out.push(format!("limits.{key}: must be at least 1"));
+            }
+        }
+        if let Some(dir) = self.pack_cache.dir.as_ref().filter(|d| !d.is_dir()) {
+            out.push(format!("pack_cache.dir: {} is not a directory", dir.display()));
+        }
+        if let Some(path) = &self.token_file
+            && path.parent().is_some_and(|p| !p.as_os_str().is_empty() && !p.is_dir())
+        {
+            out.push(format!("token_file: the directory of {} does not exist", path.display()));
+        }
+        out
+    }
+
+    /// `self` stacked on `below`: what `self` gives wins, what it leaves out keeps `below`'s.
+    /// A service `self` switches (on or off) is switched as `self` says, whatever `below` said.
+    pub fn over(&self, below: &Settings) -> Settings {
+        let mut merged = to_table(below);
+        merge(&mut merged, to_table(self));
+        from_table(merged).expect("two valid layers merge into valid settings")
+    }
+
+    /// The configuration these settings give, over the declared defaults, with the sizes no
+    /// layer fixed derived for `effective_cpus` (a worker per CPU, two transfers per CPU,
+    /// blocking threads for the transfers plus two), each floored where a value would stop the
+    /// server working.
+    pub fn resolve(&self, effective_cpus: usize) -> Result<Config, ConfigError> {
+        let s = self.over(Settings::defaults());
+        let (limits, cache) = (&s.limits, &s.pack_cache);
+        let secs = Duration::from_secs;
+        let at_least_a_second = |d: u64| secs(d.max(1));
+        let mut services = Services::default();
+        for name in s.enable.iter().flatten() {
+            services.set(name, true)?;
+        }
+        for name in s.disable.iter().flatten() {
+            services.set(name, false)?;
+        }
+        let mut config = Config {
+            listen: declared(s.listen),
+            git_listen: s.git_listen,
+            init_timeout: at_least_a_second(declared(limits.init_timeout_secs)),
+            base_path: s.base_path.clone().unwrap_or_else(|| ".".into()),
+            exports: if declared(s.export_all) { Exports::All } else { Exports::DaemonExportOk },
+            paths: PathRules {
+                strict: declared(s.strict_paths),
+                user_path: s.user_path.clone(),
+                whitelist: Vec::new(),
+            },
+            services,
+            token_file: s.token_file.clone(),
+            anonymous_read: declared(s.anonymous_read),
+            push_to_create: declared(s.push_to_create),
+            maintenance_interval: s.maintenance_interval_secs.map(|d| secs(d.max(60))),
+            auto_maintenance: declared(s.auto_maintenance),
+            max_connections: declared(s.max_connections),
+            informative_errors: declared(s.informative_errors),
+            stream_window: declared(s.stream_window),
+            max_request_body: declared(limits.max_request_body),
+            max_inflated_body: declared(limits.max_inflated_body),
+            max_push_bytes: declared(limits.max_push_bytes),
+            max_object_bytes: declared(limits.max_object_bytes),
+            max_wants: declared(limits.max_wants).max(1),
+            max_haves: declared(limits.max_haves).max(1),
+            worker_threads: 1,
+            blocking_threads: 1,
+            max_transfers: 1,
+            max_transfers_per_repository: declared(limits.max_transfers_per_repository),
+            max_transfers_per_client: declared(limits.max_transfers_per_client),
+            transfer_queue_wait: secs(declared(limits.queue_wait_secs)),
+            io_timeout: at_least_a_second(declared(limits.io_timeout_secs)),
+            progress_interval: secs(1),
+            min_receive_rate: declared(limits.min_receive_rate),
+            metrics_listen: s.metrics_listen,
+            access_log: s.access_log.clone(),
+            pack_cache: cache.enabled.unwrap_or(false).then(|| PackCache {
+                memory_bytes: declared(cache.memory_bytes),
+                dir: cache.dir.clone(),
+                disk_bytes: declared(cache.disk_bytes),
+                max_age: secs(declared(cache.max_age_secs)),
+            }),
+        };
+        // Sizes last: each one no layer gave follows from the budget and from the others.
+        config.size_for(effective_cpus);
+        if let Some(n) = limits.worker_threads {
+            config.worker_threads = n.max(1);
+        }
+        if let Some(n) = limits.max_transfers {
+            config.max_transfers = n.max(1);
+            config.blocking_threads = config.max_transfers + 2;
+        }
+        if let Some(n) = limits.blocking_threads {
+            config.blocking_threads = n.max(config.max_transfers + 1);
+        }
+        Ok(config)
+    }
+}
+
+/// A setting with a `default_value` in its declaration, after the defaults layer.
+#[track_caller]
+fn declared<T>(value: Option<T>) -> T {
+    value.expect("a setting with a declared default has a value once the defaults are stacked under it")
+}
+
+fn to_table(settings: &Settings) -> toml::Table {
+    match toml::Value::try_from(settings) {
+        Ok(toml::Value::Table(table)) => table,
+        other => unreachable!("settings serialize to a table: {other:?}"),
+    }
+}
+
+fn from_table(table: toml::Table) -> Result<Settings, toml::de::Error> {
+    toml::Value::Table(table).try_into()
+}
+
+/// The value at a dotted key (`limits.max_haves`).
+fn lookup<'a>(table: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
+    match key.split_once('.') {
+        Some((table_key, rest)) => lookup(table.get(table_key)?.as_table()?, rest),
+        None => table.get(key),
+    }
+}
+
+fn insert(table: &mut toml::Table, key: &str, value: toml::Value) {
+    match key.split_once('.') {
+        Some((table_key, rest)) => {
+            let inner = table.entry(table_key).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            if let toml::Value::Table(inner) = inner {
+                insert(inner, rest, value);
+            }
+        }
+        None => {
+            table.insert(key.to_owned(), value);
+        }
+    }
+}
+
+/// `above` over `below`, key by key into the tables. The service lists stack as switches: a
+/// service `above` names in either list leaves `below`'s lists, then `above`'s lists are added.
+fn merge(below: &mut toml::Table, above: toml::Table) {
+    const SWITCHES: [&str; 2] = ["enable", "disable"];
+    let switched: Vec<toml::Value> =
+        SWITCHES.iter().filter_map(|key| above.get(*key).and_then(toml::Value::as_array)).flatten().cloned().collect();
+    for key in SWITCHES {
+        if let Some(toml::Value::Array(list)) = below.get_mut(key) {
+            list.retain(|name| !switched.contains(name));
+        }
+    }
+    for (key, value) in above {
+        match (below.get_mut(&key), value) {
+            (Some(toml::Value::Table(inner)), toml::Value::Table(value)) => merge(inner, value),
+            (Some(toml::Value::Array(list)), toml::Value::Array(value)) if SWITCHES.contains(&key.as_str()) => {
+                list.extend(value)
+            }
+            (_, value) => {
+                below.insert(key, value);
+            }
+        }
+    }
+}
+
+/// A switch's value: `true`/`false`, also `yes`/`no`, `on`/`off`, `1`/`0` (from a variable).
+fn boolish() -> clap::builder::BoolishValueParser {
+    clap::builder::BoolishValueParser::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Settings' command line with no variable read (the test's environment is not the server's).
+    fn command() -> clap::Command {
+        Settings::augment_args(clap::Command::new("gixd")).mut_args(|arg| arg.env(None::<&str>))
+    }
+
+    fn flags(args: &[&str]) -> Result<Layers, clap::Error> {
+        let matches = command().try_get_matches_from(std::iter::once("gixd").chain(args.iter().copied()))?;
+        let parsed = Settings::from_arg_matches(&matches)?;
+        Ok(Layers::from_matches(&matches, &parsed))
+    }
+
+    fn file(text: &str) -> Settings {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gixd.toml");
+        std::fs::write(&path, text).unwrap();
+        let mut settings = Settings::load(&path).expect("valid");
+        // Paths in the file are relative to it; the tests compare them below a fixed directory.
+        let relocate = |p: &mut Option<PathBuf>| {
+            if let Some(path) = p
+                && let Ok(below) = path.strip_prefix(dir.path())
+            {
+                *path = Path::new("/etc/gixd").join(below);
+            }
+        };
+        relocate(&mut settings.base_path);
+        relocate(&mut settings.token_file);
+        relocate(&mut settings.pack_cache.dir);
+        relocate(&mut settings.access_log);
+        settings
+    }
+
+    fn resolved(layers: Layers, file: Settings) -> Config {
+        layers.with_file(file).resolve(3).expect("resolves")
+    }
+
+    /// The TOML keys a table of [`Settings`] has, as serde names them when refusing an unknown one.
+    fn toml_keys(table: &str) -> Vec<String> {
+        let text = if table.is_empty() { "not_a_key = 1\n".to_owned() } else { format!("[{table}]\nnot_a_key = 1\n") };
+        let message = toml::from_str::<Settings>(&text).unwrap_err().to_string();
+        let listed = message.split("expected one of ").nth(1).expect("serde lists the keys").lines().next().unwrap();
+        listed
+            .split(", ")
+            .map(|key| key.trim_matches('`').to_owned())
+            .map(|key| if table.is_empty() { key } else { format!("{table}.{key}") })
+            .collect()
+    }
+
+    #[test]
+    fn every_toml_key_has_its_flag_and_variable_and_every_flag_its_key() {
+        let command = command();
+        let ids: Vec<String> = command.get_arguments().map(|arg| arg.get_id().to_string()).collect();
+        let keys: Vec<String> = ["", "limits", "pack_cache"]
+            .iter()
+            .flat_map(|t| toml_keys(t))
+            .filter(|k| k != "limits" && k != "pack_cache")
+            .collect();
+        let mut sorted_keys = keys.clone();
+        sorted_keys.sort();
+        let mut sorted_ids = ids.clone();
+        sorted_ids.sort();
+        assert_eq!(sorted_keys, sorted_ids, "each TOML key is an argument's id, and each argument a key");
+        let with_env = Settings::augment_args(clap::Command::new("gixd"));
+        for arg in with_env.get_arguments() {
+            let id = arg.get_id();
+            assert!(arg.get_long().is_some(), "{id}: no flag");
+            let env = arg.get_env().and_then(|e| e.to_str()).unwrap_or_default();
+            assert!(env.starts_with("GIXD_"), "{id}: no GIXD_ variable");
+        }
+    }
+
+    #[test]
+    fn every_flag_changes_what_is_served_and_its_toml_key_does_the_same() {
+        let default = format!("{:?}", resolved(Layers::default(), Settings::default()));
+        for arg in command().get_arguments() {
+            let (id, long) = (arg.get_id().as_str(), arg.get_long().unwrap());
+            let tried = ["7", "false", "true", "127.0.0.1:1", "receive-pack", "upload-pack", "x"].into_iter().find_map(
+                |value| {
+                    let layers = flags(&[&format!("--{long}={value}")]).ok()?;
+                    let config = layers.clone().with_file(Settings::default()).resolve(3).ok()?;
+                    (format!("{config:?}") != default).then_some((value, layers, config))
+                },
+            );
+            let Some((value, layers, by_flag)) = tried else { panic!("--{long}: no value changes the configuration") };
+            let mut table = toml::Table::new();
+            insert(&mut table, id, lookup(&to_table(&layers.given), id).expect("given").clone());
+            let by_file = Settings::parse(&toml::to_string(&table).unwrap()).expect(id);
+            assert_eq!(
+                format!("{:?}", by_file.resolve(3).unwrap()),
+                format!("{by_flag:?}"),
+                "{id} = {value} in the file and --{long}={value} serve the same"
+            );
+        }
+    }
+
+    #[test]
+    fn the_defaults_help_shows_are_the_ones_in_force() {
+        let default = format!("{:?}", resolved(Layers::default(), Settings::default()));
+        // A pack cache size given turns the cache on: its defaults are compared with it on.
+        let cache_on = format!("{:?}", resolved(flags(&["--pack-cache"]).unwrap(), Settings::default()));
+        let help = command().render_long_help().to_string();
+        let mut checked = 0;
+        for arg in command().get_arguments() {
+            let Some(value) = arg.get_default_values().first().and_then(|v| v.to_str()) else { continue };
+            let long = arg.get_long().unwrap();
+            assert!(help.contains(&format!("[default: {value}]")), "--{long}: help shows its default");
+            let given = resolved(flags(&[&format!("--{long}={value}")]).unwrap(), Settings::default());
+            let expected = if arg.get_id().as_str().starts_with("pack_cache.") { &cache_on } else { &default };
+            assert_eq!(&format!("{given:?}"), expected, "--{long}={value} (its declared default) changes nothing");
+            checked += 1;
+        }
+        assert!(checked > 20, "{checked} declared defaults");
+    }
+
+    #[test]
+    fn a_flag_wins_over_the_file_and_an_absent_flag_keeps_the_files_value() {
+        let file = file("strict_paths = true\nuser_path = \"pub\"\nmax_connections = 7\n[limits]\nmax_wants = 10\n");
+        let config = resolved(flags(&["--max-connections=3"]).unwrap(), file);
+        assert_eq!(config.max_connections, 3);
+        assert!(config.paths.strict, "the declared default (false) does not reset the file's value");
+        assert_eq!(config.paths.user_path.as_deref(), Some("pub"));
+        assert_eq!(config.max_wants, 10);
+        assert_eq!(config.token_file.as_deref(), Some(Path::new("/etc/gixd/gixd-tokens.toml")));
+    }
+
+    #[test]
+    fn sizes_no_layer_gives_follow_the_cpu_budget_and_each_other() {
+        let none = Settings::default().resolve(3).unwrap();
+        assert_eq!((none.worker_threads, none.max_transfers, none.blocking_threads), (3, 6, 8));
+        let transfers = file("[limits]\nmax_transfers = 4\n").resolve(3).unwrap();
+        assert_eq!((transfers.worker_threads, transfers.max_transfers, transfers.blocking_threads), (3, 4, 6));
+        let too_few = flags(&["--blocking-threads=1"]).unwrap().with_file(file("[limits]\nmax_transfers = 4\n"));
+        assert_eq!(too_few.resolve(1).unwrap().blocking_threads, 5, "a thread beside the transfers");
+    }
+
+    #[test]
+    fn service_switches_apply_in_order_across_layers() {
+        let file = || file("enable = [\"receive-pack\", \"upload-archive\"]\ndisable = [\"upload-pack\"]\n");
+        let config = resolved(flags(&["--disable=receive-pack", "--enable=upload-pack"]).unwrap(), file());
+        assert_eq!(config.services, Services { upload_pack: true, receive_pack: false, upload_archive: true });
+        let unknown = flags(&["--enable=frobnicate"]).unwrap().with_file(Settings::default());
+        assert!(unknown.resolve(1).err().is_some_and(|e| e.to_string().contains("frobnicate")));
+    }
+
+    #[test]
+    fn the_pack_cache_is_off_unless_a_layer_turns_it_on_and_its_sizes_stack_like_the_rest() {
+        assert_eq!(Settings::default().resolve(1).unwrap().pack_cache, None);
+        let declared = &Settings::defaults().pack_cache;
+        let on = file("access_log = \"-\"\n[pack_cache]\nmemory_bytes = 10\ndir = \"cache\"\n").resolve(1).unwrap();
+        let cache = on.pack_cache.unwrap();
+        assert_eq!((cache.memory_bytes, cache.dir.as_deref()), (10, Some(Path::new("/etc/gixd/cache"))));
+        assert_eq!(
+            (Some(cache.disk_bytes), Some(cache.max_age.as_secs())),
+            (declared.disk_bytes, declared.max_age_secs)
+        );
+        assert_eq!(on.access_log.as_deref(), Some(Path::new("-")), "standard output is not a path below the file");
+        assert!(file("[pack_cache]\n").resolve(1).unwrap().pack_cache.is_some(), "an empty table turns it on");
+        assert!(file("[pack_cache]\nenabled = false\nmemory_bytes = 1\n").resolve(1).unwrap().pack_cache.is_none());
+        let flag = resolved(flags(&["--pack-cache-disk=5"]).unwrap(), Settings::default());
+        assert_eq!(
+            flag.pack_cache.map(|c| (Some(c.memory_bytes), c.disk_bytes)),
+            Some((declared.memory_bytes, 5)),
+            "a size given turns it on"
+        );
+        let off = resolved(flags(&["--pack-cache=false"]).unwrap(), file("[pack_cache]\n"));
+        assert_eq!(off.pack_cache, None, "a flag turns the file's cache off");
+        let missing = toml::from_str::<Settings>("[pack_cache]\ndir = \"/nonexistent/nowhere\"\n").unwrap().problems();
+        assert!(missing.iter().any(|p| p.starts_with("pack_cache.dir")), "{missing:?}");
+    }
+}
