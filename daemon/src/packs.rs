@@ -165,13 +165,16 @@ pub fn is_temporary(path: &Path) -> bool {
         .is_some_and(|name| name.as_encoded_bytes().starts_with(b".") || name.as_encoded_bytes().starts_with(b"tmp_"))
 }
 
+/// Each repository's pack files (or the `None` they were refused with), per state of its pack
+/// directory: what [`of`] keeps.
+pub type Cache = crate::repo::cache::PerRepository<Option<Arc<Packs>>>;
+
 /// The pack files of a repository, read once per state of its pack directory (names, sizes and
 /// modification times of the index files); `None`, logged once, when one does not read as a pack.
-pub fn of(repos: &crate::repo::Repos, served: &crate::repo::Served, repo: &gix::Repository) -> Option<Arc<Packs>> {
+pub fn of(cache: &Cache, served: &crate::repo::Served, repo: &gix::Repository) -> Option<Arc<Packs>> {
     let listed = index_files(&repo.objects.store_ref().path().join("pack"));
-    let cached = repos.cached(
+    let cached = cache.get_or_compute(
         served,
-        "pack files",
         listing_state(&listed),
         || -> Result<Option<Arc<Packs>>, std::convert::Infallible> {
             match Packs::from_files(&listed, repo.object_hash()) {

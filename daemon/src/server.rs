@@ -83,6 +83,7 @@ impl Server {
             metrics_listener,
             state: Arc::new(State {
                 repos,
+                caches: Default::default(),
                 access: crate::auth::Access::new(config.token_file.clone(), config.anonymous_read),
                 config,
                 transfers,

@@ -11,6 +11,8 @@ use crate::repo::{Repos, Served};
 /// What every request handler shares.
 pub struct State {
     pub repos: Repos,
+    /// What selection keeps per repository (bitmap, pack files, readable set).
+    pub caches: crate::select::Caches,
     pub config: Config,
     pub access: crate::auth::Access,
     /// One permit per transfer in flight (`Config::max_transfers`).
@@ -54,7 +56,7 @@ impl State {
 
     /// The context of a request for `served` by `pusher` (or anonymous), counted in `tally`.
     pub fn context<'a>(&'a self, served: &'a Served, pusher: Option<&'a str>, tally: &'a Tally) -> Context<'a> {
-        Context { repos: &self.repos, served, config: &self.config, pusher, tally }
+        Context { repos: &self.repos, caches: &self.caches, served, config: &self.config, pusher, tally }
     }
 
     /// A request is over: counted in the metrics and written to the access log.
@@ -71,6 +73,7 @@ impl State {
 /// What one request needs from the server.
 pub struct Context<'a> {
     pub repos: &'a Repos,
+    pub caches: &'a crate::select::Caches,
     pub served: &'a Served,
     pub config: &'a Config,
     /// Who is pushing (the token's user), for the reflog and the log; `None`: anonymous.

@@ -50,6 +50,7 @@ pub struct Fixture {
     _dir: tempfile::TempDir,
     pub base: PathBuf,
     pub repos: Repos,
+    pub caches: gixd::select::Caches,
     pub config: Config,
     /// `r.git`: main (three commits), an annotated tag, and refs/hidden/secret (hidden by
     /// `uploadpack.hideRefs`) at a commit with a blob of its own.
@@ -132,6 +133,7 @@ impl Fixture {
             _dir: dir,
             base,
             repos,
+            caches: Default::default(),
             config,
             served,
             tally: Default::default(),
@@ -196,7 +198,14 @@ impl Fixture {
     }
 
     fn ctx<'a>(&'a self, served: &'a Served) -> Context<'a> {
-        Context { repos: &self.repos, served, config: &self.config, pusher: None, tally: &self.tally }
+        Context {
+            repos: &self.repos,
+            caches: &self.caches,
+            served,
+            config: &self.config,
+            pusher: None,
+            tally: &self.tally,
+        }
     }
 
     /// A server for this fixture (HTTP), started on first use.

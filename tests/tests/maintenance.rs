@@ -136,8 +136,12 @@ fn a_repository_that_only_received_pushes_ends_with_one_bitmapped_pack_and_loses
     assert_eq!(all_objects(&ours), all_objects(&theirs));
     let served = gixd::repo::Repos::new(&base, gixd::config::Exports::All).unwrap().resolve("/r.git").unwrap();
     let handle = served.repo.to_thread_local();
-    let bitmap =
-        gixd::bitmap::of(&gixd::repo::Repos::new(&base, gixd::config::Exports::All).unwrap(), &served, &handle);
+    let bitmap = gixd::bitmap::of(
+        &Default::default(),
+        &gixd::repo::Repos::new(&base, gixd::config::Exports::All).unwrap(),
+        &served,
+        &handle,
+    );
     assert!(bitmap.is_some(), "the bitmap gixd wrote is one gixd uses");
 }
 
@@ -484,7 +488,8 @@ fn geometric_maintenance_rolls_the_pushed_packs_into_one_and_leaves_the_big_pack
     let base = repo.parent().unwrap();
     let repos = gixd::repo::Repos::new(base, gixd::config::Exports::All).unwrap();
     let served = repos.resolve(&format!("/{}", repo.file_name().unwrap().to_str().unwrap())).unwrap();
-    let bitmap = gixd::bitmap::of(&repos, &served, &served.repo.to_thread_local()).expect("a bitmap");
+    let bitmap =
+        gixd::bitmap::of(&Default::default(), &repos, &served, &served.repo.to_thread_local()).expect("a bitmap");
     assert!(!bitmap.is_one_pack(), "the MIDX's: {bitmap:?}");
     assert_eq!(bitmap.pack.file_name().unwrap().to_str().unwrap(), big, "the big pack preferred");
     assert_eq!(bitmap.len(), before.len(), "over every object");

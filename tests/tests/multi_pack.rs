@@ -203,7 +203,7 @@ fn a_multi_pack_index_bitmap_selects_what_the_walk_selects() {
         let repos = gixd::repo::Repos::new(&base, gixd::config::Exports::All).unwrap();
         let served = repos.resolve("/r.git").unwrap();
         let repo = served.repo.to_thread_local();
-        let bitmap = gixd::bitmap::of(&repos, &served, &repo).expect("a bitmap is used");
+        let bitmap = gixd::bitmap::of(&Default::default(), &repos, &served, &repo).expect("a bitmap is used");
         assert!(!bitmap.is_one_pack(), "{}: the MIDX's bitmap is preferred to the big pack's own", hash.name());
         assert_eq!(bitmap.len(), all_objects(&repo_path).len(), "{}: its positions span every pack", hash.name());
         // `bitmap.pack`: the preferred pack.
@@ -300,7 +300,8 @@ fn a_corrupt_or_stale_multi_pack_index_bitmap_is_served_around() {
         assert!(err.to_string().contains(if damage == "stale" { "stale" } else { "checksum" }), "{err}");
         let repos = gixd::repo::Repos::new(&base, gixd::config::Exports::All).unwrap();
         let served = repos.resolve(&format!("/{damage}.git")).unwrap();
-        let bitmap = gixd::bitmap::of(&repos, &served, &served.repo.to_thread_local()).expect("the pack's own");
+        let bitmap = gixd::bitmap::of(&Default::default(), &repos, &served, &served.repo.to_thread_local())
+            .expect("the pack's own");
         assert!(bitmap.is_one_pack());
     }
     let server = serve(&base);

@@ -13,7 +13,7 @@
 mod open;
 pub mod write;
 
-pub use open::of;
+pub use open::{Cache, of};
 
 use std::collections::HashMap;
 use std::path::PathBuf;

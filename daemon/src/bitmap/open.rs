@@ -308,6 +308,10 @@ fn bitmap_files_state(served: &crate::repo::Served) -> (u64, Vec<std::path::Path
     (h.finish(), files.into_iter().map(|(p, _)| p).collect())
 }
 
+/// The bitmap each repository has (or the `None` it was refused with), per state of its bitmap
+/// files: what [`of`] keeps.
+pub type Cache = crate::repo::cache::PerRepository<Option<std::sync::Arc<PackBitmap>>>;
+
 /// The bitmap of a repository, if it has a usable one: its multi-pack-index's (git's
 /// `repack --write-midx -b`, `multi-pack-index write --bitmap`) where the MIDX is there and names
 /// no deleted pack ([`crate::repo::midx`]), as git prefers it, else a pack's own (git writes one
@@ -315,14 +319,14 @@ fn bitmap_files_state(served: &crate::repo::Served) -> (u64, Vec<std::path::Path
 /// stale or corrupt one is logged once (the `None` is cached too) and the next candidate, or the
 /// walk, serves instead.
 pub fn of(
+    cache: &Cache,
     repos: &crate::repo::Repos,
     served: &crate::repo::Served,
     repo: &gix::Repository,
 ) -> Option<std::sync::Arc<PackBitmap>> {
     let (state, files) = bitmap_files_state(served);
-    let cached = repos.cached(
+    let cached = cache.get_or_compute(
         served,
-        "pack bitmap",
         state,
         || -> Result<Option<std::sync::Arc<PackBitmap>>, std::convert::Infallible> {
             let hash = repo.object_hash();

@@ -102,12 +102,12 @@ pub fn check_wants(
             Err(_) => return Err(ProtocolError::WantNotAdvertised(*want).into()),
         }
     }
-    let readable = crate::select::readable_commits(ctx.repos, ctx.served, repo, refs, &commits)?;
+    let readable = crate::select::readable_commits(ctx.caches, ctx.repos, ctx.served, repo, refs, &commits)?;
     if let Some(want) = commits.iter().find(|c| !readable.contains(*c)) {
         return Err(ProtocolError::WantNotAdvertised(*want).into());
     }
     if !others.is_empty() {
-        let set = crate::select::readable_objects(ctx.repos, ctx.served, repo, refs)?;
+        let set = crate::select::readable_objects(ctx.caches, ctx.repos, ctx.served, repo, refs)?;
         if let Some(want) = others.iter().find(|o| !set.contains(o)) {
             return Err(ProtocolError::WantNotAdvertised(*want).into());
         }
@@ -183,7 +183,7 @@ pub fn boundary(
                 Ok(_) => commits.push(id),
             }
         }
-        let readable = crate::select::readable_commits(ctx.repos, ctx.served, repo, refs, &commits)?;
+        let readable = crate::select::readable_commits(ctx.caches, ctx.repos, ctx.served, repo, refs, &commits)?;
         for id in commits {
             if readable.contains(&id) && !extras.deepen.client_shallows.contains(&id) {
                 extras.deepen.client_shallows.push(id);
@@ -268,7 +268,7 @@ fn select_and_write<W: Write>(
         }
     };
     let select = |repo: &gix::Repository| {
-        let bitmap = crate::bitmap::of(ctx.repos, ctx.served, repo);
+        let bitmap = crate::bitmap::of(&ctx.caches.bitmaps, ctx.repos, ctx.served, repo);
         let request = select::Request {
             wants: request.wants,
             common: request.common,
@@ -311,7 +311,7 @@ fn select_and_write<W: Write>(
             thin_pack: request.thin_pack && request.filter.is_none(),
             ofs_delta: request.ofs_delta,
             include_unselected_bases: request.common.is_empty() && plain,
-            packs: &|| crate::packs::of(ctx.repos, ctx.served, repo),
+            packs: &|| crate::packs::of(&ctx.caches.packs, ctx.served, repo),
             deltify: false,
             progress_every: ctx.config.progress_interval,
         },
@@ -328,7 +328,9 @@ fn select_and_write<W: Write>(
             }
             // Only when that costs no walk of every object: else the delta is re-deflated
             // (never a leak, at worst CPU).
-            match readable.get_or_init(|| crate::select::readable_objects_if_cheap(ctx.repos, ctx.served, repo, refs)) {
+            match readable
+                .get_or_init(|| crate::select::readable_objects_if_cheap(ctx.caches, ctx.repos, ctx.served, repo, refs))
+            {
                 Some(set) => set.contains(id),
                 None => false,
             }

@@ -350,7 +350,7 @@ fn negotiate(
     }
     let mut nego = Negotiation::new(
         repo,
-        crate::bitmap::of(ctx.repos, ctx.served, repo),
+        crate::bitmap::of(&ctx.caches.bitmaps, ctx.repos, ctx.served, repo),
         ctx.repos.commits(ctx.served),
         refs.object_hash,
         &req.wants,
@@ -563,7 +563,7 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(
         }
         let mut nego = Negotiation::new(
             &repo,
-            crate::bitmap::of(ctx.repos, ctx.served, &repo),
+            crate::bitmap::of(&ctx.caches.bitmaps, ctx.repos, ctx.served, &repo),
             ctx.repos.commits(ctx.served),
             refs.object_hash,
             &req.wants,

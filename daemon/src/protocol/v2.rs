@@ -323,7 +323,7 @@ fn fetch(
         if f.wants.is_empty() {
             return Ok(None);
         }
-        let mut common = Common::with_kinds(crate::bitmap::of(ctx.repos, ctx.served, repo));
+        let mut common = Common::with_kinds(crate::bitmap::of(&ctx.caches.bitmaps, ctx.repos, ctx.served, repo));
         for have in &f.haves {
             common.have(repo, *have)?;
         }

@@ -1,8 +1,7 @@
 //! Repository access: a URL path to a repository below the base path (never outside it), git
-//! daemon's export rule, the snapshot of refs one request sees, and a cache per repository for
-//! what the layers above compute from it (the readable set, the pack bitmap).
+//! daemon's export rule, the snapshot of refs one request sees (kept per ref state), and the typed
+//! per-repository cache cells ([`cache`]) every layer that computes from a repository keeps.
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -10,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use crate::config::{Exports, PathRules};
 use crate::error::{RepoError, ServeError};
 
+pub mod cache;
 pub mod create;
 pub mod format;
 pub mod listing;
@@ -65,19 +65,16 @@ pub struct Repos {
     /// opening reads config and indices once, and again when the config changes (git reads it
     /// on every request; settings like hideRefs or allowFilter must take effect without a restart).
     open: Mutex<HashMap<PathBuf, OpenRepository>>,
-    /// Values the layers above compute per repository (the pack bitmap, the readable set), by git
-    /// directory and kind, each with the state it was computed from (`u64`: a fingerprint of
-    /// the files or refs it depends on); a value is replaced when its state changes.
-    caches: Mutex<HashMap<(PathBuf, &'static str), Computed>>,
+    /// The refs upload-pack serves, per ref state ([`Repos::upload_refs`]).
+    refs: cache::PerRepository<RefSnapshot>,
+    /// Decoded commits, kept for the process's life ([`Repos::commits`]).
+    commits: cache::PerRepository<crate::graph::CommitCache>,
 }
 
 /// A repository as opened (or found unreadable) when its config file had this modification time.
 /// And the multi-pack-index it was opened with or without ([`midx`]).
 type OpenRepository =
     (Option<std::time::SystemTime>, midx::Midx, Result<gix::ThreadSafeRepository, format::Unsupported>);
-
-/// A per-repository value and the state it was computed from.
-type Computed = (u64, Arc<dyn Any + Send + Sync>);
 
 /// One repository, resolved for one request.
 #[derive(Clone)]
@@ -100,7 +97,8 @@ impl Repos {
             exports,
             rules: PathRules::default(),
             open: Mutex::new(HashMap::new()),
-            caches: Mutex::new(HashMap::new()),
+            refs: Default::default(),
+            commits: Default::default(),
         })
     }
 
@@ -213,22 +211,10 @@ impl Repos {
         Ok(Ok(repo))
     }
 
-    /// The cached value of `kind` for `served` if it was computed from `state`; never computes.
-    pub fn cached_only<T: Any + Send + Sync>(&self, served: &Served, kind: &'static str, state: u64) -> Option<Arc<T>> {
-        let caches = self.caches.lock().expect("not poisoned");
-        let (cached_state, value) = caches.get(&(served.git_dir.clone(), kind))?;
-        (*cached_state == state).then(|| value.clone().downcast::<T>().ok()).flatten()
-    }
-
     /// The repository's decoded commits, kept for the life of the process (a commit's id fixes
     /// its content: the cache never needs a state).
     pub fn commits(&self, served: &Served) -> Arc<crate::graph::CommitCache> {
-        match self
-            .cached(served, "commits", 0, || Ok::<_, std::convert::Infallible>(crate::graph::CommitCache::default()))
-        {
-            Ok(cache) => cache,
-            Err(never) => match never {},
-        }
+        self.commits.get_or_insert_with(served, 0, crate::graph::CommitCache::default)
     }
 
     /// The refs upload-pack serves of `served` ([`RefSnapshot::load`]), read again only when
@@ -236,28 +222,7 @@ impl Repos {
     /// negotiation, each of which read and parsed every packed ref (a thousand tags) again.
     pub fn upload_refs(&self, served: &Served, repo: &gix::Repository) -> Result<Arc<RefSnapshot>, ServeError> {
         let state = upload_ref_state(repo)?;
-        self.cached(served, "upload-refs", state, || RefSnapshot::load(repo))
-    }
-
-    /// The value of `kind` for `served` computed from `state`: the cached one if it was computed
-    /// from the same state, else `compute`'s (kept for next time; a failure is not kept).
-    pub fn cached<T: Any + Send + Sync, E>(
-        &self,
-        served: &Served,
-        kind: &'static str,
-        state: u64,
-        compute: impl FnOnce() -> Result<T, E>,
-    ) -> Result<Arc<T>, E> {
-        let key = (served.git_dir.clone(), kind);
-        if let Some((cached_state, value)) = self.caches.lock().expect("not poisoned").get(&key)
-            && *cached_state == state
-            && let Ok(value) = value.clone().downcast::<T>()
-        {
-            return Ok(value);
-        }
-        let value = Arc::new(compute()?);
-        self.caches.lock().expect("not poisoned").insert(key, (state, value.clone()));
-        Ok(value)
+        self.refs.get_or_compute(served, state, || RefSnapshot::load(repo))
     }
 }
 

@@ -22,7 +22,7 @@ mod readable;
 
 #[cfg(feature = "test-hooks")]
 pub use readable::READABLE_SETS_COMPUTED;
-pub use readable::{Readable, reachable_from, readable_commits, readable_objects, readable_objects_if_cheap};
+pub use readable::{Caches, Readable, reachable_from, readable_commits, readable_objects, readable_objects_if_cheap};
 
 /// What one request sends.
 #[derive(Debug, Default)]

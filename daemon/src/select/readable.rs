@@ -15,6 +15,17 @@ pub fn reachable_from(repo: &gix::Repository, tips: &[ObjectId]) -> Result<HashS
     Ok(everything_reachable(repo, tips)?.objects.into_iter().collect())
 }
 
+/// What selection keeps per repository, each in its own typed cell: the pack bitmap, the pack
+/// files and the readable set. Owned by the server's state (one per process, as [`crate::repo::Repos`])
+/// and passed down to what computes them.
+#[derive(Default)]
+pub struct Caches {
+    pub bitmaps: crate::bitmap::Cache,
+    pub packs: crate::packs::Cache,
+    /// Per ref state ([`RefSnapshot::fingerprint`]).
+    pub readable: crate::repo::cache::PerRepository<Readable>,
+}
+
 /// The objects a client may be sent: those reachable from the refs it may read.
 pub enum Readable {
     /// From a walk.
@@ -43,15 +54,16 @@ pub static READABLE_SETS_COMPUTED: std::sync::atomic::AtomicUsize = std::sync::a
 /// from the pack bitmap when there is one (bits, and a walk only of what the bitmapped pack
 /// lacks), else from a walk of everything.
 pub fn readable_objects(
+    caches: &Caches,
     repos: &crate::repo::Repos,
     served: &crate::repo::Served,
     repo: &gix::Repository,
     refs: &RefSnapshot,
 ) -> Result<std::sync::Arc<Readable>, ServeError> {
-    repos.cached(served, "readable objects", refs.fingerprint(), || {
+    caches.readable.get_or_compute(served, refs.fingerprint(), || {
         #[cfg(feature = "test-hooks")]
         READABLE_SETS_COMPUTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(match crate::bitmap::of(repos, served, repo) {
+        Ok(match crate::bitmap::of(&caches.bitmaps, repos, served, repo) {
             Some(bitmap) => {
                 let reach = bitmap.reachable(repo, &refs.tips(), None)?;
                 Readable::Bitmap { bitmap, reach }
@@ -65,16 +77,17 @@ pub fn readable_objects(
 /// (from a pack bitmap). `None` when only a walk of every object could tell — a caller asking
 /// only to save work (a delta base it could include instead of re-deflating) then goes without.
 pub fn readable_objects_if_cheap(
+    caches: &Caches,
     repos: &crate::repo::Repos,
     served: &crate::repo::Served,
     repo: &gix::Repository,
     refs: &RefSnapshot,
 ) -> Option<std::sync::Arc<Readable>> {
-    if let Some(set) = repos.cached_only::<Readable>(served, "readable objects", refs.fingerprint()) {
+    if let Some(set) = caches.readable.get(served, refs.fingerprint()) {
         return Some(set);
     }
-    crate::bitmap::of(repos, served, repo)?;
-    match readable_objects(repos, served, repo, refs) {
+    crate::bitmap::of(&caches.bitmaps, repos, served, repo)?;
+    match readable_objects(caches, repos, served, repo, refs) {
         Ok(set) => Some(set),
         Err(err) => {
             tracing::warn!(repo = %served.name, %err, "could not tell which objects are readable; deltas against bases outside the selection are re-deflated");
@@ -88,6 +101,7 @@ pub fn readable_objects_if_cheap(
 /// cached readable reach; without one, by a walk of commits only from the visible tips that stops
 /// once every candidate is found (commit-graph where present), never a walk of every object.
 pub fn readable_commits(
+    caches: &Caches,
     repos: &crate::repo::Repos,
     served: &crate::repo::Served,
     repo: &gix::Repository,
@@ -97,8 +111,8 @@ pub fn readable_commits(
     if commits.is_empty() {
         return Ok(HashSet::new());
     }
-    if crate::bitmap::of(repos, served, repo).is_some() {
-        let readable = readable_objects(repos, served, repo, refs)?;
+    if crate::bitmap::of(&caches.bitmaps, repos, served, repo).is_some() {
+        let readable = readable_objects(caches, repos, served, repo, refs)?;
         return Ok(commits.iter().filter(|c| readable.contains(c)).copied().collect());
     }
     let mut left: HashSet<ObjectId> = commits.iter().copied().collect();
