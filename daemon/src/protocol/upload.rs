@@ -115,10 +115,29 @@ pub fn check_wants(
     Ok(())
 }
 
+/// What a request may say in a repository, all the parsers know of it (no refs, no objects):
+/// the object format its ids are in, and the arguments its settings allow.
+#[derive(Debug, Clone, Copy)]
+pub struct Grammar {
+    pub hash: gix_hash::Kind,
+    /// `uploadpack.allowFilter`.
+    pub filter: bool,
+    /// `uploadpack.allowRefInWant` (v2's `want-ref`).
+    pub ref_in_want: bool,
+}
+
+impl Grammar {
+    pub fn of(refs: &RefSnapshot) -> Self {
+        Grammar { hash: refs.object_hash, filter: refs.wants.filter, ref_in_want: refs.wants.ref_in_want }
+    }
+}
+
 /// The shallow and filter arguments of a request, as v0 and v2 both spell them.
 #[derive(Debug, Default)]
 pub struct Extras {
     pub deepen: Deepen,
+    /// `deepen-not <name>` as sent; [`Extras::resolve`] turns each into the ref it means.
+    pub deepen_not: Vec<String>,
     /// `shallow <id>` lines as sent (narrowed to readable commits in [`boundary`]).
     pub shallow_lines: Vec<ObjectId>,
     pub filter: Option<Filter>,
@@ -127,20 +146,20 @@ pub struct Extras {
 impl Extras {
     /// Take `word value` if it is a shallow or filter argument; false if it is neither.
     /// `deepen-relative` is a v2 argument here (v0 sends it as a capability).
-    pub fn line(&mut self, refs: &RefSnapshot, word: &str, value: &str) -> Result<bool, ProtocolError> {
+    pub fn line(&mut self, grammar: &Grammar, word: &str, value: &str) -> Result<bool, ProtocolError> {
         match word {
             "shallow" => {
                 if self.shallow_lines.len() >= 1_000_000 {
                     return Err(ProtocolError::TooMany { what: "shallow", limit: 1_000_000 });
                 }
-                self.shallow_lines.push(parse_oid(value, refs.object_hash)?);
+                self.shallow_lines.push(parse_oid(value, grammar.hash)?);
             }
             "deepen" => self.deepen.depth = Some(shallow::parse_depth(value)?),
             "deepen-since" => self.deepen.since = Some(shallow::parse_since(value)?),
-            "deepen-not" => self.deepen.not.push(shallow::resolve_deepen_not(refs, value)?),
+            "deepen-not" => self.deepen_not.push(value.to_owned()),
             "deepen-relative" if value.is_empty() => self.deepen.relative = true,
             "filter" => {
-                if !refs.wants.filter {
+                if !grammar.filter {
                     return Err(ProtocolError::FilterNotAllowed);
                 }
                 if self.filter.is_some() {
@@ -157,6 +176,15 @@ impl Extras {
 
     pub fn filter(&self) -> Filter {
         self.filter.unwrap_or_default()
+    }
+
+    /// Each `deepen-not` name as the one visible ref it means (git's rev-parse rules), or the
+    /// error that it means none or several.
+    pub fn resolve(&mut self, refs: &RefSnapshot) -> Result<(), ProtocolError> {
+        for name in std::mem::take(&mut self.deepen_not) {
+            self.deepen.not.push(shallow::resolve_deepen_not(refs, &name)?);
+        }
+        Ok(())
     }
 }
 

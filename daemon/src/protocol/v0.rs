@@ -177,8 +177,8 @@ impl Request {
 
 /// The want section of a request, without the flush that ends it: want (and shallow, deepen,
 /// filter) lines; capabilities ride on the first want.
-pub fn parse_wants(section: &[Line<'_>], refs: &RefSnapshot) -> Result<Request, ProtocolError> {
-    let hash = refs.object_hash;
+pub fn parse_wants(section: &[Line<'_>], grammar: &upload::Grammar) -> Result<Request, ProtocolError> {
+    let hash = grammar.hash;
     let mut req = Request::default();
     for line in section {
         match line {
@@ -201,7 +201,7 @@ pub fn parse_wants(section: &[Line<'_>], refs: &RefSnapshot) -> Result<Request, 
                             return Err(ProtocolError::FilterNotAllowed);
                         }
                         let value = text.split_once(' ').map_or("", |(_, v)| v);
-                        req.extras.line(refs, word, value)?;
+                        req.extras.line(grammar, word, value)?;
                     }
                     _ => return Err(ProtocolError::Unexpected(crate::error::quoted(text, 100))),
                 }
@@ -248,10 +248,10 @@ pub fn fetch_key(version: Version, lines: &[Line<'_>]) -> Option<super::FetchKey
 
 /// Parse a stateless v0 request: want (and shallow, deepen, filter) lines and a flush, then have
 /// lines (with flushes between rounds) and, last, `done` or a flush.
-pub fn parse(lines: &[Line<'_>], refs: &RefSnapshot, max_haves: usize) -> Result<Request, ProtocolError> {
-    let hash = refs.object_hash;
+pub fn parse(lines: &[Line<'_>], grammar: &upload::Grammar, max_haves: usize) -> Result<Request, ProtocolError> {
+    let hash = grammar.hash;
     let flush = lines.iter().position(|l| *l == Line::Flush);
-    let mut req = parse_wants(&lines[..flush.unwrap_or(lines.len())], refs)?;
+    let mut req = parse_wants(&lines[..flush.unwrap_or(lines.len())], grammar)?;
     if req.wants.is_empty() {
         return Ok(req); // nothing wanted: the client is done
     }
@@ -338,7 +338,8 @@ fn negotiate(
     w: &mut pkt::Writer,
 ) -> Result<Option<Negotiated>, ServeError> {
     let lines = pkt::read_all(body)?;
-    let mut req = parse(&lines, refs, ctx.config.max_haves)?;
+    let mut req = parse(&lines, &upload::Grammar::of(refs), ctx.config.max_haves)?;
+    req.extras.resolve(refs)?;
     ctx.tally.asked(req.wants.len(), req.haves.len());
     if req.wants.is_empty() {
         return Ok(None);
@@ -552,7 +553,8 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(
             return Ok(None);
         }
         let wants: Vec<Line<'_>> = want_lines.iter().map(|l| Line::Data(l)).collect();
-        let mut req = parse_wants(&wants, &refs)?;
+        let mut req = parse_wants(&wants, &upload::Grammar::of(&refs))?;
+        req.extras.resolve(&refs)?;
         ctx.tally.asked(req.wants.len(), 0);
         upload::check_wants(ctx, &repo, &refs, &req.wants, upload::WantRule::Advertised)?;
         let mut w = pkt::Writer::new();
@@ -639,7 +641,7 @@ mod tests {
         let refs = crate::repo::fixture_refs();
         let want = &format!("want {MAIN} multi_ack_detailed side-band-64k thin-pack ofs-delta agent=x");
         let have = &format!("have {}", "3".repeat(40));
-        let req = parse(&lines(&[want, "", have, "done"]), &refs, 10).unwrap();
+        let req = parse(&lines(&[want, "", have, "done"]), &upload::Grammar::of(&refs), 10).unwrap();
         assert_eq!(req.wants.len(), 1);
         assert!(req.caps.multi_ack_detailed && req.caps.side_band_64k && req.caps.thin_pack && req.caps.ofs_delta);
         assert!(!req.caps.no_done && !req.caps.include_tag);
@@ -652,16 +654,16 @@ mod tests {
     fn a_request_without_its_flush_or_with_capabilities_on_a_later_want_is_refused() {
         let refs = crate::repo::fixture_refs();
         let want = &format!("want {MAIN}");
-        assert!(matches!(parse(&lines(&[want]), &refs, 10), Err(ProtocolError::Truncated)));
+        assert!(matches!(parse(&lines(&[want]), &upload::Grammar::of(&refs), 10), Err(ProtocolError::Truncated)));
         let second = &format!("want {MAIN} ofs-delta");
-        assert!(matches!(parse(&lines(&[want, second, ""]), &refs, 10), Err(ProtocolError::Unexpected(_))));
+        assert!(matches!(parse(&lines(&[want, second, ""]), &upload::Grammar::of(&refs), 10), Err(ProtocolError::Unexpected(_))));
         let unknown = &format!("want {MAIN} frobnicate");
         assert!(
-            matches!(parse(&lines(&[unknown, ""]), &refs, 10), Err(ProtocolError::UnknownCapability(c)) if c == "frobnicate")
+            matches!(parse(&lines(&[unknown, ""]), &upload::Grammar::of(&refs), 10), Err(ProtocolError::UnknownCapability(c)) if c == "frobnicate")
         );
         // A have section that neither ends in done nor in a flush was cut off.
         let have = &format!("have {MAIN}");
-        assert!(matches!(parse(&lines(&[want, "", have]), &refs, 10), Err(ProtocolError::Truncated)));
+        assert!(matches!(parse(&lines(&[want, "", have]), &upload::Grammar::of(&refs), 10), Err(ProtocolError::Truncated)));
     }
 
     #[test]
@@ -670,14 +672,14 @@ mod tests {
         let want = &format!("want {MAIN}");
         let have = &format!("have {MAIN}");
         assert!(matches!(
-            parse(&lines(&[want, "", have, have, have, ""]), &refs, 2),
+            parse(&lines(&[want, "", have, have, have, ""]), &upload::Grammar::of(&refs), 2),
             Err(ProtocolError::TooMany { what: "have", limit: 2 })
         ));
         assert!(matches!(
-            parse(&lines(&[want, "filter blob:none", ""]), &refs, 10),
+            parse(&lines(&[want, "filter blob:none", ""]), &upload::Grammar::of(&refs), 10),
             Err(ProtocolError::FilterNotAllowed)
         ));
-        let deepen = parse(&lines(&[want, "deepen 3", ""]), &refs, 10).unwrap();
+        let deepen = parse(&lines(&[want, "deepen 3", ""]), &upload::Grammar::of(&refs), 10).unwrap();
         assert_eq!(deepen.extras.deepen.depth, Some(3));
         assert!(!deepen.has_haves_section, "a deepen request's first round has no haves");
     }

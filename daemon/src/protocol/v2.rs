@@ -258,30 +258,44 @@ struct FetchArgs {
     ofs_delta: bool,
     wait_for_done: bool,
     extras: Extras,
-    /// `want-ref <name>`: the ref and what it points at.
+    /// `want-ref <name>` as sent, each once.
+    want_refs: Vec<String>,
+    /// The wanted refs and what they point at ([`FetchArgs::resolve`]).
     wanted_refs: Vec<(String, ObjectId)>,
 }
 
-fn parse_fetch(args: &[Line<'_>], refs: &RefSnapshot, max_haves: usize) -> Result<FetchArgs, ProtocolError> {
-    let hash = refs.object_hash;
+impl FetchArgs {
+    /// The names the request gave (`want-ref`, `deepen-not`) as the refs they mean.
+    fn resolve(&mut self, refs: &RefSnapshot) -> Result<(), ProtocolError> {
+        self.extras.resolve(refs)?;
+        for name in std::mem::take(&mut self.want_refs) {
+            let id = refs
+                .refs
+                .iter()
+                .find(|r| r.name == name.as_bytes())
+                .map(|r| r.id)
+                .or_else(|| if name == "HEAD" { refs.head_id() } else { None })
+                .ok_or_else(|| ProtocolError::UnknownRef(crate::error::quoted(&name, 100)))?;
+            self.wanted_refs.push((name, id));
+        }
+        Ok(())
+    }
+}
+
+/// A `fetch` command's arguments, as typed values (names not yet resolved).
+fn parse_fetch(args: &[Line<'_>], grammar: &upload::Grammar, max_haves: usize) -> Result<FetchArgs, ProtocolError> {
+    let hash = grammar.hash;
     let mut f = FetchArgs::default();
     for line in args {
         let text = arg_text(line)?;
         let (word, value) = text.split_once(' ').unwrap_or((text, ""));
-        if f.extras.line(refs, word, value)? {
+        if f.extras.line(grammar, word, value)? {
             continue;
         }
         match word {
-            "want-ref" if refs.wants.ref_in_want => {
-                let id = refs
-                    .refs
-                    .iter()
-                    .find(|r| r.name == value.as_bytes())
-                    .map(|r| r.id)
-                    .or_else(|| if value == "HEAD" { refs.head_id() } else { None })
-                    .ok_or_else(|| ProtocolError::UnknownRef(crate::error::quoted(value, 100)))?;
-                if !f.wanted_refs.iter().any(|(name, _)| name == value) {
-                    f.wanted_refs.push((value.to_owned(), id));
+            "want-ref" if grammar.ref_in_want => {
+                if !f.want_refs.iter().any(|name| name == value) {
+                    f.want_refs.push(value.to_owned());
                 }
             }
             "want" => f.wants.push(upload::parse_oid(value, hash)?),
@@ -312,7 +326,8 @@ fn fetch(
     let mut w = pkt::Writer::new();
     type Negotiated = (FetchArgs, Vec<ObjectId>, Option<crate::shallow::Boundary>);
     let negotiated = (|| -> Result<Option<Negotiated>, ServeError> {
-        let mut f = parse_fetch(args, refs, ctx.config.max_haves)?;
+        let mut f = parse_fetch(args, &upload::Grammar::of(refs), ctx.config.max_haves)?;
+        f.resolve(refs)?;
         ctx.tally.asked(f.wants.len(), f.haves.len());
         upload::check_wants(ctx, repo, refs, &f.wants, upload::WantRule::Reachable)?;
         for (_, id) in &f.wanted_refs {
@@ -453,7 +468,7 @@ mod tests {
                 "deepen 2",
                 "done",
             ]),
-            &refs,
+            &upload::Grammar::of(&refs),
             10,
         )
         .unwrap();
@@ -465,21 +480,21 @@ mod tests {
     #[test]
     fn unknown_arguments_want_refs_without_the_setting_and_filters_without_it_are_refused() {
         let refs = crate::repo::fixture_refs();
+        let grammar = upload::Grammar::of(&refs);
         assert!(
-            matches!(parse_fetch(&args(&["frobnicate"]), &refs, 10), Err(ProtocolError::UnknownArgument(a)) if a == "frobnicate")
+            matches!(parse_fetch(&args(&["frobnicate"]), &grammar, 10), Err(ProtocolError::UnknownArgument(a)) if a == "frobnicate")
         );
         assert!(matches!(
-            parse_fetch(&args(&["want-ref refs/heads/main"]), &refs, 10),
+            parse_fetch(&args(&["want-ref refs/heads/main"]), &grammar, 10),
             Err(ProtocolError::UnknownArgument(_))
         ));
-        assert!(matches!(parse_fetch(&args(&["filter blob:none"]), &refs, 10), Err(ProtocolError::FilterNotAllowed)));
-        let mut allowing = refs.clone();
-        allowing.wants.ref_in_want = true;
-        let f = parse_fetch(&args(&["want-ref refs/heads/main"]), &allowing, 10).unwrap();
-        assert_eq!(f.wanted_refs, vec![("refs/heads/main".to_owned(), allowing.refs[0].id)]);
-        assert!(matches!(
-            parse_fetch(&args(&["want-ref refs/heads/nope"]), &allowing, 10),
-            Err(ProtocolError::UnknownRef(_))
-        ));
+        assert!(matches!(parse_fetch(&args(&["filter blob:none"]), &grammar, 10), Err(ProtocolError::FilterNotAllowed)));
+        let allowing = upload::Grammar { ref_in_want: true, ..grammar };
+        let mut f = parse_fetch(&args(&["want-ref refs/heads/main", "want-ref refs/heads/main"]), &allowing, 10).unwrap();
+        assert_eq!(f.want_refs, vec!["refs/heads/main".to_owned()], "parsed as sent, each once");
+        f.resolve(&refs).unwrap();
+        assert_eq!(f.wanted_refs, vec![("refs/heads/main".to_owned(), refs.refs[0].id)]);
+        let mut unknown = parse_fetch(&args(&["want-ref refs/heads/nope"]), &allowing, 10).unwrap();
+        assert!(matches!(unknown.resolve(&refs), Err(ProtocolError::UnknownRef(_))));
     }
 }
