@@ -201,6 +201,7 @@ impl Fixture {
         Context {
             repos: &self.repos,
             caches: &self.caches,
+            packer: &gixd::service::pack::SelectAndWrite,
             served,
             config: &self.config,
             pusher: None,

@@ -41,6 +41,11 @@ pub trait Sink: Write {
 }
 
 impl Sink for Vec<u8> {}
+impl<S: Sink + ?Sized> Sink for &mut S {
+    fn progress(&mut self, line: &str) -> io::Result<()> {
+        (**self).progress(line)
+    }
+}
 impl<W: Write> Sink for io::BufWriter<W> {}
 
 /// A failed write to the client: a disconnect, or an I/O error.

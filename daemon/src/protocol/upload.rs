@@ -1,6 +1,6 @@
 //! What v0 and v2 upload-pack share: checking wants, the shallow and filter arguments and the
-//! boundary they make, then selecting and sending the pack with progress, reporting a failure
-//! in-band.
+//! boundary they make, then framing the pack the service writes ([`crate::session::Packer`]),
+//! reporting a failure in-band.
 
 use std::io::Write;
 
@@ -12,7 +12,7 @@ use crate::error::{ProtocolError, ServeError};
 use crate::filter::Filter;
 use crate::pack;
 use crate::repo::RefSnapshot;
-use crate::select;
+pub use crate::session::PackRequest;
 use crate::shallow::{self, Boundary, Deepen};
 
 /// An object id as the client wrote it, in the repository's hash.
@@ -235,34 +235,24 @@ pub fn write_boundary(boundary: &Boundary, w: &mut crate::protocol::pkt::Writer)
     }
 }
 
-/// The pack a negotiated request gets.
-pub struct PackRequest<'a> {
-    pub wants: &'a [ObjectId],
-    pub common: &'a [ObjectId],
-    pub filter: Filter,
-    pub boundary: Option<&'a Boundary>,
-    pub include_tag: bool,
-    pub thin_pack: bool,
-    pub ofs_delta: bool,
-    pub framing: Framing,
-    pub progress: bool,
-}
-
-/// Select and send the pack on `out`, ending with a flush when it is multiplexed (v0 side-band and
-/// v2's packfile section); a failure after this point is reported on band 3.
+/// Send `request`'s pack on `out` in `framing` (progress on band 2 unless the client asked for
+/// none), ending with a flush when it is multiplexed (v0 side-band and v2's packfile section); a
+/// failure after this point is reported on band 3. What goes in it is the service's to decide
+/// ([`crate::session::Packer`]).
 pub fn send_pack<W: Write>(
     ctx: &Context<'_>,
     repo: &gix::Repository,
     refs: &RefSnapshot,
     request: &PackRequest<'_>,
+    (framing, progress): (Framing, bool),
     out: W,
 ) -> Result<pack::Stats, ServeError> {
-    let mut bands = Bands::new(out, request.framing, request.progress);
-    let result = select_and_write(ctx, repo, refs, request, &mut bands);
+    let mut bands = Bands::new(out, framing, progress);
+    let result = ctx.packer.write_pack(ctx, repo, refs, request, &mut bands);
     match result {
         Ok(stats) => {
             let mut out = bands.finish()?;
-            if request.framing != Framing::Raw {
+            if framing != Framing::Raw {
                 let mut w = crate::protocol::pkt::Writer::new();
                 w.flush();
                 out.write_all(&w.buf)?;
@@ -276,113 +266,4 @@ pub fn send_pack<W: Write>(
             Err(err)
         }
     }
-}
-
-fn select_and_write<W: Write>(
-    ctx: &Context<'_>,
-    repo: &gix::Repository,
-    refs: &RefSnapshot,
-    request: &PackRequest<'_>,
-    bands: &mut Bands<W>,
-) -> Result<pack::Stats, ServeError> {
-    // git's running count while a walk selects (a line a second at most); the final count
-    // follows the selection.
-    let bands = std::cell::RefCell::new(bands);
-    let pace = std::cell::RefCell::new(pack::Throttle::new(ctx.config.progress_interval));
-    let tell = |objects: usize| {
-        if pace.borrow_mut().due() {
-            // A client gone is found by the pack's next write.
-            let _ = bands.borrow_mut().progress(&format!("Enumerating objects: {objects}\r"));
-        }
-    };
-    let select = |repo: &gix::Repository| {
-        let bitmap = crate::bitmap::of(&ctx.caches.bitmaps, ctx.repos, ctx.served, repo);
-        let request = select::Request {
-            wants: request.wants,
-            common: request.common,
-            include_tag: request.include_tag,
-            refs,
-            filter: request.filter,
-            boundary: request.boundary,
-            progress: Some(&tell),
-        };
-        select::select(repo, &request, bitmap.as_ref())
-    };
-    // Nothing is sent yet: a selection that met an object gix-odb could not find or read (what
-    // it answers now and then while a repack swaps packs under a handle's snapshot) is made once
-    // more through a fresh snapshot, as git re-reads the pack directory on a miss.
-    let fresh;
-    let (repo, selection) = match select(repo) {
-        Err(err) if err.may_be_a_pack_swap() => {
-            tracing::debug!(repo = %ctx.served.name, %err, "selection again through a fresh snapshot of the packs");
-            fresh = repo.clone();
-            (&fresh, select(&fresh)?)
-        }
-        selected => (repo, selected?),
-    };
-    let bands = bands.into_inner();
-    // A filtered or shallow client lacks objects a thin delta or an added base would assume
-    // (or would get objects it did not ask for): both only for plain requests.
-    let plain = request.filter.is_none() && request.boundary.is_none_or(|b| b.grafts.is_empty());
-    bands.progress(&format!("Enumerating objects: {}, done.\n", selection.objects.len()))?;
-    // The readable set is costly: asked for the first time a delta base outside the selection
-    // could be added or referred to thin (and not on the edge), and only then.
-    let readable = std::cell::OnceCell::new();
-    let wants_everything = request.common.is_empty()
-        && request.boundary.is_none()
-        && request.filter.is_none()
-        && refs.tips().iter().all(|tip| request.wants.contains(tip));
-    let stats = pack::write(
-        repo,
-        &selection,
-        pack::Options {
-            thin_pack: request.thin_pack && request.filter.is_none(),
-            ofs_delta: request.ofs_delta,
-            include_unselected_bases: request.common.is_empty() && plain,
-            packs: &|| crate::packs::of(&ctx.caches.packs, ctx.served, repo),
-            deltify: false,
-            progress_every: ctx.config.progress_interval,
-        },
-        |id| {
-            // Wanting every visible tip with nothing in common, the selection is everything the
-            // client may read: an object outside it is not readable, no set needed.
-            if wants_everything {
-                return false;
-            }
-            // What the wants reach is readable: most bases (older versions of what is sent) are
-            // answered by the selection's own reach, with no second one over every visible ref.
-            if selection.wants_reach_has(id) {
-                return true;
-            }
-            // Only when that costs no walk of every object: else the delta is re-deflated
-            // (never a leak, at worst CPU).
-            match readable
-                .get_or_init(|| crate::select::readable_objects_if_cheap(ctx.caches, ctx.repos, ctx.served, repo, refs))
-            {
-                Some(set) => set.contains(id),
-                None => false,
-            }
-        },
-        bands,
-    )?;
-    bands.progress(&format!(
-        "Total {} (reused {}, re-deflated {}, delta bases added {}, thin deltas {})\n",
-        stats.entries, stats.copied, stats.re_deflated, stats.bases_included, stats.thin_deltas
-    ))?;
-    tracing::info!(
-        repo = %ctx.served.name,
-        objects = selection.objects.len(),
-        bitmap = selection.by_bitmap,
-        verbatim = stats.verbatim,
-        entries = stats.entries,
-        copied = stats.copied,
-        re_deflated = stats.re_deflated,
-        bases_included = stats.bases_included,
-        thin_deltas = stats.thin_deltas,
-        deltas_computed = stats.deltas_computed,
-        reused = stats.reused,
-        bytes = stats.bytes,
-        "pack sent"
-    );
-    Ok(stats)
 }

@@ -169,9 +169,12 @@ impl Request {
             include_tag: caps.include_tag,
             thin_pack: caps.thin_pack,
             ofs_delta: caps.ofs_delta,
-            framing: caps.framing(),
-            progress: !caps.no_progress,
         }
+    }
+
+    /// How its pack is framed: side-band as negotiated, progress unless it asked for none.
+    fn framing(&self) -> (super::sideband::Framing, bool) {
+        (self.caps.framing(), !self.caps.no_progress)
     }
 }
 
@@ -302,7 +305,8 @@ pub fn upload_pack<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Resu
         }
         Ok(Some((req, common, boundary))) => {
             out.write_all(&w.buf)?;
-            upload::send_pack(ctx, &repo, &refs, &req.pack_request(&common, boundary.as_ref()), out).map(Some)
+            upload::send_pack(ctx, &repo, &refs, &req.pack_request(&common, boundary.as_ref()), req.framing(), out)
+                .map(Some)
         }
     }
 }
@@ -607,7 +611,8 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(
         Ok(None) => return Ok(None),
         Err(err) => return upload::reply_err(&mut out, err),
     };
-    let stats = upload::send_pack(ctx, &repo, &refs, &req.pack_request(&common, boundary.as_ref()), &mut out)?;
+    let stats =
+        upload::send_pack(ctx, &repo, &refs, &req.pack_request(&common, boundary.as_ref()), req.framing(), &mut out)?;
     out.flush()?;
     Ok(Some(stats))
 }
@@ -656,14 +661,20 @@ mod tests {
         let want = &format!("want {MAIN}");
         assert!(matches!(parse(&lines(&[want]), &upload::Grammar::of(&refs), 10), Err(ProtocolError::Truncated)));
         let second = &format!("want {MAIN} ofs-delta");
-        assert!(matches!(parse(&lines(&[want, second, ""]), &upload::Grammar::of(&refs), 10), Err(ProtocolError::Unexpected(_))));
+        assert!(matches!(
+            parse(&lines(&[want, second, ""]), &upload::Grammar::of(&refs), 10),
+            Err(ProtocolError::Unexpected(_))
+        ));
         let unknown = &format!("want {MAIN} frobnicate");
         assert!(
             matches!(parse(&lines(&[unknown, ""]), &upload::Grammar::of(&refs), 10), Err(ProtocolError::UnknownCapability(c)) if c == "frobnicate")
         );
         // A have section that neither ends in done nor in a flush was cut off.
         let have = &format!("have {MAIN}");
-        assert!(matches!(parse(&lines(&[want, "", have]), &upload::Grammar::of(&refs), 10), Err(ProtocolError::Truncated)));
+        assert!(matches!(
+            parse(&lines(&[want, "", have]), &upload::Grammar::of(&refs), 10),
+            Err(ProtocolError::Truncated)
+        ));
     }
 
     #[test]

@@ -398,9 +398,8 @@ fn fetch(
             include_tag: f.include_tag,
             thin_pack: f.thin_pack,
             ofs_delta: f.ofs_delta,
-            framing: Framing::SideBand64k,
-            progress: !f.no_progress,
         },
+        (Framing::SideBand64k, !f.no_progress),
         &mut *out,
     )
     .map(Some)
@@ -488,9 +487,13 @@ mod tests {
             parse_fetch(&args(&["want-ref refs/heads/main"]), &grammar, 10),
             Err(ProtocolError::UnknownArgument(_))
         ));
-        assert!(matches!(parse_fetch(&args(&["filter blob:none"]), &grammar, 10), Err(ProtocolError::FilterNotAllowed)));
+        assert!(matches!(
+            parse_fetch(&args(&["filter blob:none"]), &grammar, 10),
+            Err(ProtocolError::FilterNotAllowed)
+        ));
         let allowing = upload::Grammar { ref_in_want: true, ..grammar };
-        let mut f = parse_fetch(&args(&["want-ref refs/heads/main", "want-ref refs/heads/main"]), &allowing, 10).unwrap();
+        let mut f =
+            parse_fetch(&args(&["want-ref refs/heads/main", "want-ref refs/heads/main"]), &allowing, 10).unwrap();
         assert_eq!(f.want_refs, vec!["refs/heads/main".to_owned()], "parsed as sent, each once");
         f.resolve(&refs).unwrap();
         assert_eq!(f.wanted_refs, vec![("refs/heads/main".to_owned(), refs.refs[0].id)]);

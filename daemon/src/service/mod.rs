@@ -8,6 +8,7 @@
 //! clock ask for, under a transfer slot like any transfer.
 
 pub mod maintenance;
+pub mod pack;
 pub mod receive;
 pub mod sink;
 pub mod upload;
