@@ -5,7 +5,25 @@
 use gix_hash::ObjectId;
 use gix_object::Kind;
 
-use crate::error::ServeError;
+/// What a walk over the object graph meets: an object missing (or not the object it is said to
+/// be), or the object database failing. Every layer above reports it as its own error's
+/// "missing object" or "repository access" case ([`From`] below).
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    #[error("object {0} is missing from the repository")]
+    Missing(ObjectId),
+    #[error("repository access failed: {0}")]
+    Git(#[from] gix::Error),
+}
+
+impl From<GraphError> for crate::error::ServeError {
+    fn from(err: GraphError) -> Self {
+        match err {
+            GraphError::Missing(id) => crate::error::ServeError::MissingObject(id),
+            GraphError::Git(err) => crate::error::ServeError::Git(err),
+        }
+    }
+}
 
 /// Push the objects `data` (the object `id`, of `kind`) refers to, each with the type the referrer
 /// gives it: a commit's tree and parents, a tree's entries (gitlinks left out: a submodule's commit
@@ -13,8 +31,8 @@ use crate::error::ServeError;
 /// target (its `type` header). Walks over object data (bitmaps, connectivity, maintenance) share
 /// it; with the type at hand a walk need not read a blob to learn it is one, as git's traversal
 /// never reads blobs.
-pub fn push_children(id: ObjectId, kind: Kind, data: &[u8], out: &mut Vec<(ObjectId, Kind)>) -> Result<(), ServeError> {
-    let unparsable = |_| ServeError::MissingObject(id);
+pub fn push_children(id: ObjectId, kind: Kind, data: &[u8], out: &mut Vec<(ObjectId, Kind)>) -> Result<(), GraphError> {
+    let unparsable = |_| GraphError::Missing(id);
     match kind {
         Kind::Commit => {
             let commit = gix_object::CommitRefIter::from_bytes(data, id.kind());
@@ -31,7 +49,7 @@ pub fn push_children(id: ObjectId, kind: Kind, data: &[u8], out: &mut Vec<(Objec
             }
         }
         Kind::Tag => {
-            let tag = gix_object::TagRef::from_bytes(data, id.kind()).map_err(|_| ServeError::MissingObject(id))?;
+            let tag = gix_object::TagRef::from_bytes(data, id.kind()).map_err(|_| GraphError::Missing(id))?;
             out.push((tag.target(), tag.target_kind));
         }
         Kind::Blob => {}
@@ -40,14 +58,14 @@ pub fn push_children(id: ObjectId, kind: Kind, data: &[u8], out: &mut Vec<(Objec
 }
 
 /// `id`, or what the tag(s) it names peel to, if that is a commit.
-pub fn peel_to_commit(repo: &gix::Repository, id: ObjectId) -> Result<Option<ObjectId>, ServeError> {
+pub fn peel_to_commit(repo: &gix::Repository, id: ObjectId) -> Result<Option<ObjectId>, GraphError> {
     let target = peel_tag(repo, id)?.unwrap_or(id);
-    let kind = repo.find_header(target).map_err(|_| ServeError::MissingObject(target))?.kind();
+    let kind = repo.find_header(target).map_err(|_| GraphError::Missing(target))?.kind();
     Ok((kind == gix_object::Kind::Commit).then_some(target))
 }
 
 /// For an annotated tag, the non-tag object it finally points at; `None` for any other object.
-pub fn peel_tag(repo: &gix::Repository, id: ObjectId) -> Result<Option<ObjectId>, ServeError> {
+pub fn peel_tag(repo: &gix::Repository, id: ObjectId) -> Result<Option<ObjectId>, GraphError> {
     let mut current = id;
     let mut peeled = None;
     for _ in 0..64 {
@@ -58,8 +76,8 @@ pub fn peel_tag(repo: &gix::Repository, id: ObjectId) -> Result<Option<ObjectId>
         if header.kind() != gix_object::Kind::Tag {
             return Ok(peeled);
         }
-        let tag = repo.find_object(current)?.try_into_tag().map_err(|_| ServeError::MissingObject(current))?;
-        current = tag.target_id().map_err(|_| ServeError::MissingObject(current))?.detach();
+        let tag = repo.find_object(current)?.try_into_tag().map_err(|_| GraphError::Missing(current))?;
+        current = tag.target_id().map_err(|_| GraphError::Missing(current))?.detach();
         peeled = Some(current);
     }
     Ok(peeled)
@@ -87,14 +105,14 @@ impl CommitCache {
     pub const LIMIT: usize = 250_000;
 
     /// The commit `id` of `repo`: from the cache, or decoded (and kept).
-    pub fn get(&self, repo: &gix::Repository, id: ObjectId) -> Result<std::sync::Arc<CommitInfo>, ServeError> {
+    pub fn get(&self, repo: &gix::Repository, id: ObjectId) -> Result<std::sync::Arc<CommitInfo>, GraphError> {
         if let Some(info) = self.map.lock().expect("not poisoned").get(&id) {
             return Ok(info.clone());
         }
-        let commit = repo.find_commit(id).map_err(|_| ServeError::MissingObject(id))?;
+        let commit = repo.find_commit(id).map_err(|_| GraphError::Missing(id))?;
         // An unreadable committer date counts as the oldest (git's parse_commit date 0).
         let time = commit.time().map_or(0, |t| t.seconds);
-        let tree = commit.tree_id().map_err(|_| ServeError::MissingObject(id))?.detach();
+        let tree = commit.tree_id().map_err(|_| GraphError::Missing(id))?.detach();
         let info =
             std::sync::Arc::new(CommitInfo { time, parents: commit.parent_ids().map(|p| p.detach()).collect(), tree });
         let mut map = self.map.lock().expect("not poisoned");

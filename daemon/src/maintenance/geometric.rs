@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use gix_hash::ObjectId;
 
+use super::MaintenanceError;
 use super::Report;
-use crate::error::ServeError;
 
 /// The factor of the progression (git's default, `--geometric=2`).
 pub const FACTOR: u64 = 2;
@@ -178,7 +178,7 @@ pub fn due(git_dir: &Path) -> Due {
 /// rolled objects; a delta whose base stays in a pack not rolled is stored whole (a pack on disk
 /// is never thin). The rolled packs are noted once the new one is in place and removed by a run
 /// [`GRACE`] later ([`expire_rolled`]). `None`: nothing to roll.
-pub fn run(git_dir: &Path) -> Result<Option<Report>, ServeError> {
+pub fn run(git_dir: &Path) -> Result<Option<Report>, MaintenanceError> {
     let repo = super::open(git_dir)?;
     let hash = repo.object_hash();
     let objects_dir = repo.objects.store_ref().path().to_owned();
@@ -203,13 +203,13 @@ pub fn run(git_dir: &Path) -> Result<Option<Report>, ServeError> {
     let staying: Vec<gix_pack::index::File> = present
         .iter()
         .filter(|p| !rolled.iter().any(|r| r.index == p.index))
-        .map(|p| gix_pack::index::File::at(&p.index, hash).map_err(ServeError::pack))
+        .map(|p| gix_pack::index::File::at(&p.index, hash).map_err(MaintenanceError::pack))
         .collect::<Result<_, _>>()?;
     let stays = |id: &ObjectId| staying.iter().any(|index| index.lookup(id).is_some());
     let mut seen: gix::hashtable::HashSet<ObjectId> = Default::default();
     let mut objects = Vec::new();
     for pack in &rolled {
-        let index = gix_pack::index::File::at(&pack.index, hash).map_err(ServeError::pack)?;
+        let index = gix_pack::index::File::at(&pack.index, hash).map_err(MaintenanceError::pack)?;
         let mut entries: Vec<(u64, ObjectId)> = index.iter().map(|e| (e.pack_offset, e.oid)).collect();
         entries.sort_unstable();
         objects.extend(entries.into_iter().map(|(_, id)| id).filter(|id| !stays(id) && seen.insert(*id)));
@@ -222,7 +222,7 @@ pub fn run(git_dir: &Path) -> Result<Option<Report>, ServeError> {
     let result = super::write_pack(&repo, &selection, &scratch, &pack_dir, hash, super::Bases::StoreWhole);
     let _ = std::fs::remove_dir_all(&scratch);
     let (index_path, data_path, deltas_computed) = result?;
-    let index = gix_pack::index::File::at(&index_path, hash).map_err(ServeError::pack)?;
+    let index = gix_pack::index::File::at(&index_path, hash).map_err(MaintenanceError::pack)?;
     let mut report = Report {
         objects: selection.objects.len(),
         pack: data_path,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use gix_hash::ObjectId;
 
-use crate::error::ServeError;
+use super::MaintenanceError;
 
 fn path(pack_dir: &Path) -> PathBuf {
     pack_dir.join("multi-pack-index")
@@ -45,7 +45,7 @@ pub fn write(
     indexes: Vec<PathBuf>,
     preferred: &Path,
     tips: &[ObjectId],
-) -> Result<usize, ServeError> {
+) -> Result<usize, MaintenanceError> {
     let hash = repo.object_hash();
     let tmp = pack_dir.join(format!("tmp_midx_gixd_{}", std::process::id()));
     let written = write_midx(repo, pack_dir, indexes, preferred, tips, &tmp);
@@ -66,7 +66,7 @@ fn write_midx(
     preferred: &Path,
     tips: &[ObjectId],
     tmp: &Path,
-) -> Result<(ObjectId, usize), ServeError> {
+) -> Result<(ObjectId, usize), MaintenanceError> {
     let hash = repo.object_hash();
     {
         let mut out = std::io::BufWriter::new(std::fs::File::create(tmp)?);
@@ -78,24 +78,24 @@ fn write_midx(
             &interrupt,
             gix_pack::multi_index::write::Options { object_hash: hash },
         )
-        .map_err(ServeError::pack)?;
+        .map_err(MaintenanceError::pack)?;
         out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     }
-    let midx = gix_pack::multi_index::File::at(tmp, None).map_err(ServeError::pack)?;
+    let midx = gix_pack::multi_index::File::at(tmp, None).map_err(MaintenanceError::pack)?;
     let checksum = midx.checksum();
     let preferred_name = preferred.file_name().map(PathBuf::from);
     let preferred_id = midx
         .index_names()
         .iter()
         .position(|name| Some(name) == preferred_name.as_ref())
-        .ok_or_else(|| ServeError::corrupt_pack("the preferred pack is not in the multi-pack-index"))?
+        .ok_or_else(|| MaintenanceError::corrupt("the preferred pack is not in the multi-pack-index"))?
         as u32;
     let mut locations = Vec::with_capacity(midx.num_objects() as usize);
     for i in 0..midx.num_objects() {
-        let (pack, offset) = midx.pack_id_and_pack_offset_at_index(i).map_err(ServeError::pack)?;
+        let (pack, offset) = midx.pack_id_and_pack_offset_at_index(i).map_err(MaintenanceError::pack)?;
         locations.push((pack != preferred_id, pack, offset, i));
     }
-    let preferred_objects = gix_pack::index::File::at(preferred, hash).map_err(ServeError::pack)?.num_objects();
+    let preferred_objects = gix_pack::index::File::at(preferred, hash).map_err(MaintenanceError::pack)?.num_objects();
     if locations.iter().filter(|l| !l.0).count() != preferred_objects as usize {
         return Ok((checksum, 0));
     }

@@ -14,10 +14,47 @@ use std::path::{Path, PathBuf};
 use gix_hash::ObjectId;
 
 use crate::bitmap::write::{pack_order, write_bitmap, write_rev};
-use crate::error::ServeError;
+use crate::error::{PackError, RepoError, ServeError};
 
 pub mod geometric;
 pub mod midx;
+
+/// Why a maintenance run did not finish. It serves no request: the service counts it
+/// (`skipped` for [`MaintenanceError::Busy`] and [`MaintenanceError::Repo`], else `failed`), the
+/// command line prints it.
+#[derive(Debug, thiserror::Error)]
+pub enum MaintenanceError {
+    /// Another run holds the repository's maintenance lock (a second replica, `gixd maintenance`
+    /// by hand): it does the work.
+    #[error("another maintenance of this repository is running")]
+    Busy,
+    /// A repository gixd does not maintain (a format it cannot read whole, precious objects).
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+    #[error(transparent)]
+    Pack(#[from] PackError),
+    #[error(transparent)]
+    Graph(#[from] crate::graph::GraphError),
+    #[error("repository access failed: {0}")]
+    Git(#[from] gix::Error),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// The pack, index or bitmap writer it shares with serving failed.
+    #[error(transparent)]
+    Write(#[from] ServeError),
+}
+
+impl MaintenanceError {
+    /// A gitoxide error while reading or writing packs.
+    fn pack(err: impl std::error::Error + Send + Sync + 'static) -> Self {
+        MaintenanceError::Pack(PackError::Gix(Box::new(err)))
+    }
+
+    /// What gixd found wrong with the packs it wrote.
+    fn corrupt(message: impl Into<String>) -> Self {
+        MaintenanceError::Pack(PackError::Corrupt(message.into()))
+    }
+}
 
 /// What a maintenance run did.
 #[derive(Debug, Default)]
@@ -37,14 +74,14 @@ pub struct Report {
 
 /// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`, with a delta search among the
 /// objects stored whole.
-pub fn run(git_dir: &Path) -> Result<Report, ServeError> {
+pub fn run(git_dir: &Path) -> Result<Report, MaintenanceError> {
     full(git_dir, Bases::Search)
 }
 
 /// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`; `bases` says whether objects
 /// stored whole are searched for deltas (a run by hand or on the clock) or kept as they are (the
 /// automatic run after pushes: memory bounded by the entries, not by the objects' data).
-pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, ServeError> {
+pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
     let repo = open(git_dir)?;
     let hash = repo.object_hash();
     let objects_dir = repo.objects.store_ref().path().to_owned();
@@ -78,7 +115,7 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, ServeError> {
     let (index_path, data_path, deltas_computed) = result?;
 
     // 3. The reverse index and the bitmap.
-    let index = gix_pack::index::File::at(&index_path, hash).map_err(ServeError::pack)?;
+    let index = gix_pack::index::File::at(&index_path, hash).map_err(MaintenanceError::pack)?;
     let order = pack_order(&index);
     write_rev(&index_path.with_extension("rev"), &index, &order, hash)?;
     let bitmaps = write_bitmap(&repo, &index, &order, &tips, &index_path.with_extension("bitmap"), hash)?;
@@ -113,14 +150,14 @@ fn bitmap_in_place(
     repo: &gix::Repository,
     objects_dir: &Path,
     tips: &[ObjectId],
-) -> Result<Option<Report>, ServeError> {
+) -> Result<Option<Report>, MaintenanceError> {
     let packs = geometric::packs(&objects_dir.join("pack"));
     let [pack] = packs.as_slice() else { return Ok(None) };
     if pack.bitmap || pack.kept || !loose_objects(objects_dir).is_empty() {
         return Ok(None);
     }
     let hash = repo.object_hash();
-    let index = gix_pack::index::File::at(&pack.index, hash).map_err(ServeError::pack)?;
+    let index = gix_pack::index::File::at(&pack.index, hash).map_err(MaintenanceError::pack)?;
     let order = pack_order(&index);
     let bitmap_path = pack.index.with_extension("bitmap");
     // The reverse index first: the bitmap's presence is what readers go by.
@@ -137,16 +174,15 @@ fn bitmap_in_place(
             let _ = std::fs::remove_file(&bitmap_path);
             Ok(None)
         }
-        Err(err) => Err(err),
+        Err(err) => Err(err.into()),
     }
 }
 
 /// `git_dir` opened for maintenance, if gixd can read it whole: a repository gixd cannot read is
 /// left as it is (repacked by what gixd sees of it, its refs or objects elsewhere would be lost),
 /// and so is one whose objects are precious.
-fn open(git_dir: &Path) -> Result<gix::Repository, ServeError> {
-    let unsupported =
-        |reason| crate::error::RepoError::Unsupported { path: git_dir.display().to_string(), exported: true, reason };
+fn open(git_dir: &Path) -> Result<gix::Repository, MaintenanceError> {
+    let unsupported = |reason| RepoError::Unsupported { path: git_dir.display().to_string(), exported: true, reason };
     match crate::repo::format::check(git_dir) {
         Ok(format) if format.precious_objects => {
             return Err(unsupported(crate::repo::format::Unsupported::PreciousObjects).into());
@@ -154,7 +190,8 @@ fn open(git_dir: &Path) -> Result<gix::Repository, ServeError> {
         Ok(_) => {}
         Err(reason) => return Err(unsupported(reason).into()),
     }
-    gix::open_opts(git_dir, crate::repo::open_options(&crate::repo::midx::check(git_dir))).map_err(ServeError::pack)
+    gix::open_opts(git_dir, crate::repo::open_options(&crate::repo::midx::check(git_dir)))
+        .map_err(MaintenanceError::pack)
 }
 
 /// The loose objects of `objects_dir`, by their file names.
@@ -183,7 +220,7 @@ fn retire_contained(
     index: &gix_pack::index::File,
     index_path: &Path,
     report: &mut Report,
-) -> Result<(), ServeError> {
+) -> Result<(), MaintenanceError> {
     for entry in std::fs::read_dir(pack_dir).into_iter().flatten().flatten() {
         let path = entry.path();
         if path.extension().is_none_or(|e| e != "idx") || path == index_path || crate::packs::is_temporary(&path) {
@@ -203,7 +240,7 @@ fn remove_loose_contained(
     objects_dir: &Path,
     index: &gix_pack::index::File,
     report: &mut Report,
-) -> Result<(), ServeError> {
+) -> Result<(), MaintenanceError> {
     for fanout in std::fs::read_dir(objects_dir)?.flatten() {
         let name = fanout.file_name();
         let Some(prefix) = name.to_str().filter(|n| n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit())) else {
@@ -237,7 +274,7 @@ fn remove_loose_contained(
 ///
 /// Between taking the locks and committing, `scratch` notes them ([`crate::ref_locks`]): a run
 /// killed there leaves them, and the next run, or the next gixd start, removes them.
-fn pack_refs(repo: &gix::Repository, scratch: &Path) -> Result<usize, ServeError> {
+fn pack_refs(repo: &gix::Repository, scratch: &Path) -> Result<usize, MaintenanceError> {
     use gix::refs::Target;
     use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
     let edits: Vec<RefEdit> = repo
@@ -293,7 +330,7 @@ fn pack_refs(repo: &gix::Repository, scratch: &Path) -> Result<usize, ServeError
 struct Lock(#[allow(dead_code)] std::fs::File);
 
 impl Lock {
-    fn take(objects_dir: &Path) -> Result<Lock, ServeError> {
+    fn take(objects_dir: &Path) -> Result<Lock, MaintenanceError> {
         use std::os::fd::AsRawFd;
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -302,11 +339,7 @@ impl Lock {
             .open(objects_dir.join("gixd-maintenance.lock"))?;
         // SAFETY: flock on a descriptor this function owns; the lock goes with the descriptor.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::WouldBlock,
-                "another maintenance of this repository is running",
-            )
-            .into());
+            return Err(MaintenanceError::Busy);
         }
         Ok(Lock(file))
     }
@@ -390,7 +423,7 @@ fn write_pack(
     pack_dir: &Path,
     hash: gix_hash::Kind,
     bases: Bases,
-) -> Result<(PathBuf, PathBuf, usize), ServeError> {
+) -> Result<(PathBuf, PathBuf, usize), MaintenanceError> {
     // Every object is in: a base outside the selection is never met. Stored entries are located
     // in the pack files as read now (not inflated to find their ends); one that does not read
     // leaves it to gix-odb.
@@ -424,13 +457,13 @@ fn write_pack(
         hash,
         gix_pack::bundle::write::Options { thread_limit: Some(1), ..Default::default() },
     )
-    .map_err(ServeError::pack)?;
+    .map_err(MaintenanceError::pack)?;
     if let Some(keep) = &outcome.keep_path {
         let _ = std::fs::remove_file(keep);
     }
     match (outcome.index_path, outcome.data_path) {
         (Some(index), Some(data)) => Ok((index, data, stats.deltas_computed)),
-        _ => Err(ServeError::corrupt_pack("the new pack was not written")),
+        _ => Err(MaintenanceError::corrupt("the new pack was not written")),
     }
 }
 
@@ -443,7 +476,7 @@ mod lock_tests {
         let dir = tempfile::tempdir().unwrap();
         let first = Lock::take(dir.path()).unwrap();
         let refused = Lock::take(dir.path()).err().expect("a second run is refused while the first holds the lock");
-        assert!(matches!(&refused, ServeError::Io(e) if e.kind() == std::io::ErrorKind::WouldBlock), "{refused:?}");
+        assert!(matches!(&refused, MaintenanceError::Busy), "{refused:?}");
         drop(first);
         assert!(Lock::take(dir.path()).is_ok(), "the lock is free once its holder is gone");
     }

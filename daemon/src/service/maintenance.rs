@@ -103,7 +103,7 @@ fn counted(
     state: &State,
     git_dir: &Path,
     done: &str,
-    result: Result<Option<maintenance::Report>, crate::error::ServeError>,
+    result: Result<Option<maintenance::Report>, maintenance::MaintenanceError>,
 ) {
     match result {
         Ok(Some(report)) => {
@@ -120,13 +120,13 @@ fn counted(
             )
         }
         Ok(None) => {}
-        Err(err @ crate::error::ServeError::Repo(crate::error::RepoError::Unsupported { .. })) => {
+        Err(err @ maintenance::MaintenanceError::Repo(crate::error::RepoError::Unsupported { .. })) => {
             state.metrics.maintenance("skipped");
             tracing::debug!(repo = %git_dir.display(), %err, "maintenance skipped")
         }
         // Another run holds the repository's maintenance lock (a second replica, or `gixd
         // maintenance` by hand): it does the work.
-        Err(crate::error::ServeError::Io(err)) if err.kind() == std::io::ErrorKind::WouldBlock => {
+        Err(err @ maintenance::MaintenanceError::Busy) => {
             state.metrics.maintenance("skipped");
             tracing::debug!(repo = %git_dir.display(), %err, "maintenance skipped")
         }
