@@ -39,17 +39,19 @@ impl Server {
 
     pub async fn bind_with(config: Config, options: Options) -> std::io::Result<Server> {
         let repos = Repos::new(&config.base_path, config.exports.clone())?.with_rules(config.paths.clone())?;
-        // Pushes and maintenance runs a killed gixd left half-done: their quarantines and scratch
-        // go now, and the ref locks they held with them.
+        // Pushes, maintenance runs and repository creations a killed gixd left half-done: their
+        // quarantines, scratch and hidden directories go now, and the locks they held with them.
+        // One walk of the base path finds the repositories and the directories above them.
+        let below = crate::repo::listing::below(repos.base(), 6);
         let (mut stale, mut leftovers) = (0, 0);
-        for git_dir in crate::repo::repositories_below(repos.base(), 6) {
+        for git_dir in &below.repositories {
             stale += crate::push::quarantine::clean_stale(&git_dir.join("objects"));
-            leftovers += crate::maintenance::clean_after_kill(&git_dir);
+            leftovers += crate::maintenance::clean_after_kill(git_dir);
         }
         if stale > 0 {
             tracing::warn!(stale, "removed quarantines of interrupted pushes");
         }
-        crate::repo::create::clean_stale(repos.base());
+        crate::repo::create::clean_stale(&below.directories);
         if leftovers > 0 {
             tracing::warn!(leftovers, "removed what interrupted maintenance runs left");
         }

@@ -201,40 +201,34 @@ fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
 }
 
-/// Remove what creators on this host that are gone left below `base` (a lock and the hidden
-/// directory it guarded); the number of creations cleaned.
-pub fn clean_stale(base: &Path) -> usize {
+/// Remove what creators on this host that are gone left in `directories` (the directories
+/// above the repositories, [`super::listing::below`]): a lock and the hidden directory it
+/// guarded. The number of creations cleaned.
+pub fn clean_stale(directories: &[PathBuf]) -> usize {
     let mut cleaned = 0;
-    let mut stack = vec![(base.to_owned(), 0usize)];
-    while let Some((dir, depth)) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+    for dir in directories {
+        let Ok(entries) = std::fs::read_dir(dir) else { continue };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(last) = name.strip_suffix(LOCK_SUFFIX) {
-                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-                let mut words = text.split_whitespace();
-                let (host, pid) = (words.next(), words.next().and_then(|p| p.parse::<i32>().ok()));
-                if host != Some(super::host_name().as_str()) || pid.is_none_or(super::alive) {
-                    continue; // another host's, or alive: not ours to judge or take
-                }
-                let pid = pid.expect("checked");
-                if let Ok(siblings) = std::fs::read_dir(&dir) {
-                    for sibling in siblings.flatten() {
-                        let sibling_name = sibling.file_name().to_string_lossy().into_owned();
-                        if sibling_name.starts_with(&format!("{NEW_PREFIX}{pid}-")) && sibling_name.ends_with(last) {
-                            let _ = std::fs::remove_dir_all(sibling.path());
-                        }
+            let Some(last) = name.strip_suffix(LOCK_SUFFIX) else { continue };
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let mut words = text.split_whitespace();
+            let (host, pid) = (words.next(), words.next().and_then(|p| p.parse::<i32>().ok()));
+            if host != Some(super::host_name().as_str()) || pid.is_none_or(super::alive) {
+                continue; // another host's, or alive: not ours to judge or take
+            }
+            let pid = pid.expect("checked");
+            if let Ok(siblings) = std::fs::read_dir(dir) {
+                for sibling in siblings.flatten() {
+                    let sibling_name = sibling.file_name().to_string_lossy().into_owned();
+                    if sibling_name.starts_with(&format!("{NEW_PREFIX}{pid}-")) && sibling_name.ends_with(last) {
+                        let _ = std::fs::remove_dir_all(sibling.path());
                     }
                 }
-                if std::fs::remove_file(entry.path()).is_ok() {
-                    tracing::warn!(path = %entry.path().display(), "removed what an interrupted repository creation left");
-                    cleaned += 1;
-                }
-            } else if depth < MAX_DEPTH && entry.file_type().is_ok_and(|t| t.is_dir()) && !name.starts_with('.') {
-                let path = entry.path();
-                if !(path.join("HEAD").is_file() && path.join("objects").is_dir()) {
-                    stack.push((path, depth + 1));
-                }
+            }
+            if std::fs::remove_file(entry.path()).is_ok() {
+                tracing::warn!(path = %entry.path().display(), "removed what an interrupted repository creation left");
+                cleaned += 1;
             }
         }
     }

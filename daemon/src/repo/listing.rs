@@ -6,27 +6,42 @@ use std::path::{Path, PathBuf};
 
 use super::format::{self, Unsupported};
 
-/// The git directories below `base`, at most `max_depth` directories down.
-pub fn repositories_below(base: &Path, max_depth: usize) -> Vec<PathBuf> {
-    let mut found = Vec::new();
+/// What one walk below the base path finds: the git directories (at most `max_depth`
+/// directories down) and every directory above them (where a repository creation keeps its lock:
+/// [`super::create::clean_stale`]).
+#[derive(Debug, Default)]
+pub struct Below {
+    pub repositories: Vec<PathBuf>,
+    pub directories: Vec<PathBuf>,
+}
+
+/// Walk below `base` once.
+pub fn below(base: &Path, max_depth: usize) -> Below {
+    let mut found = Below::default();
     let mut stack = vec![(base.to_owned(), 0usize)];
     while let Some((dir, depth)) = stack.pop() {
         if dir.join("objects").is_dir() && dir.join("HEAD").is_file() {
-            found.push(dir);
-            continue;
-        }
-        if depth >= max_depth {
+            found.repositories.push(dir);
             continue;
         }
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push((entry.path(), depth + 1));
+        if depth < max_depth {
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push((entry.path(), depth + 1));
+                }
             }
         }
+        found.directories.push(dir);
     }
-    found.sort();
+    found.repositories.sort();
+    found.directories.sort();
     found
+}
+
+/// The git directories below `base`, at most `max_depth` directories down.
+pub fn repositories_below(base: &Path, max_depth: usize) -> Vec<PathBuf> {
+    below(base, max_depth).repositories
 }
 
 /// One repository below the base path.
