@@ -20,22 +20,23 @@
 //!   through the single-flight pack cache for a fetch that ends its negotiation), receive-pack
 //!   (`service::receive`), a connection's service (`service::connection`); the transfer limits
 //!   and slots, and each request's record (access-log line and metrics) wrap these entries, so a
-//!   transport only carries bytes to them; `service::sink` streams a blocking writer's bytes out;
-//!   `service::pack` selects and writes a negotiated request's pack (the pack-swap retry, the
-//!   readable-set policy, the pack's options, progress, the log line), handed to the protocol
-//!   layer as the request context's `Packer`.
-//! - [`protocol`] — pkt-lines (`protocol::pkt`) and side-band framing (`protocol::sideband`),
-//!   the v0/v1 advertisement and negotiation (`protocol::v0`), v2's command table
-//!   (`protocol::v2`), what both share (`protocol::negotiate`, `protocol::upload`), receive-pack
-//!   (`protocol::receive`) and upload-archive (`protocol::archive`). Request parsers take a
-//!   `protocol::upload::Grammar` (object format, allowed arguments), never refs or objects;
-//!   names (`want-ref`, `deepen-not`) are resolved after parsing.
+//!   transport only carries bytes to them; `service::sink` streams a blocking writer's bytes out.
+//!   An upload-pack request runs as a session (`service::negotiation`: the repository's answers
+//!   to the codecs — allowed wants, common haves and readiness by `service::negotiate`, the
+//!   shallow boundary — and its pack, selected and written by `service::pack`: the pack-swap
+//!   retry, the readable-set policy, the pack's options, progress, the log line).
+//! - [`protocol`] — pkt-lines (`protocol::pkt`) and side-band framing (`protocol::sideband`);
+//!   upload-pack's codecs: the v0/v1 advertisement and negotiation (`protocol::v0`), v2's
+//!   command table (`protocol::v2`) and what both share (`protocol::upload`) parse requests into
+//!   typed values (by a `Grammar`: object format, allowed arguments) and encode the answers,
+//!   asking every question about objects of the `protocol::upload::Upload` session they are
+//!   given (`layers.rs` checks they touch no repository); receive-pack (`protocol::receive`)
+//!   and upload-archive (`protocol::archive`).
 //! - [`push`] — what a push does below the protocol: quarantine, object and ref checks, hooks,
 //!   the ref transaction; [`maintenance`] — repacking into one pack with a `.rev` and a
 //!   `.bitmap`, in-process, and the geometric roll-up of pushed packs (`maintenance::geometric`).
 //! - [`session`] — what a request and the server share, whatever the transport: the server's
-//!   state, a request's context, the protocol version asked for, what a tap is told, the pack a
-//!   negotiated request gets and who writes it (`session::Packer`);
+//!   state, a request's context, the protocol version asked for, what a tap is told;
 //!   [`metrics`] — the Prometheus counters; [`access_log`] — a JSON line per request;
 //!   [`pack_cache`] — one generated response shared by identical fetches.
 //! - [`pack`] — pack writing: gix-pack entries for a selection, to any writer.

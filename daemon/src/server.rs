@@ -86,7 +86,6 @@ impl Server {
             state: Arc::new(State {
                 repos,
                 caches: Default::default(),
-                packer: &crate::service::pack::SelectAndWrite,
                 access: crate::auth::Access::new(config.token_file.clone(), config.anonymous_read),
                 config,
                 transfers,

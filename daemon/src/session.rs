@@ -13,9 +13,6 @@ pub struct State {
     pub repos: Repos,
     /// What selection keeps per repository (bitmap, pack files, readable set).
     pub caches: crate::select::Caches,
-    /// Who selects and writes a negotiated request's pack: the upload service's, set by the
-    /// server (this layer cannot name it).
-    pub packer: &'static dyn Packer,
     pub config: Config,
     pub access: crate::auth::Access,
     /// One permit per transfer in flight (`Config::max_transfers`).
@@ -59,15 +56,7 @@ impl State {
 
     /// The context of a request for `served` by `pusher` (or anonymous), counted in `tally`.
     pub fn context<'a>(&'a self, served: &'a Served, pusher: Option<&'a str>, tally: &'a Tally) -> Context<'a> {
-        Context {
-            repos: &self.repos,
-            caches: &self.caches,
-            packer: self.packer,
-            served,
-            config: &self.config,
-            pusher,
-            tally,
-        }
+        Context { repos: &self.repos, caches: &self.caches, served, config: &self.config, pusher, tally }
     }
 
     /// A request is over: counted in the metrics and written to the access log.
@@ -81,38 +70,10 @@ impl State {
     }
 }
 
-/// The pack a negotiated request gets: what the protocol layer negotiated, handed to the
-/// [`Packer`] (the protocol frames the pack; what goes in it is not its decision).
-pub struct PackRequest<'a> {
-    pub wants: &'a [gix_hash::ObjectId],
-    pub common: &'a [gix_hash::ObjectId],
-    pub filter: crate::filter::Filter,
-    pub boundary: Option<&'a crate::shallow::Boundary>,
-    pub include_tag: bool,
-    pub thin_pack: bool,
-    pub ofs_delta: bool,
-}
-
-/// Who selects and writes a negotiated request's pack into the protocol's framing (`out`: band 1
-/// and progress on band 2, or raw): the upload service ([`crate::service`]), whose decisions the
-/// pack-swap retry, which objects are readable, the pack's options, progress and the log line are.
-pub trait Packer: Sync {
-    fn write_pack(
-        &self,
-        ctx: &Context<'_>,
-        repo: &gix::Repository,
-        refs: &crate::repo::RefSnapshot,
-        request: &PackRequest<'_>,
-        out: &mut dyn crate::pack::Sink,
-    ) -> Result<crate::pack::Stats, crate::error::ServeError>;
-}
-
 /// What one request needs from the server.
 pub struct Context<'a> {
     pub repos: &'a Repos,
     pub caches: &'a crate::select::Caches,
-    /// Who selects and writes a negotiated request's pack (the upload service).
-    pub packer: &'a dyn Packer,
     pub served: &'a Served,
     pub config: &'a Config,
     /// Who is pushing (the token's user), for the reflog and the log; `None`: anonymous.

@@ -201,7 +201,6 @@ impl Fixture {
         Context {
             repos: &self.repos,
             caches: &self.caches,
-            packer: &gixd::service::pack::SelectAndWrite,
             served,
             config: &self.config,
             pusher: None,
@@ -503,7 +502,7 @@ fn pkt_section(_: &Fixture, input: &[u8]) -> Result<(), String> {
 /// upload-pack of r.git answering `input`, the answer checked by [`check_answer`].
 fn upload(f: &Fixture, version: Version, input: Input<'_, &[u8]>) -> Result<(), String> {
     let mut out = Vec::new();
-    let _ = protocol::upload_pack(&f.ctx(&f.served), version, input, &mut out);
+    let _ = gixd::service::upload::run(&f.ctx(&f.served), version, input, &mut out);
     check_answer(f, &out)
 }
 

@@ -1,11 +1,11 @@
 //! The git wire protocol, independent of transport: pkt-lines ([`pkt`]) and side-band framing
-//! ([`sideband`]), v0/v1 ([`v0`]), v2 ([`v2`]), the negotiation both share ([`negotiate`]), what
-//! upload-pack does once negotiation is over ([`upload`]), receive-pack ([`receive`]) and
-//! upload-archive ([`archive`]). Functions here read a request body and write a response to any
-//! `io::Write`; they never see HTTP or a socket.
+//! ([`sideband`]), v0/v1 ([`v0`]) and v2 ([`v2`]) upload-pack as codecs — requests parsed into
+//! typed values, answers encoded, every question about the repository asked of an
+//! [`upload::Upload`] session the service gives them —, what both share ([`upload`]),
+//! receive-pack ([`receive`]) and upload-archive ([`archive`]). Functions here read a request
+//! body and write a response to any `io::Write`; they never see HTTP or a socket.
 
 pub mod archive;
-pub mod negotiate;
 pub mod pkt;
 pub mod receive;
 pub mod sideband;
@@ -15,10 +15,9 @@ pub mod v2;
 
 pub use crate::session::{Context, Version};
 
-use std::io::{BufRead, Read, Write};
+use std::io::{BufRead, Write};
 
 use crate::error::ServeError;
-use crate::pack::Stats;
 use crate::repo::RefSnapshot;
 
 /// How a service's request arrives, whatever carries it.
@@ -43,23 +42,6 @@ impl Service {
             Service::UploadPack => "git-upload-pack",
             Service::ReceivePack => "git-receive-pack",
         }
-    }
-}
-
-/// upload-pack, over any transport: v2 commands or the v0/v1 negotiation, by `version`.
-pub fn upload_pack<R: Read, W: Write>(
-    ctx: &Context<'_>,
-    version: Version,
-    input: Input<'_, R>,
-    out: W,
-) -> Result<Option<Stats>, ServeError> {
-    match (input, version) {
-        (Input::Stateless(body), Version::V2) => v2::serve(ctx, body, out),
-        (Input::Stateless(body), _) => v0::upload_pack(ctx, body, out),
-        (Input::Stateful(input), Version::V2) => {
-            v2::serve_stateful(ctx, input, out, &mut |request, out| v2::serve_request(ctx, request, out))
-        }
-        (Input::Stateful(input), v0_or_v1) => v0::serve_stateful(ctx, v0_or_v1, input, out),
     }
 }
 

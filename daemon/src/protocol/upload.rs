@@ -1,18 +1,16 @@
-//! What v0 and v2 upload-pack share: checking wants, the shallow and filter arguments and the
-//! boundary they make, then framing the pack the service writes ([`crate::session::Packer`]),
-//! reporting a failure in-band.
+//! What v0 and v2 upload-pack share: the grammar their parsers follow, the shallow and filter
+//! arguments, the questions the codecs ask of the repository ([`Upload`], answered by the upload
+//! service's session) and the framing of the pack it writes, a failure reported in-band.
 
 use std::io::Write;
 
 use gix_hash::ObjectId;
 
-use super::Context;
 use super::sideband::{Bands, Framing};
 use crate::error::{ProtocolError, ServeError};
 use crate::filter::Filter;
 use crate::pack;
 use crate::repo::RefSnapshot;
-pub use crate::session::PackRequest;
 use crate::shallow::{self, Boundary, Deepen};
 
 /// An object id as the client wrote it, in the repository's hash.
@@ -68,51 +66,49 @@ pub enum WantRule {
     Advertised,
 }
 
-/// Every want must be allowed by `rule`; an object no visible ref reaches never is.
-pub fn check_wants(
-    ctx: &Context<'_>,
-    repo: &gix::Repository,
-    refs: &RefSnapshot,
-    wants: &[ObjectId],
-    rule: WantRule,
-) -> Result<(), ServeError> {
-    let max_wants = ctx.config.max_wants;
-    if wants.len() > max_wants {
-        return Err(ProtocolError::TooMany { what: "want", limit: max_wants }.into());
-    }
-    let by_id = match rule {
-        WantRule::Reachable => true,
-        WantRule::Advertised => refs.wants.reachable || refs.wants.filter,
-    };
-    // Tips, and the peeled targets of advertised tags (a client that wants every `^{}` line
-    // asks for these), need no look-up; commits are decided at commit level; only a tree or a
-    // blob wanted by id needs the readable set of objects.
-    let mut commits = Vec::new();
-    let mut others = Vec::new();
-    for want in wants {
-        if refs.is_tip(want) || (by_id && refs.is_peeled_tip(want)) {
-            continue;
-        }
-        if !by_id {
-            return Err(ProtocolError::WantNotAdvertised(*want).into());
-        }
-        match repo.find_header(*want) {
-            Ok(h) if h.kind() == gix_object::Kind::Commit => commits.push(*want),
-            Ok(_) => others.push(*want),
-            Err(_) => return Err(ProtocolError::WantNotAdvertised(*want).into()),
-        }
-    }
-    let readable = crate::select::readable_commits(ctx.caches, ctx.repos, ctx.served, repo, refs, &commits)?;
-    if let Some(want) = commits.iter().find(|c| !readable.contains(*c)) {
-        return Err(ProtocolError::WantNotAdvertised(*want).into());
-    }
-    if !others.is_empty() {
-        let set = crate::select::readable_objects(ctx.caches, ctx.repos, ctx.served, repo, refs)?;
-        if let Some(want) = others.iter().find(|o| !set.contains(o)) {
-            return Err(ProtocolError::WantNotAdvertised(*want).into());
-        }
-    }
-    Ok(())
+/// What we know of one `have`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Have {
+    /// We have this object too (git's `do_got_oid`: any object, not only a commit).
+    Common,
+    /// We do not have it (the client is ahead there).
+    Unknown,
+}
+
+/// The pack a negotiated request gets.
+pub struct PackRequest<'a> {
+    pub wants: &'a [ObjectId],
+    pub common: &'a [ObjectId],
+    pub filter: Filter,
+    pub boundary: Option<&'a Boundary>,
+    pub include_tag: bool,
+    pub thin_pack: bool,
+    pub ofs_delta: bool,
+}
+
+/// Everything the upload-pack codecs (v0/v1 and v2) ask of the repository, in the order a
+/// request asks it: the refs it is served from, whether its wants are allowed, the shallow
+/// boundary, which haves are common and when the server is ready, and at last the pack. The
+/// upload service's session answers (`service::negotiation`); the codecs keep the protocol's
+/// own state (which ACK to send, rounds, flushes) and never touch objects themselves.
+pub trait Upload {
+    /// The refs this request is served from (the advertisement, want-ref and deepen-not names,
+    /// what the request may say: [`Grammar::of`]).
+    fn refs(&self) -> &RefSnapshot;
+    /// Every want must be allowed by `rule`; an object no visible ref reaches never is.
+    fn check_wants(&mut self, wants: &[ObjectId], rule: WantRule) -> Result<(), ServeError>;
+    /// The shallow boundary of a request with shallow arguments (`None` without).
+    fn boundary(&mut self, wants: &[ObjectId], extras: &mut Extras) -> Result<Option<Boundary>, ServeError>;
+    /// Record a have; what it is.
+    fn have(&mut self, id: ObjectId) -> Result<Have, ServeError>;
+    /// The haves acknowledged so far (held here), in the order named, without repeats.
+    fn acked(&self) -> &[ObjectId];
+    /// git's `ok_to_give_up` for `wants` and the haves so far.
+    fn ready(&mut self, wants: &[ObjectId]) -> Result<bool, ServeError>;
+    /// The commits the pack leaves out (common commits, and the commits of tag haves).
+    fn common(&mut self) -> Vec<ObjectId>;
+    /// Select and write the pack into `out` (the codec's framing).
+    fn pack(&mut self, request: &PackRequest<'_>, out: &mut dyn pack::Sink) -> Result<pack::Stats, ServeError>;
 }
 
 /// What a request may say in a repository, all the parsers know of it (no refs, no objects):
@@ -188,42 +184,6 @@ impl Extras {
     }
 }
 
-/// The shallow boundary of a request with shallow arguments (`None` without): the client's
-/// shallow lines narrowed to commits it may read (a commit we lack is ignored, as git does; one
-/// that is not a commit is refused), then [`shallow::compute`].
-pub fn boundary(
-    ctx: &Context<'_>,
-    repo: &gix::Repository,
-    refs: &RefSnapshot,
-    wants: &[ObjectId],
-    extras: &mut Extras,
-) -> Result<Option<Boundary>, ServeError> {
-    extras.deepen.check()?;
-    if !extras.shallow_lines.is_empty() {
-        // Each line's object is looked up once: missing ones are ignored, non-commits refused.
-        let mut commits = Vec::new();
-        for id in std::mem::take(&mut extras.shallow_lines) {
-            match repo.find_header(id) {
-                Err(_) => continue,
-                Ok(h) if h.kind() != gix_object::Kind::Commit => {
-                    return Err(ProtocolError::Shallow(format!("invalid shallow object {id}")).into());
-                }
-                Ok(_) => commits.push(id),
-            }
-        }
-        let readable = crate::select::readable_commits(ctx.caches, ctx.repos, ctx.served, repo, refs, &commits)?;
-        for id in commits {
-            if readable.contains(&id) && !extras.deepen.client_shallows.contains(&id) {
-                extras.deepen.client_shallows.push(id);
-            }
-        }
-    }
-    if !extras.deepen.is_active() {
-        return Ok(None);
-    }
-    shallow::compute(repo, wants, &extras.deepen).map(Some)
-}
-
 /// The `shallow`/`unshallow` lines of a boundary.
 pub fn write_boundary(boundary: &Boundary, w: &mut crate::protocol::pkt::Writer) {
     // git writes these without a trailing newline (libgit2 refuses one).
@@ -237,18 +197,15 @@ pub fn write_boundary(boundary: &Boundary, w: &mut crate::protocol::pkt::Writer)
 
 /// Send `request`'s pack on `out` in `framing` (progress on band 2 unless the client asked for
 /// none), ending with a flush when it is multiplexed (v0 side-band and v2's packfile section); a
-/// failure after this point is reported on band 3. What goes in it is the service's to decide
-/// ([`crate::session::Packer`]).
+/// failure after this point is reported on band 3. What goes in it is the session's to decide.
 pub fn send_pack<W: Write>(
-    ctx: &Context<'_>,
-    repo: &gix::Repository,
-    refs: &RefSnapshot,
+    upload: &mut dyn Upload,
     request: &PackRequest<'_>,
     (framing, progress): (Framing, bool),
     out: W,
 ) -> Result<pack::Stats, ServeError> {
     let mut bands = Bands::new(out, framing, progress);
-    let result = ctx.packer.write_pack(ctx, repo, refs, request, &mut bands);
+    let result = upload.pack(request, &mut bands);
     match result {
         Ok(stats) => {
             let mut out = bands.finish()?;

@@ -8,10 +8,9 @@ use std::io::Write;
 
 use gix_hash::ObjectId;
 
-use super::negotiate::{Common, Have};
 use super::pkt::{self, Line};
 use super::sideband::Framing;
-use super::upload::{self, Extras, PackRequest};
+use super::upload::{self, Extras, Have, PackRequest, Upload};
 use super::{Context, Version, hash_name};
 use crate::error::{ProtocolError, ServeError};
 use crate::pack::Stats;
@@ -289,11 +288,14 @@ pub fn parse(lines: &[Line<'_>], grammar: &upload::Grammar, max_haves: usize) ->
 
 /// Serve one stateless v0 upload-pack request: acknowledgements, then the pack if negotiation is
 /// over (its statistics are returned).
-pub fn upload_pack<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<Option<Stats>, ServeError> {
-    let repo = ctx.served.repo.to_thread_local();
-    let refs = ctx.repos.upload_refs(ctx.served, &repo)?;
+pub fn upload_pack<W: Write>(
+    ctx: &Context<'_>,
+    upload: &mut dyn Upload,
+    body: &[u8],
+    mut out: W,
+) -> Result<Option<Stats>, ServeError> {
     let mut w = pkt::Writer::new();
-    let result = negotiate(ctx, &repo, &refs, body, &mut w);
+    let result = negotiate(ctx, upload, body, &mut w);
     match result {
         Err(err) => {
             out.write_all(&w.buf)?; // acknowledgements written before the failure
@@ -305,21 +307,18 @@ pub fn upload_pack<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Resu
         }
         Ok(Some((req, common, boundary))) => {
             out.write_all(&w.buf)?;
-            upload::send_pack(ctx, &repo, &refs, &req.pack_request(&common, boundary.as_ref()), req.framing(), out)
-                .map(Some)
+            upload::send_pack(upload, &req.pack_request(&common, boundary.as_ref()), req.framing(), out).map(Some)
         }
     }
 }
 
 /// The wants' shallow boundary; for a deepen request, its lines and a flush go out first.
 fn shallow_reply(
-    ctx: &Context<'_>,
-    repo: &gix::Repository,
-    refs: &RefSnapshot,
+    upload: &mut dyn Upload,
     req: &mut Request,
     w: &mut pkt::Writer,
 ) -> Result<Option<crate::shallow::Boundary>, ServeError> {
-    let boundary = upload::boundary(ctx, repo, refs, &req.wants, &mut req.extras)?;
+    let boundary = upload.boundary(&req.wants, &mut req.extras)?;
     if req.extras.deepen.deepens()
         && let Some(boundary) = &boundary
     {
@@ -336,47 +335,36 @@ type Negotiated = (Request, Vec<ObjectId>, Option<crate::shallow::Boundary>);
 /// boundary when a pack is to follow.
 fn negotiate(
     ctx: &Context<'_>,
-    repo: &gix::Repository,
-    refs: &RefSnapshot,
+    upload: &mut dyn Upload,
     body: &[u8],
     w: &mut pkt::Writer,
 ) -> Result<Option<Negotiated>, ServeError> {
     let lines = pkt::read_all(body)?;
-    let mut req = parse(&lines, &upload::Grammar::of(refs), ctx.config.max_haves)?;
-    req.extras.resolve(refs)?;
+    let mut req = parse(&lines, &upload::Grammar::of(upload.refs()), ctx.config.max_haves)?;
+    req.extras.resolve(upload.refs())?;
     ctx.tally.asked(req.wants.len(), req.haves.len());
     if req.wants.is_empty() {
         return Ok(None);
     }
-    upload::check_wants(ctx, repo, refs, &req.wants, upload::WantRule::Reachable)?;
-    let boundary = shallow_reply(ctx, repo, refs, &mut req, w)?;
+    upload.check_wants(&req.wants, upload::WantRule::Reachable)?;
+    let boundary = shallow_reply(upload, &mut req, w)?;
     if !req.has_haves_section {
         return Ok(None); // a deepen request's first round: the shallow list was the answer
     }
-    let mut nego = Negotiation::new(
-        repo,
-        crate::bitmap::of(&ctx.caches.bitmaps, ctx.repos, ctx.served, repo),
-        ctx.repos.commits(ctx.served),
-        refs.object_hash,
-        &req.wants,
-        req.caps.clone(),
-    );
+    let hash = upload.refs().object_hash;
+    let mut nego = Negotiation::new(hash, &req.wants, req.caps.clone());
     // Walk the haves segment by segment, as git reads them between flushes.
     let start = lines.iter().position(|l| *l == Line::Flush).map_or(lines.len(), |p| p + 1);
     for line in &lines[start..] {
         match line {
             Line::Data(b"done") => {
                 nego.done(w);
-                let common = nego.common.into_hidden();
-                return Ok(Some((req, common, boundary)));
+                return Ok(Some((req, upload.common(), boundary)));
             }
-            Line::Data(d) => nego.have_line(d, w)?,
+            Line::Data(d) => nego.have_line(upload, d, w)?,
             Line::Flush => {
-                return match nego.flush(w)? {
-                    Next::Pack => {
-                        let common = nego.common.into_hidden();
-                        Ok(Some((req, common, boundary)))
-                    }
+                return match nego.flush(upload, w)? {
+                    Next::Pack => Ok(Some((req, upload.common(), boundary))),
                     // Stateless: this round is over; the client sends the next request.
                     Next::Continue => Ok(None),
                 };
@@ -397,79 +385,50 @@ pub enum Next {
 }
 
 /// git's `get_common_commits`, one line at a time, for stateless and stateful service alike.
+/// The protocol's state only: which haves are common and whether the server is ready are the
+/// session's answers ([`Upload`]).
 pub struct Negotiation<'r> {
-    repo: &'r gix::Repository,
     hash: gix_hash::Kind,
     wants: &'r [ObjectId],
     caps: ClientCaps,
-    pub common: Common,
     last_common: Option<ObjectId>,
-    /// `ready` is costly (a walk); the answer holds until the common set grows.
-    ready_cache: Option<bool>,
-    commits: std::sync::Arc<crate::graph::CommitCache>,
     sent_ready: bool,
     got_common: bool,
     got_other: bool,
 }
 
 impl<'r> Negotiation<'r> {
-    pub fn new(
-        repo: &'r gix::Repository,
-        bitmap: Option<std::sync::Arc<crate::bitmap::PackBitmap>>,
-        commits: std::sync::Arc<crate::graph::CommitCache>,
-        hash: gix_hash::Kind,
-        wants: &'r [ObjectId],
-        caps: ClientCaps,
-    ) -> Self {
-        Negotiation {
-            repo,
-            hash,
-            wants,
-            caps,
-            common: Common::with_kinds(bitmap),
-            last_common: None,
-            ready_cache: None,
-            commits,
-            sent_ready: false,
-            got_common: false,
-            got_other: false,
-        }
+    pub fn new(hash: gix_hash::Kind, wants: &'r [ObjectId], caps: ClientCaps) -> Self {
+        Negotiation { hash, wants, caps, last_common: None, sent_ready: false, got_common: false, got_other: false }
     }
 
     fn multi_ack(&self) -> bool {
         self.caps.multi_ack || self.caps.multi_ack_detailed
     }
 
-    fn ready(&mut self) -> Result<bool, ServeError> {
-        is_ready(&mut self.ready_cache, &self.common, self.repo, &self.commits, self.wants)
-    }
-
     /// A `have <id>` line.
-    pub fn have_line(&mut self, line: &[u8], w: &mut pkt::Writer) -> Result<(), ServeError> {
+    pub fn have_line(&mut self, upload: &mut dyn Upload, line: &[u8], w: &mut pkt::Writer) -> Result<(), ServeError> {
         let hex = line
             .strip_prefix(b"have ")
             .and_then(|h| std::str::from_utf8(h).ok())
             .ok_or_else(|| ProtocolError::Unexpected("expected 'have <id>'".into()))?;
         let id = upload::parse_oid(hex, self.hash)?;
-        let (commits_before, acked_before) = (self.common.commits.len(), self.common.acked.len());
-        match self.common.have(self.repo, id)? {
+        let acked_before = upload.acked().len();
+        match upload.have(id)? {
             Have::Common => {
                 self.got_common = true;
                 self.last_common = Some(id);
-                if self.common.commits.len() != commits_before {
-                    self.ready_cache = None;
-                }
                 if self.caps.multi_ack_detailed {
                     w.text(format!("ACK {id} common"));
                 } else if self.caps.multi_ack {
                     w.text(format!("ACK {id} continue"));
-                } else if self.common.acked.len() == 1 && acked_before == 0 {
+                } else if upload.acked().len() == 1 && acked_before == 0 {
                     w.text(format!("ACK {id}"));
                 }
             }
             Have::Unknown => {
                 self.got_other = true;
-                if self.multi_ack() && self.ready()? {
+                if self.multi_ack() && upload.ready(self.wants)? {
                     if self.caps.multi_ack_detailed {
                         self.sent_ready = true;
                         w.text(format!("ACK {id} ready"));
@@ -483,12 +442,12 @@ impl<'r> Negotiation<'r> {
     }
 
     /// The flush that ends a round of haves.
-    pub fn flush(&mut self, w: &mut pkt::Writer) -> Result<Next, ServeError> {
-        if self.caps.multi_ack_detailed && self.got_common && !self.got_other && self.ready()? {
+    pub fn flush(&mut self, upload: &mut dyn Upload, w: &mut pkt::Writer) -> Result<Next, ServeError> {
+        if self.caps.multi_ack_detailed && self.got_common && !self.got_other && upload.ready(self.wants)? {
             self.sent_ready = true;
             w.text(format!("ACK {} ready", self.last_common.expect("got common")));
         }
-        if self.common.is_empty() || self.multi_ack() {
+        if upload.acked().is_empty() || self.multi_ack() {
             w.text("NAK");
         }
         if self.caps.no_done && self.sent_ready {
@@ -519,14 +478,13 @@ impl<'r> Negotiation<'r> {
 /// each round; `out` should buffer (a pack leaves in large writes).
 pub fn serve_stateful<R: std::io::Read, W: Write>(
     ctx: &Context<'_>,
+    upload: &mut dyn Upload,
     version: Version,
     input: R,
     mut out: W,
 ) -> Result<Option<Stats>, ServeError> {
-    let repo = ctx.served.repo.to_thread_local();
-    let refs = ctx.repos.upload_refs(ctx.served, &repo)?;
     let mut w = pkt::Writer::new();
-    advertise(&refs, version, false, &mut w);
+    advertise(upload.refs(), version, false, &mut w);
     out.write_all(&w.buf)?;
     out.flush()?;
     let mut lines = pkt::stream(input);
@@ -557,24 +515,18 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(
             return Ok(None);
         }
         let wants: Vec<Line<'_>> = want_lines.iter().map(|l| Line::Data(l)).collect();
-        let mut req = parse_wants(&wants, &upload::Grammar::of(&refs))?;
-        req.extras.resolve(&refs)?;
+        let mut req = parse_wants(&wants, &upload::Grammar::of(upload.refs()))?;
+        req.extras.resolve(upload.refs())?;
         ctx.tally.asked(req.wants.len(), 0);
-        upload::check_wants(ctx, &repo, &refs, &req.wants, upload::WantRule::Advertised)?;
+        upload.check_wants(&req.wants, upload::WantRule::Advertised)?;
         let mut w = pkt::Writer::new();
-        let boundary = shallow_reply(ctx, &repo, &refs, &mut req, &mut w)?;
+        let boundary = shallow_reply(upload, &mut req, &mut w)?;
         if !w.buf.is_empty() {
             out.write_all(&w.buf)?;
             out.flush()?;
         }
-        let mut nego = Negotiation::new(
-            &repo,
-            crate::bitmap::of(&ctx.caches.bitmaps, ctx.repos, ctx.served, &repo),
-            ctx.repos.commits(ctx.served),
-            refs.object_hash,
-            &req.wants,
-            req.caps.clone(),
-        );
+        let hash = upload.refs().object_hash;
+        let mut nego = Negotiation::new(hash, &req.wants, req.caps.clone());
         let mut haves = 0usize;
         loop {
             let Some(round) = section(&mut lines)? else {
@@ -593,16 +545,15 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(
                 if haves > ctx.config.max_haves {
                     return Err(ProtocolError::TooMany { what: "have", limit: ctx.config.max_haves }.into());
                 }
-                nego.have_line(line, &mut w)?;
+                nego.have_line(upload, line, &mut w)?;
             }
-            if !finished && nego.flush(&mut w)? == Next::Pack {
+            if !finished && nego.flush(upload, &mut w)? == Next::Pack {
                 finished = true;
             }
             out.write_all(&w.buf)?;
             out.flush()?;
             if finished {
-                let common = std::mem::take(&mut nego.common).into_hidden();
-                return Ok(Some((req, common, boundary)));
+                return Ok(Some((req, upload.common(), boundary)));
             }
         }
     })();
@@ -611,23 +562,9 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(
         Ok(None) => return Ok(None),
         Err(err) => return upload::reply_err(&mut out, err),
     };
-    let stats =
-        upload::send_pack(ctx, &repo, &refs, &req.pack_request(&common, boundary.as_ref()), req.framing(), &mut out)?;
+    let stats = upload::send_pack(upload, &req.pack_request(&common, boundary.as_ref()), req.framing(), &mut out)?;
     out.flush()?;
     Ok(Some(stats))
-}
-
-fn is_ready(
-    cache: &mut Option<bool>,
-    common: &Common,
-    repo: &gix::Repository,
-    commits: &crate::graph::CommitCache,
-    wants: &[ObjectId],
-) -> Result<bool, ServeError> {
-    if cache.is_none() {
-        *cache = Some(common.ready(repo, commits, wants)?);
-    }
-    Ok(cache.expect("just set"))
 }
 
 #[cfg(test)]

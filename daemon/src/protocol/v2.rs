@@ -11,17 +11,15 @@ use gix_hash::ObjectId;
 
 use super::Context;
 use super::hash_name;
-use super::negotiate::Common;
 use super::pkt::{self, Line};
 use super::sideband::Framing;
-use super::upload::{self, Extras, PackRequest};
+use super::upload::{self, Extras, PackRequest, Upload};
 use crate::error::{ProtocolError, ServeError};
 use crate::pack::Stats;
 use crate::repo::{HeadState, RefSnapshot};
 
 /// A command: its arguments in, its response out; the statistics of a pack it sent.
-type Run =
-    fn(&Context<'_>, &gix::Repository, &RefSnapshot, &[Line<'_>], &mut dyn Write) -> Result<Option<Stats>, ServeError>;
+type Run = fn(&Context<'_>, &mut dyn Upload, &[Line<'_>], &mut dyn Write) -> Result<Option<Stats>, ServeError>;
 
 /// One row of the capability table.
 pub struct Capability {
@@ -67,7 +65,12 @@ pub fn advertise(refs: &RefSnapshot, out: &mut pkt::Writer) {
 }
 
 /// Serve one v2 command request (stateless: one command per request body, ended by its flush).
-pub fn serve<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<Option<Stats>, ServeError> {
+pub fn serve<W: Write>(
+    ctx: &Context<'_>,
+    upload: &mut dyn Upload,
+    body: &[u8],
+    mut out: W,
+) -> Result<Option<Stats>, ServeError> {
     let request = || -> Result<Option<Vec<Line<'_>>>, ProtocolError> {
         let mut lines = pkt::read_all(body)?;
         if lines.is_empty() || lines == [Line::Flush] {
@@ -82,7 +85,7 @@ pub fn serve<W: Write>(ctx: &Context<'_>, body: &[u8], mut out: W) -> Result<Opt
     };
     match request() {
         Ok(None) => Ok(None),
-        Ok(Some(lines)) => serve_request(ctx, &lines, out),
+        Ok(Some(lines)) => serve_request(ctx, upload, &lines, out),
         Err(err) => upload::reply_err(&mut out, err.into()),
     }
 }
@@ -114,9 +117,13 @@ pub fn fetch_key(lines: &[Line<'_>]) -> Option<super::FetchKey> {
 
 /// Serve one command request given as its packets up to (not including) the flush that ends it,
 /// however they arrived.
-pub fn serve_request<W: Write>(ctx: &Context<'_>, lines: &[Line<'_>], mut out: W) -> Result<Option<Stats>, ServeError> {
-    let repo = ctx.served.repo.to_thread_local();
-    let refs = ctx.repos.upload_refs(ctx.served, &repo)?;
+pub fn serve_request<W: Write>(
+    ctx: &Context<'_>,
+    upload: &mut dyn Upload,
+    lines: &[Line<'_>],
+    mut out: W,
+) -> Result<Option<Stats>, ServeError> {
+    let hash = upload.refs().object_hash;
     let run = || -> Result<(Run, &[Line<'_>]), ServeError> {
         let command = lines[0]
             .as_text()
@@ -136,7 +143,7 @@ pub fn serve_request<W: Write>(ctx: &Context<'_>, lines: &[Line<'_>], mut out: W
                     let (key, value) = text.split_once('=').unwrap_or((text, ""));
                     match key {
                         "agent" | "server-option" | "session-id" => {}
-                        "object-format" => upload::check_object_format(value, refs.object_hash)?,
+                        "object-format" => upload::check_object_format(value, hash)?,
                         other => return Err(ProtocolError::UnknownCapability(crate::error::quoted(other, 64)).into()),
                     }
                 }
@@ -149,7 +156,7 @@ pub fn serve_request<W: Write>(ctx: &Context<'_>, lines: &[Line<'_>], mut out: W
         Ok((row.run.expect("a command"), args))
     };
     match run() {
-        Ok((command, args)) => command(ctx, &repo, &refs, args, &mut out),
+        Ok((command, args)) => command(ctx, upload, args, &mut out),
         Err(err) => upload::reply_err(&mut out, err),
     }
 }
@@ -165,11 +172,11 @@ fn arg_text<'a>(line: &Line<'a>) -> Result<&'a str, ProtocolError> {
 /// `peeled:` attributes when asked, and `unborn HEAD` when asked and HEAD is unborn.
 fn ls_refs(
     ctx: &Context<'_>,
-    _repo: &gix::Repository,
-    refs: &RefSnapshot,
+    upload: &mut dyn Upload,
     args: &[Line<'_>],
     out: &mut dyn Write,
 ) -> Result<Option<Stats>, ServeError> {
+    let refs = upload.refs();
     let (mut peel, mut symrefs, mut unborn) = (false, false, false);
     let mut prefixes: Vec<&str> = Vec::new();
     for line in args {
@@ -318,18 +325,17 @@ fn parse_fetch(args: &[Line<'_>], grammar: &upload::Grammar, max_haves: usize) -
 /// `wanted-refs` for `want-ref`s, `shallow-info` for a shallow request.
 fn fetch(
     ctx: &Context<'_>,
-    repo: &gix::Repository,
-    refs: &RefSnapshot,
+    upload: &mut dyn Upload,
     args: &[Line<'_>],
     out: &mut dyn Write,
 ) -> Result<Option<Stats>, ServeError> {
     let mut w = pkt::Writer::new();
     type Negotiated = (FetchArgs, Vec<ObjectId>, Option<crate::shallow::Boundary>);
     let negotiated = (|| -> Result<Option<Negotiated>, ServeError> {
-        let mut f = parse_fetch(args, &upload::Grammar::of(refs), ctx.config.max_haves)?;
-        f.resolve(refs)?;
+        let mut f = parse_fetch(args, &upload::Grammar::of(upload.refs()), ctx.config.max_haves)?;
+        f.resolve(upload.refs())?;
         ctx.tally.asked(f.wants.len(), f.haves.len());
-        upload::check_wants(ctx, repo, refs, &f.wants, upload::WantRule::Reachable)?;
+        upload.check_wants(&f.wants, upload::WantRule::Reachable)?;
         for (_, id) in &f.wanted_refs {
             if !f.wants.contains(id) {
                 f.wants.push(*id);
@@ -338,19 +344,18 @@ fn fetch(
         if f.wants.is_empty() {
             return Ok(None);
         }
-        let mut common = Common::with_kinds(crate::bitmap::of(&ctx.caches.bitmaps, ctx.repos, ctx.served, repo));
         for have in &f.haves {
-            common.have(repo, *have)?;
+            upload.have(*have)?;
         }
         if !f.done && !f.haves.is_empty() {
             w.text("acknowledgments");
-            if common.acked.is_empty() {
+            if upload.acked().is_empty() {
                 w.text("NAK");
             }
-            for id in &common.acked {
+            for id in upload.acked() {
                 w.text(format!("ACK {id}"));
             }
-            if !f.wait_for_done && common.ready(repo, &ctx.repos.commits(ctx.served), &f.wants)? {
+            if !f.wait_for_done && upload.ready(&f.wants)? {
                 w.text("ready");
                 w.delim();
             } else {
@@ -358,7 +363,7 @@ fn fetch(
                 return Ok(None);
             }
         }
-        let boundary = upload::boundary(ctx, repo, refs, &f.wants, &mut f.extras)?;
+        let boundary = upload.boundary(&f.wants, &mut f.extras)?;
         if !f.wanted_refs.is_empty() {
             w.text("wanted-refs");
             for (name, id) in &f.wanted_refs {
@@ -371,7 +376,7 @@ fn fetch(
             upload::write_boundary(boundary, &mut w);
             w.delim();
         }
-        Ok(Some((f, common.into_hidden(), boundary)))
+        Ok(Some((f, upload.common(), boundary)))
     })();
     let (f, common, boundary) = match negotiated {
         Ok(Some(n)) => n,
@@ -387,9 +392,7 @@ fn fetch(
     w.text("packfile");
     out.write_all(&w.buf)?;
     upload::send_pack(
-        ctx,
-        repo,
-        refs,
+        upload,
         &PackRequest {
             wants: &f.wants,
             common: &common,
@@ -409,22 +412,22 @@ fn fetch(
 /// answer written to the connection; the statistics of a pack it sent.
 pub type Answer<'a, W> = dyn FnMut(&[Line<'_>], &mut W) -> Result<Option<Stats>, ServeError> + 'a;
 
-/// Serve v2 over a connection (git://): the capability advertisement, then one command request
+/// Serve v2 over a connection (git://): the capability advertisement (from `settings`, the
+/// repository's settings: [`RefSnapshot::settings_only`]), then one command request
 /// after another (each up to its flush) until the client hangs up or sends an empty request;
 /// `answer` answers each (the service decides how: [`serve_request`], or a cached answer).
 /// `out` is flushed after every response. The statistics of the last pack sent.
 pub fn serve_stateful<R: std::io::Read, W: Write>(
     ctx: &Context<'_>,
+    settings: &RefSnapshot,
     input: R,
     mut out: W,
     answer: &mut Answer<'_, W>,
 ) -> Result<Option<Stats>, ServeError> {
-    let repo = ctx.served.repo.to_thread_local();
     let mut w = pkt::Writer::new();
-    advertise(&RefSnapshot::settings_only(&repo), &mut w);
+    advertise(settings, &mut w);
     out.write_all(&w.buf)?;
     out.flush()?;
-    drop(repo);
     let mut lines = pkt::stream(input);
     let rules = pkt::SectionRules { delim: true, done_ends: false };
     let mut last = None;

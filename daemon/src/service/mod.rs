@@ -8,6 +8,8 @@
 //! clock ask for, under a transfer slot like any transfer.
 
 pub mod maintenance;
+pub mod negotiate;
+pub mod negotiation;
 pub mod pack;
 pub mod receive;
 pub mod sink;

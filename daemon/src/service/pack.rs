@@ -1,32 +1,18 @@
 //! The upload service's pack step: a negotiated request's pack selected and written into the
-//! framing the protocol layer gives it ([`crate::session::Packer`]). The decisions a pack takes
+//! framing the protocol layer gives it (the session's answer to `Upload::pack`). The decisions a pack takes
 //! live here: a selection retried through a fresh snapshot when a repack swapped the packs under
 //! it, which objects a delta base may be (the readable set, asked only when it costs nothing),
 //! the pack's options, its progress lines and the log line of what was sent.
 
 use crate::error::ServeError;
 use crate::pack;
+use crate::protocol::Context;
+use crate::protocol::upload::PackRequest;
 use crate::repo::RefSnapshot;
 use crate::select;
-use crate::session::{Context, PackRequest, Packer};
 
-/// The packer every server uses.
-pub struct SelectAndWrite;
-
-impl Packer for SelectAndWrite {
-    fn write_pack(
-        &self,
-        ctx: &Context<'_>,
-        repo: &gix::Repository,
-        refs: &RefSnapshot,
-        request: &PackRequest<'_>,
-        out: &mut dyn pack::Sink,
-    ) -> Result<pack::Stats, ServeError> {
-        select_and_write(ctx, repo, refs, request, out)
-    }
-}
-
-fn select_and_write(
+/// Select `request`'s objects and write its pack into `out`.
+pub fn select_and_write(
     ctx: &Context<'_>,
     repo: &gix::Repository,
     refs: &RefSnapshot,

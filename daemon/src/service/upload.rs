@@ -1,7 +1,7 @@
 //! upload-pack as a service, for every transport: a fetch that ends its negotiation goes
 //! through the single-flight pack cache when it is on (keyed by the repository, the state of its
 //! refs and packs, and the typed request: [`crate::protocol::FetchKey`]), anything else is
-//! answered by the protocol layer directly. A stateless request (smart HTTP) is answered on a
+//! answered by the codecs ([`run`]) with a session of its own ([`super::negotiation`]). A stateless request (smart HTTP) is answered on a
 //! blocking thread into a channel the transport sends from; a connection (git://) on its own
 //! thread, command by command.
 //!
@@ -21,12 +21,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
+use super::negotiation::Session;
 use super::{Outcome, Refusal, Request, Work, sink};
 use crate::error::ServeError;
 use crate::pack::Stats;
 use crate::pack_cache::{Entry, Found, Generated, Generation, Key, PackCache};
 use crate::protocol::{self, Context, FetchKey, Input, Version};
-use crate::repo::Served;
+use crate::repo::{RefSnapshot, Served};
 use crate::session::{Exchange, Share, State, Tally};
 
 /// What a connection's fetches came to, for its record.
@@ -169,7 +170,7 @@ pub async fn stateless(
         let tally = Tally::default();
         let ctx = state.context(&served, None, &tally);
         let mut tee = Tapped { sink: &mut sink, copy: state.tap.as_ref().map(|_| Vec::new()), sent: 0 };
-        let result = protocol::upload_pack(&ctx, version, Input::<&[u8]>::Stateless(&body), &mut tee);
+        let result = run(&ctx, version, Input::<&[u8]>::Stateless(&body), &mut tee);
         let (copy, sent) = (tee.copy.take(), tee.sent);
         // The tap hears of the exchange before its last frame leaves: once the client has the
         // whole response, the exchange is already recorded.
@@ -237,12 +238,7 @@ async fn cached(
                         let tally = Tally::default();
                         let ctx = state.context(&served, None, &tally);
                         let _ = generate(&state, cache, &entry, &tally, &served, || {
-                            protocol::upload_pack(
-                                &ctx,
-                                version,
-                                Input::<&[u8]>::Stateless(&body),
-                                &mut cache.writer(&entry),
-                            )
+                            run(&ctx, version, Input::<&[u8]>::Stateless(&body), &mut cache.writer(&entry))
                         });
                     });
                     (entry, "miss")
@@ -274,6 +270,30 @@ async fn cached(
     Ok(rx)
 }
 
+/// upload-pack as it is answered without the cache, over any transport: v2 commands or the v0/v1
+/// negotiation, by `version`; each request (a stateless round, a v2 command, a v0 connection)
+/// with a session of its own ([`Session`]).
+pub fn run<R: std::io::Read, W: Write>(
+    ctx: &Context<'_>,
+    version: Version,
+    input: Input<'_, R>,
+    out: W,
+) -> Result<Option<Stats>, ServeError> {
+    match (input, version) {
+        (Input::Stateless(body), Version::V2) => protocol::v2::serve(ctx, &mut Session::open(ctx)?, body, out),
+        (Input::Stateless(body), _) => protocol::v0::upload_pack(ctx, &mut Session::open(ctx)?, body, out),
+        (Input::Stateful(input), Version::V2) => {
+            let settings = RefSnapshot::settings_only(&ctx.served.repo.to_thread_local());
+            protocol::v2::serve_stateful(ctx, &settings, input, out, &mut |request, out| {
+                protocol::v2::serve_request(ctx, &mut Session::open(ctx)?, request, out)
+            })
+        }
+        (Input::Stateful(input), v0_or_v1) => {
+            protocol::v0::serve_stateful(ctx, &mut Session::open(ctx)?, v0_or_v1, input, out)
+        }
+    }
+}
+
 /// upload-pack over a connection, on the calling blocking thread: v2's commands one by one (a
 /// `fetch` that says `done` through the pack cache when it is on), or v0's conversation.
 pub fn connection<R: std::io::Read, W: Write>(
@@ -286,17 +306,20 @@ pub fn connection<R: std::io::Read, W: Write>(
     if version != Version::V2 {
         // v0's negotiation is stateful: its answers depend on the rounds before, so a connection
         // is answered as it goes, without the cache.
-        let stats = protocol::v0::serve_stateful(ctx, version, input, out)?;
+        let stats = protocol::v0::serve_stateful(ctx, &mut Session::open(ctx)?, version, input, out)?;
         return Ok(Fetched { objects: stats.map(|s| s.entries), cache: None });
     }
     let mut fetched = Fetched::default();
-    let stats = protocol::v2::serve_stateful(ctx, input, out, &mut |request, out| {
+    let settings = RefSnapshot::settings_only(&ctx.served.repo.to_thread_local());
+    // Each command gets a session of its own: the refs as they are when it comes.
+    let stats = protocol::v2::serve_stateful(ctx, &settings, input, out, &mut |request, out| {
         let cacheable = state.pack_cache.as_ref().zip(protocol::v2::fetch_key(request));
         let Some((cache, fetch)) = cacheable else {
-            return protocol::v2::serve_request(ctx, request, out);
+            return protocol::v2::serve_request(ctx, &mut Session::open(ctx)?, request, out);
         };
-        let (stats, outcome) =
-            through_cache(state, cache, ctx, &fetch, out, |out| protocol::v2::serve_request(ctx, request, out))?;
+        let (stats, outcome) = through_cache(state, cache, ctx, &fetch, out, |out| {
+            protocol::v2::serve_request(ctx, &mut Session::open(ctx)?, request, out)
+        })?;
         fetched.cache = Some(outcome);
         Ok(stats)
     })?;

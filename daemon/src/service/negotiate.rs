@@ -8,15 +8,7 @@ use gix_hash::ObjectId;
 use gix_object::Kind;
 
 use crate::error::ServeError;
-
-/// What we know of one `have`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Have {
-    /// We have this object too (git's `do_got_oid`: any object, not only a commit).
-    Common,
-    /// We do not have it (the client is ahead there).
-    Unknown,
-}
+use crate::protocol::upload::Have;
 
 /// What a have we hold stands for.
 enum Held {

@@ -1,0 +1,170 @@
+//! The upload-pack session: the repository's side of one request's negotiation, as the codecs
+//! ([`crate::protocol::v0`], [`crate::protocol::v2`]) ask it ([`Upload`]) — the refs it is served
+//! from, which wants are allowed (and by which rule), the shallow boundary, which haves are
+//! common and when the server is ready ([`super::negotiate`]), and the pack ([`super::pack`]).
+//! One session per request: a stateless round, a v2 command, a v0 connection.
+
+use std::sync::Arc;
+
+use gix_hash::ObjectId;
+
+use super::negotiate::Common;
+use crate::error::{ProtocolError, ServeError};
+use crate::pack;
+use crate::protocol::Context;
+use crate::protocol::upload::{Extras, Have, PackRequest, Upload, WantRule};
+use crate::repo::RefSnapshot;
+use crate::shallow::Boundary;
+
+/// One request's session with its repository.
+pub struct Session<'a> {
+    ctx: &'a Context<'a>,
+    repo: gix::Repository,
+    refs: Arc<RefSnapshot>,
+    /// The haves so far, made at the first one (with the pack bitmap's types, if there is one).
+    common: Option<Common>,
+    /// `ready` is costly (a walk): the answer, and for how many common commits it holds.
+    ready: Option<(usize, bool)>,
+}
+
+impl<'a> Session<'a> {
+    /// The request's repository, and the refs it serves now.
+    pub fn open(ctx: &'a Context<'a>) -> Result<Self, ServeError> {
+        let repo = ctx.served.repo.to_thread_local();
+        let refs = ctx.repos.upload_refs(ctx.served, &repo)?;
+        Ok(Session { ctx, repo, refs, common: None, ready: None })
+    }
+
+    /// The haves so far, and the repository to ask about more (two fields borrowed at once).
+    fn negotiation(&mut self) -> (&mut Common, &gix::Repository) {
+        let (ctx, repo) = (self.ctx, &self.repo);
+        let common = self.common.get_or_insert_with(|| {
+            Common::with_kinds(crate::bitmap::of(&ctx.caches.bitmaps, ctx.repos, ctx.served, repo))
+        });
+        (common, repo)
+    }
+}
+
+impl Upload for Session<'_> {
+    fn refs(&self) -> &RefSnapshot {
+        &self.refs
+    }
+
+    fn check_wants(&mut self, wants: &[ObjectId], rule: WantRule) -> Result<(), ServeError> {
+        let max_wants = self.ctx.config.max_wants;
+        if wants.len() > max_wants {
+            return Err(ProtocolError::TooMany { what: "want", limit: max_wants }.into());
+        }
+        let by_id = match rule {
+            WantRule::Reachable => true,
+            WantRule::Advertised => self.refs.wants.reachable || self.refs.wants.filter,
+        };
+        // Tips, and the peeled targets of advertised tags (a client that wants every `^{}` line
+        // asks for these), need no look-up; commits are decided at commit level; only a tree or a
+        // blob wanted by id needs the readable set of objects.
+        let mut commits = Vec::new();
+        let mut others = Vec::new();
+        for want in wants {
+            if self.refs.is_tip(want) || (by_id && self.refs.is_peeled_tip(want)) {
+                continue;
+            }
+            if !by_id {
+                return Err(ProtocolError::WantNotAdvertised(*want).into());
+            }
+            match self.repo.find_header(*want) {
+                Ok(h) if h.kind() == gix_object::Kind::Commit => commits.push(*want),
+                Ok(_) => others.push(*want),
+                Err(_) => return Err(ProtocolError::WantNotAdvertised(*want).into()),
+            }
+        }
+        let readable = crate::select::readable_commits(
+            self.ctx.caches,
+            self.ctx.repos,
+            self.ctx.served,
+            &self.repo,
+            &self.refs,
+            &commits,
+        )?;
+        if let Some(want) = commits.iter().find(|c| !readable.contains(*c)) {
+            return Err(ProtocolError::WantNotAdvertised(*want).into());
+        }
+        if !others.is_empty() {
+            let set = crate::select::readable_objects(
+                self.ctx.caches,
+                self.ctx.repos,
+                self.ctx.served,
+                &self.repo,
+                &self.refs,
+            )?;
+            if let Some(want) = others.iter().find(|o| !set.contains(o)) {
+                return Err(ProtocolError::WantNotAdvertised(*want).into());
+            }
+        }
+        Ok(())
+    }
+
+    fn boundary(&mut self, wants: &[ObjectId], extras: &mut Extras) -> Result<Option<Boundary>, ServeError> {
+        extras.deepen.check()?;
+        if !extras.shallow_lines.is_empty() {
+            // Each line's object is looked up once: missing ones are ignored, non-commits refused.
+            let mut commits = Vec::new();
+            for id in std::mem::take(&mut extras.shallow_lines) {
+                match self.repo.find_header(id) {
+                    Err(_) => continue,
+                    Ok(h) if h.kind() != gix_object::Kind::Commit => {
+                        return Err(ProtocolError::Shallow(format!("invalid shallow object {id}")).into());
+                    }
+                    Ok(_) => commits.push(id),
+                }
+            }
+            let readable = crate::select::readable_commits(
+                self.ctx.caches,
+                self.ctx.repos,
+                self.ctx.served,
+                &self.repo,
+                &self.refs,
+                &commits,
+            )?;
+            for id in commits {
+                if readable.contains(&id) && !extras.deepen.client_shallows.contains(&id) {
+                    extras.deepen.client_shallows.push(id);
+                }
+            }
+        }
+        if !extras.deepen.is_active() {
+            return Ok(None);
+        }
+        crate::shallow::compute(&self.repo, wants, &extras.deepen).map(Some)
+    }
+
+    fn have(&mut self, id: ObjectId) -> Result<Have, ServeError> {
+        let (common, repo) = self.negotiation();
+        common.have(repo, id)
+    }
+
+    fn acked(&self) -> &[ObjectId] {
+        self.common.as_ref().map_or(&[], |c| &c.acked)
+    }
+
+    fn ready(&mut self, wants: &[ObjectId]) -> Result<bool, ServeError> {
+        let commits = self.common.as_ref().map_or(0, |c| c.commits.len());
+        if let Some((for_commits, ready)) = self.ready
+            && for_commits == commits
+        {
+            return Ok(ready);
+        }
+        let cache = self.ctx.repos.commits(self.ctx.served);
+        let (common, repo) = self.negotiation();
+        let ready = common.ready(repo, &cache, wants)?;
+        self.ready = Some((commits, ready));
+        Ok(ready)
+    }
+
+    fn common(&mut self) -> Vec<ObjectId> {
+        self.common.take().map(Common::into_hidden).unwrap_or_default()
+    }
+
+    fn pack(&mut self, request: &PackRequest<'_>, out: &mut dyn pack::Sink) -> Result<pack::Stats, ServeError> {
+        super::pack::select_and_write(self.ctx, &self.repo, &self.refs, request, out)
+    }
+}
