@@ -24,14 +24,16 @@
 //!   An upload-pack request runs as a session (`service::negotiation`: the repository's answers
 //!   to the codecs — allowed wants, common haves and readiness by `service::negotiate`, the
 //!   shallow boundary — and its pack, selected and written by `service::pack`: the pack-swap
-//!   retry, the readable-set policy, the pack's options, progress, the log line).
+//!   retry, the readable-set policy, the pack's options, progress, the log line);
+//!   `service::receive::Push` and `service::archive` are receive-pack's and upload-archive's.
 //! - [`protocol`] — pkt-lines (`protocol::pkt`) and side-band framing (`protocol::sideband`);
 //!   upload-pack's codecs: the v0/v1 advertisement and negotiation (`protocol::v0`), v2's
 //!   command table (`protocol::v2`) and what both share (`protocol::upload`) parse requests into
 //!   typed values (by a `Grammar`: object format, allowed arguments) and encode the answers,
 //!   asking every question about objects of the `protocol::upload::Upload` session they are
-//!   given (`layers.rs` checks they touch no repository); receive-pack (`protocol::receive`)
-//!   and upload-archive (`protocol::archive`).
+//!   given; receive-pack (`protocol::receive`, its push applied by a `Receiver`) and
+//!   upload-archive (`protocol::archive`, its tree and archive an `Archiver`'s) likewise —
+//!   `layers.rs` checks that no codec touches a repository.
 //! - [`push`] — what a push does below the protocol: quarantine, object and ref checks, hooks,
 //!   the ref transaction; [`maintenance`] — repacking into one pack with a `.rev` and a
 //!   `.bitmap`, in-process, and the geometric roll-up of pushed packs (`maintenance::geometric`).

@@ -520,7 +520,15 @@ fn upload_v0(f: &Fixture, input: &[u8]) -> Result<(), String> {
 
 fn receive_pack(f: &Fixture, input: &[u8]) -> Result<(), String> {
     let mut out = Vec::new();
-    let _ = protocol::receive_pack(&f.ctx(&f.push), Version::V0, Mode::Stateless, input, &mut out);
+    let ctx = f.ctx(&f.push);
+    let _ = protocol::receive_pack(
+        &ctx,
+        &mut gixd::service::receive::Push::open(&ctx),
+        Version::V0,
+        Mode::Stateless,
+        input,
+        &mut out,
+    );
     check_framing(&out)?;
     // Never a ref before its objects: every ref of p.git names an object p.git holds, and a
     // commit's tree too.

@@ -2,10 +2,11 @@
 //! enabled): the client's `argument` lines (`--format`, `--prefix`, `-0`…`-9`, `--list`, a
 //! tree-ish and paths), `ACK` or `NACK <reason>`, then the archive on side-band 1 (an error after
 //! `ACK` on band 3). The tree-ish must be a ref the client may read (`<ref>` or `<ref>:<path>`),
-//! as git's default `uploadArchive.allowUnreachable=false` demands; archives are written by
-//! gix-archive from gix's worktree stream (which honours `export-ignore` and filters).
+//! as git's default `uploadArchive.allowUnreachable=false` demands. The codec parses and answers;
+//! the tree and the archive are the [`Archiver`]'s (`service::archive`: gix-archive from gix's
+//! worktree stream, which honours `export-ignore` and filters).
 
-use std::io::{Read, Seek, Write};
+use std::io::{Read, Write};
 
 use gix_hash::ObjectId;
 
@@ -13,7 +14,6 @@ use super::Context;
 use super::pkt;
 use super::sideband::{Bands, Framing};
 use crate::error::ServeError;
-use crate::repo::RefSnapshot;
 
 /// git's limit on argument lines.
 const MAX_ARGS: usize = 64;
@@ -49,11 +49,11 @@ pub enum Refusal {
 }
 
 /// At most `n` characters of client input, for a refusal.
-fn clip(s: &str, n: usize) -> String {
+pub fn clip(s: &str, n: usize) -> String {
     crate::error::quoted(s, n)
 }
 
-fn repository(err: impl std::error::Error + Send + Sync + 'static) -> Refusal {
+pub fn repository(err: impl std::error::Error + Send + Sync + 'static) -> Refusal {
     Refusal::Repository(Box::new(err))
 }
 
@@ -112,67 +112,35 @@ fn format_of(req: &Request) -> Result<gix_archive::Format, Refusal> {
 
 /// What an archive is made of: a tree, the time of its commit, and the directory it is the
 /// tree of, within the archive (for `<tree-ish> <dir>`).
-struct Source {
-    tree: ObjectId,
-    mtime: i64,
-    dir: Option<String>,
+pub struct Source {
+    pub tree: ObjectId,
+    pub mtime: i64,
+    pub dir: Option<String>,
 }
 
-/// `<ref>[:<path>]` among the visible refs, peeled to a tree. One path may follow, naming a
-/// directory of that tree: the archive is then that directory, under its own name (as git's
-/// archive of `<tree-ish> <dir>`). More paths, or a file, are refused: gix's worktree stream
-/// has no pathspec filter yet.
-fn resolve(repo: &gix::Repository, refs: &RefSnapshot, req: &Request) -> Result<Source, Refusal> {
-    let tree_ish = req.tree_ish.as_deref().ok_or(Refusal::NoTreeIsh)?;
-    let (name, path) = match tree_ish.split_once(':') {
-        Some((name, path)) => (name, Some(path)),
-        None => (tree_ish, None),
-    };
-    let Some((_, id)) = refs.dwim(name).into_iter().next() else {
-        return Err(Refusal::NoSuchRef(clip(name, 100)));
-    };
-    let object = repo.find_object(id).map_err(repository)?;
-    let mtime = match object.clone().peel_to_commit() {
-        Ok(commit) => commit.time().map(|t| t.seconds).unwrap_or(0),
-        Err(_) => now(),
-    };
-    let mut tree = object.peel_to_tree().map_err(|_| Refusal::NotATree(clip(name, 100)))?;
-    if let Some(path) = path.filter(|p| !p.is_empty()) {
-        let entry = tree
-            .peel_to_entry_by_path(path.trim_end_matches('/'))
-            .map_err(repository)?
-            .filter(|e| e.mode().is_tree())
-            .ok_or_else(|| Refusal::NotATree(clip(tree_ish, 100)))?;
-        tree = repo.find_tree(entry.object_id()).map_err(repository)?;
-    }
-    let mut dir = None;
-    match req.paths.as_slice() {
-        [] => {}
-        [path] => {
-            let trimmed = path.trim_end_matches('/');
-            let entry = tree
-                .peel_to_entry_by_path(trimmed)
-                .map_err(repository)?
-                .ok_or_else(|| Refusal::NoMatch(clip(path, 100)))?;
-            if !entry.mode().is_tree() {
-                return Err(Refusal::AFile(clip(path, 100)));
-            }
-            tree = repo.find_tree(entry.object_id()).map_err(repository)?;
-            dir = Some(trimmed.to_owned());
-        }
-        _ => return Err(Refusal::ManyPaths),
-    }
-    Ok(Source { tree: tree.id, mtime, dir })
-}
-
-fn now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+/// What the upload-archive codec asks of the repository, answered by the service
+/// (`service::archive`): the tree-ish resolved among the refs the client may read, and the
+/// archive written.
+pub trait Archiver {
+    /// `<ref>[:<path>]` among the visible refs, peeled to a tree (and the one path, if given).
+    fn resolve(&mut self, req: &Request) -> Result<Source, Refusal>;
+    /// The archive of `source` in `format`, every entry under `prefix`.
+    fn write(
+        &mut self,
+        source: &Source,
+        format: gix_archive::Format,
+        prefix: Option<String>,
+        out: &mut dyn Write,
+    ) -> Result<(), ServeError>;
 }
 
 /// Serve upload-archive on a connection: read the arguments, answer, send the archive.
-pub fn serve_stateful<R: Read, W: Write>(ctx: &Context<'_>, input: R, mut out: W) -> Result<(), ServeError> {
-    let repo = ctx.served.repo.to_thread_local();
-    let refs = RefSnapshot::load(&repo)?;
+pub fn serve_stateful<R: Read, W: Write>(
+    ctx: &Context<'_>,
+    archiver: &mut dyn Archiver,
+    input: R,
+    mut out: W,
+) -> Result<(), ServeError> {
     let mut lines = pkt::stream(input);
     let nack = |out: &mut W, reason: &str| -> Result<(), ServeError> {
         let mut w = pkt::Writer::new();
@@ -216,7 +184,7 @@ pub fn serve_stateful<R: Read, W: Write>(ctx: &Context<'_>, input: R, mut out: W
         Ok(f) => f,
         Err(reason) => return nack(&mut out, &reason.to_string()),
     };
-    let source = match resolve(&repo, &refs, &req) {
+    let source = match archiver.resolve(&req) {
         Ok(source) => source,
         Err(reason) => return nack(&mut out, &reason.to_string()),
     };
@@ -224,12 +192,11 @@ pub fn serve_stateful<R: Read, W: Write>(ctx: &Context<'_>, input: R, mut out: W
     w.text("ACK").flush();
     out.write_all(&w.buf)?;
     let mut bands = Bands::new(&mut out, Framing::SideBand64k, true);
-    if let Err(err) = write_archive(&repo, &source, format, req.prefix.clone(), &mut bands) {
+    if let Err(err) = archiver.write(&source, format, req.prefix.clone(), &mut bands) {
         let _ = bands.error(&format!("archive failed: {err}"));
         let _ = finish(bands);
         return Err(err);
     }
-    tracing::info!(repo = %ctx.served.name, tree = %source.tree, "archive sent");
     finish(bands)
 }
 
@@ -239,33 +206,6 @@ fn finish<W: Write>(bands: Bands<W>) -> Result<(), ServeError> {
     w.flush();
     out.write_all(&w.buf)?;
     out.flush()?;
-    Ok(())
-}
-
-fn write_archive<W: Write>(
-    repo: &gix::Repository,
-    source: &Source,
-    format: gix_archive::Format,
-    prefix: Option<String>,
-    out: &mut W,
-) -> Result<(), ServeError> {
-    let (mut stream, _index) = repo.worktree_stream(source.tree).map_err(ServeError::pack)?;
-    let prefix = match (&prefix, &source.dir) {
-        (_, None) => prefix,
-        (p, Some(dir)) => Some(format!("{}{dir}/", p.as_deref().unwrap_or(""))),
-    };
-    let options = gix_archive::Options { format, tree_prefix: prefix.map(Into::into), modification_time: source.mtime };
-    let next = gix_worktree_stream::Stream::next_entry;
-    match format {
-        gix_archive::Format::Zip { .. } => {
-            // zip wants to seek back: built in an unlinked temporary file, then streamed out.
-            let mut file = crate::unlinked_file(&std::env::temp_dir(), "archive")?;
-            gix_archive::write_stream_seek(&mut stream, next, &mut file, options).map_err(ServeError::pack)?;
-            file.rewind()?;
-            std::io::copy(&mut file, out)?;
-        }
-        _ => gix_archive::write_stream(&mut stream, next, &mut *out, options).map_err(ServeError::pack)?,
-    }
     Ok(())
 }
 

@@ -57,20 +57,21 @@ pub enum Mode {
 /// ([`RefSnapshot::load_for_push`]) goes first.
 pub fn receive_pack<R: BufRead, W: Write>(
     ctx: &Context<'_>,
+    receiver: &mut dyn receive::Receiver,
     version: Version,
     mode: Mode,
     input: R,
     mut out: W,
 ) -> Result<Option<crate::push::Outcome>, ServeError> {
     match mode {
-        Mode::Stateless => receive::receive_pack(ctx, input, out),
+        Mode::Stateless => receive::receive_pack(ctx, receiver, input, out),
         Mode::Stateful => {
-            let refs = RefSnapshot::load_for_push(&ctx.served.repo.to_thread_local())?;
+            let refs = receiver.advertised()?;
             let mut w = pkt::Writer::new();
             receive::advertise(&refs, version, &mut w);
             out.write_all(&w.buf)?;
             out.flush()?;
-            receive::receive_pack(ctx, input, out)
+            receive::receive_pack(ctx, receiver, input, out)
         }
     }
 }

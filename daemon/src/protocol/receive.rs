@@ -1,7 +1,8 @@
 //! receive-pack (push), protocol v0/v1 as git speaks it for pushes: the ref advertisement with
 //! receive-pack's capabilities, the client's commands (`<old> <new> <ref>`, capabilities on the
 //! first), push options, the pack that follows, and the report-status reply (in side-band when
-//! asked). What is done with the objects and refs belongs to [`crate::push`].
+//! asked). What is done with the objects and refs belongs to [`crate::push`], through the
+//! [`Receiver`] the service gives.
 
 use std::io::{BufRead, Write};
 
@@ -15,6 +16,22 @@ use super::{Context, Version};
 use crate::error::{ProtocolError, ServeError};
 use crate::push::{self, Outcome};
 use crate::repo::RefSnapshot;
+
+/// What the receive-pack codec asks of the repository, answered by the service
+/// (`service::receive`): what the push is advertised and in which object format it comes, and
+/// the push applied ([`crate::push::apply`]).
+pub trait Receiver {
+    /// The refs a push is advertised ([`RefSnapshot::load_for_push`]).
+    fn advertised(&self) -> Result<RefSnapshot, ServeError>;
+    fn object_hash(&self) -> gix_hash::Kind;
+    /// Apply the commands with the pack `input` carries; `messages` reach the client (band 2).
+    fn apply(
+        &mut self,
+        req: &push::Request,
+        input: &mut dyn BufRead,
+        messages: &mut dyn push::Messages,
+    ) -> Result<Outcome, ServeError>;
+}
 
 /// receive-pack's capabilities, in git's order.
 const CAPABILITIES: &[&str] = &[
@@ -218,15 +235,16 @@ fn parse_caps(caps: &str, hash: gix_hash::Kind) -> Result<PushCaps, ProtocolErro
 /// report to `out`. `None` when the client pushed nothing.
 pub fn receive_pack<R: BufRead, W: Write>(
     ctx: &Context<'_>,
+    receiver: &mut dyn Receiver,
     input: R,
     mut out: W,
 ) -> Result<Option<Outcome>, ServeError> {
-    let hash = ctx.served.repo.to_thread_local().object_hash();
+    let hash = receiver.object_hash();
     let (req, mut rest) = read_or_say_why(input, hash, ctx.config.max_request_body, &mut out)?;
     let Some(req) = req else { return Ok(None) };
     let framing = if req.caps.side_band_64k { Framing::SideBand64k } else { Framing::Raw };
     let mut bands = Bands::new(&mut out, framing, !req.caps.quiet);
-    let outcome = push::apply(ctx, &req.push, &mut rest, &mut bands)?;
+    let outcome = receiver.apply(&req.push, &mut rest, &mut bands)?;
     let unpack = outcome.unpack_error.as_ref().map(ToString::to_string);
     let results = outcome.results.iter().map(|r| r.as_ref().err().map(ToString::to_string));
     report(&req, unpack.as_deref(), results, bands)?;

@@ -7,6 +7,7 @@
 //! in the same words on every transport ([`Outcome`]). [`maintenance`] runs what pushes and the
 //! clock ask for, under a transfer slot like any transfer.
 
+pub mod archive;
 pub mod maintenance;
 pub mod negotiate;
 pub mod negotiation;
@@ -194,10 +195,25 @@ pub fn connection<R: Read, W: Write>(
     let tally = Tally::default();
     let ctx = state.context(served, pusher, &tally);
     let outcome = match service {
-        Service::UploadArchive => ended(served, protocol::archive::serve_stateful(&ctx, input, out)),
+        Service::UploadArchive => ended(
+            served,
+            archive::Archive::open(&ctx)
+                .and_then(|mut archive| protocol::archive::serve_stateful(&ctx, &mut archive, input, out)),
+        ),
         Service::ReceivePack => {
             let input = std::io::BufReader::with_capacity(64 * 1024, input);
-            receive::counted(state, served, protocol::receive_pack(&ctx, version, protocol::Mode::Stateful, input, out))
+            receive::counted(
+                state,
+                served,
+                protocol::receive_pack(
+                    &ctx,
+                    &mut receive::Push::open(&ctx),
+                    version,
+                    protocol::Mode::Stateful,
+                    input,
+                    out,
+                ),
+            )
         }
         Service::UploadPack => {
             let result = upload::connection(state, &ctx, version, input, out);

@@ -1,5 +1,6 @@
 //! receive-pack as a service: a push is admitted (a place and a slot), run by the protocol layer
-//! on a blocking thread, counted by its outcome, and recorded once.
+//! on a blocking thread with its repository ([`Push`]: the advertisement, the push applied),
+//! counted by its outcome, and recorded once.
 
 use std::io::Read;
 use std::net::IpAddr;
@@ -7,9 +8,41 @@ use std::sync::Arc;
 
 use super::{Outcome, Refusal, Request, Work};
 use crate::error::ServeError;
-use crate::protocol::{self, Version};
-use crate::repo::Served;
+use crate::protocol::receive::Receiver;
+use crate::protocol::{self, Context, Version};
+use crate::repo::{RefSnapshot, Served};
 use crate::session::{State, Tally};
+
+/// A push's repository, as the receive-pack codec asks it ([`Receiver`]).
+pub struct Push<'a> {
+    ctx: &'a Context<'a>,
+    repo: gix::Repository,
+}
+
+impl<'a> Push<'a> {
+    pub fn open(ctx: &'a Context<'a>) -> Self {
+        Push { ctx, repo: ctx.served.repo.to_thread_local() }
+    }
+}
+
+impl Receiver for Push<'_> {
+    fn advertised(&self) -> Result<RefSnapshot, ServeError> {
+        RefSnapshot::load_for_push(&self.repo)
+    }
+
+    fn object_hash(&self) -> gix_hash::Kind {
+        self.repo.object_hash()
+    }
+
+    fn apply(
+        &mut self,
+        req: &crate::push::Request,
+        input: &mut dyn std::io::BufRead,
+        messages: &mut dyn crate::push::Messages,
+    ) -> Result<crate::push::Outcome, ServeError> {
+        crate::push::apply(self.ctx, req, input, messages)
+    }
+}
 
 /// The outcome of a push that ended with `result`, counted in `gixd_pushes_total`.
 pub fn counted(state: &State, served: &Served, result: Result<Option<crate::push::Outcome>, ServeError>) -> Outcome {
@@ -115,7 +148,8 @@ fn push(
     let ctx = state.context(served, pusher, &tally);
     let mut out = Vec::new();
     let input = std::io::BufReader::with_capacity(64 * 1024, input());
-    let result = protocol::receive_pack(&ctx, version, protocol::Mode::Stateless, input, &mut out);
+    let result =
+        protocol::receive_pack(&ctx, &mut Push::open(&ctx), version, protocol::Mode::Stateless, input, &mut out);
     let moved = matches!(&result, Ok(Some(pushed)) if pushed.label() == "ok");
     let outcome = counted(state, served, result);
     log.record.bytes = out.len() as u64;
