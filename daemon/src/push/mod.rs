@@ -13,6 +13,7 @@ mod objects;
 pub mod quarantine;
 
 use std::io::BufRead;
+use std::path::Path;
 
 use gix::bstr::ByteSlice;
 use gix_hash::ObjectId;
@@ -202,7 +203,9 @@ impl Rules {
     }
 }
 
-/// Apply a push whose commands are `req` and whose pack is the rest of `input`.
+/// Apply a push whose commands are `req` and whose pack is the rest of `input`: the pack into
+/// quarantine, each command checked, the hooks before, objects made visible and then the refs
+/// moved, the hooks after.
 pub fn apply(
     ctx: &Context<'_>,
     req: &Request,
@@ -214,11 +217,6 @@ pub fn apply(
     let objects_dir = repo.objects.store_ref().path().to_owned();
     let git_dir = ctx.served.git_dir.clone();
     let mut results: Vec<Result<(), Refusal>> = vec![Ok(()); req.updates.len()];
-    let fail_all = |results: &mut Vec<Result<(), Refusal>>, reason: Refusal| {
-        for r in results.iter_mut().filter(|r| r.is_ok()) {
-            *r = Err(reason.clone());
-        }
-    };
 
     // 1. The pack, into quarantine (only deletes: no pack follows).
     let mut quarantine = match Quarantine::create(&objects_dir) {
@@ -228,101 +226,26 @@ pub fn apply(
             return Ok(Outcome { unpack_error: Some(UnpackError::Quarantine(err)), results, objects: 0 });
         }
     };
-    if req.updates.iter().any(|c| !c.is_delete()) {
-        let mut limited = LimitedRead { inner: input, left: ctx.config.max_push_bytes };
-        let max_object =
-            ctx.config.max_object_bytes.min(usize::try_from(ctx.config.max_push_bytes).unwrap_or(usize::MAX));
-        if let Err(source) = quarantine.receive(&mut limited, &repo.objects, hash, max_object) {
-            // gix-pack says an object was over the allocation limit only in its words.
-            let text = source.to_string();
-            let err = if limited.left == 0 {
-                UnpackError::PushTooLarge(ctx.config.max_push_bytes)
-            } else if text.contains("too large") || text.contains("llocation") {
-                UnpackError::ObjectTooLarge { source, max: max_object }
-            } else {
-                UnpackError::Index(source)
-            };
-            fail_all(&mut results, Refusal::Unpacker);
-            return Ok(Outcome { unpack_error: Some(err), results, objects: 0 });
-        }
-        let received = quarantine.odb(hash)?;
-        if let Err(err) = check_objects(&received, hash) {
-            fail_all(&mut results, Refusal::Unpacker);
-            return Ok(Outcome { unpack_error: Some(err), results, objects: quarantine.objects });
-        }
+    if req.updates.iter().any(|c| !c.is_delete())
+        && let Err((err, objects)) = receive(ctx, &repo, &mut quarantine, input)?
+    {
+        fail_all(&mut results, Refusal::Unpacker);
+        return Ok(Outcome { unpack_error: Some(err), results, objects });
     }
     let received = quarantine.odb(hash)?;
 
     // 2. Each command on its own.
-    let refs = RefSnapshot::load_for_push(&repo)?;
-    let all_refs = RefSnapshot::load_hiding_nothing(&repo)?;
-    let rules = Rules::read(&repo);
-    let head_target = repo.head_name().ok().flatten().map(|n| n.as_bstr().to_string());
-    let mut named = std::collections::HashSet::new();
-    let mut known = Connectivity::new(&repo);
-    for (command, result) in req.updates.iter().zip(results.iter_mut()) {
-        // A second command for a ref would be checked against the ref as it was, not as the
-        // first left it: refused, as git's ref transactions refuse it.
-        if !named.insert(command.name.as_str()) {
-            *result = Err(Refusal::Duplicate);
-        } else if let Err(reason) =
-            check_command(&repo, &received, &refs, &all_refs, &rules, head_target.as_deref(), command, &mut known)
-        {
-            *result = Err(reason);
-        }
-    }
+    check_commands(&repo, &received, req, &mut results)?;
     if req.atomic && results.iter().any(Result::is_err) {
         fail_all(&mut results, Refusal::Atomic);
         return Ok(Outcome { unpack_error: None, results, objects: quarantine.objects });
     }
 
     // 3. Hooks before anything is visible.
-    let mut env = vec![("GIT_DIR".to_owned(), git_dir.display().to_string())];
-    env.push(("GIT_PUSH_OPTION_COUNT".into(), req.options.len().to_string()));
-    for (i, option) in req.options.iter().enumerate() {
-        env.push((format!("GIT_PUSH_OPTION_{i}"), option.clone()));
-    }
-    let mut quarantined_env = env.clone();
-    quarantined_env.extend([
-        ("GIT_QUARANTINE_PATH".to_owned(), quarantine.dir.display().to_string()),
-        ("GIT_OBJECT_DIRECTORY".to_owned(), quarantine.dir.display().to_string()),
-        ("GIT_ALTERNATE_OBJECT_DIRECTORIES".to_owned(), objects_dir.display().to_string()),
-    ]);
-    let lines = |results: &[Result<(), Refusal>]| -> String {
-        req.updates
-            .iter()
-            .zip(results)
-            .filter(|(_, r)| r.is_ok())
-            .map(|(c, _)| format!("{} {} {}\n", c.old, c.new, c.name))
-            .collect()
-    };
-    if let Some(hook) = hooks::find(&repo, &git_dir, "pre-receive") {
-        let stdin = lines(&results);
-        if !stdin.is_empty() {
-            let ran = hooks::run(&hook, &[], stdin.as_bytes(), &quarantined_env, &git_dir)?;
-            bands.remote_message(&ran.output)?;
-            if !ran.success {
-                fail_all(&mut results, Refusal::PreReceive);
-                return Ok(Outcome { unpack_error: None, results, objects: quarantine.objects });
-            }
-        }
-    }
-    if let Some(hook) = hooks::find(&repo, &git_dir, "update") {
-        for (command, result) in req.updates.iter().zip(results.iter_mut()) {
-            if result.is_err() {
-                continue;
-            }
-            let (old, new) = (command.old.to_string(), command.new.to_string());
-            let ran = hooks::run(&hook, &[&command.name, &old, &new], b"", &quarantined_env, &git_dir)?;
-            bands.remote_message(&ran.output)?;
-            if !ran.success {
-                *result = Err(Refusal::UpdateHook);
-            }
-        }
-        if req.atomic && results.iter().any(Result::is_err) {
-            fail_all(&mut results, Refusal::Atomic);
-            return Ok(Outcome { unpack_error: None, results, objects: quarantine.objects });
-        }
+    let env = HookEnv::new(req, &git_dir, &quarantine.dir, &objects_dir);
+    if let Some(refusal) = hooks_before(&repo, &git_dir, req, &env, &mut results, bands)? {
+        fail_all(&mut results, refusal);
+        return Ok(Outcome { unpack_error: None, results, objects: quarantine.objects });
     }
 
     // 4. Objects visible first, refs after.
@@ -330,16 +253,173 @@ pub fn apply(
         quarantine.migrate(&objects_dir)?;
     }
     let who = ctx.pusher.unwrap_or("anonymous");
+    update_refs(&repo, &quarantine, req, who, &mut results);
+
+    // 5. Hooks after.
+    let updated = hooks_after(&repo, &git_dir, req, &env, &results, bands)?;
+    tracing::info!(
+        repo = %ctx.served.name,
+        pusher = who,
+        objects = quarantine.objects,
+        updated,
+        refused = results.len() - updated,
+        "push"
+    );
+    Ok(Outcome { unpack_error: None, results, objects: quarantine.objects })
+}
+
+/// Every command not refused yet is refused for `reason`.
+fn fail_all(results: &mut [Result<(), Refusal>], reason: Refusal) {
+    for r in results.iter_mut().filter(|r| r.is_ok()) {
+        *r = Err(reason.clone());
+    }
+}
+
+/// The pack of `input` indexed into `quarantine` within the push limits, and its objects checked;
+/// the unpack error (with the objects received) if it is refused.
+fn receive(
+    ctx: &Context<'_>,
+    repo: &gix::Repository,
+    quarantine: &mut Quarantine,
+    input: &mut dyn BufRead,
+) -> Result<Result<(), (UnpackError, u32)>, ServeError> {
+    let hash = repo.object_hash();
+    let mut limited = LimitedRead { inner: input, left: ctx.config.max_push_bytes };
+    let max_object = ctx.config.max_object_bytes.min(usize::try_from(ctx.config.max_push_bytes).unwrap_or(usize::MAX));
+    if let Err(source) = quarantine.receive(&mut limited, &repo.objects, hash, max_object) {
+        // gix-pack says an object was over the allocation limit only in its words.
+        let text = source.to_string();
+        let err = if limited.left == 0 {
+            UnpackError::PushTooLarge(ctx.config.max_push_bytes)
+        } else if text.contains("too large") || text.contains("llocation") {
+            UnpackError::ObjectTooLarge { source, max: max_object }
+        } else {
+            UnpackError::Index(source)
+        };
+        return Ok(Err((err, 0)));
+    }
+    let received = quarantine.odb(hash)?;
+    Ok(check_objects(&received, hash).map_err(|err| (err, quarantine.objects)))
+}
+
+/// Each command checked on its own against the refs as they were (a second command for the same
+/// ref is refused, as git's ref transactions refuse it).
+fn check_commands(
+    repo: &gix::Repository,
+    received: &gix_odb::Handle,
+    req: &Request,
+    results: &mut [Result<(), Refusal>],
+) -> Result<(), ServeError> {
+    let refs = RefSnapshot::load_for_push(repo)?;
+    let all_refs = RefSnapshot::load_hiding_nothing(repo)?;
+    let rules = Rules::read(repo);
+    let head_target = repo.head_name().ok().flatten().map(|n| n.as_bstr().to_string());
+    let mut named = std::collections::HashSet::new();
+    let mut known = Connectivity::new(repo);
+    for (command, result) in req.updates.iter().zip(results.iter_mut()) {
+        if !named.insert(command.name.as_str()) {
+            *result = Err(Refusal::Duplicate);
+        } else if let Err(reason) =
+            check_command(repo, received, &refs, &all_refs, &rules, head_target.as_deref(), command, &mut known)
+        {
+            *result = Err(reason);
+        }
+    }
+    Ok(())
+}
+
+/// The environment of the hooks: after the push (`env`), and before it, with the quarantine as
+/// the object directory (`quarantined`).
+struct HookEnv {
+    env: Vec<(String, String)>,
+    quarantined: Vec<(String, String)>,
+}
+
+impl HookEnv {
+    fn new(req: &Request, git_dir: &Path, quarantine: &Path, objects_dir: &Path) -> Self {
+        let mut env = vec![("GIT_DIR".to_owned(), git_dir.display().to_string())];
+        env.push(("GIT_PUSH_OPTION_COUNT".into(), req.options.len().to_string()));
+        for (i, option) in req.options.iter().enumerate() {
+            env.push((format!("GIT_PUSH_OPTION_{i}"), option.clone()));
+        }
+        let mut quarantined = env.clone();
+        quarantined.extend([
+            ("GIT_QUARANTINE_PATH".to_owned(), quarantine.display().to_string()),
+            ("GIT_OBJECT_DIRECTORY".to_owned(), quarantine.display().to_string()),
+            ("GIT_ALTERNATE_OBJECT_DIRECTORIES".to_owned(), objects_dir.display().to_string()),
+        ]);
+        HookEnv { env, quarantined }
+    }
+}
+
+/// `<old> <new> <ref>` of each command not refused: a pre- and post-receive hook's input.
+fn update_lines(req: &Request, results: &[Result<(), Refusal>]) -> String {
+    req.updates
+        .iter()
+        .zip(results)
+        .filter(|(_, r)| r.is_ok())
+        .map(|(c, _)| format!("{} {} {}\n", c.old, c.new, c.name))
+        .collect()
+}
+
+/// pre-receive (all or nothing) and update (per command) in quarantine; the reason every command
+/// left is refused for, when one is (a failed pre-receive; an atomic push an update hook refused).
+fn hooks_before(
+    repo: &gix::Repository,
+    git_dir: &Path,
+    req: &Request,
+    env: &HookEnv,
+    results: &mut [Result<(), Refusal>],
+    bands: &mut dyn Messages,
+) -> Result<Option<Refusal>, ServeError> {
+    if let Some(hook) = hooks::find(repo, git_dir, "pre-receive") {
+        let stdin = update_lines(req, results);
+        if !stdin.is_empty() {
+            let ran = hooks::run(&hook, &[], stdin.as_bytes(), &env.quarantined, git_dir)?;
+            bands.remote_message(&ran.output)?;
+            if !ran.success {
+                return Ok(Some(Refusal::PreReceive));
+            }
+        }
+    }
+    if let Some(hook) = hooks::find(repo, git_dir, "update") {
+        for (command, result) in req.updates.iter().zip(results.iter_mut()) {
+            if result.is_err() {
+                continue;
+            }
+            let (old, new) = (command.old.to_string(), command.new.to_string());
+            let ran = hooks::run(&hook, &[&command.name, &old, &new], b"", &env.quarantined, git_dir)?;
+            bands.remote_message(&ran.output)?;
+            if !ran.success {
+                *result = Err(Refusal::UpdateHook);
+            }
+        }
+        if req.atomic && results.iter().any(Result::is_err) {
+            return Ok(Some(Refusal::Atomic));
+        }
+    }
+    Ok(None)
+}
+
+/// The refs of the commands not refused moved (one transaction when atomic, else one each), each
+/// failure recorded as its command's refusal.
+fn update_refs(
+    repo: &gix::Repository,
+    quarantine: &Quarantine,
+    req: &Request,
+    who: &str,
+    results: &mut [Result<(), Refusal>],
+) {
     let committer_email = format!("{who}@gixd");
     let time = gix::date::Time::now_local_or_utc().to_string();
     let committer = gix::actor::SignatureRef { name: who.into(), email: committer_email.as_str().into(), time: &time };
     let edit = |command: &RefUpdate| edit_for(command, who);
     if req.atomic {
         let edits: Vec<_> = req.updates.iter().map(edit).collect();
-        if let Err(err) = edit_refs(&repo, &quarantine, edits, committer) {
+        if let Err(err) = edit_refs(repo, quarantine, edits, committer) {
             // The commands that broke a rule say which; the others failed with them.
             for (command, result) in req.updates.iter().zip(results.iter_mut()) {
-                *result = Err(ref_refusal(&repo, command).unwrap_or(Refusal::Atomic));
+                *result = Err(ref_refusal(repo, command).unwrap_or(Refusal::Atomic));
             }
             if results.iter().all(|r| r == &Err(Refusal::Atomic)) {
                 results.iter_mut().for_each(|r| *r = Err(Refusal::Transaction(error_chain(&err))));
@@ -348,36 +428,36 @@ pub fn apply(
     } else {
         for (command, result) in req.updates.iter().zip(results.iter_mut()) {
             if result.is_ok()
-                && let Err(err) = edit_refs(&repo, &quarantine, vec![edit(command)], committer)
+                && let Err(err) = edit_refs(repo, quarantine, vec![edit(command)], committer)
             {
-                *result = Err(ref_refusal(&repo, command).unwrap_or_else(|| Refusal::Update(error_chain(&err))));
+                *result = Err(ref_refusal(repo, command).unwrap_or_else(|| Refusal::Update(error_chain(&err))));
             }
         }
     }
+}
 
-    // 5. Hooks after.
-    let updated: Vec<&RefUpdate> =
-        req.updates.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(c, _)| c).collect();
+/// post-receive and post-update, when a ref moved; how many did.
+fn hooks_after(
+    repo: &gix::Repository,
+    git_dir: &Path,
+    req: &Request,
+    env: &HookEnv,
+    results: &[Result<(), Refusal>],
+    bands: &mut dyn Messages,
+) -> Result<usize, ServeError> {
+    let updated: Vec<&RefUpdate> = req.updates.iter().zip(results).filter(|(_, r)| r.is_ok()).map(|(c, _)| c).collect();
     if !updated.is_empty() {
-        if let Some(hook) = hooks::find(&repo, &git_dir, "post-receive") {
-            let ran = hooks::run(&hook, &[], lines(&results).as_bytes(), &env, &git_dir)?;
+        if let Some(hook) = hooks::find(repo, git_dir, "post-receive") {
+            let ran = hooks::run(&hook, &[], update_lines(req, results).as_bytes(), &env.env, git_dir)?;
             bands.remote_message(&ran.output)?;
         }
-        if let Some(hook) = hooks::find(&repo, &git_dir, "post-update") {
+        if let Some(hook) = hooks::find(repo, git_dir, "post-update") {
             let names: Vec<&str> = updated.iter().map(|c| c.name.as_str()).collect();
-            let ran = hooks::run(&hook, &names, b"", &env, &git_dir)?;
+            let ran = hooks::run(&hook, &names, b"", &env.env, git_dir)?;
             bands.remote_message(&ran.output)?;
         }
     }
-    tracing::info!(
-        repo = %ctx.served.name,
-        pusher = who,
-        objects = quarantine.objects,
-        updated = updated.len(),
-        refused = results.len() - updated.len(),
-        "push"
-    );
-    Ok(Outcome { unpack_error: None, results, objects: quarantine.objects })
+    Ok(updated.len())
 }
 
 /// One ref transaction: every lock taken (with the compare-and-swap checked under it), then all
