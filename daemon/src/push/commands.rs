@@ -90,16 +90,19 @@ pub(super) fn has_object(repo: &gix::Repository, fresh: &mut Option<gix::Reposit
 /// its pack directory when it misses an object — every received object is a miss there, and
 /// gix-odb's default rescans the directory (and resolves alternates) on each; its miss only
 /// means the object is walked from the quarantine, never that it counts as present.
+/// `received_complete`: the object check found every object a received one refers to present,
+/// so every received object is complete and a present tip needs no walk.
 pub(super) struct Connectivity {
     pub(super) complete: HashSet<ObjectId>,
     pub(super) quick: gix::Repository,
+    pub(super) received_complete: bool,
 }
 
 impl Connectivity {
     pub(super) fn new(repo: &gix::Repository) -> Connectivity {
         let mut quick = repo.clone();
         quick.objects.refresh_never();
-        Connectivity { complete: HashSet::new(), quick }
+        Connectivity { complete: HashSet::new(), quick, received_complete: false }
     }
 }
 
@@ -113,6 +116,12 @@ pub(super) fn connected(
     known: &mut Connectivity,
 ) -> Result<(), Refusal> {
     use gix_object::FindHeader;
+    if known.received_complete {
+        let present = matches!(received.try_header(&tip), Ok(Some(_)))
+            || known.quick.has_object(tip)
+            || has_object(repo, &mut None, tip);
+        return if present { Ok(()) } else { Err(Refusal::MissingObjects) };
+    }
     let mut buf = Vec::new();
     let mut seen = HashSet::new();
     let mut stack = vec![(tip, Kind::Commit)];

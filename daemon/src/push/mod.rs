@@ -226,16 +226,20 @@ pub fn apply(
             return Ok(Outcome { unpack_error: Some(UnpackError::Quarantine(err)), results, objects: 0 });
         }
     };
-    if req.updates.iter().any(|c| !c.is_delete())
-        && let Err((err, objects)) = receive(ctx, &repo, &mut quarantine, input)?
-    {
-        fail_all(&mut results, Refusal::Unpacker);
-        return Ok(Outcome { unpack_error: Some(err), results, objects });
+    let mut complete = true;
+    if req.updates.iter().any(|c| !c.is_delete()) {
+        match receive(ctx, &repo, &mut quarantine, input)? {
+            Ok(all_present) => complete = all_present,
+            Err((err, objects)) => {
+                fail_all(&mut results, Refusal::Unpacker);
+                return Ok(Outcome { unpack_error: Some(err), results, objects });
+            }
+        }
     }
     let received = quarantine.odb(hash)?;
 
     // 2. Each command on its own.
-    check_commands(&repo, &received, req, &mut results)?;
+    check_commands(&repo, &received, req, complete, &mut results)?;
     if req.atomic && results.iter().any(Result::is_err) {
         fail_all(&mut results, Refusal::Atomic);
         return Ok(Outcome { unpack_error: None, results, objects: quarantine.objects });
@@ -275,14 +279,15 @@ fn fail_all(results: &mut [Result<(), Refusal>], reason: Refusal) {
     }
 }
 
-/// The pack of `input` indexed into `quarantine` within the push limits, and its objects checked;
-/// the unpack error (with the objects received) if it is refused.
+/// The pack of `input` indexed into `quarantine` within the push limits, and its objects checked:
+/// whether every object they refer to is present (in the quarantine or the repository), or the
+/// unpack error (with the objects received) if it is refused.
 fn receive(
     ctx: &Context<'_>,
     repo: &gix::Repository,
     quarantine: &mut Quarantine,
     input: &mut dyn BufRead,
-) -> Result<Result<(), (UnpackError, u32)>, ServeError> {
+) -> Result<Result<bool, (UnpackError, u32)>, ServeError> {
     let hash = repo.object_hash();
     let mut limited = LimitedRead { inner: input, left: ctx.config.max_push_bytes };
     let max_object = ctx.config.max_object_bytes.min(usize::try_from(ctx.config.max_push_bytes).unwrap_or(usize::MAX));
@@ -299,15 +304,21 @@ fn receive(
         return Ok(Err((err, 0)));
     }
     let received = quarantine.odb(hash)?;
-    Ok(check_objects(&received, hash).map_err(|err| (err, quarantine.objects)))
+    let known = Connectivity::new(repo);
+    let mut fresh = None;
+    let present = |id| known.quick.has_object(id) || commands::has_object(repo, &mut fresh, id);
+    Ok(check_objects(quarantine.index(), &received, hash, present).map_err(|err| (err, quarantine.objects)))
 }
 
 /// Each command checked on its own against the refs as they were (a second command for the same
 /// ref is refused, as git's ref transactions refuse it).
+/// `received_complete`: every object the received ones refer to is present (the object check
+/// saw to it), so a command's new tip that is present is complete without a walk.
 fn check_commands(
     repo: &gix::Repository,
     received: &gix_odb::Handle,
     req: &Request,
+    received_complete: bool,
     results: &mut [Result<(), Refusal>],
 ) -> Result<(), ServeError> {
     let refs = RefSnapshot::load_for_push(repo)?;
@@ -316,6 +327,7 @@ fn check_commands(
     let head_target = repo.head_name().ok().flatten().map(|n| n.as_bstr().to_string());
     let mut named = std::collections::HashSet::new();
     let mut known = Connectivity::new(repo);
+    known.received_complete = received_complete;
     for (command, result) in req.updates.iter().zip(results.iter_mut()) {
         if !named.insert(command.name.as_str()) {
             *result = Err(Refusal::Duplicate);

@@ -2,6 +2,7 @@
 //! checked entry by entry, as `receive.fsckObjects` would), read through a bounded reader.
 
 use std::io::BufRead;
+use std::path::Path;
 
 use gix::bstr::ByteSlice;
 use gix_hash::ObjectId;
@@ -42,26 +43,99 @@ impl BufRead for LimitedRead<'_> {
 }
 
 /// Every received object parses as its kind; trees are well-formed (no empty, `.`, `..`,
-/// `.git` or slashed names, sorted, no duplicates).
-pub(super) fn check_objects(odb: &gix_odb::Handle, hash: gix_hash::Kind) -> Result<(), UnpackError> {
+/// `.git` or slashed names, sorted, no duplicates). The pack's objects are taken in pack order
+/// (a delta's base before it, as pack writers put them) and each one's kind is read from its
+/// entry header (a delta's from its base's): blobs, which have no form to check, are never
+/// inflated, and commits, trees and tags are decoded through a delta cache that keeps every base
+/// a chain reconstructs — the indexer already inflated every object once; this adds one inflation
+/// per non-blob, not a chain walk per object.
+///
+/// Returns whether every object a received one refers to is present — received too, or
+/// `present_outside` (in the repository): then every received object is complete, and a
+/// connectivity check need not walk them again ([`super::commands::Connectivity`]).
+pub(super) fn check_objects(
+    pack: Option<&Path>,
+    odb: &gix_odb::Handle,
+    hash: gix_hash::Kind,
+    mut present_outside: impl FnMut(ObjectId) -> bool,
+) -> Result<bool, UnpackError> {
+    let Some(index_path) = pack else { return Ok(true) };
+    let index = gix_pack::index::File::at(index_path, hash).map_err(read_error)?;
+    let data = gix_pack::data::File::at(index_path.with_extension("pack"), hash).map_err(read_error)?;
+    let mut entries: Vec<(u64, ObjectId)> = index.iter().map(|e| (e.pack_offset, e.oid)).collect();
+    entries.sort_unstable();
+    let limit = entries.len();
+    let mut kinds = std::collections::HashMap::with_capacity(limit);
     let mut buf = Vec::new();
-    let ids: Vec<ObjectId> = odb.iter().map_err(read_error)?.collect::<Result<_, _>>().map_err(read_error)?;
-    for id in ids {
-        let data = odb.try_find(&id, &mut buf).map_err(read_error)?.ok_or(UnpackError::Vanished(id))?;
-        let kind = data.kind;
+    let (mut children, mut outside, mut complete) = (Vec::new(), std::collections::HashSet::new(), true);
+    for (offset, id) in entries {
+        if kind_at(&data, &index, offset, limit, &mut kinds)? == Kind::Blob {
+            continue;
+        }
+        let object = odb.try_find(&id, &mut buf).map_err(read_error)?.ok_or(UnpackError::Vanished(id))?;
+        let kind = object.kind;
         let bad = |what: &str| UnpackError::Invalid { kind, id, reason: what.to_owned() };
-        match data.kind {
+        match object.kind {
             Kind::Commit => {
-                gix_object::CommitRef::from_bytes(data.data, hash).map_err(|e| bad(&e.to_string()))?;
+                gix_object::CommitRef::from_bytes(object.data, hash).map_err(|e| bad(&e.to_string()))?;
             }
             Kind::Tag => {
-                gix_object::TagRef::from_bytes(data.data, hash).map_err(|e| bad(&e.to_string()))?;
+                gix_object::TagRef::from_bytes(object.data, hash).map_err(|e| bad(&e.to_string()))?;
             }
-            Kind::Tree => check_tree(data.data, hash).map_err(|e| bad(&e))?,
+            Kind::Tree => check_tree(object.data, hash).map_err(|e| bad(&e))?,
             Kind::Blob => {}
         }
+        if complete {
+            children.clear();
+            crate::graph::push_children(id, kind, object.data, &mut children).map_err(|e| bad(&e.to_string()))?;
+            for (child, _) in &children {
+                if index.lookup(child).is_none() && outside.insert(*child) && !present_outside(*child) {
+                    complete = false;
+                }
+            }
+        }
     }
-    Ok(())
+    Ok(complete)
+}
+
+/// The kind of the object at `offset` of `data`: its entry header's, or for a delta its base's
+/// (followed through the chain, every offset on it remembered in `kinds`). A chain longer than
+/// the pack's `limit` entries loops.
+fn kind_at(
+    data: &gix_pack::data::File,
+    index: &gix_pack::index::File,
+    offset: u64,
+    limit: usize,
+    kinds: &mut std::collections::HashMap<u64, Kind>,
+) -> Result<Kind, UnpackError> {
+    use gix_pack::data::entry::Header;
+    let mut chain = Vec::new();
+    let mut at = offset;
+    let kind = loop {
+        if let Some(kind) = kinds.get(&at) {
+            break *kind;
+        }
+        if chain.len() > limit {
+            return Err(UnpackError::Read("a delta chain of the pack loops".into()));
+        }
+        chain.push(at);
+        let entry = data.entry(at).map_err(read_error)?;
+        at = match entry.header {
+            Header::Commit => break Kind::Commit,
+            Header::Tree => break Kind::Tree,
+            Header::Blob => break Kind::Blob,
+            Header::Tag => break Kind::Tag,
+            Header::OfsDelta { base_distance } => entry.base_pack_offset(base_distance),
+            Header::RefDelta { base_id } => {
+                let i = index.lookup(base_id).ok_or(UnpackError::Vanished(base_id))?;
+                index.pack_offset_at_index(i)
+            }
+        };
+    };
+    for offset in chain {
+        kinds.insert(offset, kind);
+    }
+    Ok(kind)
 }
 
 pub(super) fn check_tree(data: &[u8], hash: gix_hash::Kind) -> Result<(), String> {

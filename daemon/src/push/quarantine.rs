@@ -96,9 +96,18 @@ impl Quarantine {
         Ok(())
     }
 
+    /// The index of the pack received, if one was (not for a push of deletions only).
+    pub fn index(&self) -> Option<&Path> {
+        self.pack.as_ref().map(|(_, index)| index.as_path())
+    }
+
     /// The quarantine's objects alone.
+    /// Read through a delta cache that keeps every base a chain reconstructs: the objects of one
+    /// push are read in pack order by the object check and walked by the connectivity check.
     pub fn odb(&self, hash: gix_hash::Kind) -> std::io::Result<gix_odb::Handle> {
-        gix_odb::at(&self.dir, hash)
+        let mut odb = gix_odb::at(&self.dir, hash)?;
+        odb.set_pack_cache(|| Box::new(gix_pack::cache::lru::MemoryCappedHashmap::new(16 << 20)));
+        Ok(odb)
     }
 
     /// Note the ref lock files this push is about to take ([`crate::ref_locks::intend`]).
