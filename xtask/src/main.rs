@@ -11,6 +11,7 @@ mod bitmaps_bench;
 mod guards;
 mod maintenance_bench;
 mod narrow;
+mod ingest_bench;
 mod push_bench;
 mod queue;
 mod real_bench;
@@ -140,6 +141,18 @@ enum BenchCmd {
         /// Bare repository to push into (default: the corpus's linear, ≥ 10 000 objects).
         #[arg(long)]
         repo: Option<PathBuf>,
+    },
+    /// A whole history pushed into an empty repository: gixd over HTTP vs git receive-pack —
+    /// server CPU, wall time, peak memory. Run by hand on real repositories; not in CI.
+    Ingest {
+        #[arg(long, default_value_t = 2)]
+        rounds: usize,
+        /// Bare repositories whose branches and tags are pushed (read only, never modified).
+        #[arg(long, required = true)]
+        repo: Vec<PathBuf>,
+        /// Measure this gixd binary instead of a release build of the committed tree.
+        #[arg(long)]
+        gixd: Option<PathBuf>,
     },
     /// Pack bytes and CPU of `gixd maintenance` on a repository that only received pushes
     /// (the default branch pushed in steps), vs `git repack -adf --window=10` and `git repack -ad`.
@@ -279,6 +292,7 @@ fn run(cli: Cli) -> Result<()> {
         Top::Bench { command: BenchCmd::Narrow { rounds, repo } } => narrow::run(&root, rounds, repo),
         Top::Bench { command: BenchCmd::Push { rounds, repo } } => push_bench::run(&root, rounds, repo),
         Top::Bench { command: BenchCmd::Bitmaps { rounds } } => bitmaps_bench::run(&root, rounds),
+        Top::Bench { command: BenchCmd::Ingest { rounds, repo, gixd } } => ingest_bench::run(&root, rounds, repo, gixd),
         Top::Bench { command: BenchCmd::Maintenance { rounds, repo, pushes, gixd } } => {
             maintenance_bench::run(&root, rounds, repo, pushes, gixd)
         }

@@ -21,6 +21,7 @@ const TARGETS: &[(&str, &str)] = &[
     ("bench/README.md", "ramp"),
     ("bench/README.md", "narrow"),
     ("bench/README.md", "push"),
+    ("bench/README.md", "ingest"),
     ("bench/README.md", "maintenance"),
     ("bench/README.md", "refs"),
     ("bench/README.md", "bitmaps"),
@@ -48,6 +49,7 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             "ramp" => ramp(root)?,
             "narrow" => narrow(root)?,
             "push" => push(root)?,
+            "ingest" => ingest(root)?,
             "maintenance" => maintenance(root)?,
             "refs" => refs(root)?,
             "bitmaps" => bitmaps(root)?,
@@ -458,6 +460,49 @@ fn push(root: &Path) -> Result<String> {
     let (g, t) = (med("gixd"), med("git"));
     out.push_str("| measure | gixd | git receive-pack | gixd ÷ git |\n|---|---|---|---|\n");
     out.push_str(&format!("| server CPU per push (ms) | {g:.1} | {t:.1} | {} |\n", ratio(t, g)));
+    Ok(out)
+}
+
+/// A whole history pushed into an empty repository: a row per repository, the worst CPU ratio
+/// (gixd ÷ git receive-pack) first.
+fn ingest(root: &Path) -> Result<String> {
+    let doc = match load(
+        root,
+        crate::ingest_bench::INGEST_RESULTS,
+        "`cargo xtask bench ingest --repo PATH…` (by hand: it needs the repositories)",
+    )? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench ingest")?;
+    out.push_str(&format!(
+        " Pushed: {}. gixd: {}. git: {}. Medians.\n\n",
+        c["pushed"].as_str().unwrap_or("?"),
+        c["gixd"].as_str().unwrap_or("?"),
+        c["git_arm"].as_str().unwrap_or("?"),
+    ));
+    out.push_str("| repository | objects | refs | CPU s: gixd | git | ÷ | wall s: gixd | git | ÷ | peak MiB: gixd | git | ÷ |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut rows = Vec::new();
+    for repo in c["repos"].as_array().context("repos")? {
+        let name = repo["repo"].as_str().context("repo")?;
+        let med = |arm: &str, key: &str| {
+            median(runs.iter().filter(|r| r["repo"] == name && r["arm"] == arm).filter_map(|r| r[key].as_f64()).collect())
+        };
+        let (cg, ct) = (med("gixd", "cpu_us") / 1e6, med("git", "cpu_us") / 1e6);
+        let (wg, wt) = (med("gixd", "wall_ms") / 1e3, med("git", "wall_ms") / 1e3);
+        let (pg, pt) = (med("gixd", "peak_kb") / 1024.0, med("git", "peak_kb") / 1024.0);
+        let row = format!(
+            "| {name} | {} | {} | {cg:.1} | {ct:.1} | {} | {wg:.1} | {wt:.1} | {} | {pg:.0} | {pt:.0} | {} |\n",
+            repo["objects"],
+            repo["refs"],
+            ratio(ct, cg),
+            ratio(wt, wg),
+            ratio(pt, pg)
+        );
+        rows.push((cg / ct, row));
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    rows.into_iter().for_each(|(_, row)| out.push_str(&row));
     Ok(out)
 }
 

@@ -1,0 +1,137 @@
+//! `cargo xtask bench ingest --repo PATH…`: a whole history pushed into an empty repository, as a
+//! new user's first push is — gixd over HTTP (a fresh process, a write token, maintenance after
+//! pushes off so only the push is measured) against git receive-pack over file:// under
+//! `xtask rusage` (receive-pack and the index-pack it runs, its connectivity check). Per push:
+//! the server's CPU, the push's wall time and the server's peak memory. Every branch and tag is
+//! pushed, each push into a fresh empty repository. Run by hand on real repositories; not in CI.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+pub const INGEST_RESULTS: &str = "bench/results/ingest.json";
+
+/// What every arm pushes: every branch and tag.
+const REFSPECS: [&str; 2] = ["refs/heads/*:refs/heads/*", "refs/tags/*:refs/tags/*"];
+
+fn git(dir: &Path, args: &[&str]) -> Result<String> {
+    crate::bench::output(Command::new("git").current_dir(dir).args(args))
+}
+
+pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf>) -> Result<()> {
+    let gixd = crate::bench::gixd_or_build(root, gixd)?;
+    let xtask = std::env::current_exe()?;
+    let scratch = crate::tree::Scratch::new("bench-ingest")?;
+    let mut described = Vec::new();
+    let mut sources = Vec::new();
+    for repo in &repos {
+        let name = repo_name(repo);
+        // The client: a bare copy holding every branch and tag (the source is never written).
+        let client = scratch.0.join(format!("client-{name}.git"));
+        git(&scratch.0, &["clone", "-q", "--mirror", "--no-local", &repo.display().to_string(), client.to_str().context("utf-8")?])?;
+        let objects: u64 = git(&client, &["rev-list", "--objects", "--all", "--count"])?.parse()?;
+        let refs = git(&client, &["for-each-ref", "--format=%(refname)", "refs/heads", "refs/tags"])?.lines().count();
+        described.push(serde_json::json!({ "repo": name, "objects": objects, "refs": refs }));
+        sources.push((name, client));
+    }
+    let conditions = crate::bench::conditions(
+        root,
+        serde_json::json!({
+            "rounds": rounds,
+            "repos": described,
+            "gixd": format!("{} serve over HTTP with a write token, --auto-maintenance=false, a fresh process and a fresh empty repository per push; CPU of every thread of the process, peak memory its VmHWM", gixd.display()),
+            "git_arm": "git receive-pack over file:// with what it runs (index-pack, the connectivity check), a fresh empty repository per push; CPU and peak memory from getrusage of its process tree",
+            "pushed": "every branch and tag (git push URL 'refs/heads/*:refs/heads/*' 'refs/tags/*:refs/tags/*')",
+        }),
+    )?;
+    let mut runs = Vec::new();
+    for round in 0..rounds {
+        for (name, client) in &sources {
+            for arm in crate::bench::round_order(2, round).into_iter().map(|i| ["gixd", "git"][i]) {
+                let base = scratch.0.join(format!("base-{name}-{round}-{arm}"));
+                std::fs::create_dir_all(&base)?;
+                git(&base, &["init", "-q", "--bare", "r.git"])?;
+                let (cpu_us, wall_ms, peak_kb) = match arm {
+                    "gixd" => push_gixd(&gixd, &base, client)?,
+                    _ => push_git(&xtask, &base.join("r.git"), client, &scratch.0)?,
+                };
+                let listing = |dir: &Path| git(dir, &["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags"]);
+                if listing(&base.join("r.git"))? != listing(client)? {
+                    bail!("{arm} {name}: the pushed refs differ from the client's");
+                }
+                std::fs::remove_dir_all(&base)?;
+                runs.push(serde_json::json!({
+                    "repo": name, "arm": arm, "round": round,
+                    "cpu_us": cpu_us, "wall_ms": wall_ms, "peak_kb": peak_kb,
+                }));
+                eprint!(".");
+            }
+        }
+    }
+    eprintln!();
+    crate::bench::finish(root, INGEST_RESULTS, conditions, runs)
+}
+
+fn repo_name(repo: &Path) -> String {
+    let name = repo.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    // A `fetch` mirror is `owner+name/repo`: the owner and name say more than `repo`.
+    match repo.parent().and_then(Path::file_name) {
+        Some(parent) if name == "repo" => parent.to_string_lossy().into_owned(),
+        _ => name.trim_end_matches(".git").to_owned(),
+    }
+}
+
+fn push_args(url: &str) -> Vec<String> {
+    let mut args = vec!["push".to_owned(), "-q".to_owned(), url.to_owned()];
+    args.extend(REFSPECS.iter().map(|s| s.to_string()));
+    args
+}
+
+/// Peak resident memory of process `pid` so far (its VmHWM), in KiB.
+fn peak_kb(pid: u32) -> Result<i64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).context("VmHWM")?;
+    Ok(line.split_whitespace().nth(1).context("VmHWM value")?.parse()?)
+}
+
+fn push_gixd(gixd: &Path, base: &Path, client: &Path) -> Result<(i64, i64, i64)> {
+    let tokens = base.join("tokens.toml");
+    let out = Command::new(gixd).args(["token", "add", "--user", "bench", "--write", "--token-file"]).arg(&tokens).output()?;
+    let secret = String::from_utf8(out.stdout)?.trim().to_owned();
+    let (mut child, addr) = crate::bench::serve_gixd(
+        gixd,
+        base,
+        &["--token-file".as_ref(), tokens.as_os_str(), "--auto-maintenance=false".as_ref()],
+    )?;
+    let pid = child.id();
+    let before = crate::bench::proc_cpu_us(pid)?;
+    let started = Instant::now();
+    let status = Command::new("git").current_dir(client).args(push_args(&format!("http://bench:{secret}@{addr}/r.git"))).status()?;
+    let wall = started.elapsed().as_millis() as i64;
+    let cpu = crate::bench::proc_cpu_us(pid)? - before;
+    let peak = peak_kb(pid)?;
+    let _ = child.kill();
+    let _ = child.wait();
+    if !status.success() {
+        bail!("push to gixd failed");
+    }
+    Ok((cpu, wall, peak))
+}
+
+fn push_git(xtask: &Path, repo: &Path, client: &Path, scratch: &Path) -> Result<(i64, i64, i64)> {
+    let out = scratch.join("rusage.json");
+    let _ = std::fs::remove_file(&out);
+    let receive_pack = format!("{} rusage --out {} -- git-receive-pack", xtask.display(), out.display());
+    let mut args = push_args(&format!("file://{}", repo.display()));
+    args.insert(2, format!("--receive-pack={receive_pack}"));
+    let started = Instant::now();
+    let status = Command::new("git").current_dir(client).args(&args).status()?;
+    let wall = started.elapsed().as_millis() as i64;
+    if !status.success() {
+        bail!("push to git receive-pack failed");
+    }
+    let row: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out)?)?;
+    Ok((row["cpu_us"].as_i64().context("cpu_us")?, wall, row["peak_rss_kb"].as_i64().context("peak_rss_kb")?))
+}
