@@ -30,7 +30,10 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
         let name = repo_name(repo);
         // The client: a bare copy holding every branch and tag (the source is never written).
         let client = scratch.0.join(format!("client-{name}.git"));
-        git(&scratch.0, &["clone", "-q", "--mirror", "--no-local", &repo.display().to_string(), client.to_str().context("utf-8")?])?;
+        git(
+            &scratch.0,
+            &["clone", "-q", "--mirror", "--no-local", &repo.display().to_string(), client.to_str().context("utf-8")?],
+        )?;
         let objects: u64 = git(&client, &["rev-list", "--objects", "--all", "--count"])?.parse()?;
         let refs = git(&client, &["for-each-ref", "--format=%(refname)", "refs/heads", "refs/tags"])?.lines().count();
         described.push(serde_json::json!({ "repo": name, "objects": objects, "refs": refs }));
@@ -57,7 +60,9 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
                     "gixd" => push_gixd(&gixd, &base, client)?,
                     _ => push_git(&xtask, &base.join("r.git"), client, &scratch.0)?,
                 };
-                let listing = |dir: &Path| git(dir, &["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags"]);
+                let listing = |dir: &Path| {
+                    git(dir, &["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags"])
+                };
                 if listing(&base.join("r.git"))? != listing(client)? {
                     bail!("{arm} {name}: the pushed refs differ from the client's");
                 }
@@ -98,7 +103,10 @@ fn peak_kb(pid: u32) -> Result<i64> {
 
 fn push_gixd(gixd: &Path, base: &Path, client: &Path) -> Result<(i64, i64, i64)> {
     let tokens = base.join("tokens.toml");
-    let out = Command::new(gixd).args(["token", "add", "--user", "bench", "--write", "--token-file"]).arg(&tokens).output()?;
+    let out = Command::new(gixd)
+        .args(["token", "add", "--user", "bench", "--write", "--token-file"])
+        .arg(&tokens)
+        .output()?;
     let secret = String::from_utf8(out.stdout)?.trim().to_owned();
     let (mut child, addr) = crate::bench::serve_gixd(
         gixd,
@@ -108,7 +116,10 @@ fn push_gixd(gixd: &Path, base: &Path, client: &Path) -> Result<(i64, i64, i64)>
     let pid = child.id();
     let before = crate::bench::proc_cpu_us(pid)?;
     let started = Instant::now();
-    let status = Command::new("git").current_dir(client).args(push_args(&format!("http://bench:{secret}@{addr}/r.git"))).status()?;
+    let status = Command::new("git")
+        .current_dir(client)
+        .args(push_args(&format!("http://bench:{secret}@{addr}/r.git")))
+        .status()?;
     let wall = started.elapsed().as_millis() as i64;
     let cpu = crate::bench::proc_cpu_us(pid)? - before;
     let peak = peak_kb(pid)?;

@@ -486,7 +486,9 @@ fn ingest(root: &Path) -> Result<String> {
     for repo in c["repos"].as_array().context("repos")? {
         let name = repo["repo"].as_str().context("repo")?;
         let med = |arm: &str, key: &str| {
-            median(runs.iter().filter(|r| r["repo"] == name && r["arm"] == arm).filter_map(|r| r[key].as_f64()).collect())
+            median(
+                runs.iter().filter(|r| r["repo"] == name && r["arm"] == arm).filter_map(|r| r[key].as_f64()).collect(),
+            )
         };
         let (cg, ct) = (med("gixd", "cpu_us") / 1e6, med("git", "cpu_us") / 1e6);
         let (wg, wt) = (med("gixd", "wall_ms") / 1e3, med("git", "wall_ms") / 1e3);
