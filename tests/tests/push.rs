@@ -604,6 +604,68 @@ fn malformed_objects_are_refused_as_git_fsck_objects_would() {
     assert_server_clean(&f.repo());
 }
 
+/// The object check reads a delta's kind from its base: a malformed tree that travels as a delta
+/// of a well-formed one (most trees of a real push do) is checked as a tree, not passed over as
+/// if it were a blob — and every blob of the push goes unchecked without harm.
+#[test]
+fn a_malformed_tree_sent_as_a_delta_of_a_good_one_is_refused() {
+    let f = Fixture::new();
+    let secret = f.token("*", true);
+    let work = f.work("work", 1);
+    assert!(push(&work, &[&f.url(Some(&secret)), "main"]).0);
+    let old = git_out(&work, &["rev-parse", "main"]);
+    let blob = gix_hash::ObjectId::from_hex(git_out(&work, &["rev-parse", "main:file.txt"]).as_bytes()).unwrap();
+    let hash_object = |kind: &str, data: &[u8]| {
+        let mut cmd = gixd_tests::git_command(&work);
+        cmd.args(["hash-object", "--literally", "-w", "--stdin", "-t", kind]);
+        String::from_utf8(gixd_tests::output_with_input(cmd, data)).unwrap().trim().to_owned()
+    };
+    // Two trees of two hundred entries that differ in one: the second names `.git` (and is the
+    // smaller, so pack-objects stores it as the delta: it deltifies smaller against larger).
+    let tree_of = |extra: &str| {
+        let mut names: Vec<String> = (0..200).map(|i| format!("file-{i:03}.txt")).collect();
+        names.push(extra.to_owned());
+        names.sort();
+        let mut tree = Vec::new();
+        for name in names {
+            tree.extend(format!("100644 {name}\0").into_bytes());
+            tree.extend(blob.as_bytes());
+        }
+        tree
+    };
+    let good_tree = hash_object("tree", &tree_of("a-longer-name-than-the-other.txt"));
+    let bad_tree = hash_object("tree", &tree_of(".git"));
+    let good = git_out(&work, &["commit-tree", &good_tree, "-p", &old, "-m", "good"]);
+    let bad = git_out(&work, &["commit-tree", &bad_tree, "-p", &good, "-m", "bad"]);
+    // As a ref-delta (pack-objects' default) and as an offset delta (what clients send).
+    for offsets in [false, true] {
+        let mut cmd = gixd_tests::git_command(&work);
+        cmd.args(["pack-objects", "--stdout", "-q"]);
+        if offsets {
+            cmd.arg("--delta-base-offset");
+        }
+        let ids = [&bad, &bad_tree, &good, &good_tree].map(|i| format!("{i}\n")).concat();
+        let pack = gixd_tests::output_with_input(cmd, ids.as_bytes());
+        // The premise: in this pack the malformed tree is a delta of the good one.
+        let dir = tempfile::tempdir().unwrap();
+        let pack_path = dir.path().join("t.pack");
+        std::fs::write(&pack_path, &pack).unwrap();
+        let mut index = gixd_tests::git_command(dir.path());
+        index.args(["index-pack", "-o"]).arg(dir.path().join("t.idx")).arg(&pack_path);
+        assert!(index.status().unwrap().success());
+        let verify = git_out(dir.path(), &["verify-pack", "-v", "t.idx"]);
+        let deltified = verify
+            .lines()
+            .find(|l| l.starts_with(&bad_tree))
+            .is_some_and(|l| l.split_whitespace().last() == Some(good_tree.as_str()));
+        assert!(deltified, "the malformed tree is stored as a delta of the good one: {verify}");
+        let report = post_push(&f.server, &secret, &push_body(&[(old.clone(), bad.clone(), "refs/heads/main")], &pack));
+        assert!(report[0].starts_with("unpack invalid tree"), "offset deltas {offsets}: {report:?}");
+    }
+    assert_eq!(server_ref(&f.repo(), "refs/heads/main"), Some(old));
+    assert_server_clean(&f.repo());
+}
+
 /// git receive-pack's advertisement, as gixd is meant to send it: gixd's agent, and
 /// `push-options` always (git offers it only with receive.advertisePushOptions).
 fn normalize_git_receive_advertisement(git: &[u8]) -> String {
