@@ -38,6 +38,7 @@ pub const ALL: &[Target] = &[
     Target { name: "pack-bitmap-file", seeds: pack_bitmap_seeds, run: pack_bitmap_file, max_len: 1 << 14 },
     Target { name: "multi-pack-index-file", seeds: midx_seeds, run: midx_file, max_len: 1 << 14 },
     Target { name: "midx-bitmap-file", seeds: midx_bitmap_seeds, run: midx_bitmap_file, max_len: 1 << 14 },
+    Target { name: "commit-graph-file", seeds: commit_graph_seeds, run: commit_graph_file, max_len: 1 << 14 },
 ];
 
 /// The target named `name`.
@@ -833,4 +834,55 @@ fn midx_bitmap_file(f: &Fixture, input: &[u8]) -> Result<(), String> {
     let name = midx_repo_file(f, "multi-pack-index-", ".bitmap");
     let repo = damaged_copy(f, &name.file_name().unwrap().to_string_lossy(), input)?;
     open_and_reach(f, &repo)
+}
+
+/// r.git's commit-graph as git writes it.
+fn commit_graph_seeds(f: &Fixture) -> Vec<Vec<u8>> {
+    let n = f.scratch.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let copy = f.base.join(format!("graph-seed-{n}.git"));
+    let copied = Command::new("cp").args(["-a"]).arg(&f.served.git_dir).arg(&copy).status();
+    let written = Command::new("git").arg("-C").arg(&copy).args(["commit-graph", "write", "--reachable"]).status();
+    assert!(copied.is_ok_and(|s| s.success()) && written.is_ok_and(|s| s.success()), "a commit-graph of r.git");
+    vec![std::fs::read(copy.join("objects/info/commit-graph")).unwrap()]
+}
+
+/// `input` as a commit-graph file with its trailer made right (so the parser, not the checksum,
+/// meets the damage), read as gixd reads one and, if it reads, every commit of it looked at and
+/// r.git walked with it: damage is an error or a walk that fails, never a panic.
+fn commit_graph_file(f: &Fixture, input: &[u8]) -> Result<(), String> {
+    let n = f.scratch.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let objects = f.base.join(format!("graph-{n}/objects"));
+    std::fs::create_dir_all(objects.join("info")).map_err(|e| e.to_string())?;
+    let mut data = input.to_vec();
+    if data.len() >= 20 {
+        let body = data.len() - 20;
+        let mut hasher = gix_hash::hasher(gix_hash::Kind::Sha1);
+        hasher.update(&data[..body]);
+        let digest = hasher.try_finalize().map_err(|e| e.to_string())?;
+        data[body..].copy_from_slice(digest.as_bytes());
+    }
+    std::fs::write(objects.join("info/commit-graph"), &data).map_err(|e| e.to_string())?;
+    if let Ok(Some(graph)) = gixd::repo::commit_graph::load(&objects, gix_hash::Kind::Sha1) {
+        for commit in graph.iter_commits() {
+            let _ = (commit.root_tree_id(), commit.committer_timestamp(), commit.generation());
+            for parent in commit.iter_parents().flatten() {
+                let _ = graph.id_at(parent);
+            }
+        }
+        let repo = f.served.repo.to_thread_local();
+        let refs = gixd::repo::RefSnapshot::load(&repo).map_err(|e| e.to_string())?;
+        let request = gixd::select::Request {
+            wants: &refs.tips(),
+            common: &[],
+            include_tag: false,
+            refs: &refs,
+            filter: gixd::filter::Filter::default(),
+            boundary: None,
+            progress: None,
+            commit_graph: Some(&graph),
+        };
+        let _ = gixd::select::select_by_walking(&repo, &request);
+    }
+    let _ = std::fs::remove_dir_all(objects.parent().unwrap_or(&objects));
+    Ok(())
 }

@@ -98,6 +98,7 @@ fn bitmap_and_walk_select_the_same_objects_on_every_corpus_repository() {
                     filter,
                     boundary: None,
                     progress: None,
+                    commit_graph: None,
                 };
                 let by_bitmap = select::select(&repo, &request, Some(&bitmap)).unwrap();
                 let by_walk = select::select_by_walking(&repo, &request).unwrap();
@@ -122,6 +123,7 @@ fn bitmap_and_walk_select_the_same_objects_on_every_corpus_repository() {
                     filter: Filter::default(),
                     boundary: None,
                     progress: None,
+                    commit_graph: None,
                 };
                 let by_bitmap = ids(&select::select(&repo, &request, Some(&bitmap)).unwrap());
                 let by_walk = ids(&select::select_by_walking(&repo, &request).unwrap());
@@ -227,6 +229,7 @@ fn objects_outside_the_bitmapped_pack_are_walked_and_the_result_is_the_walks() {
             filter,
             boundary: None,
             progress: None,
+            commit_graph: None,
         };
         let by_bitmap = select::select(&repo, &request, Some(&bitmap)).unwrap();
         assert!(by_bitmap.by_bitmap);

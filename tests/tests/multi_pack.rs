@@ -222,6 +222,7 @@ fn a_multi_pack_index_bitmap_selects_what_the_walk_selects() {
                 filter,
                 boundary: None,
                 progress: None,
+                commit_graph: None,
             };
             let by_bitmap = select::select(&repo, &request, Some(&bitmap)).unwrap();
             assert!(by_bitmap.by_bitmap);
@@ -240,6 +241,7 @@ fn a_multi_pack_index_bitmap_selects_what_the_walk_selects() {
             filter: Filter::default(),
             boundary: None,
             progress: None,
+            commit_graph: None,
         };
         let by_bitmap = ids(&select::select(&repo, &request, Some(&bitmap)).unwrap());
         let by_walk = ids(&select::select_by_walking(&repo, &request).unwrap());

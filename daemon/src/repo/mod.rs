@@ -10,6 +10,7 @@ use crate::config::{Exports, PathRules};
 use crate::error::{RepoError, ServeError};
 
 pub mod cache;
+pub mod commit_graph;
 pub mod create;
 pub mod format;
 pub mod listing;
@@ -69,6 +70,8 @@ pub struct Repos {
     refs: cache::PerRepository<RefSnapshot>,
     /// Decoded commits, kept for the process's life ([`Repos::commits`]).
     commits: cache::PerRepository<crate::graph::CommitCache>,
+    /// The commit-graph as last read, per state of its files ([`Repos::commit_graph`]).
+    commit_graphs: cache::PerRepository<Option<gix_commitgraph::Graph>>,
 }
 
 /// A repository as opened (or found unreadable) when its config file had this modification time.
@@ -99,6 +102,7 @@ impl Repos {
             open: Mutex::new(HashMap::new()),
             refs: Default::default(),
             commits: Default::default(),
+            commit_graphs: Default::default(),
         })
     }
 
@@ -215,6 +219,18 @@ impl Repos {
     /// its content: the cache never needs a state).
     pub fn commits(&self, served: &Served) -> Arc<crate::graph::CommitCache> {
         self.commits.get_or_insert_with(served, 0, crate::graph::CommitCache::default)
+    }
+
+    /// The repository's commit-graph ([`commit_graph`]), read again when its files change; `None`
+    /// without one, or when it does not verify (logged once per state of its files).
+    pub fn commit_graph(&self, served: &Served, repo: &gix::Repository) -> Arc<Option<gix_commitgraph::Graph>> {
+        let objects = repo.objects.store_ref().path().to_owned();
+        self.commit_graphs.get_or_insert_with(served, commit_graph::state(&objects), || {
+            commit_graph::load(&objects, repo.object_hash()).unwrap_or_else(|err| {
+                tracing::warn!(repo = %served.name, %err, "commit-graph not used");
+                None
+            })
+        })
     }
 
     /// The refs upload-pack serves of `served` ([`RefSnapshot::load`]), read again only when

@@ -31,6 +31,8 @@ pub fn select_and_write(
     };
     let select = |repo: &gix::Repository| {
         let bitmap = crate::bitmap::of(&ctx.caches.bitmaps, ctx.repos, ctx.served, repo);
+        // A walk takes commits' trees from the commit-graph; a bitmap selection needs none.
+        let commit_graph = bitmap.is_none().then(|| ctx.repos.commit_graph(ctx.served, repo));
         let request = select::Request {
             wants: request.wants,
             common: request.common,
@@ -39,6 +41,7 @@ pub fn select_and_write(
             filter: request.filter,
             boundary: request.boundary,
             progress: Some(&tell),
+            commit_graph: commit_graph.as_deref().and_then(Option::as_ref),
         };
         select::select(repo, &request, bitmap.as_ref())
     };

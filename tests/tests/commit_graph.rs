@@ -1,0 +1,109 @@
+//! git's commit-graph in walks: a walk that takes commits' root trees from the graph selects
+//! exactly what a walk that inflates every commit selects, on every corpus repository and both
+//! object formats; a damaged graph (one flipped byte) is refused when it is read, so a walk never
+//! trusts it.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use gix_hash::ObjectId;
+use gixd::filter::Filter;
+use gixd::repo::RefSnapshot;
+use gixd::select::{self, Request};
+use gixd_tests::corpus::{self, Hash};
+use gixd_tests::server::git_ok;
+
+/// A copy of a corpus repository with a commit-graph of everything its refs reach (`split`: a
+/// chain of two graph files, else one file).
+fn with_graph(tmp: &Path, name: &str, hash: Hash, split: bool) -> PathBuf {
+    let src = corpus::ensure(name, hash);
+    let dest = tmp.join(format!("{name}-{}-{split}.git", hash.name()));
+    git_ok(tmp, &["clone", "-q", "--bare", "--no-local", src.to_str().unwrap(), dest.to_str().unwrap()]);
+    git_ok(&dest, &["fetch", "-q", src.to_str().unwrap(), "+refs/*:refs/*"]);
+    let listed = gixd_tests::server::git_client(&dest, &["rev-list", "--all", "--reverse"]);
+    let commits = String::from_utf8_lossy(&listed.stdout).lines().map(str::to_owned).collect::<Vec<_>>();
+    if split && commits.len() >= 2 {
+        // The first half of history in one file, the rest in a second: a chain.
+        let half = &commits[commits.len() / 2];
+        let mut cmd = gixd_tests::git_command(&dest);
+        cmd.args(["commit-graph", "write", "--split=no-merge", "--stdin-commits"]);
+        gixd_tests::output_with_input(cmd, format!("{half}\n").as_bytes());
+        git_ok(&dest, &["commit-graph", "write", "--split=no-merge", "--reachable"]);
+    } else {
+        git_ok(&dest, &["commit-graph", "write", "--reachable"]);
+    }
+    dest
+}
+
+fn ids(selection: &select::Selection) -> BTreeSet<ObjectId> {
+    selection.objects.iter().copied().collect()
+}
+
+#[test]
+fn a_walk_with_the_commit_graph_selects_what_a_walk_without_it_selects() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut compared = 0;
+    for spec in corpus::REPOS {
+        for hash in Hash::ALL {
+            for split in [false, true] {
+                let path = with_graph(tmp.path(), spec.name, hash, split);
+                let repo = gix::open(&path).unwrap();
+                let refs = RefSnapshot::load(&repo).unwrap();
+                let wants = refs.tips();
+                if wants.is_empty() {
+                    continue;
+                }
+                let graph = gixd::repo::commit_graph::load(&path.join("objects"), repo.object_hash())
+                    .unwrap()
+                    .expect("git wrote a commit-graph");
+                let request = |commit_graph| Request {
+                    wants: &wants,
+                    common: &[],
+                    include_tag: false,
+                    refs: &refs,
+                    filter: Filter::default(),
+                    boundary: None,
+                    progress: None,
+                    commit_graph,
+                };
+                let with = select::select_by_walking(&repo, &request(Some(&graph))).unwrap();
+                let without = select::select_by_walking(&repo, &request(None)).unwrap();
+                assert_eq!(ids(&with), ids(&without), "{} {} split {split}", spec.name, hash.name());
+                assert_eq!(with.objects, without.objects, "the same order too");
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared >= 8, "{compared} repositories compared");
+}
+
+#[test]
+fn a_damaged_commit_graph_is_refused_when_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    for split in [false, true] {
+        let path = with_graph(tmp.path(), "linear", Hash::Sha1, split);
+        let objects = path.join("objects");
+        assert!(gixd::repo::commit_graph::load(&objects, gix_hash::Kind::Sha1).unwrap().is_some());
+        let file = if split {
+            std::fs::read_dir(objects.join("info/commit-graphs"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|e| e == "graph"))
+                .unwrap()
+        } else {
+            objects.join("info/commit-graph")
+        };
+        let mut bytes = std::fs::read(&file).unwrap();
+        // A byte inside the commit data (past the header and chunk table, before the trailer).
+        let at = bytes.len() * 2 / 3;
+        bytes[at] ^= 0x55;
+        let mut perms = std::fs::metadata(&file).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+        std::fs::set_permissions(&file, perms).unwrap();
+        std::fs::write(&file, &bytes).unwrap();
+        let loaded = gixd::repo::commit_graph::load(&objects, gix_hash::Kind::Sha1);
+        assert!(loaded.is_err(), "split {split}: a flipped byte is refused");
+    }
+}
