@@ -80,8 +80,9 @@ pub struct Settings {
     #[arg(long = "maintenance-every", env = "GIXD_MAINTENANCE_EVERY", value_name = "SECONDS")]
     pub maintenance_interval_secs: Option<u64>,
     /// After pushes, roll a repository's small packs up geometrically, or repack it with a new
-    /// bitmap once enough objects are outside its bitmap.
-    #[arg(long, env = "GIXD_AUTO_MAINTENANCE", value_name = "BOOL", value_parser = boolish(), num_args = 0..=1, require_equals = true,
+    /// bitmap once enough objects are outside its bitmap (its value may follow as a separate
+    /// argument, as it always could: `--auto-maintenance false`).
+    #[arg(long, env = "GIXD_AUTO_MAINTENANCE", value_name = "BOOL", value_parser = boolish(), num_args = 0..=1,
           default_missing_value = "true", default_value = "true")]
     pub auto_maintenance: Option<bool>,
     /// Serve Prometheus metrics at http://ADDR/metrics.
@@ -694,6 +695,13 @@ mod tests {
         assert_eq!(config.paths.user_path.as_deref(), Some("pub"));
         assert_eq!(config.max_wants, 10);
         assert_eq!(config.token_file.as_deref(), Some(Path::new("/etc/gixd/gixd-tokens.toml")));
+    }
+
+    #[test]
+    fn auto_maintenance_takes_its_value_as_a_separate_argument_as_it_always_could() {
+        assert!(!resolved(flags(&["--auto-maintenance", "false"]).unwrap(), Settings::default()).auto_maintenance);
+        assert!(!resolved(flags(&["--auto-maintenance=no"]).unwrap(), Settings::default()).auto_maintenance);
+        assert!(resolved(flags(&["--auto-maintenance"]).unwrap(), Settings::default()).auto_maintenance);
     }
 
     #[test]
