@@ -114,16 +114,22 @@ pub(crate) fn gixd_or_build(root: &Path, given: Option<PathBuf>) -> Result<PathB
     }
 }
 
-/// A fresh `gixd serve` of `base` that takes pushes: a write token made for it (in `base`), and
-/// the URL prefix that carries it (`http://bench:TOKEN@ADDR`).
-pub(crate) fn serve_gixd_taking_pushes(gixd: &Path, base: &Path) -> Result<(std::process::Child, String)> {
+/// A fresh `gixd serve` of `base` (with `extra` flags) that takes pushes: a write token made for
+/// it (in `base`), and the URL prefix that carries it (`http://bench:TOKEN@ADDR`).
+pub(crate) fn serve_gixd_taking_pushes(
+    gixd: &Path,
+    base: &Path,
+    extra: &[&std::ffi::OsStr],
+) -> Result<(std::process::Child, String)> {
     let tokens = base.join("tokens.toml");
     let out = Command::new(gixd)
         .args(["token", "add", "--user", "bench", "--write", "--token-file"])
         .arg(&tokens)
         .output()?;
     let secret = String::from_utf8(out.stdout)?.trim().to_owned();
-    let (child, addr) = serve_gixd(gixd, base, &["--token-file".as_ref(), tokens.as_os_str()])?;
+    let mut args = vec!["--token-file".as_ref(), tokens.as_os_str()];
+    args.extend_from_slice(extra);
+    let (child, addr) = serve_gixd(gixd, base, &args)?;
     Ok((child, format!("http://bench:{secret}@{addr}")))
 }
 

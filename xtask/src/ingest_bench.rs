@@ -102,24 +102,12 @@ fn peak_kb(pid: u32) -> Result<i64> {
 }
 
 fn push_gixd(gixd: &Path, base: &Path, client: &Path) -> Result<(i64, i64, i64)> {
-    let tokens = base.join("tokens.toml");
-    let out = Command::new(gixd)
-        .args(["token", "add", "--user", "bench", "--write", "--token-file"])
-        .arg(&tokens)
-        .output()?;
-    let secret = String::from_utf8(out.stdout)?.trim().to_owned();
-    let (mut child, addr) = crate::bench::serve_gixd(
-        gixd,
-        base,
-        &["--token-file".as_ref(), tokens.as_os_str(), "--auto-maintenance=false".as_ref()],
-    )?;
+    let (mut child, server) =
+        crate::bench::serve_gixd_taking_pushes(gixd, base, &["--auto-maintenance=false".as_ref()])?;
     let pid = child.id();
     let before = crate::bench::proc_cpu_us(pid)?;
     let started = Instant::now();
-    let status = Command::new("git")
-        .current_dir(client)
-        .args(push_args(&format!("http://bench:{secret}@{addr}/r.git")))
-        .status()?;
+    let status = Command::new("git").current_dir(client).args(push_args(&format!("{server}/r.git"))).status()?;
     let wall = started.elapsed().as_millis() as i64;
     let cpu = crate::bench::proc_cpu_us(pid)? - before;
     let peak = peak_kb(pid)?;

@@ -136,7 +136,7 @@ fn push_history(gixd: &Path, source: &Path, dir: &Path, pushes: usize) -> Result
     }
     let repo = dir.join("r.git");
     git(dir, &["init", "-q", "--bare", "-b", "main", "r.git"])?;
-    let (mut child, server) = crate::bench::serve_gixd_taking_pushes(gixd, dir)?;
+    let (mut child, server) = crate::bench::serve_gixd_taking_pushes(gixd, dir, &[])?;
     let url = format!("{server}/r.git");
     let result = (1..=pushes).try_for_each(|step| {
         let commit = &history[step * history.len() / pushes - 1];

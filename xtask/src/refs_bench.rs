@@ -126,7 +126,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, requests: usize, gix
 /// `git push --mirror` to a gixd; that gixd's CPU for it (microseconds).
 fn push_mirror(gixd: &Path, source: &Path, base: &Path) -> Result<u64> {
     git(base, &["init", "-q", "--bare", "loose.git"])?;
-    let (mut child, server) = crate::bench::serve_gixd_taking_pushes(gixd, base)?;
+    let (mut child, server) = crate::bench::serve_gixd_taking_pushes(gixd, base, &[])?;
     let url = format!("{server}/loose.git");
     let result = git(source, &["push", "-q", "--mirror", &url]).and_then(|_| cpu_us(child.id()));
     let _ = child.kill();

@@ -35,6 +35,12 @@ impl<'a> Session<'a> {
         Ok(Session { ctx, repo, refs, common: None, ready: None })
     }
 
+    /// Which of `commits` the refs this request is served from reach ([`crate::select::readable_commits`]).
+    fn readable_commits(&self, commits: &[ObjectId]) -> Result<std::collections::HashSet<ObjectId>, ServeError> {
+        let ctx = self.ctx;
+        crate::select::readable_commits(ctx.caches, ctx.repos, ctx.served, &self.repo, &self.refs, commits)
+    }
+
     /// The haves so far, and the repository to ask about more (two fields borrowed at once).
     fn negotiation(&mut self) -> (&mut Common, &gix::Repository) {
         let (ctx, repo) = (self.ctx, &self.repo);
@@ -77,14 +83,7 @@ impl Upload for Session<'_> {
                 Err(_) => return Err(ProtocolError::WantNotAdvertised(*want).into()),
             }
         }
-        let readable = crate::select::readable_commits(
-            self.ctx.caches,
-            self.ctx.repos,
-            self.ctx.served,
-            &self.repo,
-            &self.refs,
-            &commits,
-        )?;
+        let readable = self.readable_commits(&commits)?;
         if let Some(want) = commits.iter().find(|c| !readable.contains(*c)) {
             return Err(ProtocolError::WantNotAdvertised(*want).into());
         }
@@ -117,14 +116,7 @@ impl Upload for Session<'_> {
                     Ok(_) => commits.push(id),
                 }
             }
-            let readable = crate::select::readable_commits(
-                self.ctx.caches,
-                self.ctx.repos,
-                self.ctx.served,
-                &self.repo,
-                &self.refs,
-                &commits,
-            )?;
+            let readable = self.readable_commits(&commits)?;
             for id in commits {
                 if readable.contains(&id) && !extras.deepen.client_shallows.contains(&id) {
                     extras.deepen.client_shallows.push(id);
