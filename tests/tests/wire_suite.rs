@@ -496,11 +496,13 @@ fn bitmapped_copy(dir: &Path, repo: &Path) -> PathBuf {
     git_ok(dir, &["clone", "-q", "--mirror", "--no-local", repo.to_str().unwrap(), scratch.to_str().unwrap()]);
     if repo.join("objects/pack/multi-pack-index").is_file() {
         // git's answer from a MIDX bitmap differs from run to run (three clones of the midx
-        // corpus, three packs): the copy's deltas are searched anew, on one thread, so that the
-        // bitmapped pack gixd serves is the same every time.
+        // corpus, three packs): the copy's deltas are searched anew on one thread and every object
+        // is compressed anew (`-F`: with `-f` alone, an object stored whole kept the compressed
+        // bytes of whichever pack the clone got, and a sha256 clone's bytes moved in CI), so that
+        // the bitmapped pack gixd serves is the same every time.
         git_ok(
             &scratch,
-            &["-c", "pack.threads=1", "-c", "pack.writeReverseIndex=true", "repack", "-adfq", "--write-bitmap-index"],
+            &["-c", "pack.threads=1", "-c", "pack.writeReverseIndex=true", "repack", "-adFq", "--write-bitmap-index"],
         );
     } else {
         git_ok(&scratch, &["-c", "pack.writeReverseIndex=true", "repack", "-adq", "--write-bitmap-index"]);
