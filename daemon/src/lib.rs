@@ -36,7 +36,8 @@
 //!   `layers.rs` checks that no codec touches a repository.
 //! - [`push`] — what a push does below the protocol: quarantine, object and ref checks, hooks,
 //!   the ref transaction; [`maintenance`] — repacking into one pack with a `.rev` and a
-//!   `.bitmap`, in-process, and the geometric roll-up of pushed packs (`maintenance::geometric`).
+//!   `.bitmap`, in-process, the geometric roll-up of pushed packs (`maintenance::geometric`), and
+//!   unreachable objects kept in a cruft pack until `gc.pruneExpire` (`maintenance::prune`).
 //! - [`session`] — what a request and the server share, whatever the transport: the server's
 //!   state, a request's context, the protocol version asked for, what a tap is told;
 //!   [`metrics`] — the Prometheus counters; [`access_log`] — a JSON line per request;

@@ -40,7 +40,8 @@ enum Command {
     /// Validate a configuration file and say exactly what is wrong with it.
     CheckConfig { file: PathBuf },
     /// Repack a repository into one pack with a reverse index and a bitmap (what git's
-    /// `repack -adb` gives), in-process; nothing unreachable is deleted.
+    /// `repack -adb` gives), in-process; what no ref reaches goes into a cruft pack (git's, with
+    /// `.mtimes`) and is removed once older than the repository's `gc.pruneExpire` (two weeks).
     Maintenance {
         /// The repository (its git directory or work tree).
         repo: PathBuf,
@@ -246,7 +247,7 @@ fn main() -> std::process::ExitCode {
             report
                 .map(|r| {
                     println!(
-                        "{}: {} objects in {} ({} stored whole before, now deltas), {} commit bitmaps; removed {} pack(s) and {} loose object(s) now in it; {} loose ref(s) packed",
+                        "{}: {} objects in {} ({} stored whole before, now deltas), {} commit bitmaps; removed {} pack(s) and {} loose object(s) now in it; {} loose ref(s) packed; {} unreachable object(s) kept, {} expired",
                         git_dir.display(),
                         r.objects,
                         r.pack.display(),
@@ -254,7 +255,9 @@ fn main() -> std::process::ExitCode {
                         r.bitmaps,
                         r.packs_removed,
                         r.loose_removed,
-                        r.refs_packed
+                        r.refs_packed,
+                        r.unreachable_kept,
+                        r.pruned
                     )
                 })
                 .map_err(Into::into)

@@ -2,7 +2,7 @@
 //! pack whose `.bitmap` and `.rev` stock git accepts (`git rev-list --test-bitmap HEAD`), refs and
 //! reachable objects unchanged, fsck clean; a repository that only ever received pushes (a pack
 //! per push) ends with one pack and serves clones from its bitmap, and its pushed refs in
-//! packed-refs; nothing unreachable is deleted.
+//! packed-refs; nothing unreachable younger than `gc.pruneExpire` is deleted (`prune.rs`).
 
 use std::path::Path;
 
@@ -111,7 +111,7 @@ fn a_repository_that_only_received_pushes_ends_with_one_bitmapped_pack_and_loses
         );
         git_ok(&work, &["push", "-q", &url, "main"]);
     }
-    // Something nobody references, in a pack of its own: it must survive.
+    // Something nobody references, in a pack of its own, younger than gc.pruneExpire: it must survive.
     gixd_tests::commit_files(&work, &[("orphan.txt", b"nobody points here\n")], "orphan");
     let orphan = gixd_tests::git_out(&work, &["rev-parse", "HEAD"]);
     git_ok(&work, &["push", "-q", &url, "HEAD:refs/heads/tmp"]);
@@ -125,7 +125,7 @@ fn a_repository_that_only_received_pushes_ends_with_one_bitmapped_pack_and_loses
     // Clean but for the orphan, which is dangling on purpose.
     let fsck = git_client(&repo, &["fsck", "--full", "--strict", "--no-dangling"]);
     assert!(fsck.status.success() && fsck.stdout.is_empty(), "{}", String::from_utf8_lossy(&fsck.stdout));
-    assert_eq!(all_objects(&repo), before, "nothing was lost (the orphan's pack stays)");
+    assert_eq!(all_objects(&repo), before, "nothing was lost (the orphan is young: it stays, in a cruft pack)");
     assert!(all_objects(&repo).contains(&orphan));
 
     // Clones come from the bitmap now, and equal a clone from git.

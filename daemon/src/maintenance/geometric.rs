@@ -30,6 +30,9 @@ pub struct PackInfo {
     pub bitmap: bool,
     /// A `.keep` file: never rolled up or removed.
     pub kept: bool,
+    /// A cruft pack (a `.mtimes` file: unreachable objects with their ages, [`super::prune`]):
+    /// outside the geometry; only a full run replaces it.
+    pub cruft: bool,
     pub mtime: std::time::SystemTime,
 }
 
@@ -49,6 +52,7 @@ pub fn packs(pack_dir: &Path) -> Vec<PackInfo> {
             Some(PackInfo {
                 bitmap: index.with_extension("bitmap").is_file(),
                 kept: index.with_extension("keep").exists(),
+                cruft: index.with_extension("mtimes").exists(),
                 objects,
                 mtime,
                 index,
@@ -74,34 +78,73 @@ fn rolled_marker(index: &Path) -> PathBuf {
 /// Note that the pack indexed by `index` went into another (its roll-up, or a full run's pack):
 /// it leaves the geometry now and goes [`GRACE`] later ([`expire_rolled`]). Its bitmap goes at
 /// once, so that no new request picks it over the new pack's (one that read it holds it).
-pub(super) fn mark_rolled(index: &Path) -> std::io::Result<()> {
+/// `drops`: the full run that replaced it left some of its objects out (expired, unreachable);
+/// its pack (the index named) holds everything it reached.
+pub(super) fn mark_rolled(index: &Path, drops: Option<&Path>) -> std::io::Result<()> {
     let marker = rolled_marker(index);
     if let Some(dir) = marker.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::File::create(&marker)?;
+    let note = match drops.and_then(Path::file_name) {
+        Some(main) => format!("drops {}\n", main.to_string_lossy()),
+        None => String::new(),
+    };
+    std::fs::write(&marker, note)?;
     let _ = std::fs::remove_file(index.with_extension("bitmap"));
     Ok(())
 }
 
+/// Whether the pack indexed by `index` is noted as rolled up.
+pub(super) fn is_rolled(index: &Path) -> bool {
+    rolled_marker(index).exists()
+}
+
+/// The pack indexed by `index` is a pack of the repository again ([`super::prune::rescue`]).
+pub(super) fn unroll(index: &Path) {
+    let _ = std::fs::remove_file(rolled_marker(index));
+}
+
+/// Rolled packs a full run replaced with drops: each one's index, and the run's pack (its index)
+/// that holds everything the run reached.
+pub type Dropping = [(PathBuf, Option<PathBuf>)];
+
 /// Remove the packs rolled up more than `grace` ago ([`GRACE`]; the index first: readers find
-/// packs by it), and the notes of packs gone otherwise (a full repack, git's gc). Run under the
-/// maintenance lock. Returns how many packs went.
-pub fn expire_rolled(objects_dir: &Path, grace: std::time::Duration) -> usize {
+/// packs by it), and the notes of packs gone otherwise (a full repack, git's gc). Packs a full run
+/// replaced with drops go only after `rescue` (the prune rule's, [`super::expire_rolled`]) kept
+/// those whose objects something live needs again. Run under the maintenance lock. Returns how
+/// many packs went.
+pub fn expire_rolled(
+    objects_dir: &Path,
+    grace: std::time::Duration,
+    rescue: &dyn Fn(&Path, &Dropping) -> usize,
+) -> usize {
     let dir = objects_dir.join("gixd-rolled");
-    let mut removed = 0;
+    let mut due = Vec::new();
     for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
         let index = objects_dir.join("pack").join(entry.file_name());
         let age = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
         if !index.exists() {
             let _ = std::fs::remove_file(entry.path());
         } else if age.is_some_and(|age| age >= grace) {
-            for ext in ["idx", "pack", "rev", "bitmap", "keep"] {
-                let _ = std::fs::remove_file(index.with_extension(ext));
-            }
-            let _ = std::fs::remove_file(entry.path());
-            removed += 1;
+            let note = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let drops = note.trim().strip_prefix("drops ").map(|main| objects_dir.join("pack").join(main));
+            due.push((index, drops));
         }
+    }
+    let dropping: Vec<(PathBuf, Option<PathBuf>)> = due.iter().filter(|(_, drops)| drops.is_some()).cloned().collect();
+    if !dropping.is_empty() {
+        rescue(objects_dir, &dropping);
+    }
+    let mut removed = 0;
+    for (index, _) in due {
+        if !is_rolled(&index) {
+            continue; // rescued
+        }
+        for ext in ["idx", "pack", "rev", "bitmap", "keep", "mtimes"] {
+            let _ = std::fs::remove_file(index.with_extension(ext));
+        }
+        let _ = std::fs::remove_file(rolled_marker(&index));
+        removed += 1;
     }
     let _ = std::fs::remove_dir(&dir); // only if empty
     removed
@@ -160,7 +203,7 @@ pub enum Due {
 /// roll-up when there are at least two packs (or loose objects with a pack) out of progression.
 pub fn due(git_dir: &Path) -> Due {
     let objects_dir = git_dir.join("objects");
-    let packs: Vec<PackInfo> = packs(&objects_dir.join("pack")).into_iter().filter(|p| !p.kept).collect();
+    let packs: Vec<PackInfo> = packs(&objects_dir.join("pack")).into_iter().filter(|p| !p.kept && !p.cruft).collect();
     let loose = super::loose_objects(&objects_dir).len() as u64;
     let bitmapped: u64 = packs.iter().filter(|p| p.bitmap).map(|p| p.objects).sum();
     let outside: u64 = packs.iter().filter(|p| !p.bitmap).map(|p| p.objects).sum::<u64>() + loose;
@@ -185,9 +228,9 @@ pub fn run(git_dir: &Path) -> Result<Option<Report>, MaintenanceError> {
     let pack_dir = objects_dir.join("pack");
     let _lock = super::Lock::take(&objects_dir)?;
     let leftovers_removed = super::remove_leftovers(&objects_dir, &pack_dir);
-    expire_rolled(&objects_dir, GRACE);
+    super::expire_rolled(&objects_dir, GRACE);
 
-    let present: Vec<PackInfo> = packs(&pack_dir).into_iter().filter(|p| !p.kept).collect();
+    let present: Vec<PackInfo> = packs(&pack_dir).into_iter().filter(|p| !p.kept && !p.cruft).collect();
     let loose = super::loose_objects(&objects_dir);
     let sizes: Vec<u64> = present.iter().map(|p| p.objects).collect();
     let mut rolled: Vec<&PackInfo> = present[..split(&sizes, loose.len() as u64)].iter().collect();
@@ -219,7 +262,7 @@ pub fn run(git_dir: &Path) -> Result<Option<Report>, MaintenanceError> {
 
     let scratch = objects_dir.join(format!("gixd-maintenance-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
-    let result = super::write_pack(&repo, &selection, &scratch, &pack_dir, hash, super::Bases::StoreWhole);
+    let result = super::write_pack(&repo, &selection, &scratch, &pack_dir, &pack_dir, hash, super::Bases::StoreWhole);
     let _ = std::fs::remove_dir_all(&scratch);
     let (index_path, data_path, deltas_computed) = result?;
     let index = gix_pack::index::File::at(&index_path, hash).map_err(MaintenanceError::pack)?;
@@ -236,15 +279,16 @@ pub fn run(git_dir: &Path) -> Result<Option<Report>, MaintenanceError> {
     for pack in &rolled {
         let Ok(old) = gix_pack::index::File::at(&pack.index, hash) else { continue };
         if old.iter().all(|e| index.lookup(e.oid).is_some() || stays(&e.oid)) {
-            mark_rolled(&pack.index)?;
+            mark_rolled(&pack.index, None)?;
             report.packs_removed += 1;
         }
     }
-    super::remove_loose_contained(&objects_dir, &index, &mut report)?;
+    super::remove_loose(&objects_dir, |id| index.lookup(id).is_some(), &mut report)?;
     // Rolled into one pack with everything: it can carry the bitmap, as a full run's does (and
     // a MIDX would name packs about to go). Else a MIDX over what stays, with its bitmap.
     let geometry = packs(&pack_dir);
-    if geometry.iter().all(|p| p.index == index_path) {
+    // A cruft pack beside it changes nothing: no ref reaches what it holds.
+    if geometry.iter().filter(|p| !p.cruft).all(|p| p.index == index_path) {
         super::midx::remove(&pack_dir, None);
         let refs = crate::repo::RefSnapshot::load_hiding_nothing(&repo)?;
         let order = crate::bitmap::write::pack_order(&index);

@@ -3,10 +3,12 @@
 //! reads them — so a repository that only ever received pushes gets bitmaps without an external
 //! git; then move loose refs into packed-refs, as `git pack-refs --all --prune` (git gc) does.
 //! Nothing is lost: an old pack is deleted only when every one of its objects is in the new
-//! pack, a loose object only when it is; objects nobody references stay where they were; a
-//! loose ref is removed only after packed-refs holds its value, under its lock.
+//! pack or the cruft pack beside it, a loose object only when it is; what no ref reaches is kept
+//! there until `gc.pruneExpire` (two weeks) has passed over it, and longer while anything live
+//! reaches it; a loose ref is removed only after packed-refs holds its value, under its lock.
 //!
 //! `geometric`: the roll-up of small packs that runs after pushes, and what a repository is due.
+//! `prune`: unreachable objects, their cruft pack and their expiry.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -18,6 +20,7 @@ use crate::error::{PackError, RepoError, ServeError};
 
 pub mod geometric;
 pub mod midx;
+pub mod prune;
 
 /// Why a maintenance run did not finish. It serves no request: the service counts it
 /// (`skipped` for [`MaintenanceError::Busy`] and [`MaintenanceError::Repo`], else `failed`), the
@@ -39,6 +42,9 @@ pub enum MaintenanceError {
     Git(#[from] gix::Error),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    /// The repository's configuration says something maintenance cannot act on.
+    #[error("configuration: {0}")]
+    Config(String),
     /// The pack, index or bitmap writer it shares with serving failed.
     #[error(transparent)]
     Write(#[from] ServeError),
@@ -70,6 +76,11 @@ pub struct Report {
     pub deltas_computed: usize,
     /// Loose refs moved into packed-refs.
     pub refs_packed: usize,
+    /// Unreachable objects kept in the cruft pack (younger than `gc.pruneExpire`, or reached by
+    /// such an object or by something live).
+    pub unreachable_kept: usize,
+    /// Unreachable objects left out: expired, and reached by nothing kept.
+    pub pruned: usize,
 }
 
 /// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`, with a delta search among the
@@ -89,10 +100,12 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
     std::fs::create_dir_all(&pack_dir)?;
     let _lock = Lock::take(&objects_dir)?;
     let leftovers_removed = remove_leftovers(&objects_dir, &pack_dir);
-    geometric::expire_rolled(&objects_dir, geometric::GRACE);
+    expire_rolled(&objects_dir, geometric::GRACE);
 
     // 1. Everything reachable from every ref and HEAD (hidden refs too: this is the repository,
     //    not a client's view of it), in walk order with each path's name hash.
+    let expiry = prune::Expiry::of(&repo)?;
+    let before = prune::Before::list(&objects_dir);
     let refs = crate::repo::RefSnapshot::load_hiding_nothing(&repo)?;
     let tips = refs.tips();
     // After pushes, a repository of one pack with no bitmap (a whole history pushed at once)
@@ -110,7 +123,7 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
     //    completed bases), so versions of a file pushed apart become deltas of each other.
     let scratch = objects_dir.join(format!("gixd-maintenance-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
-    let result = write_pack(&repo, &selection, &scratch, &pack_dir, hash, bases);
+    let result = write_pack(&repo, &selection, &scratch, &pack_dir, &pack_dir, hash, bases);
     let _ = std::fs::remove_dir_all(&scratch);
     let (index_path, data_path, deltas_computed) = result?;
 
@@ -120,22 +133,41 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
     write_rev(&index_path.with_extension("rev"), &index, &order, hash)?;
     let bitmaps = write_bitmap(&repo, &index, &order, &tips, &index_path.with_extension("bitmap"), hash)?;
 
-    // 4. Old packs and loose objects whose every object is in the new pack.
+    // 4. What no ref reached: kept in a cruft pack while young or needed, else left out.
+    let unreachable = prune::sort_out(&repo, &objects_dir, &before, &index, &index_path, expiry)?;
+    std::fs::create_dir_all(&scratch)?;
+    let cruft = write_cruft(&repo, &unreachable, &scratch, &pack_dir, hash);
+    let _ = std::fs::remove_dir_all(&scratch);
+    let cruft = cruft?;
+
+    // 5. The packs and loose objects listed before the walk: every object of theirs is in the new
+    //    pack, in the cruft pack or expired. Packs go after the grace (and after a last look for
+    //    pushes that built on what was left out); loose objects now.
     let mut report = Report {
         objects: selection.objects.len(),
         pack: data_path.clone(),
         bitmaps,
         leftovers_removed,
         deltas_computed,
+        unreachable_kept: unreachable.kept.len(),
+        pruned: unreachable.expired,
         ..Report::default()
     };
     // A multi-pack-index (git's, or a geometric run's) would name packs about to go: the one
     // pack and its bitmap serve now.
     midx::remove(&pack_dir, None);
+    let drops = (unreachable.expired > 0).then_some(index_path.as_path());
+    for pack in &before.packs {
+        if pack.index != index_path && Some(&pack.index) != cruft.as_ref() {
+            geometric::mark_rolled(&pack.index, drops)?;
+            report.packs_removed += 1;
+        }
+    }
     retire_contained(&pack_dir, &index, &index_path, &mut report)?;
-    remove_loose_contained(&objects_dir, &index, &mut report)?;
+    let listed: gix::hashtable::HashSet<ObjectId> = before.loose.iter().map(|(id, _)| *id).collect();
+    remove_loose(&objects_dir, |id| listed.contains(id) || index.lookup(id).is_some(), &mut report)?;
 
-    // 5. Loose refs into packed-refs (their locks noted in the scratch directory meanwhile).
+    // 6. Loose refs into packed-refs (their locks noted in the scratch directory meanwhile).
     std::fs::create_dir_all(&scratch)?;
     let packed = pack_refs(&repo, &scratch);
     let _ = std::fs::remove_dir_all(&scratch);
@@ -151,7 +183,7 @@ fn bitmap_in_place(
     objects_dir: &Path,
     tips: &[ObjectId],
 ) -> Result<Option<Report>, MaintenanceError> {
-    let packs = geometric::packs(&objects_dir.join("pack"));
+    let packs: Vec<_> = geometric::packs(&objects_dir.join("pack")).into_iter().filter(|p| !p.cruft).collect();
     let [pack] = packs.as_slice() else { return Ok(None) };
     if pack.bitmap || pack.kept || !loose_objects(objects_dir).is_empty() {
         return Ok(None);
@@ -223,22 +255,26 @@ fn retire_contained(
 ) -> Result<(), MaintenanceError> {
     for entry in std::fs::read_dir(pack_dir).into_iter().flatten().flatten() {
         let path = entry.path();
-        if path.extension().is_none_or(|e| e != "idx") || path == index_path || crate::packs::is_temporary(&path) {
+        if path.extension().is_none_or(|e| e != "idx")
+            || path == index_path
+            || crate::packs::is_temporary(&path)
+            || geometric::is_rolled(&path)
+        {
             continue;
         }
         let Ok(old) = gix_pack::index::File::at(&path, index.object_hash()) else { continue };
         if old.iter().all(|e| index.lookup(e.oid).is_some()) {
-            geometric::mark_rolled(&path)?;
+            geometric::mark_rolled(&path, None)?;
             report.packs_removed += 1;
         }
     }
     Ok(())
 }
 
-/// Remove the loose objects that `index` (the new pack) holds.
-fn remove_loose_contained(
+/// Remove the loose objects `gone` says the run has put elsewhere (or left out).
+fn remove_loose(
     objects_dir: &Path,
-    index: &gix_pack::index::File,
+    gone: impl Fn(&ObjectId) -> bool,
     report: &mut Report,
 ) -> Result<(), MaintenanceError> {
     for fanout in std::fs::read_dir(objects_dir)?.flatten() {
@@ -249,7 +285,7 @@ fn remove_loose_contained(
         for loose in std::fs::read_dir(fanout.path())?.flatten() {
             let hex = format!("{prefix}{}", loose.file_name().to_string_lossy());
             if let Ok(id) = ObjectId::from_hex(hex.as_bytes())
-                && index.lookup(id).is_some()
+                && gone(&id)
                 && std::fs::remove_file(loose.path()).is_ok()
             {
                 report.loose_removed += 1;
@@ -353,7 +389,12 @@ pub fn expire(git_dir: &Path, grace: std::time::Duration) -> usize {
         return 0;
     }
     let Ok(_lock) = Lock::take(&objects_dir) else { return 0 };
-    geometric::expire_rolled(&objects_dir, grace)
+    expire_rolled(&objects_dir, grace)
+}
+
+/// [`geometric::expire_rolled`] with the prune rule's last look ([`prune::rescue`]).
+fn expire_rolled(objects_dir: &Path, grace: std::time::Duration) -> usize {
+    geometric::expire_rolled(objects_dir, grace, &prune::rescue)
 }
 
 /// Remove what runs killed before they finished left: their scratch directories
@@ -421,6 +462,7 @@ fn write_pack(
     selection: &crate::select::Selection,
     scratch: &Path,
     pack_dir: &Path,
+    out: &Path,
     hash: gix_hash::Kind,
     bases: Bases,
 ) -> Result<(PathBuf, PathBuf, usize), MaintenanceError> {
@@ -450,7 +492,7 @@ fn write_pack(
     let mut reader = std::io::BufReader::new(std::fs::File::open(&tmp_pack)?);
     let outcome = gix_pack::Bundle::write_to_directory(
         &mut reader,
-        Some(pack_dir),
+        Some(out),
         &mut gix_utils::progress::Discard,
         &std::sync::atomic::AtomicBool::new(false),
         None::<gix_odb::Handle>,
@@ -465,6 +507,36 @@ fn write_pack(
         (Some(index), Some(data)) => Ok((index, data, stats.deltas_computed)),
         _ => Err(MaintenanceError::corrupt("the new pack was not written")),
     }
+}
+
+/// The cruft pack of a full run: the unreachable objects it keeps, whole or as deltas among
+/// themselves, with git's `.mtimes` beside them (each object's age). Written in `scratch` and
+/// moved into `pack_dir` with its `.mtimes` before its index, so it is never seen without its
+/// ages. `None`: nothing unreachable is kept.
+fn write_cruft(
+    repo: &gix::Repository,
+    unreachable: &prune::Unreachable,
+    scratch: &Path,
+    pack_dir: &Path,
+    hash: gix_hash::Kind,
+) -> Result<Option<PathBuf>, MaintenanceError> {
+    if unreachable.kept.is_empty() {
+        return Ok(None);
+    }
+    let selection = crate::select::Selection {
+        objects: unreachable.kept.iter().map(|(id, _)| *id).collect(),
+        ..Default::default()
+    };
+    let (index_path, data_path, _) = write_pack(repo, &selection, scratch, pack_dir, scratch, hash, Bases::StoreWhole)?;
+    let mtimes: gix::hashtable::HashMap<ObjectId, u32> = unreachable.kept.iter().copied().collect();
+    let index = gix_pack::index::File::at(&index_path, hash).map_err(MaintenanceError::pack)?;
+    let mtimes_path = index_path.with_extension("mtimes");
+    prune::write_mtimes(&mtimes_path, &index, |id| mtimes.get(id).copied().unwrap_or(0))?;
+    let target = |path: &Path| pack_dir.join(path.file_name().unwrap_or_default());
+    std::fs::rename(&data_path, target(&data_path))?;
+    std::fs::rename(&mtimes_path, target(&mtimes_path))?;
+    std::fs::rename(&index_path, target(&index_path))?;
+    Ok(Some(target(&index_path)))
 }
 
 #[cfg(test)]

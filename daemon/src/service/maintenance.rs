@@ -116,6 +116,8 @@ fn counted(
                 bitmaps = report.bitmaps,
                 deltas = report.deltas_computed,
                 refs_packed = report.refs_packed,
+                unreachable_kept = report.unreachable_kept,
+                pruned = report.pruned,
                 "maintenance"
             )
         }
