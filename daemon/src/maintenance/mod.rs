@@ -18,6 +18,7 @@ use gix_hash::ObjectId;
 use crate::bitmap::write::{pack_order, write_bitmap, write_rev};
 use crate::error::{PackError, RepoError, ServeError};
 
+pub mod commit_graph;
 pub mod geometric;
 pub mod midx;
 pub mod prune;
@@ -81,6 +82,8 @@ pub struct Report {
     pub unreachable_kept: usize,
     /// Unreachable objects left out: expired, and reached by nothing kept.
     pub pruned: usize,
+    /// Commits in the commit-graph it wrote (none when the history cannot have one).
+    pub commit_graph: Option<usize>,
 }
 
 /// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`, with a delta search among the
@@ -132,6 +135,7 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
     let order = pack_order(&index);
     write_rev(&index_path.with_extension("rev"), &index, &order, hash)?;
     let bitmaps = write_bitmap(&repo, &index, &order, &tips, &index_path.with_extension("bitmap"), hash)?;
+    let commit_graph = graph(&repo, &objects_dir, &tips);
 
     // 4. What no ref reached: kept in a cruft pack while young or needed, else left out.
     let unreachable = prune::sort_out(&repo, &objects_dir, &before, &index, &index_path, expiry)?;
@@ -151,6 +155,7 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
         deltas_computed,
         unreachable_kept: unreachable.kept.len(),
         pruned: unreachable.expired,
+        commit_graph,
         ..Report::default()
     };
     // A multi-pack-index (git's, or a geometric run's) would name packs about to go: the one
@@ -199,6 +204,7 @@ fn bitmap_in_place(
             objects: index.num_objects() as usize,
             pack: pack.index.with_extension("pack"),
             bitmaps,
+            commit_graph: graph(repo, objects_dir, tips),
             ..Report::default()
         })),
         // Something reachable is not in it: the repack puts it in.
@@ -207,6 +213,19 @@ fn bitmap_in_place(
             Ok(None)
         }
         Err(err) => Err(err.into()),
+    }
+}
+
+/// The commit-graph of everything reachable from `tips` ([`commit_graph::write`]); a failure is
+/// logged and leaves the repository without one (walks decode commits then), not the run failed.
+fn graph(repo: &gix::Repository, objects_dir: &Path, tips: &[ObjectId]) -> Option<usize> {
+    match commit_graph::write(repo, objects_dir, tips) {
+        Ok(commits) => commits,
+        Err(err) => {
+            tracing::warn!(repo = %repo.git_dir().display(), %err, "no commit-graph written");
+            let _ = std::fs::remove_file(objects_dir.join("info/commit-graph"));
+            None
+        }
     }
 }
 
