@@ -25,7 +25,10 @@ fn pack_bytes(repo: &Path) -> Result<(u64, usize, usize)> {
     let (mut bytes, mut packs) = (0, 0);
     for entry in std::fs::read_dir(repo.join("objects/pack"))? {
         let entry = entry?;
-        if entry.path().extension().is_some_and(|e| e == "pack") {
+        // A pack gixd's run replaced goes after its grace (noted in objects/gixd-rolled): not counted.
+        let rolled =
+            repo.join("objects/gixd-rolled").join(entry.path().with_extension("idx").file_name().unwrap_or_default());
+        if entry.path().extension().is_some_and(|e| e == "pack") && !rolled.exists() {
             bytes += entry.metadata()?.len();
             packs += 1;
         }

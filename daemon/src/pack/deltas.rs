@@ -38,6 +38,10 @@ impl<'a> DeltaSearch<'a> {
     const MAX_SEARCHED_ENTRIES: usize = 500_000;
     /// Objects inflated for the search, in bytes at most (the rest are not searched).
     const MAX_SEARCHED_BYTES: usize = 512 << 20;
+    /// A repack's batch: objects inflated at once. git's window holds ten objects; a batch this
+    /// size loses a window's worth of pairs at each boundary and keeps the repack's peak near
+    /// what its entries hold.
+    const REPACK_BATCH_BYTES: usize = 32 << 20;
 
     pub(super) fn new(repo: &'a gix::Repository, selection: &'a Selection, options: &Options) -> Self {
         // A fetch by walking: the client holds something to delta against, and what is sent
@@ -175,7 +179,7 @@ impl<'a> DeltaSearch<'a> {
     }
 
     /// A repack's search: every whole tree and blob, in git's search order (kind, name hash,
-    /// largest first), searched in consecutive batches of at most [`Self::MAX_SEARCHED_BYTES`]
+    /// largest first), searched in consecutive batches of at most [`Self::REPACK_BATCH_BYTES`]
     /// inflated, so a repository of any size is searched whole with bounded memory (a window
     /// spans a batch, not the boundary between two) and no byte budget. Nothing is thin. `tell`
     /// hears how many it has searched, of how many, as it goes. Returns how many it searched.
@@ -202,7 +206,7 @@ impl<'a> DeltaSearch<'a> {
             let mut bytes = 0;
             let take = rest.iter().take_while(|(.., i)| {
                 bytes += entries[*i].decompressed_size;
-                bytes <= Self::MAX_SEARCHED_BYTES
+                bytes <= Self::REPACK_BATCH_BYTES
             });
             let len = take.count().max(1);
             let (batch, next) = rest.split_at(len);
