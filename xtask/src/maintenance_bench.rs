@@ -51,14 +51,15 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, pushes: usize, gixd:
             "rounds": rounds,
             "pushes": pushes,
             "gixd": format!("release build {}", gixd.display()),
-            "how": "the default branch's first-parent history pushed to gixd over HTTP by stock git in equal steps (a thin pack each, completed as gixd stores it), then each arm on a fresh copy of that repository; git with pack.threads=1",
+            "how": "the default branch's first-parent history pushed to gixd over HTTP by stock git in equal steps (a thin pack each, completed as gixd stores it; its maintenance after pushes off, so one pack per push), then each arm on a fresh copy of that repository; git with pack.threads=1",
         }),
     )?;
     let mut repos_meta = Vec::new();
     let mut runs = Vec::new();
     for source in repos {
-        let source = source.canonicalize()?;
+        // Named as given (a link named for the project), not as it resolves.
         let name = source.file_name().context("repository name")?.to_string_lossy().trim_end_matches(".git").to_owned();
+        let source = source.canonicalize()?;
         let pushed = push_history(&gixd, &source, &scratch.0.join(&name), pushes)?;
         let (bytes, packs, loose) = pack_bytes(&pushed)?;
         let objects: u64 = git(&pushed, &["rev-list", "--objects", "--all", "--count"])?.parse()?;
@@ -139,7 +140,8 @@ fn push_history(gixd: &Path, source: &Path, dir: &Path, pushes: usize) -> Result
     }
     let repo = dir.join("r.git");
     git(dir, &["init", "-q", "--bare", "-b", "main", "r.git"])?;
-    let (mut child, server) = crate::bench::serve_gixd_taking_pushes(gixd, dir, &[])?;
+    let (mut child, server) =
+        crate::bench::serve_gixd_taking_pushes(gixd, dir, &["--auto-maintenance=false".as_ref()])?;
     let url = format!("{server}/r.git");
     let result = (1..=pushes).try_for_each(|step| {
         let commit = &history[step * history.len() / pushes - 1];
