@@ -119,7 +119,13 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
         report.leftovers_removed = leftovers_removed;
         return Ok(report);
     }
-    let selection = crate::select::everything_reachable(&repo, &tips)?;
+    // Through a handle of its own: its packs' maps and caches go with it, before the pack writer
+    // maps them again (each map's resident pages count against the run's peak).
+    let selection = {
+        let walk = open(git_dir)?;
+        crate::select::everything_reachable(&walk, &tips)?
+    };
+    release_freed_memory();
 
     // 2. A pack of them, indexed into place: stored deltas kept (their bases are in it too),
     //    and a delta search among the objects stored whole (loose, or pushed as a thin pack's
@@ -129,6 +135,7 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
     let result = write_pack(&repo, &selection, &scratch, &pack_dir, &pack_dir, hash, bases);
     let _ = std::fs::remove_dir_all(&scratch);
     let (index_path, data_path, deltas_computed) = result?;
+    release_freed_memory();
 
     // 3. The reverse index and the bitmap.
     let index = gix_pack::index::File::at(&index_path, hash).map_err(MaintenanceError::pack)?;
@@ -226,6 +233,17 @@ fn graph(repo: &gix::Repository, objects_dir: &Path, tips: &[ObjectId]) -> Optio
             let _ = std::fs::remove_file(objects_dir.join("info/commit-graph"));
             None
         }
+    }
+}
+
+/// Give the heap a phase freed back to the system (glibc keeps it otherwise, and the next phase's
+/// peak stacks on it): maintenance runs its phases one after the other, each sized by the
+/// repository.
+fn release_freed_memory() {
+    // SAFETY: malloc_trim only returns free heap pages; no pointer is invalidated.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -508,6 +526,9 @@ fn write_pack(
     let stats = crate::pack::write(repo, selection, options, |_| true, &mut file)?;
     file.flush()?;
     drop(file);
+    // The old packs' maps and the entries are done with before the new pack is indexed.
+    drop(packs);
+    release_freed_memory();
     let mut reader = std::io::BufReader::new(std::fs::File::open(&tmp_pack)?);
     let outcome = gix_pack::Bundle::write_to_directory(
         &mut reader,
