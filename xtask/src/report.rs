@@ -521,9 +521,9 @@ fn maintenance(root: &Path) -> Result<String> {
         Err(not_measured) => return Ok(not_measured),
     };
     let (runs, c, mut out) = measured(&doc, "cargo xtask bench maintenance")?;
-    out.push_str(&format!(" Setup: {}; {} pushes. gixd: {}. Bytes: every `.pack` file after the repack (the same every round); CPU: medians.\n\n", c["how"].as_str().unwrap_or("?"), c["pushes"], c["gixd"].as_str().unwrap_or("?")));
+    out.push_str(&format!(" Setup: {}; {} pushes. gixd: {}. Bytes: every `.pack` file after the repack (the same every round); CPU and peak memory (maximum resident set): medians; ÷ is gixd's over git's.\n\n", c["how"].as_str().unwrap_or("?"), c["pushes"], c["gixd"].as_str().unwrap_or("?")));
     out.push_str(&format!(
-        "| repository | objects | as pushed: packs, bytes | {} bytes | {} bytes | ÷ | {} bytes | ÷ | CPU ms: gixd | -adf | ÷ | -ad | ÷ |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| repository | objects | as pushed: packs, bytes | {} bytes | {} bytes | ÷ | {} bytes | ÷ | CPU ms: gixd | -adf | ÷ | -ad | ÷ | peak MB: gixd | -adf | ÷ | -ad | ÷ |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         ARMS[0], ARMS[1], ARMS[2]
     ));
     let mut rows = Vec::new();
@@ -532,9 +532,10 @@ fn maintenance(root: &Path) -> Result<String> {
         let of = |arm: &str| -> Vec<&Value> { runs.iter().filter(|r| r["repo"] == name && r["arm"] == arm).collect() };
         let bytes = |arm: &str| of(arm).first().and_then(|r| r["pack_bytes"].as_f64()).unwrap_or(f64::NAN);
         let cpu = |arm: &str| median(of(arm).iter().filter_map(|r| r["cpu_us"].as_f64()).collect()) / 1000.0;
-        let (b, c) = (ARMS.map(bytes), ARMS.map(cpu));
+        let peak = |arm: &str| median(of(arm).iter().filter_map(|r| r["peak_rss_kb"].as_f64()).collect()) / 1024.0;
+        let (b, c, p) = (ARMS.map(bytes), ARMS.map(cpu), ARMS.map(peak));
         let row = format!(
-            "| {name} | {} | {}, {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {} | {:.0} | {} |\n",
+            "| {name} | {} | {}, {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {} | {:.0} | {} | {:.0} | {:.0} | {} | {:.0} | {} |\n",
             repo["objects"],
             repo["as_pushed"]["packs"],
             repo["as_pushed"]["pack_bytes"],
@@ -548,6 +549,11 @@ fn maintenance(root: &Path) -> Result<String> {
             ratio(c[1], c[0]),
             c[2],
             ratio(c[2], c[0]),
+            p[0],
+            p[1],
+            ratio(p[1], p[0]),
+            p[2],
+            ratio(p[2], p[0]),
         );
         rows.push((b[0] / b[1], row));
     }
