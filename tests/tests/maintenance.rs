@@ -69,6 +69,20 @@ fn every_corpus_repository_gets_one_pack_with_a_bitmap_git_accepts() {
             assert_eq!(refs(&repo, "refs"), refs_before);
             assert_eq!(rev_list_objects(&repo, &["--all"]), reachable_before);
             assert_fsck_clean(&repo);
+            // The index gixd wrote from what its pack writer noted (no object decoded again) is
+            // byte for byte the one git's index-pack makes of the same pack.
+            let ours = report.pack.with_extension("idx");
+            let theirs = tmp.path().join("theirs.idx");
+            let format = format!("--object-format={}", hash.name());
+            git_ok(&repo, &["index-pack", &format, "-o", theirs.to_str().unwrap(), report.pack.to_str().unwrap()]);
+            assert!(
+                std::fs::read(&ours).unwrap() == std::fs::read(&theirs).unwrap(),
+                "{} {}: the index differs from git's",
+                spec.name,
+                hash.name()
+            );
+            let _ = std::fs::remove_file(theirs.with_extension("rev"));
+            std::fs::remove_file(&theirs).unwrap();
             // The commit-graph it wrote holds every commit, and git verifies it (trees, parents,
             // generation numbers, dates, the EDGE list of the octopus in `merges`).
             let commits: usize = git_ok(&repo, &["rev-list", "--all", "--count"]).trim().parse().unwrap();

@@ -523,13 +523,60 @@ fn write_pack(
         deltify: bases != Bases::Keep,
         progress_every: std::time::Duration::from_secs(1),
     };
-    let stats = crate::pack::write(repo, selection, options, |_| true, &mut file)?;
+    let (stats, noted) = crate::pack::write_indexed(repo, selection, options, |_| true, &mut file)?;
     file.flush()?;
     drop(file);
     // The old packs' maps and the entries are done with before the new pack is indexed.
     drop(packs);
     release_freed_memory();
-    let mut reader = std::io::BufReader::new(std::fs::File::open(&tmp_pack)?);
+    let (index, data) = match noted {
+        Some(entries) => index_as_written(&tmp_pack, entries, out, hash)?,
+        None => index_by_decoding(&tmp_pack, out, hash)?,
+    };
+    Ok((index, data, stats.deltas_computed))
+}
+
+/// Move the pack at `tmp_pack` into `out` under its name (its checksum) and write its index from
+/// the entries the writer noted: no object is decoded again. The index must then describe the
+/// pack file (its checksum, its count), or the run fails before anything is replaced.
+fn index_as_written(
+    tmp_pack: &Path,
+    entries: Vec<crate::pack::IndexEntry>,
+    out: &Path,
+    hash: gix_hash::Kind,
+) -> Result<(PathBuf, PathBuf), MaintenanceError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let count = entries.len();
+    let mut file = std::fs::File::open(tmp_pack)?;
+    let mut trailer = vec![0; hash.len_in_bytes()];
+    file.seek(SeekFrom::End(-(trailer.len() as i64)))?;
+    file.read_exact(&mut trailer)?;
+    drop(file);
+    let checksum = ObjectId::try_from(&trailer[..]).map_err(|_| MaintenanceError::corrupt("a pack trailer"))?;
+    let name = format!("pack-{}", checksum.to_hex());
+    let (data_path, index_path) = (out.join(format!("{name}.pack")), out.join(format!("{name}.idx")));
+    std::fs::rename(tmp_pack, &data_path)?;
+    crate::pack::index::write(&index_path, entries, &checksum, hash)?;
+    let index = gix_pack::index::File::at(&index_path, hash).map_err(MaintenanceError::pack)?;
+    let data = gix_pack::data::File::at(&data_path, hash).map_err(MaintenanceError::pack)?;
+    if index.pack_checksum() != data.checksum()
+        || index.num_objects() as usize != count
+        || data.num_objects() as usize != count
+    {
+        let _ = std::fs::remove_file(&index_path);
+        return Err(MaintenanceError::corrupt("the index written is not of the pack written"));
+    }
+    Ok((index_path, data_path))
+}
+
+/// The pack at `tmp_pack` indexed into `out` by gix-pack's indexer, which decodes and hashes
+/// every object: for a pack whose entries the writer did not note.
+fn index_by_decoding(
+    tmp_pack: &Path,
+    out: &Path,
+    hash: gix_hash::Kind,
+) -> Result<(PathBuf, PathBuf), MaintenanceError> {
+    let mut reader = std::io::BufReader::new(std::fs::File::open(tmp_pack)?);
     let outcome = gix_pack::Bundle::write_to_directory(
         &mut reader,
         Some(out),
@@ -544,7 +591,7 @@ fn write_pack(
         let _ = std::fs::remove_file(keep);
     }
     match (outcome.index_path, outcome.data_path) {
-        (Some(index), Some(data)) => Ok((index, data, stats.deltas_computed)),
+        (Some(index), Some(data)) => Ok((index, data)),
         _ => Err(MaintenanceError::corrupt("the new pack was not written")),
     }
 }

@@ -19,6 +19,7 @@ use crate::select::Selection;
 
 mod deltas;
 mod entries;
+pub mod index;
 mod progress;
 mod reuse;
 mod trailer;
@@ -100,9 +101,38 @@ pub fn write<W: Sink>(
     repo: &gix::Repository,
     selection: &Selection,
     options: Options,
-    mut may_send: impl FnMut(&gix_hash::oid) -> bool,
+    may_send: impl FnMut(&gix_hash::oid) -> bool,
     out: &mut W,
 ) -> Result<Stats, ServeError> {
+    Ok(write_noting(repo, selection, options, may_send, out, false)?.0)
+}
+
+/// One entry of a pack as its index holds it: the object, where its entry starts, the CRC-32 of
+/// the entry's bytes (header and compressed data).
+pub type IndexEntry = (ObjectId, u64, u32);
+
+/// [`write`] for a pack that goes to disk (maintenance): also every entry as its index needs it,
+/// noted as it is written, so the index is written from what the writer knows instead of by
+/// decoding and hashing every object again. `None` where the pack went out some other way (a
+/// verbatim or reused pack: never for maintenance's selections).
+pub fn write_indexed<W: Sink>(
+    repo: &gix::Repository,
+    selection: &Selection,
+    options: Options,
+    may_send: impl FnMut(&gix_hash::oid) -> bool,
+    out: &mut W,
+) -> Result<(Stats, Option<Vec<IndexEntry>>), ServeError> {
+    write_noting(repo, selection, options, may_send, out, true)
+}
+
+fn write_noting<W: Sink>(
+    repo: &gix::Repository,
+    selection: &Selection,
+    options: Options,
+    mut may_send: impl FnMut(&gix_hash::oid) -> bool,
+    out: &mut W,
+    note_index: bool,
+) -> Result<(Stats, Option<Vec<IndexEntry>>), ServeError> {
     if let Some(bitmap) = &selection.whole_pack
         && options.ofs_delta
     {
@@ -113,13 +143,15 @@ pub fn write<W: Sink>(
             &selection.extra,
             &options,
             out,
-        );
+        )
+        .map(|stats| (stats, None));
     }
     // By a multi-pack-index's bitmap with nothing to copy from its preferred pack, too: the
     // selection is in pseudo-pack order, where a push's deltas precede the thin bases
     // `index-pack --fix-thin` appended, and this path puts bases first.
     if let Some((bitmap, positions)) = &selection.in_pack {
-        return write_reused(repo, selection, bitmap, positions, &options, &mut may_send, out);
+        return write_reused(repo, selection, bitmap, positions, &options, &mut may_send, out)
+            .map(|stats| (stats, None));
     }
     let decide = move |id: &gix_hash::oid| {
         if options.thin_pack && selection.client_has_readably(id) {
@@ -156,7 +188,7 @@ pub fn write<W: Sink>(
     let mut missing = None;
     let mut answer = Hashed::new(out, repo.object_hash());
     answer.emit(&gix_pack::data::header::encode(gix_pack::data::Version::V2, num_entries_u32))?;
-    let mut written = EntryOffsets::default();
+    let mut written = EntryOffsets { index: note_index.then(Vec::new), ..EntryOffsets::default() };
     // git's counting is its look-up of each object's stored entry, as gix-pack's here.
     let mut counting = Some(Phase::new("Counting objects", num_entries, options.progress_every));
     if search.enabled {
@@ -221,7 +253,7 @@ pub fn write<W: Sink>(
     }
     let bytes = answer.finish()?;
     let outcome = gix_parallel::Finalize::finalize(chunks).map_err(ServeError::pack)?;
-    Ok(Stats {
+    let stats = Stats {
         entries: num_entries,
         copied: outcome.objects_copied_from_pack,
         re_deflated: outcome.decoded_and_recompressed_objects,
@@ -231,7 +263,8 @@ pub fn write<W: Sink>(
         bytes,
         verbatim: false,
         deltas_computed: search.found,
-    })
+    };
+    Ok((stats, written.index))
 }
 
 /// The entry of this pack (by index) a delta's base is, once the search may have made deltas of

@@ -75,6 +75,8 @@ pub(super) fn write_verbatim<W: Write>(
 pub(super) struct EntryOffsets {
     pub(super) offsets: Vec<u64>,
     pub(super) head: Vec<u8>,
+    /// Every entry written, as the pack's index holds it ([`super::write_indexed`]).
+    pub(super) index: Option<Vec<super::IndexEntry>>,
 }
 
 impl EntryOffsets {
@@ -112,6 +114,7 @@ impl EntryOffsets {
                 let here = write_entry(&mut self.head, &entry, answer, |index| at[index])?;
                 at[i] = here;
                 self.offsets.push(here);
+                self.note(&entry, here);
                 if let Some(mut next) = waiting.remove(&i) {
                     next.reverse();
                     ready.extend(next);
@@ -138,7 +141,18 @@ impl EntryOffsets {
         let offsets = &self.offsets;
         let here = write_entry(&mut self.head, entry, answer, |index| offsets[index])?;
         self.offsets.push(here);
+        self.note(entry, here);
         Ok(())
+    }
+
+    /// Note `entry`, just written at `here` (its header still in `head`), for the index.
+    fn note(&mut self, entry: &output::Entry, here: u64) {
+        if let Some(index) = &mut self.index {
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(&self.head);
+            crc.update(&entry.compressed_data);
+            index.push((entry.id, here, crc.finalize()));
+        }
     }
 }
 
