@@ -234,3 +234,38 @@ fn a_push_that_builds_on_a_left_out_object_before_the_replaced_packs_go_keeps_th
     let before = all_objects(&repo);
     assert!(revived.iter().all(|id| before.contains(id)));
 }
+
+#[test]
+fn a_cruft_pack_stays_out_of_the_geometric_roll_up_and_the_repository_stays_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, work) = repository(tmp.path());
+    let young = deleted_branch(&repo, &work, "young");
+    gixd::maintenance::run(&repo).unwrap();
+    gixd::maintenance::expire(&repo, std::time::Duration::ZERO);
+    let cruft = cruft_packs(&repo);
+    assert_eq!(cruft.len(), 1, "the unreachable young objects are in a cruft pack");
+    // Pushes after it, each a pack of its own (unpackLimit 1), rolled up geometrically.
+    git_ok(&repo, &["config", "receive.unpackLimit", "1"]);
+    for i in 0..3 {
+        gixd_tests::commit_files(
+            &work,
+            &[("more.txt", format!("more {i}\n").repeat(20).as_bytes())],
+            &format!("more {i}"),
+        );
+        git_ok(&work, &["push", "-q", repo.to_str().unwrap(), "main"]);
+    }
+    assert!(matches!(gixd::maintenance::geometric::due(&repo), gixd::maintenance::geometric::Due::Geometric));
+    gixd::maintenance::geometric::run(&repo).unwrap().expect("a roll-up");
+    gixd::maintenance::expire(&repo, std::time::Duration::ZERO);
+    assert_eq!(cruft_packs(&repo), cruft, "the cruft pack is neither rolled up nor replaced");
+    assert!(young.iter().all(|id| has(&repo, id)));
+    let fsck = git_client(&repo, &["fsck", "--full", "--strict", "--no-dangling"]);
+    assert!(fsck.status.success() && fsck.stdout.is_empty(), "{}", String::from_utf8_lossy(&fsck.stdout));
+    if repo.join("objects/pack/multi-pack-index").exists() {
+        git_ok(&repo, &["multi-pack-index", "verify"]);
+    }
+    let bitmap = git_client(&repo, &["rev-list", "--test-bitmap", "HEAD"]);
+    assert!(String::from_utf8_lossy(&bitmap.stderr).contains("OK!"), "{}", String::from_utf8_lossy(&bitmap.stderr));
+    // Nothing more is due: a cruft pack is not "outside the bitmap" for the full-repack rule.
+    assert!(matches!(gixd::maintenance::geometric::due(&repo), gixd::maintenance::geometric::Due::Nothing));
+}
