@@ -263,6 +263,12 @@ fn open(git_dir: &Path) -> Result<gix::Repository, MaintenanceError> {
         .map_err(MaintenanceError::pack)
 }
 
+/// Where the loose object `id` of `objects_dir` is (or would be).
+fn loose_path(objects_dir: &Path, id: &gix_hash::oid) -> PathBuf {
+    let hex = id.to_hex().to_string();
+    objects_dir.join(&hex[..2]).join(&hex[2..])
+}
+
 /// The loose objects of `objects_dir`, by their file names.
 fn loose_objects(objects_dir: &Path) -> Vec<ObjectId> {
     let mut ids = Vec::new();

@@ -68,8 +68,7 @@ impl Before {
         let loose = super::loose_objects(objects_dir)
             .into_iter()
             .filter_map(|id| {
-                let hex = id.to_hex().to_string();
-                let meta = std::fs::metadata(objects_dir.join(&hex[..2]).join(&hex[2..])).ok()?;
+                let meta = std::fs::metadata(super::loose_path(objects_dir, &id)).ok()?;
                 Some((id, epoch(meta.modified().ok()?)))
             })
             .collect();
@@ -317,8 +316,7 @@ pub fn rescue(objects_dir: &Path, dropping: &geometric::Dropping) -> usize {
         .filter_map(|p| gix_pack::index::File::at(&p.index, hash).ok())
         .collect();
     let only_there = |id: &ObjectId| {
-        let hex = id.to_hex().to_string();
-        !live.iter().any(|index| index.lookup(id).is_some()) && !objects_dir.join(&hex[..2]).join(&hex[2..]).exists()
+        !live.iter().any(|index| index.lookup(id).is_some()) && !super::loose_path(objects_dir, id).exists()
     };
     let mut dropped: gix::hashtable::HashSet<ObjectId> = Default::default();
     for (_, index) in &rolled {
