@@ -320,25 +320,14 @@ fn remove_loose(
     gone: impl Fn(&ObjectId) -> bool,
     report: &mut Report,
 ) -> Result<(), MaintenanceError> {
-    for fanout in std::fs::read_dir(objects_dir)?.flatten() {
-        let name = fanout.file_name();
-        let Some(prefix) = name.to_str().filter(|n| n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit())) else {
-            continue;
-        };
-        for loose in std::fs::read_dir(fanout.path())?.flatten() {
-            let hex = format!("{prefix}{}", loose.file_name().to_string_lossy());
-            if let Ok(id) = ObjectId::from_hex(hex.as_bytes())
-                && gone(&id)
-                && std::fs::remove_file(loose.path()).is_ok()
-            {
-                report.loose_removed += 1;
-            }
+    for id in loose_objects(objects_dir).iter().filter(|id| gone(id)) {
+        if std::fs::remove_file(loose_path(objects_dir, id)).is_ok() {
+            report.loose_removed += 1;
         }
-        // The emptied fan-out directory stays: a push writing a loose object beside this run
-        // creates it and then renames its object file in, and removing it in between failed
-        // that push ("unable to write file ./objects/5c/…: No such file or directory", 1 run
-        // of the soak in 4).
     }
+    // An emptied fan-out directory stays: a push writing a loose object beside this run creates
+    // it and then renames its object file in, and removing it in between failed that push
+    // ("unable to write file ./objects/5c/…: No such file or directory", 1 run of the soak in 4).
     Ok(())
 }
 
