@@ -33,6 +33,11 @@ pub struct Record {
     /// `hit`, `join`, `miss` (this request generated the pack others may join), or `null`
     /// (not a cacheable request, or no cache).
     pub cache: Option<&'static str>,
+    /// Milliseconds it waited in the queue for a transfer slot (`null`: it took none).
+    pub wait_ms: Option<f64>,
+    /// Where its response waited for the client: `memory` or `disk` (the spill directory), or
+    /// `null` (not sent from the transfer buffers).
+    pub buffer: Option<&'static str>,
     /// How it ended, in the same words on every transport: `ok`, `disconnected`, `failed`,
     /// `refused` (before it was served; a push: some ref refused), `busy`.
     pub status: String,
@@ -113,6 +118,8 @@ mod tests {
             "cpu_ms",
             "duration_ms",
             "cache",
+            "wait_ms",
+            "buffer",
             "status",
             "http_status",
         ] {

@@ -20,7 +20,8 @@
 //!   through the single-flight pack cache for a fetch that ends its negotiation), receive-pack
 //!   (`service::receive`), a connection's service (`service::connection`); the transfer limits
 //!   and slots, and each request's record (access-log line and metrics) wrap these entries, so a
-//!   transport only carries bytes to them; `service::sink` streams a blocking writer's bytes out.
+//!   transport only carries bytes to them; `service::buffer` holds what a blocking writer wrote
+//!   until the transport has sent it.
 //!   An upload-pack request runs as a session (`service::negotiation`: the repository's answers
 //!   to the codecs — allowed wants, common haves and readiness by `service::negotiate`, the
 //!   shallow boundary — and its pack, selected and written by `service::pack`: the pack-swap

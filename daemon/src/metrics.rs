@@ -1,6 +1,7 @@
 //! What the server counts, for Prometheus: requests by service, protocol version and status,
 //! bytes sent, pack-generation CPU, the pack cache's hits, joins and misses, transfers in flight
-//! and queued, push outcomes, maintenance runs, and requests per repository (bounded: past
+//! and queued (with the most in flight at once and the waits in the queue), the transfer buffers'
+//! bytes in memory and on disk, push outcomes, maintenance runs, and requests per repository (bounded: past
 //! [`MAX_REPOSITORIES`] names, the rest count as `_other`). Kept with `prometheus-client`; the
 //! text is served on a listener of its own (`--metrics-listen`, [`crate::server`]).
 
@@ -12,6 +13,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 /// Repository names given a label of their own; later ones share `_other`, so a client naming
@@ -36,6 +38,11 @@ pub struct OutcomeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeldLabel {
+    pub held: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RepositoryLabels {
     pub repository: String,
     pub service: String,
@@ -50,6 +57,9 @@ pub struct Metrics {
     pack_cache: Family<OutcomeLabel, Counter>,
     pub transfers_in_flight: Gauge,
     pub transfers_queued: Gauge,
+    transfers_in_flight_max: Gauge,
+    queue_wait: Histogram,
+    buffer_bytes: Family<HeldLabel, Gauge>,
     pushes: Family<OutcomeLabel, Counter>,
     maintenance_runs: Family<OutcomeLabel, Counter>,
     repository_requests: Family<RepositoryLabels, Counter>,
@@ -74,6 +84,10 @@ impl Metrics {
             pack_cache: Family::default(),
             transfers_in_flight: Gauge::default(),
             transfers_queued: Gauge::default(),
+            transfers_in_flight_max: Gauge::default(),
+            // 1 ms to about 9 minutes.
+            queue_wait: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
+            buffer_bytes: Family::default(),
             pushes: Family::default(),
             maintenance_runs: Family::default(),
             repository_requests: Family::default(),
@@ -94,6 +108,21 @@ impl Metrics {
         registry.register("pack_cache", "Pack cache lookups, by outcome (hit, join, miss)", m.pack_cache.clone());
         registry.register("transfers_in_flight", "Transfers holding a transfer slot", m.transfers_in_flight.clone());
         registry.register("transfers_queued", "Transfers waiting for a transfer slot", m.transfers_queued.clone());
+        registry.register(
+            "transfers_in_flight_max",
+            "The most transfers that held a slot at once since the start",
+            m.transfers_in_flight_max.clone(),
+        );
+        registry.register(
+            "transfer_queue_wait_seconds",
+            "How long transfers waited for their slot (0 for a free one)",
+            m.queue_wait.clone(),
+        );
+        registry.register(
+            "transfer_buffer_bytes",
+            "Bytes of responses written and not yet sent, by where they are held (memory, disk)",
+            m.buffer_bytes.clone(),
+        );
         registry.register("pushes", "Pushes, by outcome (ok, refused, failed)", m.pushes.clone());
         registry.register(
             "maintenance_runs",
@@ -131,6 +160,31 @@ impl Metrics {
     }
 
     /// A pack was generated, costing `cpu` seconds of the thread that made it.
+    /// A transfer took a slot after waiting `waited`.
+    pub fn slot_taken(&self, waited: std::time::Duration) {
+        let now = self.transfers_in_flight.inc() + 1;
+        let mut max = self.transfers_in_flight_max.get();
+        while now > max {
+            match self.transfers_in_flight_max.inner().compare_exchange(
+                max,
+                now,
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+            ) {
+                Ok(_) => break,
+                Err(seen) => max = seen,
+            }
+        }
+        self.queue_wait.observe(waited.as_secs_f64());
+    }
+
+    /// What the transfer buffers hold now.
+    pub fn buffered(&self, memory: u64, disk: u64) {
+        for (held, bytes) in [("memory", memory), ("disk", disk)] {
+            self.buffer_bytes.get_or_create(&HeldLabel { held: held.into() }).set(bytes as i64);
+        }
+    }
+
     pub fn generated(&self, cpu: f64) {
         self.pack_generations.inc();
         self.pack_cpu_seconds.inc_by(cpu);

@@ -17,6 +17,12 @@
 //!   copy of the pack per client.
 //! - **Invalidation**: a new ref or pack state is a new key; finished entries of the
 //!   repository's older states are dropped when a request for the new state starts.
+//! - **Transfer buffers**: the same entries, private ([`PackCache::private`]: in no table, no one
+//!   else joins), are what every upload-pack writes its response into, so that a transfer's
+//!   slot and thread are given back when its pack is written, not when its client has read it.
+//!   A private entry gives back the memory its one reader has passed; past the memory budget it
+//!   moves to an unlinked file in the spill directory, within the disk budget; past both, its
+//!   writer waits for its reader (back-pressure, as a socket would) up to the stall timeout.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -77,10 +83,14 @@ const SHORT_WRITE: usize = 1024;
 
 struct Data {
     len: u64,
-    /// The entry's bytes while it is in memory: window `i` holds `i * CHUNK..`.
-    memory: Vec<Arc<MemoryWindow>>,
+    /// The entry's bytes while it is in memory: window `i` holds `i * CHUNK..`; a private
+    /// entry's windows its reader has passed are given back (`None`).
+    memory: Vec<Option<Arc<MemoryWindow>>>,
     /// Once the entry moved to `dir`.
     disk: Option<Disk>,
+    /// Bytes of this entry counted in the cache's memory use, and in its disk use.
+    held_memory: u64,
+    held_disk: u64,
 }
 
 struct Disk {
@@ -92,7 +102,7 @@ struct Disk {
 
 impl Data {
     fn new() -> Data {
-        Data { len: 0, memory: Vec::new(), disk: None }
+        Data { len: 0, memory: Vec::new(), disk: None, held_memory: 0, held_disk: 0 }
     }
 
     fn on_disk(&self) -> bool {
@@ -110,15 +120,15 @@ impl Data {
         while !bytes.is_empty() {
             let (index, within) = (at / CHUNK, at % CHUNK);
             if self.memory.len() <= index {
-                self.memory.push(MemoryWindow::new(index)?);
+                self.memory.push(Some(MemoryWindow::new(index)?));
             }
             let n = bytes.len().min(CHUNK - within);
+            let window =
+                self.memory[index].as_ref().ok_or_else(|| std::io::Error::other("write to a released window"))?;
             // SAFETY: `within..within + n` lies in the window and past every byte written to it,
             // so no slice handed out covers it; the caller holds the entry's lock, the only
             // writer's.
-            unsafe {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.memory[index].map.as_mut_ptr().add(within), n)
-            };
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), window.map.as_mut_ptr().add(within), n) };
             (bytes, at) = (&bytes[n..], at + n);
         }
         Ok(())
@@ -131,8 +141,11 @@ impl Data {
         let mut at = 0u64;
         for window in &self.memory {
             let n = (self.len - at).min(CHUNK as u64) as usize;
-            // SAFETY: the window's first `n` bytes were written and never change.
-            file.write_all_at(unsafe { std::slice::from_raw_parts(window.map.as_ptr(), n) }, at)?;
+            // A window given back was read: the file keeps a hole there.
+            if let Some(window) = window {
+                // SAFETY: the window's first `n` bytes were written and never change.
+                file.write_all_at(unsafe { std::slice::from_raw_parts(window.map.as_ptr(), n) }, at)?;
+            }
             at += n as u64;
         }
         self.memory = Vec::new();
@@ -145,7 +158,8 @@ impl Data {
         let (index, within) = ((offset / CHUNK as u64) as usize, (offset % CHUNK as u64) as usize);
         let n = n.min(CHUNK - within);
         let Some(disk) = &mut self.disk else {
-            let window = self.memory[index].clone();
+            let window =
+                self.memory[index].clone().ok_or_else(|| std::io::Error::other("read of a released window"))?;
             return Ok(Bytes::from_owner(Written { window, start: within, len: n }));
         };
         if disk.windows.len() <= index {
@@ -274,13 +288,19 @@ pub struct Entry {
     /// What the generator reported, for whoever reads the entry (the access log); set before
     /// the entry is finished.
     pub generated: Mutex<Generated>,
-    memory_used: Arc<AtomicU64>,
+    /// A transfer buffer ([`PackCache::private`]): one reader, whose passed bytes are given back.
+    private: bool,
+    /// How far the one reader of a private entry has taken it.
+    consumed: AtomicU64,
+    used: Arc<Used>,
 }
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        let held = self.data.get_mut().map(|d| if d.on_disk() { 0 } else { d.len }).unwrap_or(0);
-        self.memory_used.fetch_sub(held, Ordering::Relaxed);
+        let (memory, disk) = self.data.get_mut().map(|d| (d.held_memory, d.held_disk)).unwrap_or((0, 0));
+        self.used.memory.fetch_sub(memory, Ordering::Relaxed);
+        self.used.disk.fetch_sub(disk, Ordering::Relaxed);
+        self.used.freed();
     }
 }
 
@@ -314,12 +334,61 @@ impl Entry {
             out.extend_from_slice(&piece);
         }
     }
+
+    /// The reader has taken everything before `offset` (`u64::MAX`: it left). A private entry
+    /// gives back the memory windows wholly before it (slices handed out keep their window until
+    /// they are dropped) and wakes a writer waiting for room (one whose reader left fails with
+    /// "client disconnected"); a shared entry's bytes are everyone's and stay.
+    pub fn consumed_to(&self, offset: u64) {
+        if !self.private {
+            return;
+        }
+        self.consumed.fetch_max(offset, Ordering::Relaxed);
+        let mut data = self.data.lock().expect("not poisoned");
+        let passed = (offset / CHUNK as u64) as usize;
+        let mut given_back = 0u64;
+        for window in data.memory.iter_mut().take(passed) {
+            if window.take().is_some() {
+                given_back += CHUNK as u64;
+            }
+        }
+        let given_back = given_back.min(data.held_memory);
+        data.held_memory -= given_back;
+        drop(data);
+        self.used.memory.fetch_sub(given_back, Ordering::Relaxed);
+        self.used.freed();
+    }
+
+    /// Where its bytes are held now: `memory` or `disk`.
+    pub fn held_in(&self) -> &'static str {
+        if self.data.lock().expect("not poisoned").on_disk() { "disk" } else { "memory" }
+    }
+}
+
+/// Bytes all entries of one cache hold, and the writers of private entries waiting for room.
+#[derive(Default)]
+struct Used {
+    memory: AtomicU64,
+    disk: AtomicU64,
+    /// Bumped and notified whenever bytes are given back.
+    freed: Mutex<u64>,
+    room: std::sync::Condvar,
+}
+
+impl Used {
+    fn freed(&self) {
+        *self.freed.lock().expect("not poisoned") += 1;
+        self.room.notify_all();
+    }
 }
 
 pub struct PackCache {
     settings: Settings,
     entries: Mutex<HashMap<Key, Arc<Entry>>>,
-    memory_used: Arc<AtomicU64>,
+    used: Arc<Used>,
+    /// How long the writer of a private entry waits for room (its reader to take some bytes)
+    /// before it gives up on the transfer.
+    stall: std::time::Duration,
 }
 
 /// What a lookup found.
@@ -332,7 +401,31 @@ pub enum Found {
 
 impl PackCache {
     pub fn new(settings: Settings) -> PackCache {
-        PackCache { settings, entries: Mutex::new(HashMap::new()), memory_used: Arc::new(AtomicU64::new(0)) }
+        Self::with_stall(settings, std::time::Duration::from_secs(120))
+    }
+
+    /// A cache whose private entries' writers wait up to `stall` for room.
+    pub fn with_stall(settings: Settings, stall: std::time::Duration) -> PackCache {
+        PackCache { settings, entries: Mutex::new(HashMap::new()), used: Arc::default(), stall }
+    }
+
+    fn entry(&self, private: bool) -> Arc<Entry> {
+        let (progress, _) = tokio::sync::watch::channel(Progress { len: 0, state: Generation::Running });
+        Arc::new(Entry {
+            data: Mutex::new(Data::new()),
+            progress,
+            finished_at: Mutex::new(None),
+            generated: Mutex::new(Generated::default()),
+            private,
+            consumed: AtomicU64::new(0),
+            used: self.used.clone(),
+        })
+    }
+
+    /// A transfer buffer: an entry in no table, for one writer and one reader, within this
+    /// cache's memory and disk budgets (see the module's header).
+    pub fn private(&self) -> Arc<Entry> {
+        self.entry(true)
     }
 
     fn found(entry: &Arc<Entry>) -> Option<Found> {
@@ -361,14 +454,7 @@ impl PackCache {
         entries.retain(|k, e| {
             k.git_dir != key.git_dir || k.state == key.state || e.progress().state == Generation::Running
         });
-        let (progress, _) = tokio::sync::watch::channel(Progress { len: 0, state: Generation::Running });
-        let entry = Arc::new(Entry {
-            data: Mutex::new(Data::new()),
-            progress,
-            finished_at: Mutex::new(None),
-            generated: Mutex::new(Generated::default()),
-            memory_used: self.memory_used.clone(),
-        });
+        let entry = self.entry(false);
         entries.insert(key, entry.clone());
         Ok(entry)
     }
@@ -387,7 +473,9 @@ impl PackCache {
         let len = entry.data.lock().expect("not poisoned").len;
         entry.progress.send_modify(|p| (p.state, p.len) = (state, len));
         // A failed entry goes with the expired ones.
-        self.expire(&mut self.entries.lock().expect("not poisoned"));
+        if !entry.private {
+            self.expire(&mut self.entries.lock().expect("not poisoned"));
+        }
     }
 
     /// Drop what is too old, failed, or over the caps (oldest finished first). Entries being
@@ -432,7 +520,12 @@ impl PackCache {
 
     /// Bytes held in memory now (entries kept and being generated, and dropped ones still read).
     pub fn memory_used(&self) -> u64 {
-        self.memory_used.load(Ordering::Relaxed)
+        self.used.memory.load(Ordering::Relaxed)
+    }
+
+    /// Bytes held in files in the spill directory now.
+    pub fn disk_used(&self) -> u64 {
+        self.used.disk.load(Ordering::Relaxed)
     }
 }
 
@@ -441,33 +534,106 @@ pub struct EntryWriter<'a> {
     entry: &'a Arc<Entry>,
 }
 
+impl<'a> EntryWriter<'a> {
+    /// Where `n` more bytes go: in memory while the memory budget has room, else to the spill
+    /// directory while the disk budget has room. A shared entry goes on regardless (its readers
+    /// are many and never hold the generator back); a private one waits for its reader to take
+    /// bytes (which gives memory back) — or writes anyway once its reader has taken everything
+    /// (a socket's back-pressure: never more than a window past the budgets) — up to the stall
+    /// timeout.
+    fn room(&self, n: u64) -> std::io::Result<std::sync::MutexGuard<'a, Data>> {
+        let entry: &'a Entry = self.entry;
+        let mut data = entry.data.lock().expect("not poisoned");
+        let settings = &self.cache.settings;
+        let used = &self.cache.used;
+        let deadline = Instant::now() + self.cache.stall;
+        loop {
+            // The one reader of a private entry left: nothing written now would be read.
+            if self.entry.private && self.entry.consumed.load(Ordering::Relaxed) == u64::MAX {
+                return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "client disconnected"));
+            }
+            let memory_room = used.memory.load(Ordering::Relaxed) + n <= settings.memory_bytes;
+            if !data.on_disk() && memory_room {
+                return Ok(data);
+            }
+            let disk_room = |more: u64| used.disk.load(Ordering::Relaxed) + more <= settings.disk_bytes;
+            if data.on_disk() && (disk_room(n) || !self.entry.private) {
+                return Ok(data);
+            }
+            if !data.on_disk()
+                && let Some(dir) = &settings.dir
+            {
+                // What is still held moves (windows given back stay holes in the file).
+                let moved = data.held_memory;
+                if disk_room(moved + n) || !self.entry.private {
+                    data.spill(dir)?;
+                    (data.held_memory, data.held_disk) = (0, moved);
+                    used.memory.fetch_sub(moved, Ordering::Relaxed);
+                    used.disk.fetch_add(moved, Ordering::Relaxed);
+                    return Ok(data);
+                }
+            }
+            if !self.entry.private || self.entry.consumed.load(Ordering::Relaxed) >= data.len {
+                return Ok(data);
+            }
+            // Wait for the reader (or any other entry) to give bytes back; the reader is told of
+            // everything written first (it may be waiting for bytes not yet told).
+            let seen = *used.freed.lock().expect("not poisoned");
+            let len = data.len;
+            drop(data);
+            self.entry.progress.send_if_modified(|p| {
+                let moved = p.len != len;
+                p.len = len;
+                moved
+            });
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::BrokenPipe,
+                    "client disconnected: stalled past the I/O timeout with the transfer buffers full",
+                ));
+            }
+            let freed = used.freed.lock().expect("not poisoned");
+            let _ =
+                used.room.wait_timeout_while(freed, left.min(std::time::Duration::from_millis(100)), |f| *f == seen);
+            data = entry.data.lock().expect("not poisoned");
+        }
+    }
+}
+
 impl Write for EntryWriter<'_> {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        let mut data = self.entry.data.lock().expect("not poisoned");
-        let over =
-            self.cache.memory_used.load(Ordering::Relaxed) + bytes.len() as u64 > self.cache.settings.memory_bytes;
-        if let (false, true, Some(dir)) = (data.on_disk(), over, &self.cache.settings.dir) {
-            data.spill(dir)?;
-            self.cache.memory_used.fetch_sub(data.len, Ordering::Relaxed);
-        }
+        let mut data = self.room(bytes.len() as u64)?;
         data.append(bytes)?;
-        if !data.on_disk() {
-            self.cache.memory_used.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        let n = bytes.len() as u64;
+        if data.on_disk() {
+            data.held_disk += n;
+            self.cache.used.disk.fetch_add(n, Ordering::Relaxed);
+        } else {
+            data.held_memory += n;
+            self.cache.used.memory.fetch_add(n, Ordering::Relaxed);
         }
         let before = data.len;
-        data.len += bytes.len() as u64;
+        data.len += n;
         let len = data.len;
         drop(data);
         // Readers are woken every [`TELL_EVERY`] bytes or for a short write (a progress line,
         // the last packet), not for every packet (a clone's ~270 for each of 32 readers); the
-        // generator's `finish` wakes them for the rest.
+        // generator's `flush` and `finish` wake them for the rest.
         if before / TELL_EVERY != len / TELL_EVERY || bytes.len() < SHORT_WRITE {
             self.entry.progress.send_modify(|p| p.len = len);
         }
         Ok(bytes.len())
     }
 
+    /// Tells the readers of everything written (a negotiation's answer waits for no more).
     fn flush(&mut self) -> std::io::Result<()> {
+        let len = self.entry.data.lock().expect("not poisoned").len;
+        self.entry.progress.send_if_modified(|p| {
+            let moved = p.len != len;
+            p.len = len;
+            moved
+        });
         Ok(())
     }
 }

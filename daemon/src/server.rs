@@ -71,6 +71,7 @@ impl Server {
             None => None,
         };
         let pack_cache = config.pack_cache.clone().map(crate::pack_cache::PackCache::new);
+        let (config_buffers, io_timeout) = (config.buffers(), config.io_timeout);
         let (maintenance, maintenance_asks) = match config.auto_maintenance {
             true => {
                 let (asks, asked) = crate::service::maintenance::channel();
@@ -94,6 +95,8 @@ impl Server {
                 metrics: Arc::new(crate::metrics::Metrics::new()),
                 access_log,
                 pack_cache,
+                buffers: crate::pack_cache::PackCache::with_stall(config_buffers, io_timeout),
+                queued: Default::default(),
                 maintenance,
             }),
         })
@@ -239,22 +242,7 @@ async fn accept_git(listener: TcpListener, state: Arc<State>) {
                     .await;
                 }
             };
-            let permit = state.slot().await;
-            let Ok(stream) = stream.into_std() else { return };
-            match permit {
-                Some(permit) => {
-                    let _ = tokio::task::spawn_blocking(move || {
-                        let _permit = permit;
-                        crate::transport::git::serve_connection(state, stream, line);
-                    })
-                    .await;
-                }
-                None => {
-                    let mut w = crate::protocol::pkt::Writer::new();
-                    w.err("server busy: too many transfers in flight, retry shortly");
-                    let _ = std::io::Write::write_all(&mut &stream, &w.buf);
-                }
-            }
+            crate::transport::git::serve(state, stream, line).await;
         });
     }
 }

@@ -25,6 +25,11 @@ pub struct State {
     pub metrics: Arc<crate::metrics::Metrics>,
     pub access_log: Option<crate::access_log::AccessLog>,
     pub pack_cache: Option<crate::pack_cache::PackCache>,
+    /// The transfer buffers: private pack-cache entries every upload-pack response is written
+    /// into and sent from, so a slow reader holds buffer space, not a slot or a thread.
+    pub buffers: crate::pack_cache::PackCache,
+    /// Requests waiting for a transfer slot now (at most `Config::max_queued`).
+    pub queued: std::sync::atomic::AtomicUsize,
     /// Where a push asks for its repository's maintenance (`service::maintenance`); `None`: no
     /// maintenance after pushes.
     pub maintenance: Option<tokio::sync::mpsc::UnboundedSender<std::path::PathBuf>>,
@@ -34,6 +39,8 @@ pub struct State {
 pub struct Slot {
     _permit: tokio::sync::OwnedSemaphorePermit,
     metrics: Arc<crate::metrics::Metrics>,
+    /// How long the request waited in the queue for it.
+    pub waited: std::time::Duration,
 }
 
 impl Drop for Slot {
@@ -42,16 +49,54 @@ impl Drop for Slot {
     }
 }
 
+/// Why no slot was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoSlot {
+    /// The queue holds `Config::max_queued` requests already.
+    QueueFull,
+    /// Waited `Config::transfer_queue_wait` in the queue.
+    Waited,
+}
+
 impl State {
-    /// A transfer slot, waiting up to `transfer_queue_wait` for one; `None`: the server is busy.
-    pub async fn slot(&self) -> Option<Slot> {
+    /// A transfer slot, after a place in the queue: waiting as long as the caller waits (a
+    /// transport drops this future when its client goes), up to `transfer_queue_wait` when that
+    /// is set; refused at once when the queue is full.
+    pub async fn slot(&self) -> Result<Slot, NoSlot> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let started = std::time::Instant::now();
+        // A free slot needs no place in the queue.
+        if let Ok(permit) = self.transfers.clone().try_acquire_owned() {
+            return Ok(self.slot_from(permit, started));
+        }
+        if self.queued.fetch_add(1, SeqCst) >= self.config.max_queued {
+            self.queued.fetch_sub(1, SeqCst);
+            return Err(NoSlot::QueueFull);
+        }
+        /// Leaves the queue however the wait ends (also when the future is dropped).
+        struct Queued<'a>(&'a State);
+        impl Drop for Queued<'_> {
+            fn drop(&mut self) {
+                self.0.queued.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                self.0.metrics.transfers_queued.dec();
+            }
+        }
         self.metrics.transfers_queued.inc();
-        let acquired =
-            tokio::time::timeout(self.config.transfer_queue_wait, self.transfers.clone().acquire_owned()).await;
-        self.metrics.transfers_queued.dec();
-        let permit = acquired.ok()?.ok()?;
-        self.metrics.transfers_in_flight.inc();
-        Some(Slot { _permit: permit, metrics: self.metrics.clone() })
+        let queued = Queued(self);
+        let acquire = self.transfers.clone().acquire_owned();
+        let permit = match self.config.transfer_queue_wait {
+            wait if wait.is_zero() => acquire.await.ok(),
+            wait => tokio::time::timeout(wait, acquire).await.ok().and_then(Result::ok),
+        };
+        drop(queued);
+        let permit = permit.ok_or(NoSlot::Waited)?;
+        Ok(self.slot_from(permit, started))
+    }
+
+    fn slot_from(&self, permit: tokio::sync::OwnedSemaphorePermit, started: std::time::Instant) -> Slot {
+        let waited = started.elapsed();
+        self.metrics.slot_taken(waited);
+        Slot { _permit: permit, metrics: self.metrics.clone(), waited }
     }
 
     /// The context of a request for `served` by `pusher` (or anonymous), counted in `tally`.

@@ -113,10 +113,9 @@ pub struct Config {
     /// path failure reads "access denied or repository not exported", as git daemon says
     /// without `--informative-errors`, so a prober learns nothing.
     pub informative_errors: bool,
-    /// Bytes per HTTP response frame: the in-flight window between the pack writer and the
-    /// socket. Larger means fewer wake-ups, smaller means less memory per transfer. Floored to 1.
-    /// A pack cache reader is not bound by it: its frames are slices of the entry's mapped file
-    /// (up to a 4 MiB window's end), which cost no memory per transfer.
+    /// Bytes per HTTP response frame: the most of a response handed to the connection at once
+    /// (slices of the transfer buffers or the pack cache, no copy: one frame in the body's
+    /// channel and one being written). Larger means fewer wake-ups. Floored to 1.
     pub stream_window: usize,
     /// Largest request body read as sent (gzip or not): a negotiation is wants and haves, so
     /// anything near this is not a git client.
@@ -137,15 +136,25 @@ pub struct Config {
     /// Blocking threads, all started up front and kept: repository reads and pack generation
     /// run on them, so a transfer never creates a thread.
     pub blocking_threads: usize,
-    /// Upload-pack requests (each may generate a pack) in flight at once; more wait up to
-    /// `transfer_queue_wait`, then get "busy, retry" instead of an unbounded pile of work.
+    /// Transfer slots: requests negotiating, selecting and writing a pack at once (CPU work;
+    /// what they wrote is sent from the transfer buffers without a slot). More wait in a queue
+    /// of `max_queued`, up to `transfer_queue_wait`, then get "busy, retry".
     pub max_transfers: usize,
+    /// Requests waiting for a transfer slot at once; one more is refused "busy, retry".
+    pub max_queued: usize,
+    /// Bytes of written, unread responses held in memory, all transfers together.
+    pub buffer_memory_bytes: u64,
+    /// Where responses past `buffer_memory_bytes` wait for their readers (unlinked files).
+    pub spill_dir: PathBuf,
+    /// Bytes of responses in `spill_dir`, all transfers together.
+    pub spill_bytes: u64,
     /// Transfers of one repository in flight at once, of the `max_transfers` (0: no limit of
     /// its own): a fleet cloning one repository leaves slots for the others.
     pub max_transfers_per_repository: usize,
     /// Transfers from one client address in flight at once (0: no limit of its own): one host
     /// cannot take every slot.
     pub max_transfers_per_client: usize,
+    /// The longest a queued request waits for a slot; zero: as long as its client stays.
     pub transfer_queue_wait: std::time::Duration,
     /// How long a client may take to send its request head or body, or to accept the next frame
     /// of a response, before the transfer is dropped: a stalled client must not hold a thread.
@@ -190,21 +199,44 @@ impl Config {
             .expect("the declared defaults resolve")
     }
 
-    /// Size the threads and transfers for `effective` CPUs: a worker per CPU, two transfers per
-    /// CPU (a transfer also waits on its client), and blocking threads for those plus the short
-    /// tasks beside them (advertisements, repository lookups).
+    /// Size the threads, transfers and buffers for `effective` CPUs: a worker per CPU, a transfer
+    /// slot per CPU (a slot is CPU work: its client's reading is done from the buffers), blocking
+    /// threads for those plus the short tasks beside them (advertisements, repository lookups),
+    /// a queue of 64 per CPU (a CI fleet's burst waits instead of failing its jobs; a queued
+    /// request costs its connection and its request body), and 64 MiB of buffered responses per
+    /// CPU in memory (about what a slot writes while a fast client reads along; slow clients'
+    /// packs go to the spill directory).
     pub fn size_for(&mut self, effective: usize) {
         let effective = effective.max(1);
         self.worker_threads = effective;
-        self.max_transfers = 2 * effective;
+        self.max_transfers = effective;
         self.blocking_threads = self.max_transfers + 2;
+        self.max_queued = 64 * effective;
+        self.buffer_memory_bytes = 64 << 20;
+        self.buffer_memory_bytes *= effective as u64;
+    }
+
+    /// The transfer buffers' budgets, as pack-cache settings for its private entries.
+    pub fn buffers(&self) -> PackCache {
+        PackCache {
+            memory_bytes: self.buffer_memory_bytes,
+            dir: Some(self.spill_dir.clone()),
+            disk_bytes: self.spill_bytes,
+            max_age: std::time::Duration::ZERO,
+        }
     }
 
     /// The sizes, as the startup line states them.
     pub fn sizes(&self) -> String {
         format!(
-            "workers {}, blocking threads {}, transfers in flight {}",
-            self.worker_threads, self.blocking_threads, self.max_transfers
+            "workers {}, blocking threads {}, transfer slots {}, queue {}, buffers {} MiB in memory, {} MiB in {}",
+            self.worker_threads,
+            self.blocking_threads,
+            self.max_transfers,
+            self.max_queued,
+            self.buffer_memory_bytes >> 20,
+            self.spill_bytes >> 20,
+            self.spill_dir.display()
         )
     }
 
@@ -235,4 +267,11 @@ pub fn default_token_file() -> PathBuf {
     }
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
     home.join(".local/state/gixd/tokens.toml")
+}
+
+/// Where transfer buffers spill without a setting: `/var/tmp` (on disk where `/tmp` is a tmpfs,
+/// which would put the spilled bytes back in memory), else the system's temporary directory.
+pub fn default_spill_dir() -> PathBuf {
+    let var_tmp = PathBuf::from("/var/tmp");
+    if var_tmp.is_dir() { var_tmp } else { std::env::temp_dir() }
 }

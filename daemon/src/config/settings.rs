@@ -167,9 +167,34 @@ pub struct Limits {
         default_value = "1024"
     )]
     pub min_receive_rate: Option<u64>,
-    /// Upload-pack requests in flight before "busy, retry". Without it: two per effective CPU.
+    /// Transfer slots: transfers negotiating, selecting and writing a pack at once (a slot is CPU
+    /// work; sending what was written needs none). More wait in the queue. Without it: one per
+    /// effective CPU.
     #[arg(id = "limits.max_transfers", long = "max-transfers", env = "GIXD_MAX_TRANSFERS", value_name = "N")]
     pub max_transfers: Option<usize>,
+    /// Transfers waiting for a slot before "busy, retry" (0: none wait). Without it: 64 per
+    /// effective CPU.
+    #[arg(id = "limits.queue_length", long = "queue-length", env = "GIXD_QUEUE_LENGTH", value_name = "N")]
+    pub queue_length: Option<usize>,
+    /// Bytes of responses written and not yet read by their clients, held in memory by all
+    /// transfers together; past it they go to the spill directory. Without it: 64 MiB per
+    /// effective CPU.
+    #[arg(id = "limits.buffer_memory_bytes", long = "buffer-memory", env = "GIXD_BUFFER_MEMORY", value_name = "BYTES")]
+    pub buffer_memory_bytes: Option<u64>,
+    /// Where responses past the memory budget wait for their readers (unlinked files). Without
+    /// it: /var/tmp (the temporary directory where there is none).
+    #[arg(id = "limits.spill_dir", long = "spill-dir", env = "GIXD_SPILL_DIR", value_name = "DIR")]
+    pub spill_dir: Option<PathBuf>,
+    /// Bytes of responses in the spill directory, all transfers together; past both budgets a
+    /// transfer's writer waits for its client (and new transfers wait in the queue).
+    #[arg(
+        id = "limits.spill_bytes",
+        long = "spill-disk",
+        env = "GIXD_SPILL_DISK",
+        value_name = "BYTES",
+        default_value = "4294967296"
+    )]
+    pub spill_bytes: Option<u64>,
     /// Transfers of one repository in flight before "busy, retry" (0: no limit of its own).
     #[arg(
         id = "limits.max_transfers_per_repository",
@@ -213,13 +238,14 @@ pub struct Limits {
         default_value = "30"
     )]
     pub init_timeout_secs: Option<u64>,
-    /// Seconds a request waits for a transfer slot before "busy, retry".
+    /// Seconds a queued request waits for a transfer slot before "busy, retry" (0: as long as
+    /// its client keeps the connection, as git daemon's clients wait).
     #[arg(
         id = "limits.queue_wait_secs",
         long = "queue-wait",
         env = "GIXD_QUEUE_WAIT",
         value_name = "SECONDS",
-        default_value = "5"
+        default_value = "0"
     )]
     pub queue_wait_secs: Option<u64>,
 }
@@ -356,7 +382,10 @@ impl Settings {
             message: e.to_string().trim_end().to_owned(),
         })?;
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        for p in [&mut settings.base_path, &mut settings.pack_cache.dir].into_iter().flatten() {
+        for p in [&mut settings.base_path, &mut settings.pack_cache.dir, &mut settings.limits.spill_dir]
+            .into_iter()
+            .flatten()
+        {
             *p = dir.join(&*p);
         }
         if let Some(log) = &mut settings.access_log
@@ -408,6 +437,9 @@ impl Settings {
         }
         if let Some(dir) = self.pack_cache.dir.as_ref().filter(|d| !d.is_dir()) {
             out.push(format!("pack_cache.dir: {} is not a directory", dir.display()));
+        }
+        if let Some(dir) = limits.spill_dir.as_ref().filter(|d| !d.is_dir()) {
+            out.push(format!("limits.spill_dir: {} is not a directory", dir.display()));
         }
         if let Some(path) = &self.token_file
             && path.parent().is_some_and(|p| !p.as_os_str().is_empty() && !p.is_dir())
@@ -473,6 +505,10 @@ impl Settings {
             max_transfers_per_repository: declared(limits.max_transfers_per_repository),
             max_transfers_per_client: declared(limits.max_transfers_per_client),
             transfer_queue_wait: secs(declared(limits.queue_wait_secs)),
+            max_queued: 0,
+            buffer_memory_bytes: 0,
+            spill_dir: limits.spill_dir.clone().unwrap_or_else(super::default_spill_dir),
+            spill_bytes: declared(limits.spill_bytes),
             io_timeout: at_least_a_second(declared(limits.io_timeout_secs)),
             progress_interval: secs(1),
             min_receive_rate: declared(limits.min_receive_rate),
@@ -493,6 +529,12 @@ impl Settings {
         if let Some(n) = limits.max_transfers {
             config.max_transfers = n.max(1);
             config.blocking_threads = config.max_transfers + 2;
+        }
+        if let Some(n) = limits.queue_length {
+            config.max_queued = n;
+        }
+        if let Some(n) = limits.buffer_memory_bytes {
+            config.buffer_memory_bytes = n;
         }
         if let Some(n) = limits.blocking_threads {
             config.blocking_threads = n.max(config.max_transfers + 1);
@@ -600,6 +642,7 @@ mod tests {
         relocate(&mut settings.base_path);
         relocate(&mut settings.token_file);
         relocate(&mut settings.pack_cache.dir);
+        relocate(&mut settings.limits.spill_dir);
         relocate(&mut settings.access_log);
         settings
     }
@@ -707,7 +750,8 @@ mod tests {
     #[test]
     fn sizes_no_layer_gives_follow_the_cpu_budget_and_each_other() {
         let none = Settings::default().resolve(3).unwrap();
-        assert_eq!((none.worker_threads, none.max_transfers, none.blocking_threads), (3, 6, 8));
+        assert_eq!((none.worker_threads, none.max_transfers, none.blocking_threads), (3, 3, 5));
+        assert_eq!((none.max_queued, none.buffer_memory_bytes), (192, 3 * (64 << 20)));
         let transfers = file("[limits]\nmax_transfers = 4\n").resolve(3).unwrap();
         assert_eq!((transfers.worker_threads, transfers.max_transfers, transfers.blocking_threads), (3, 4, 6));
         let too_few = flags(&["--blocking-threads=1"]).unwrap().with_file(file("[limits]\nmax_transfers = 4\n"));

@@ -440,8 +440,16 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(
             return Ok(last);
         }
         let request: Vec<Line<'_>> = request.iter().map(pkt::Owned::as_line).collect();
-        last = answer(&request, &mut out)?.or(last);
+        // A fetch that said `done` (or was answered with a pack) is the connection's last
+        // command: git's clients send nothing after their pack but the end, and the connection's
+        // thread and slot are not held while the client reads it.
+        let last_command = fetch_key(&request).is_some();
+        let answered = answer(&request, &mut out)?;
+        last = answered.or(last);
         out.flush()?;
+        if last_command || answered.is_some() {
+            return Ok(last);
+        }
     }
 }
 

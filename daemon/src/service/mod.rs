@@ -2,18 +2,19 @@
 //! ([`receive`]) and upload-archive (through [`connection`]). A transport resolves the
 //! repository and who asks, then hands the request here; what every request needs whatever
 //! carried it wraps these entries once: a place among its repository's and its client's
-//! transfers and a transfer slot ([`admit`]), the single-flight pack cache, and the request's
+//! transfers and a transfer slot ([`admit`]; a slot is held for CPU work, and answers are sent
+//! from the transfer buffers without one: [`buffer`]), the single-flight pack cache, and the request's
 //! record — its access-log line and metrics, written once when it ends ([`Request::finish`]),
 //! in the same words on every transport ([`Outcome`]). [`maintenance`] runs what pushes and the
 //! clock ask for, under a transfer slot like any transfer.
 
 pub mod archive;
+pub mod buffer;
 pub mod maintenance;
 pub mod negotiate;
 pub mod negotiation;
 pub mod pack;
 pub mod receive;
-pub mod sink;
 pub mod upload;
 
 use std::io::{Read, Write};
@@ -150,9 +151,24 @@ pub fn enter(state: &State, served: &Served, client: Option<IpAddr>) -> Result<S
     })
 }
 
-/// One of the server's transfer slots, waiting up to `transfer_queue_wait` for it.
+/// One of the server's transfer slots, after a place in its queue ([`State::slot`]).
 pub async fn slot(state: &State) -> Result<Slot, Refusal> {
-    state.slot().await.ok_or(Refusal::Busy("server busy: too many transfers in flight, retry shortly"))
+    state.slot().await.map_err(|refused| {
+        tracing::info!(?refused, queued = state.config.max_queued, "transfer refused: busy");
+        Refusal::Busy(busy_message(refused))
+    })
+}
+
+/// What a client refused a slot is told (HTTP 503 with `Retry-After`, git:// `ERR`).
+pub fn busy_message(refused: crate::session::NoSlot) -> &'static str {
+    match refused {
+        crate::session::NoSlot::QueueFull => {
+            "server busy: the queue of transfers waiting for a slot is full, retry shortly"
+        }
+        crate::session::NoSlot::Waited => {
+            "server busy: waited the longest the server lets a transfer wait, retry shortly"
+        }
+    }
 }
 
 /// Both: what a transfer that does work holds while it runs.
@@ -178,18 +194,18 @@ pub struct Asked<'a> {
     pub pusher: Option<&'a str>,
 }
 
-/// Serve one connection (git://, and any stateful transport) to the end, on the calling blocking
-/// thread: `input` and `out` are the connection's two directions (`out` buffered by the caller,
-/// counting what it sent in `sent`). The request's record is finished here.
-pub fn connection<R: Read, W: Write>(
+/// Serve one connection (git://, and any stateful transport) on the calling blocking thread,
+/// reading `input` and writing into `out` (the transfer buffers the transport sends from): to its
+/// end, or, for upload-pack, to its pack. The request's record, filled in, and how it ended; the
+/// transport finishes it once what was written has been sent.
+pub fn connection<R: Read>(
     state: &Arc<State>,
     served: &Served,
     asked: Asked<'_>,
     input: R,
-    out: W,
+    out: &mut buffer::Outbox,
     mut log: Request,
-    sent: &std::sync::atomic::AtomicU64,
-) {
+) -> (Request, Outcome) {
     let Asked { service, version, pusher } = asked;
     let work = Work::start();
     let tally = Tally::default();
@@ -198,7 +214,7 @@ pub fn connection<R: Read, W: Write>(
         Service::UploadArchive => ended(
             served,
             archive::Archive::open(&ctx)
-                .and_then(|mut archive| protocol::archive::serve_stateful(&ctx, &mut archive, input, out)),
+                .and_then(|mut archive| protocol::archive::serve_stateful(&ctx, &mut archive, input, &mut *out)),
         ),
         Service::ReceivePack => {
             let input = std::io::BufReader::with_capacity(64 * 1024, input);
@@ -211,7 +227,7 @@ pub fn connection<R: Read, W: Write>(
                     version,
                     protocol::Mode::Stateful,
                     input,
-                    out,
+                    &mut *out,
                 ),
             )
         }
@@ -224,15 +240,18 @@ pub fn connection<R: Read, W: Write>(
             ended(served, result)
         }
     };
+    let outcome = match out.flush() {
+        Err(_) if outcome == Outcome::Ok => Outcome::Disconnected,
+        _ => outcome,
+    };
     log.counted(&tally);
     let cpu = work.seconds();
     // A pack generated outside the cache (a cached one was counted where it was generated).
     if log.record.objects.is_some() && log.record.cache.is_none() {
         state.metrics.generated(cpu);
     }
-    log.record.bytes = sent.load(std::sync::atomic::Ordering::Relaxed);
     log.record.cpu_ms = cpu * 1e3;
-    log.finish(state, outcome);
+    (log, outcome)
 }
 
 /// The outcome of serving `served` that ended with `result`, logged once: a client gone at INFO,

@@ -1,17 +1,16 @@
 //! upload-pack as a service, for every transport: a fetch that ends its negotiation goes
 //! through the single-flight pack cache when it is on (keyed by the repository, the state of its
 //! refs and packs, and the typed request: [`crate::protocol::FetchKey`]), anything else is
-//! answered by the codecs ([`run`]) with a session of its own ([`super::negotiation`]). A stateless request (smart HTTP) is answered on a
-//! blocking thread into a channel the transport sends from; a connection (git://) on its own
-//! thread, command by command.
+//! answered by the codecs ([`run`]) with a session of its own ([`super::negotiation`]). Every
+//! answer is written into the transfer buffers ([`super::buffer`]) on a blocking thread in a
+//! transfer slot, and sent from them by the transport's async side without either: a stateless
+//! request (smart HTTP) into a channel the response body takes, a connection (git://) command by
+//! command until its pack.
 //!
 //! - **Generation**: one request generates an entry, in a transfer slot; identical requests
-//!   read it along from its start and hold no slot. Over HTTP the generator writes the entry
-//!   only and its own client reads it like the others (zero copy); over a connection the
-//!   generator writes the entry and its own client at once, on its own thread (no second
-//!   thread per transfer), and goes on filling the entry if its client leaves.
-//! - **Reading**: [`read_entry`] sends an entry from its start to one [`Outlet`] at the
-//!   outlet's pace, waiting for the generator where it has caught up.
+//!   read it along from its start and hold no slot. The generator writes the entry only; its
+//!   own client reads it like the others (zero copy), and it goes on filling the entry if its
+//!   client leaves.
 
 use std::hash::{Hash, Hasher};
 use std::io::Write;
@@ -21,14 +20,15 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
+use super::buffer::{self, Outbox, Outlet};
 use super::negotiation::Session;
-use super::{Outcome, Refusal, Request, Work, sink};
+use super::{Outcome, Refusal, Request, Work};
 use crate::error::ServeError;
 use crate::pack::Stats;
 use crate::pack_cache::{Entry, Found, Generated, Generation, Key, PackCache};
 use crate::protocol::{self, Context, FetchKey, Input, Version};
 use crate::repo::{RefSnapshot, Served};
-use crate::session::{Exchange, Share, State, Tally};
+use crate::session::{Exchange, State, Tally};
 
 /// What a connection's fetches came to, for its record.
 #[derive(Debug, Clone, Copy, Default)]
@@ -81,15 +81,11 @@ fn generate(
     result
 }
 
-/// Where a reader of an entry sends it.
-pub trait Outlet {
-    /// Send one chunk; false: the client is gone (or stalled past the I/O timeout).
-    fn send(&mut self, chunk: Bytes) -> impl Future<Output = bool>;
-}
-
-/// An async channel (a response body), each chunk accepted within `stall`.
+/// An async channel (a response body), each chunk of at most `window` bytes (the stream window:
+/// one frame in the channel, one being written) accepted within `stall`.
 struct Channel {
     tx: mpsc::Sender<Bytes>,
+    window: usize,
     stall: std::time::Duration,
 }
 
@@ -97,124 +93,145 @@ impl Outlet for Channel {
     async fn send(&mut self, chunk: Bytes) -> bool {
         matches!(tokio::time::timeout(self.stall, self.tx.send(chunk)).await, Ok(Ok(())))
     }
-}
 
-/// A blocking writer (a connection's socket), written from its own blocking thread.
-struct Blocking<'a, W>(&'a mut W);
-
-impl<W: Write> Outlet for Blocking<'_, W> {
-    async fn send(&mut self, chunk: Bytes) -> bool {
-        self.0.write_all(&chunk).is_ok()
+    fn max_chunk(&self) -> usize {
+        self.window
     }
 }
 
-/// Send an entry from its start to `outlet`, as fast as it takes it, waiting for the generator
-/// where it has caught up. The bytes sent, and whether the entry was sent to its end. Each
-/// chunk is what the entry holds up to the end of its window (its bytes are mapped already: no
-/// copy, no memory per chunk).
-pub async fn read_entry(entry: &Entry, outlet: &mut impl Outlet) -> (u64, bool) {
-    let mut progress = entry.subscribe();
-    let mut offset = 0u64;
-    loop {
-        let chunk = match entry.read_at(offset, usize::MAX) {
-            Ok(chunk) => chunk,
-            Err(err) => {
-                tracing::warn!(%err, "pack cache entry unreadable");
-                return (offset, false);
-            }
-        };
-        if !chunk.is_empty() {
-            let len = chunk.len() as u64;
-            if !outlet.send(chunk).await {
-                return (offset, false);
-            }
-            offset += len;
-            continue;
-        }
-        let now = *progress.borrow_and_update();
-        if now.len > offset {
-            continue;
-        }
-        if now.state != Generation::Running {
-            return (offset, true);
-        }
-        if progress.changed().await.is_err() {
-            // The generator is gone and so is its entry's sender: whatever is there was read.
-            return (offset, entry.progress().len == offset);
-        }
-    }
+/// Where the figures of a response's generation come from, once it is sent.
+enum Figures {
+    /// A shared entry of the cache (its generator recorded them on it).
+    Entry(Arc<Entry>, &'static str),
+    /// This request's own generation, told when it ends.
+    Told(tokio::sync::oneshot::Receiver<(Generated, Outcome)>),
 }
 
 /// A stateless fetch (smart HTTP): `body` is the whole request; the answer's frames arrive on
-/// the receiver. Refused only for load, before anything is sent.
+/// the receiver. Refused only for load, before anything is sent. The answer is written into the
+/// transfer buffers ([`super::buffer`]) in a transfer slot, and sent from them without one.
 pub async fn stateless(
     state: &Arc<State>,
     served: Served,
     client: Option<IpAddr>,
     version: Version,
     body: Vec<u8>,
-    log: Request,
+    mut log: Request,
 ) -> Result<mpsc::Receiver<Bytes>, Refusal> {
     let share = super::enter(state, &served, client)?;
-    if let Some(request) = state.pack_cache.as_ref().and_then(|_| protocol::fetch_key(version, &body)) {
-        return cached(state, served, share, version, body, request, log).await;
-    }
-    // The slot is taken once the request is in: a client trickling its body holds none.
-    let slot = super::slot(state).await?;
-    let (mut sink, rx) = sink::pair(state.config.effective_stream_window(), state.config.io_timeout);
-    let state = state.clone();
-    tokio::task::spawn_blocking(move || {
-        let _admitted = (share, slot);
-        let mut log = log;
-        let work = Work::start();
-        let tally = Tally::default();
-        let ctx = state.context(&served, None, &tally);
-        let mut tee = Tapped { sink: &mut sink, copy: state.tap.as_ref().map(|_| Vec::new()), sent: 0 };
-        let result = run(&ctx, version, Input::<&[u8]>::Stateless(&body), &mut tee);
-        let (copy, sent) = (tee.copy.take(), tee.sent);
-        // The tap hears of the exchange before its last frame leaves: once the client has the
-        // whole response, the exchange is already recorded.
-        if let (Some(tap), Some(response)) = (&state.tap, copy) {
-            tap.exchange(Exchange {
-                repo: served.name.clone(),
-                service: "git-upload-pack",
-                version,
-                request: body.clone(),
-                response,
-                pack: result.as_ref().ok().copied().flatten(),
+    let (mut outbox, queue) = Outbox::new(state.clone());
+    let figures = match state.pack_cache.as_ref().and_then(|_| protocol::fetch_key(version, &body)) {
+        Some(request) => {
+            let (entry, outcome, waited) = cached(state, served, version, body, request).await?;
+            log.record.wait_ms = waited.map(|w| w.as_secs_f64() * 1e3);
+            state.metrics.cache(outcome);
+            log.record.cache = Some(outcome);
+            outbox.splice(entry.clone()).map_err(|err| Refusal::Failed(err.to_string()))?;
+            drop(outbox);
+            Figures::Entry(entry, outcome)
+        }
+        None => {
+            // The slot is taken once the request is in: a client trickling its body holds none.
+            let slot = super::slot(state).await?;
+            log.record.wait_ms = Some(slot.waited.as_secs_f64() * 1e3);
+            let (tell, told) = tokio::sync::oneshot::channel();
+            let state = state.clone();
+            tokio::task::spawn_blocking(move || {
+                let _slot = slot;
+                let _ = tell.send(generate_stateless(&state, &served, version, &body, outbox));
             });
+            Figures::Told(told)
         }
-        let finished = sink.finish();
-        let cpu = work.seconds();
-        if let Ok(Some(stats)) = &result {
-            state.metrics.generated(cpu);
-            log.record.objects = Some(stats.entries);
+    };
+    let (tx, rx) = mpsc::channel(1);
+    let state = state.clone();
+    tokio::spawn(async move {
+        let _share = share;
+        let window = state.config.effective_stream_window();
+        let sent = buffer::send(queue, &mut Channel { tx, window, stall: state.config.io_timeout }).await;
+        log.record.bytes = sent.bytes;
+        log.record.buffer = Some(sent.held);
+        let (generated, outcome) = match figures {
+            Figures::Entry(entry, cache) => {
+                let generated = *entry.generated.lock().expect("not poisoned");
+                let ok = entry.progress().state == Generation::Done;
+                (Some(generated).filter(|_| cache == "miss"), if ok { Outcome::Ok } else { Outcome::Failed })
+            }
+            Figures::Told(told) => match told.await {
+                Ok((generated, outcome)) => (Some(generated), outcome),
+                Err(_) => (None, Outcome::Failed),
+            },
+        };
+        if let Some(generated) = generated {
+            log.record.cpu_ms = generated.cpu_seconds * 1e3;
+            log.record.objects = generated.stats.map(|s| s.entries);
+            (log.record.wants, log.record.haves) = (generated.wants, generated.haves);
         }
-        let outcome = match super::ended(&served, result) {
-            Outcome::Ok if finished.is_err() => Outcome::Disconnected,
+        let outcome = match outcome {
+            Outcome::Ok if !sent.complete => Outcome::Disconnected,
             outcome => outcome,
         };
-        log.counted(&tally);
-        log.record.bytes = sent;
-        log.record.cpu_ms = cpu * 1e3;
         log.finish(&state, outcome);
     });
     Ok(rx)
 }
 
+/// Answer a stateless fetch into `outbox` on the calling (blocking) thread: what it made and
+/// how it ended. With a tap, the whole answer is told to it before any of it goes out (once the
+/// client has the response, the exchange is already recorded).
+fn generate_stateless(
+    state: &Arc<State>,
+    served: &Served,
+    version: Version,
+    body: &[u8],
+    mut outbox: Outbox,
+) -> (Generated, Outcome) {
+    let work = Work::start();
+    let tally = Tally::default();
+    let ctx = state.context(served, None, &tally);
+    let result = match &state.tap {
+        None => run(&ctx, version, Input::<&[u8]>::Stateless(body), &mut outbox),
+        Some(tap) => {
+            let mut response = Vec::new();
+            let result = run(&ctx, version, Input::<&[u8]>::Stateless(body), &mut response);
+            tap.exchange(Exchange {
+                repo: served.name.clone(),
+                service: "git-upload-pack",
+                version,
+                request: body.to_vec(),
+                response: response.clone(),
+                pack: result.as_ref().ok().copied().flatten(),
+            });
+            outbox.write_all(&response).map_err(ServeError::from).and(result)
+        }
+    };
+    let flushed = outbox.flush();
+    drop(outbox);
+    let cpu_seconds = work.seconds();
+    let stats = result.as_ref().ok().copied().flatten();
+    if stats.is_some() {
+        state.metrics.generated(cpu_seconds);
+    }
+    let (wants, haves) = tally.counts();
+    let outcome = match super::ended(served, result) {
+        Outcome::Ok if flushed.is_err() => Outcome::Disconnected,
+        outcome => outcome,
+    };
+    (Generated { stats, wants, haves, cpu_seconds }, outcome)
+}
+
 /// A stateless fetch through the pack cache: a finished answer is read back, one being generated
 /// is read along, else this request generates it (in a transfer slot) for itself and for every
 /// identical request that comes while it runs. Readers hold no transfer slot; their
-/// repository's and client's limits still count them (`share`).
+/// repository's and client's limits still count them. The entry, how it was found, and how long
+/// this request waited for a slot (if it took one).
 async fn cached(
     state: &Arc<State>,
     served: Served,
-    share: Share,
     version: Version,
     body: Vec<u8>,
     request: FetchKey,
-    mut log: Request,
-) -> Result<mpsc::Receiver<Bytes>, Refusal> {
+) -> Result<(Arc<Entry>, &'static str, Option<std::time::Duration>), Refusal> {
     let cache = state.pack_cache.as_ref().expect("only with a cache");
     let of = served.clone();
     let key = match tokio::task::spawn_blocking(move || key(&of, &request)).await {
@@ -222,52 +239,33 @@ async fn cached(
         Ok(Err(err)) => return Err(Refusal::Failed(err.to_string())),
         Err(_) => return Err(Refusal::Failed("internal error".into())),
     };
-    let (entry, outcome) = match cache.find(&key) {
-        Some(f) => found(f),
-        None => {
-            let slot = super::slot(state).await?;
-            match cache.start(key) {
-                // Another request started it while this one waited for its slot.
-                Err(f) => found(f),
-                Ok(entry) => {
-                    let (state, generated) = (state.clone(), entry.clone());
-                    tokio::task::spawn_blocking(move || {
-                        let entry = generated;
-                        let _slot = slot;
-                        let cache = state.pack_cache.as_ref().expect("only with a cache");
-                        let tally = Tally::default();
-                        let ctx = state.context(&served, None, &tally);
-                        let _ = generate(&state, cache, &entry, &tally, &served, || {
-                            run(&ctx, version, Input::<&[u8]>::Stateless(&body), &mut cache.writer(&entry))
-                        });
-                    });
-                    (entry, "miss")
-                }
-            }
+    if let Some(f) = cache.find(&key) {
+        let (entry, outcome) = found(f);
+        return Ok((entry, outcome, None));
+    }
+    let slot = super::slot(state).await?;
+    let waited = Some(slot.waited);
+    match cache.start(key) {
+        // Another request started it while this one waited for its slot.
+        Err(f) => {
+            let (entry, outcome) = found(f);
+            Ok((entry, outcome, waited))
         }
-    };
-    state.metrics.cache(outcome);
-    log.record.cache = Some(outcome);
-    let (tx, rx) = mpsc::channel(1);
-    let state = state.clone();
-    tokio::spawn(async move {
-        let _share = share;
-        let (sent, complete) = read_entry(&entry, &mut Channel { tx, stall: state.config.io_timeout }).await;
-        log.record.bytes = sent;
-        let generated = *entry.generated.lock().expect("not poisoned");
-        log.record.objects = generated.stats.map(|s| s.entries);
-        (log.record.wants, log.record.haves) = (generated.wants, generated.haves);
-        if outcome == "miss" {
-            log.record.cpu_ms = generated.cpu_seconds * 1e3;
+        Ok(entry) => {
+            let (state, generated) = (state.clone(), entry.clone());
+            tokio::task::spawn_blocking(move || {
+                let entry = generated;
+                let _slot = slot;
+                let cache = state.pack_cache.as_ref().expect("only with a cache");
+                let tally = Tally::default();
+                let ctx = state.context(&served, None, &tally);
+                let _ = generate(&state, cache, &entry, &tally, &served, || {
+                    run(&ctx, version, Input::<&[u8]>::Stateless(&body), &mut cache.writer(&entry))
+                });
+            });
+            Ok((entry, "miss", waited))
         }
-        let outcome = match (complete, entry.progress().state) {
-            (true, Generation::Done) => Outcome::Ok,
-            (true, _) => Outcome::Failed,
-            (false, _) => Outcome::Disconnected,
-        };
-        log.finish(&state, outcome);
-    });
-    Ok(rx)
+    }
 }
 
 /// upload-pack as it is answered without the cache, over any transport: v2 commands or the v0/v1
@@ -295,24 +293,25 @@ pub fn run<R: std::io::Read, W: Write>(
 }
 
 /// upload-pack over a connection, on the calling blocking thread: v2's commands one by one (a
-/// `fetch` that says `done` through the pack cache when it is on), or v0's conversation.
-pub fn connection<R: std::io::Read, W: Write>(
+/// `fetch` that says `done` through the pack cache when it is on), or v0's conversation, written
+/// into the connection's `outbox`.
+pub fn connection<R: std::io::Read>(
     state: &State,
     ctx: &Context<'_>,
     version: Version,
     input: R,
-    out: W,
+    outbox: &mut Outbox,
 ) -> Result<Fetched, ServeError> {
     if version != Version::V2 {
         // v0's negotiation is stateful: its answers depend on the rounds before, so a connection
         // is answered as it goes, without the cache.
-        let stats = protocol::v0::serve_stateful(ctx, &mut Session::open(ctx)?, version, input, out)?;
+        let stats = protocol::v0::serve_stateful(ctx, &mut Session::open(ctx)?, version, input, &mut *outbox)?;
         return Ok(Fetched { objects: stats.map(|s| s.entries), cache: None });
     }
     let mut fetched = Fetched::default();
     let settings = RefSnapshot::settings_only(&ctx.served.repo.to_thread_local());
     // Each command gets a session of its own: the refs as they are when it comes.
-    let stats = protocol::v2::serve_stateful(ctx, &settings, input, out, &mut |request, out| {
+    let stats = protocol::v2::serve_stateful(ctx, &settings, input, outbox, &mut |request, out| {
         let cacheable = state.pack_cache.as_ref().zip(protocol::v2::fetch_key(request));
         let Some((cache, fetch)) = cacheable else {
             return protocol::v2::serve_request(ctx, &mut Session::open(ctx)?, request, out);
@@ -327,14 +326,14 @@ pub fn connection<R: std::io::Read, W: Write>(
     Ok(fetched)
 }
 
-/// Answer one cacheable request of a connection through the cache: read an entry back or
-/// along, or generate it here — into the entry and to this client at once.
-fn through_cache<W: Write>(
+/// Answer one cacheable request of a connection through the cache: the entry found, or one
+/// generated here (on this thread, in its slot), goes out next from `outbox`, read along.
+fn through_cache(
     state: &State,
     cache: &PackCache,
     ctx: &Context<'_>,
     request: &FetchKey,
-    out: &mut W,
+    outbox: &mut &mut Outbox,
     run: impl FnOnce(&mut dyn Write) -> Result<Option<Stats>, ServeError>,
 ) -> Result<(Option<Stats>, &'static str), ServeError> {
     let key = key(ctx.served, request)?;
@@ -344,71 +343,17 @@ fn through_cache<W: Write>(
             Err(f) => found(f),
             Ok(entry) => {
                 state.metrics.cache("miss");
-                let mut tee = Tee { entry: cache.writer(&entry), client: &mut *out, gone: false };
-                let stats = generate(state, cache, &entry, ctx.tally, ctx.served, || run(&mut tee))?;
-                if tee.gone {
-                    return Err(ServeError::Disconnected);
-                }
+                outbox.splice(entry.clone())?;
+                let stats = generate(state, cache, &entry, ctx.tally, ctx.served, || run(&mut cache.writer(&entry)))?;
                 return Ok((stats, "miss"));
             }
         },
     };
     state.metrics.cache(outcome);
-    let runtime = tokio::runtime::Handle::current();
-    let (_, complete) = runtime.block_on(read_entry(&entry, &mut Blocking(out)));
+    outbox.splice(entry.clone())?;
+    // A finished entry's figures are known; one being generated is read along by the sending
+    // side, and this thread goes (a generation that fails shows as an incomplete send).
     let generated = *entry.generated.lock().expect("not poisoned");
     ctx.tally.asked(generated.wants, generated.haves);
-    match (complete, entry.progress().state) {
-        (true, Generation::Done) => Ok((generated.stats, outcome)),
-        (true, _) => Err(ServeError::Io(std::io::Error::other("the generation this fetch read along failed"))),
-        (false, _) => Err(ServeError::Disconnected),
-    }
-}
-
-/// The generator's writes over a connection: into the entry, and to its own client while it
-/// reads; a client gone leaves the entry filling for the others.
-struct Tee<'a, E: Write, W: Write> {
-    entry: E,
-    client: &'a mut W,
-    gone: bool,
-}
-
-impl<E: Write, W: Write> Write for Tee<'_, E, W> {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.entry.write_all(data)?;
-        if !self.gone && self.client.write_all(data).is_err() {
-            self.gone = true;
-        }
-        Ok(data.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.entry.flush()?;
-        if !self.gone && self.client.flush().is_err() {
-            self.gone = true;
-        }
-        Ok(())
-    }
-}
-
-/// Writes through to the sink, counting, and keeping a copy for the tap when there is one.
-struct Tapped<'a> {
-    sink: &'a mut sink::ChannelSink,
-    copy: Option<Vec<u8>>,
-    sent: u64,
-}
-
-impl Write for Tapped<'_> {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        let n = self.sink.write(data)?;
-        self.sent += n as u64;
-        if let Some(copy) = &mut self.copy {
-            copy.extend_from_slice(&data[..n]);
-        }
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.sink.flush()
-    }
+    Ok((generated.stats, outcome))
 }

@@ -1,25 +1,21 @@
 //! git:// (git daemon's protocol): one TCP connection per request, opened by a pkt-line
 //! `git-upload-pack /path\0host=…\0[\0version=2\0]`, then the stateful v0 conversation or v2
 //! commands on the same connection (or a push, or an archive, when those services are enabled).
-//! A connection runs on one blocking thread from the pool it shares with HTTP, under the same
-//! transfer limit; its writes are buffered to 128 KiB, so a pack leaves two side-band packets per
-//! write.
+//! A connection waits for a transfer slot in the server's queue (as long as its client stays),
+//! then is served on one blocking thread from the pool it shares with HTTP, reading the socket
+//! and writing into the transfer buffers, to its end or (upload-pack) to its pack; an async task
+//! sends what it wrote, so a client reading slowly holds neither the slot nor the thread.
 
-use std::io::BufWriter;
-use std::net::TcpStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use tokio::net::TcpStream;
 
 use crate::error::RepoError;
 use crate::protocol::{Version, pkt};
 use crate::service;
 use crate::session::State;
 use crate::transport::pace::Paced;
-
-/// Writes of at least this many bytes leave together: two full side-band packets and the short
-/// lines before them (with exactly 64 KiB, the first packet pushed out the lines before it as a
-/// write of their own).
-pub const WRITE_BUFFER: usize = 128 * 1024;
 
 /// A parsed git:// request line.
 #[derive(Debug, PartialEq, Eq)]
@@ -86,72 +82,174 @@ pub async fn refuse(stream: &mut tokio::net::TcpStream, message: &str) {
     }
 }
 
-/// Serve one git:// connection, whose request line was read, to the end.
-pub fn serve_connection(state: Arc<State>, stream: TcpStream, line: Vec<u8>) {
+/// Serve one git:// connection, whose request line was read: a slot (waiting in the queue while
+/// the client keeps the connection), the conversation on a blocking thread, and what it wrote
+/// sent from here; the request's record is written once the last byte went.
+pub async fn serve(state: Arc<State>, tcp: TcpStream, line: Vec<u8>) {
     let request = parse_request_line(&line);
     let service_name = request.as_ref().map_or("malformed", |r| r.service.as_str());
     let version = request.as_ref().map(|r| Version::from_params(&r.extra));
-    let log = service::Request::new("git", stream.peer_addr().ok(), &crate::error::quoted(service_name, 64), version);
-    serve(&state, &stream, request, log);
+    let mut log = service::Request::new("git", tcp.peer_addr().ok(), &crate::error::quoted(service_name, 64), version);
+    let tcp = Arc::new(tcp);
+    // A client whose connection failed while queued (reset) is gone; one that closed its end may
+    // have only half-closed after its request and still be reading, so it keeps its place (when
+    // it is gone, its turn costs an advertisement that fails at its first write).
+    let slot = tokio::select! {
+        biased;
+        slot = state.slot() => slot,
+        () = hung_up(&tcp) => return log.finish(&state, service::Outcome::Disconnected),
+    };
+    let slot = match slot {
+        Ok(slot) => slot,
+        Err(refused) => {
+            tracing::info!(peer = %log.record.peer, ?refused, "git:// transfer refused: busy");
+            let mut w = pkt::Writer::new();
+            w.err(service::busy_message(refused));
+            close_gently(&tcp, Some(Bytes::from(w.buf))).await;
+            return log.finish(&state, service::Outcome::Busy);
+        }
+    };
+    log.record.wait_ms = Some(slot.waited.as_secs_f64() * 1e3);
+    let (outbox, queue) = service::buffer::Outbox::new(state.clone());
+    let sending = tokio::spawn(send_then_close(tcp.clone(), queue, state.config.io_timeout));
+    let served = {
+        let (state, tcp, runtime) = (state.clone(), tcp.clone(), tokio::runtime::Handle::current());
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            serve_blocking(
+                &state,
+                BlockingRead { tcp, runtime, timeout: state.config.io_timeout },
+                request,
+                outbox,
+                log,
+            )
+        })
+        .await
+    };
+    let sent = sending.await.ok();
+    let Ok((mut log, outcome, share)) = served else { return };
+    drop(share);
+    log.record.bytes = sent.map_or(0, |s| s.bytes);
+    log.record.buffer = sent.map(|s| s.held);
+    let outcome = match outcome {
+        service::Outcome::Ok if !sent.is_some_and(|s| s.complete) => service::Outcome::Disconnected,
+        outcome => outcome,
+    };
+    log.finish(&state, outcome);
 }
 
-/// A request refused before it reached its service: told why, and recorded.
-fn refused(state: &State, stream: &TcpStream, log: service::Request, message: &str) {
+/// Returns once the connection failed (reset by the client); pending for ever otherwise
+/// (what the client sends is read later, by whoever serves it).
+async fn hung_up(tcp: &TcpStream) {
+    let mut byte = [0u8; 1];
+    if tcp.peek(&mut byte).await.is_ok() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Send the queue's entries to the client, then close gently.
+async fn send_then_close(
+    tcp: Arc<TcpStream>,
+    queue: service::buffer::Queue,
+    stall: std::time::Duration,
+) -> service::buffer::Sent {
+    let mut outlet = Socket { sender: crate::transport::zero_copy::Sender::new(tcp.clone()), stall };
+    let sent = service::buffer::send(queue, &mut outlet).await;
+    close_gently(&tcp, None).await;
+    sent
+}
+
+/// The connection's socket as the sending side sees it: each chunk taken within `stall`.
+struct Socket {
+    sender: crate::transport::zero_copy::Sender,
+    stall: std::time::Duration,
+}
+
+impl service::buffer::Outlet for Socket {
+    async fn send(&mut self, chunk: Bytes) -> bool {
+        matches!(tokio::time::timeout(self.stall, self.sender.send_all(&chunk)).await, Ok(Ok(())))
+    }
+}
+
+/// Send `last` (an `ERR` line), then close gently: what the client sent and nobody read (a
+/// refused request's arguments, a flush after its pack) is read and dropped first, or closing
+/// with unread input would reset the connection and could destroy what was sent before git
+/// reads it.
+async fn close_gently(tcp: &Arc<TcpStream>, last: Option<Bytes>) {
+    if let Some(last) = last {
+        let mut sender = crate::transport::zero_copy::Sender::new(tcp.clone());
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), sender.send_all(&last)).await;
+    }
+    // SAFETY: shutting down the writing half of a socket this task holds open.
+    if unsafe { libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(&**tcp), libc::SHUT_WR) } != 0 {
+        return;
+    }
+    let mut sink = [0u8; 4096];
+    let mut left = 1usize << 20;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+        while left > 0 {
+            match tcp.readable().await.and_then(|()| tcp.try_read(&mut sink)) {
+                Ok(0) => break,
+                Ok(n) => left -= n.min(left),
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) => break,
+            }
+        }
+    })
+    .await;
+}
+
+/// Reads of the connection for its blocking part: each within `timeout`.
+struct BlockingRead {
+    tcp: Arc<TcpStream>,
+    runtime: tokio::runtime::Handle,
+    timeout: std::time::Duration,
+}
+
+impl std::io::Read for BlockingRead {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let tcp = &self.tcp;
+        let read = async {
+            loop {
+                tcp.readable().await?;
+                match tcp.try_read(buf) {
+                    Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    done => return done,
+                }
+            }
+        };
+        self.runtime.block_on(async {
+            tokio::time::timeout(self.timeout, read).await.unwrap_or_else(|_| {
+                Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the client sent nothing within the I/O timeout"))
+            })
+        })
+    }
+}
+
+/// A request refused before it reached its service: told why (the sending side sends it and
+/// closes), and its record handed back as refused.
+fn refused(
+    log: service::Request,
+    out: &mut service::buffer::Outbox,
+    message: &str,
+) -> (service::Request, service::Outcome, Option<crate::session::Share>) {
     tracing::info!(peer = %log.record.peer, message, "git:// request refused");
-    let _ = send_err(stream, message);
-    log.finish(state, service::Outcome::Refused);
-}
-
-/// The connection's writes, counted.
-struct Counted<'a> {
-    stream: &'a TcpStream,
-    sent: &'a AtomicU64,
-}
-
-impl std::io::Write for Counted<'_> {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        let n = (&mut &*self.stream).write(data)?;
-        self.sent.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        (&mut &*self.stream).flush()
-    }
-}
-
-/// Tell the client why, then close gently: what it sent after its request line (archive
-/// arguments, wants) is read and dropped first, or closing with unread input would reset the
-/// connection and could destroy the message before git reads it.
-fn send_err(stream: &TcpStream, message: &str) -> std::io::Result<()> {
-    use std::io::{Read, Write};
     let mut w = pkt::Writer::new();
     w.err(message);
-    (&*stream).write_all(&w.buf)?;
-    stream.shutdown(std::net::Shutdown::Write)?;
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(2)))?;
-    let mut sink = [0u8; 4096];
-    let mut left = 1 << 20;
-    while left > 0 {
-        match (&*stream).read(&mut sink) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => left -= n.min(left),
-        }
-    }
-    Ok(())
+    let _ = std::io::Write::write_all(out, &w.buf);
+    (log, service::Outcome::Refused, None)
 }
 
-/// Carry the connection to its service.
-fn serve(state: &Arc<State>, stream: &TcpStream, request: Option<RequestLine>, mut log: service::Request) {
-    let setup = stream
-        .set_nonblocking(false)
-        .and_then(|()| stream.set_nodelay(true))
-        .and_then(|()| stream.set_write_timeout(Some(state.config.io_timeout)));
-    if let Err(err) = setup {
-        return refused(state, stream, log, &err.to_string());
-    }
+/// Carry the connection to its service, on a blocking thread.
+fn serve_blocking(
+    state: &Arc<State>,
+    input: BlockingRead,
+    request: Option<RequestLine>,
+    mut out: service::buffer::Outbox,
+    mut log: service::Request,
+) -> (service::Request, service::Outcome, Option<crate::session::Share>) {
     let Some(request) = request else {
-        return refused(state, stream, log, "malformed request line: expected 'git-upload-pack /path\\0host=…\\0'");
+        return refused(log, &mut out, "malformed request line: expected 'git-upload-pack /path\\0host=…\\0'");
     };
     let services = &state.config.services;
     let service = match request.service.as_str() {
@@ -161,33 +259,30 @@ fn serve(state: &Arc<State>, stream: &TcpStream, request: Option<RequestLine>, m
         "git-receive-pack" if services.receive_pack => service::Service::ReceivePack,
         other => {
             let message = format!("service '{}' is not enabled", crate::error::quoted(other, 64));
-            return refused(state, stream, log, &message);
+            return refused(log, &mut out, &message);
         }
     };
     let served = match state.repos.resolve(&request.path) {
         Ok(served) => served,
-        Err(err) => return refused(state, stream, log, &refusal(state, &request.path, err)),
+        Err(err) => return refused(log, &mut out, &refusal(state, &request.path, err)),
     };
     tracing::info!(repo = %served.name, host = ?request.host, "git://");
     log = log.serving(&served, None);
-    let _share = match service::enter(state, &served, stream.peer_addr().ok().map(|peer| peer.ip())) {
+    let client = input.tcp.peer_addr().ok().map(|peer| peer.ip());
+    let share = match service::enter(state, &served, client) {
         Ok(share) => share,
         Err(busy) => {
-            let _ = send_err(stream, busy.message());
-            return log.finish(state, service::Outcome::Busy);
+            let (log, _, _) = refused(log, &mut out, busy.message());
+            return (log, service::Outcome::Busy, None);
         }
     };
     // Reads are held to a minimum rate (a trickling client is dropped within a window), and a
     // silent one is noticed at the end of a window too.
     let pace = if service == service::Service::ReceivePack { state.config.push_pace() } else { state.config.pace() };
-    if let Err(err) = stream.set_read_timeout(Some(pace.window.min(state.config.io_timeout))) {
-        return refused(state, stream, log, &err.to_string());
-    }
-    let sent = AtomicU64::new(0);
-    let input = Paced::new(stream, pace);
-    let out = BufWriter::with_capacity(WRITE_BUFFER, Counted { stream, sent: &sent });
+    let input = BlockingRead { timeout: pace.window.min(state.config.io_timeout), ..input };
     let asked = service::Asked { service, version: Version::from_params(&request.extra), pusher: None };
-    service::connection(state, &served, asked, input, out, log, &sent);
+    let (log, outcome) = service::connection(state, &served, asked, Paced::new(input, pace), &mut out, log);
+    (log, outcome, Some(share))
 }
 
 /// What a client whose repository could not be resolved is told: git daemon's terse line unless

@@ -397,6 +397,7 @@ pub fn metrics_response(state: &State, path: &str) -> Response<Body> {
     if path != "/metrics" {
         return text(StatusCode::NOT_FOUND, "not found: gixd serves /metrics here");
     }
+    state.metrics.buffered(state.buffers.memory_used(), state.buffers.disk_used());
     let mut response = Response::new(full(state.metrics.render().into_bytes()));
     response.headers_mut().insert(
         header::CONTENT_TYPE,

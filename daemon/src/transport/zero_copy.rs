@@ -186,6 +186,35 @@ fn send(fd: i32, pipe: &mut Option<Pipe>, bufs: &[IoSlice<'_>]) -> io::Result<us
     Ok(total)
 }
 
+/// Sends to a socket another task reads from (a git:// connection: its blocking part reads the
+/// client's requests while this sends the answers from the transfer buffers), entry slices
+/// without a copy as [`Stream`] does.
+pub struct Sender {
+    tcp: std::sync::Arc<TcpStream>,
+    pipe: Option<Pipe>,
+}
+
+impl Sender {
+    pub fn new(tcp: std::sync::Arc<TcpStream>) -> Sender {
+        Sender { tcp, pipe: None }
+    }
+
+    /// Send all of `data` (a slice of an entry's window, or any bytes).
+    pub async fn send_all(&mut self, mut data: &[u8]) -> io::Result<()> {
+        while !data.is_empty() {
+            self.tcp.writable().await?;
+            let Sender { tcp, pipe } = self;
+            match tcp.try_io(Interest::WRITABLE, || send(tcp.as_raw_fd(), pipe, &[IoSlice::new(data)])) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => data = &data[n..],
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(())
+    }
+}
+
 impl AsyncRead for Stream {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.tcp).poll_read(cx, buf)
