@@ -58,6 +58,7 @@ pub struct Metrics {
     pub transfers_in_flight: Gauge,
     pub transfers_queued: Gauge,
     transfers_in_flight_max: Gauge,
+    transfers_waited: Counter,
     queue_wait: Histogram,
     buffer_bytes: Family<HeldLabel, Gauge>,
     pushes: Family<OutcomeLabel, Counter>,
@@ -85,6 +86,7 @@ impl Metrics {
             transfers_in_flight: Gauge::default(),
             transfers_queued: Gauge::default(),
             transfers_in_flight_max: Gauge::default(),
+            transfers_waited: Counter::default(),
             // 1 ms to about 9 minutes.
             queue_wait: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
             buffer_bytes: Family::default(),
@@ -112,6 +114,11 @@ impl Metrics {
             "transfers_in_flight_max",
             "The most transfers that held a slot at once since the start",
             m.transfers_in_flight_max.clone(),
+        );
+        registry.register(
+            "transfers_waited",
+            "Transfers that found every slot taken and waited in the queue",
+            m.transfers_waited.clone(),
         );
         registry.register(
             "transfer_queue_wait_seconds",
@@ -160,7 +167,12 @@ impl Metrics {
     }
 
     /// A pack was generated, costing `cpu` seconds of the thread that made it.
-    /// A transfer took a slot after waiting `waited`.
+    /// A transfer found every slot taken and joined the queue.
+    pub fn queued(&self) {
+        self.transfers_waited.inc();
+    }
+
+    /// A transfer took a slot after waiting `waited` (zero: one was free).
     pub fn slot_taken(&self, waited: std::time::Duration) {
         let now = self.transfers_in_flight.inc() + 1;
         let mut max = self.transfers_in_flight_max.get();

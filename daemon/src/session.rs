@@ -64,11 +64,11 @@ impl State {
     /// is set; refused at once when the queue is full.
     pub async fn slot(&self) -> Result<Slot, NoSlot> {
         use std::sync::atomic::Ordering::SeqCst;
-        let started = std::time::Instant::now();
         // A free slot needs no place in the queue.
         if let Ok(permit) = self.transfers.clone().try_acquire_owned() {
-            return Ok(self.slot_from(permit, started));
+            return Ok(self.slot_from(permit, None));
         }
+        let started = std::time::Instant::now();
         if self.queued.fetch_add(1, SeqCst) >= self.config.max_queued {
             self.queued.fetch_sub(1, SeqCst);
             return Err(NoSlot::QueueFull);
@@ -82,6 +82,7 @@ impl State {
             }
         }
         self.metrics.transfers_queued.inc();
+        self.metrics.queued();
         let queued = Queued(self);
         let acquire = self.transfers.clone().acquire_owned();
         let permit = match self.config.transfer_queue_wait {
@@ -90,11 +91,12 @@ impl State {
         };
         drop(queued);
         let permit = permit.ok_or(NoSlot::Waited)?;
-        Ok(self.slot_from(permit, started))
+        Ok(self.slot_from(permit, Some(started)))
     }
 
-    fn slot_from(&self, permit: tokio::sync::OwnedSemaphorePermit, started: std::time::Instant) -> Slot {
-        let waited = started.elapsed();
+    /// The slot of `permit`, taken at once or after queueing since `queued`.
+    fn slot_from(&self, permit: tokio::sync::OwnedSemaphorePermit, queued: Option<std::time::Instant>) -> Slot {
+        let waited = queued.map_or(std::time::Duration::ZERO, |since| since.elapsed());
         self.metrics.slot_taken(waited);
         Slot { _permit: permit, metrics: self.metrics.clone(), waited }
     }

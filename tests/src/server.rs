@@ -309,3 +309,26 @@ pub fn ref_delta_bases(pack: &[u8]) -> Vec<String> {
     })
     .collect()
 }
+
+/// The metrics, parsed as Prometheus parses them.
+pub fn scrape(addr: std::net::SocketAddr) -> prometheus_parse::Scrape {
+    let response = http(addr, "GET", "/metrics", &[], b"");
+    assert_eq!(response.status, 200);
+    let text = response.text();
+    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("the exposition parses")
+}
+
+/// The sum of a metric's samples whose labels include every pair of `labels`.
+pub fn metric(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => panic!("{metric} is not a number"),
+        })
+        .sum()
+}

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use gixd_tests::server::{all_objects, assert_fsck_clean, clone, git_ok, http, serve_with};
+use gixd_tests::server::{all_objects, assert_fsck_clean, clone, git_ok, http, metric, scrape, serve_with};
 use gixd_tests::{commit_files, git};
 
 fn fixture(base: &Path) -> PathBuf {
@@ -24,29 +24,6 @@ fn fixture(base: &Path) -> PathBuf {
     git(base, &["clone", "-q", "--bare", work.to_str().unwrap(), repo.to_str().unwrap()]);
     git(&repo, &["repack", "-adq"]);
     repo
-}
-
-/// The metrics, parsed as Prometheus parses them.
-fn scrape(addr: std::net::SocketAddr) -> prometheus_parse::Scrape {
-    let response = http(addr, "GET", "/metrics", &[], b"");
-    assert_eq!(response.status, 200);
-    let text = response.text();
-    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("the exposition parses")
-}
-
-/// The sum of a metric's samples whose labels include every pair of `labels`.
-fn value(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
-    scrape
-        .samples
-        .iter()
-        .filter(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
-        .map(|s| match s.value {
-            prometheus_parse::Value::Counter(v)
-            | prometheus_parse::Value::Gauge(v)
-            | prometheus_parse::Value::Untyped(v) => v,
-            _ => panic!("{metric} is not a number"),
-        })
-        .sum()
 }
 
 /// `n` clones of `url` at once (each a stock git process), each checked complete.
@@ -97,25 +74,25 @@ fn sixteen_identical_concurrent_clones_cost_one_pack_generation_with_the_pack_ca
         };
         clones_at_once(&url, &into, 16, &origin);
         let metrics = scrape(server.metrics_addr.unwrap());
-        let generations = value(&metrics, "gixd_pack_generations_total", &[]);
-        let fetches = value(&metrics, "gixd_requests_total", &[("service", "git-upload-pack"), ("status", "ok")]);
+        let generations = metric(&metrics, "gixd_pack_generations_total", &[]);
+        let fetches = metric(&metrics, "gixd_requests_total", &[("service", "git-upload-pack"), ("status", "ok")]);
         assert!(fetches >= 16.0, "every clone's fetch is counted: {fetches}");
         if cached {
             assert_eq!(generations, 1.0, "{transport}: one generation for sixteen identical clones");
-            assert_eq!(value(&metrics, "gixd_pack_cache_total", &[("outcome", "miss")]), 1.0);
-            let shared = value(&metrics, "gixd_pack_cache_total", &[("outcome", "join")])
-                + value(&metrics, "gixd_pack_cache_total", &[("outcome", "hit")]);
+            assert_eq!(metric(&metrics, "gixd_pack_cache_total", &[("outcome", "miss")]), 1.0);
+            let shared = metric(&metrics, "gixd_pack_cache_total", &[("outcome", "join")])
+                + metric(&metrics, "gixd_pack_cache_total", &[("outcome", "hit")]);
             assert_eq!(shared, 15.0, "{transport}: the others joined it or read it back");
         } else {
             assert_eq!(generations, 16.0, "{transport}: without the cache each clone generates its own pack");
-            assert_eq!(value(&metrics, "gixd_pack_cache_total", &[]), 0.0);
+            assert_eq!(metric(&metrics, "gixd_pack_cache_total", &[]), 0.0);
         }
-        assert!(value(&metrics, "gixd_pack_generation_cpu_seconds_total", &[]) > 0.0);
+        assert!(metric(&metrics, "gixd_pack_generation_cpu_seconds_total", &[]) > 0.0);
         assert!(
-            value(&metrics, "gixd_bytes_out_total", &[("service", "git-upload-pack")]) > 16.0 * 100_000.0,
+            metric(&metrics, "gixd_bytes_out_total", &[("service", "git-upload-pack")]) > 16.0 * 100_000.0,
             "sixteen packs went out"
         );
-        assert_eq!(value(&metrics, "gixd_transfers_in_flight", &[]), 0.0, "every slot was given back");
+        assert_eq!(metric(&metrics, "gixd_transfers_in_flight", &[]), 0.0, "every slot was given back");
     }
     assert!(std::fs::read_dir(&spill).unwrap().next().is_none(), "the cache's files are unlinked");
 }
@@ -164,7 +141,7 @@ fn a_request_after_a_ref_change_is_never_answered_from_the_pack_cached_before_it
     let first = fetch();
     assert_eq!(fetch(), first, "read back byte for byte");
     let metrics = scrape(server.metrics_addr.unwrap());
-    assert_eq!(value(&metrics, "gixd_pack_cache_total", &[("outcome", "hit")]), 1.0);
+    assert_eq!(metric(&metrics, "gixd_pack_cache_total", &[("outcome", "hit")]), 1.0);
     // The same request once an annotated tag points at the wanted commit: include-tag must
     // bring the tag, so the answer cannot be the one cached for the refs before it.
     git(&repo, &["tag", "-a", "-m", "new", "v2", "HEAD"]);
@@ -173,8 +150,8 @@ fn a_request_after_a_ref_change_is_never_answered_from_the_pack_cached_before_it
     assert!(objects_in_pack(&sideband_pack(&after), "sha1").contains(&tag), "the new tag is sent");
     assert!(!objects_in_pack(&sideband_pack(&first), "sha1").contains(&tag));
     let metrics = scrape(server.metrics_addr.unwrap());
-    assert_eq!(value(&metrics, "gixd_pack_cache_total", &[("outcome", "miss")]), 2.0, "the new ref state missed");
-    assert_eq!(value(&metrics, "gixd_pack_generations_total", &[]), 2.0);
+    assert_eq!(metric(&metrics, "gixd_pack_cache_total", &[("outcome", "miss")]), 2.0, "the new ref state missed");
+    assert_eq!(metric(&metrics, "gixd_pack_generations_total", &[]), 2.0);
 }
 
 #[test]
@@ -285,25 +262,25 @@ fn the_metrics_count_requests_by_service_version_and_status_and_pushes_by_outcom
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let metrics = loop {
         let metrics = scrape(server.metrics_addr.unwrap());
-        let counted = value(&metrics, "gixd_repository_requests_total", &[("repository", "repo.git")]);
+        let counted = metric(&metrics, "gixd_repository_requests_total", &[("repository", "repo.git")]);
         if counted >= 4.0 || std::time::Instant::now() > deadline {
             break metrics;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     assert_eq!(
-        value(&metrics, "gixd_requests_total", &[("service", "git-upload-pack"), ("version", "0"), ("status", "ok")]),
+        metric(&metrics, "gixd_requests_total", &[("service", "git-upload-pack"), ("version", "0"), ("status", "ok")]),
         1.0
     );
     assert_eq!(
-        value(&metrics, "gixd_requests_total", &[("service", "info/refs"), ("version", "2"), ("status", "ok")]),
+        metric(&metrics, "gixd_requests_total", &[("service", "info/refs"), ("version", "2"), ("status", "ok")]),
         1.0
     );
-    assert_eq!(value(&metrics, "gixd_requests_total", &[("service", "info/refs"), ("status", "refused")]), 1.0);
-    assert_eq!(value(&metrics, "gixd_pushes_total", &[("outcome", "ok")]), 1.0);
-    assert_eq!(value(&metrics, "gixd_pushes_total", &[("outcome", "refused")]), 1.0);
+    assert_eq!(metric(&metrics, "gixd_requests_total", &[("service", "info/refs"), ("status", "refused")]), 1.0);
+    assert_eq!(metric(&metrics, "gixd_pushes_total", &[("outcome", "ok")]), 1.0);
+    assert_eq!(metric(&metrics, "gixd_pushes_total", &[("outcome", "refused")]), 1.0);
     assert_eq!(
-        value(&metrics, "gixd_repository_requests_total", &[("repository", "repo.git")]),
+        metric(&metrics, "gixd_repository_requests_total", &[("repository", "repo.git")]),
         4.0,
         "clone, two pushes, an advertisement"
     );
