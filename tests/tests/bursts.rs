@@ -151,37 +151,6 @@ fn slow_readers_hold_no_slot_so_clones_beside_them_never_wait_and_the_slow_ones_
     }
 }
 
-/// A slow link in front of `upstream`: a local address whose connections are relayed to it, the
-/// server's bytes passed on at `rate` bytes per second per connection (the client's at once).
-fn slow_link(upstream: std::net::SocketAddr, rate: usize) -> std::net::SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for client in listener.incoming() {
-            let Ok(client) = client else { continue };
-            let Ok(server) = std::net::TcpStream::connect(upstream) else { continue };
-            let (mut up_from, mut up_to) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut up_from, &mut up_to);
-                let _ = up_to.shutdown(std::net::Shutdown::Write);
-            });
-            let (mut down_from, mut down_to) = (server, client);
-            std::thread::spawn(move || {
-                let mut piece = vec![0u8; rate / 20];
-                loop {
-                    match down_from.read(&mut piece) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) if down_to.write_all(&piece[..n]).is_err() => break,
-                        Ok(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
-                    }
-                }
-                let _ = down_to.shutdown(std::net::Shutdown::Write);
-            });
-        }
-    });
-    addr
-}
-
 /// Stock git clones, `n` at once, of `url`, each into its own directory below `into`; the
 /// stderr of those that failed.
 fn clone_burst(url: &str, into: &Path, n: usize, version: u8) -> Vec<String> {
@@ -241,8 +210,8 @@ fn a_burst_of_eight_clones_per_cpu_at_default_settings_is_served_over_http_and_g
     let n = 8 * cpus;
     let objects = all_objects(&base.join("repo.git"));
     // Every client reads at 1 MiB/s, so a clone's pack (about 2 MiB) takes two seconds to read.
-    let http_url = format!("http://{}/repo.git", slow_link(server.addr, 1 << 20));
-    let git_url = format!("git://{}/repo.git", slow_link(server.git_addr.unwrap(), 1 << 20));
+    let http_url = format!("http://{}/repo.git", bench_support::relay::slow_link(server.addr, 1 << 20));
+    let git_url = format!("git://{}/repo.git", bench_support::relay::slow_link(server.git_addr.unwrap(), 1 << 20));
     for (name, url, version) in [("http", http_url, 2), ("git-v2", git_url.clone(), 2), ("git-v0", git_url, 0)] {
         let into = tmp.path().join(name);
         let failed = clone_burst(&url, &into, n, version);

@@ -8,6 +8,7 @@
 mod appliance;
 mod bench;
 mod bitmaps_bench;
+mod bursts_bench;
 mod guards;
 mod ingest_bench;
 mod maintenance_bench;
@@ -18,6 +19,7 @@ mod real_bench;
 mod refs_bench;
 mod report;
 mod sync;
+mod tls_bench;
 mod tree;
 
 use anyhow::{Context, Result, bail};
@@ -185,6 +187,33 @@ enum BenchCmd {
         #[arg(long)]
         gixd: Option<PathBuf>,
     },
+    /// Bursts of concurrent distinct clones of real repositories (with and without a bitmap):
+    /// gixd at its defaults (HTTP, git://) vs git http-backend and git daemon — refused clones,
+    /// server CPU, wall, peak memory (cgroup and RSS). Run by hand, as root; not in CI.
+    Bursts {
+        #[arg(long, default_value_t = 1)]
+        rounds: usize,
+        /// Bare repositories to serve (copied and repacked under target/bench-bursts/).
+        #[arg(long, required = true)]
+        repo: Vec<PathBuf>,
+        #[arg(long, value_delimiter = ',', default_value = "8,16,32,64")]
+        clients: Vec<usize>,
+        /// Measure this gixd binary instead of a release build of the committed tree.
+        #[arg(long)]
+        gixd: Option<PathBuf>,
+    },
+    /// What TLS costs a clone: server CPU of a full clone from gixd over HTTP and over HTTPS,
+    /// and from git http-backend behind lighttpd with TLS. Run by hand, as root; not in CI.
+    Tls {
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Bare repositories to clone (copied and repacked under target/bench-tls/).
+        #[arg(long, required = true)]
+        repo: Vec<PathBuf>,
+        /// Measure this gixd binary instead of a release build of the committed tree.
+        #[arg(long)]
+        gixd: Option<PathBuf>,
+    },
     /// Server CPU per clone at 1…32 concurrent clients, under a CPU quota and pinned.
     Ramp {
         #[arg(long, default_value_t = 3)]
@@ -289,6 +318,10 @@ fn run(cli: Cli) -> Result<()> {
         Top::Rusage { .. } => unreachable!("handled above"),
         Top::Bench { command: BenchCmd::Writes { rounds } } => bench::writes(&root, rounds),
         Top::Bench { command: BenchCmd::Ramp { rounds, clients } } => bench::ramp(&root, rounds, clients),
+        Top::Bench { command: BenchCmd::Tls { rounds, repo, gixd } } => tls_bench::run(&root, rounds, repo, gixd),
+        Top::Bench { command: BenchCmd::Bursts { rounds, repo, clients, gixd } } => {
+            bursts_bench::run(&root, rounds, repo, clients, gixd)
+        }
         Top::Bench { command: BenchCmd::Narrow { rounds, repo } } => narrow::run(&root, rounds, repo),
         Top::Bench { command: BenchCmd::Push { rounds, repo } } => push_bench::run(&root, rounds, repo),
         Top::Bench { command: BenchCmd::Bitmaps { rounds } } => bitmaps_bench::run(&root, rounds),

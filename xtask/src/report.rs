@@ -26,6 +26,8 @@ const TARGETS: &[(&str, &str)] = &[
     ("bench/README.md", "refs"),
     ("bench/README.md", "bitmaps"),
     ("bench/README.md", "real-repos"),
+    ("bench/README.md", "bursts"),
+    ("bench/README.md", "tls"),
 ];
 
 pub fn run(root: &Path, check: bool) -> Result<()> {
@@ -54,6 +56,8 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             "refs" => refs(root)?,
             "bitmaps" => bitmaps(root)?,
             "real-repos" => real_repos(root)?,
+            "bursts" => bursts(root)?,
+            "tls" => tls(root)?,
             other => bail!("no renderer for block {other}"),
         };
         let path = root.join(doc);
@@ -836,6 +840,128 @@ fn writes(root: &Path) -> Result<String> {
         let (calls, bytes) = (of("write_calls"), of("pack_bytes"));
         out.push_str(&format!("| {arm} | {calls:.0} | {bytes:.0} | {:.2} |\n", calls / (bytes / 65516.0)));
     }
+    Ok(out)
+}
+
+/// Bursts of distinct clones: gixd over each transport against git's server for it (HTTP: git
+/// http-backend; git://: git daemon), a row per repository state, burst size and transport, the
+/// row furthest from issue 45's goals first (any refused clone; CPU ≤ 1.0× git's; the memory
+/// cgroup's peak ≤ 0.3× git's).
+fn bursts(root: &Path) -> Result<String> {
+    let doc = match load(
+        root,
+        crate::bursts_bench::BURSTS_RESULTS,
+        "`cargo xtask bench bursts --repo PATH…` (by hand, as root: it needs the repositories and cgroups)",
+    )? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench bursts")?;
+    out.push_str(&format!(
+        " gixd: {}. git daemon: {}. http-backend under {}. {} Most transfers holding a slot at once in gixd over the run: {}. Medians over rounds; refused clones summed.\n\n",
+        c["gixd"].as_str().unwrap_or("?"),
+        c["git_daemon"].as_str().unwrap_or("?"),
+        c["lighttpd"].as_str().unwrap_or("?").lines().next().unwrap_or("?"),
+        c["how"].as_str().unwrap_or("?"),
+        c["gixd_transfers_in_flight_max"].as_str().unwrap_or("?"),
+    ));
+    out.push_str("A clone that failed counts as refused, whatever it said (git daemon resets the connections past its `--max-connections`, 32 by default). CPU is per clone served, so a server that refused some is not credited for the work it did not do.\n\n");
+    out.push_str("| repository | objects | bitmap | clones | gixd over, against | refused: gixd | git | CPU ms per served clone: gixd | git | ÷ | wall s: gixd | git | ÷ | cgroup peak MiB: gixd | git | ÷ | RSS peak MiB: gixd | git | ÷ |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut rows = Vec::new();
+    for repo in c["repos"].as_array().context("repos")? {
+        let (name, state) = (repo["repo"].as_str().context("repo")?, repo["state"].as_str().context("state")?);
+        let sizes: Vec<u64> = c["sizes"].as_array().context("sizes")?.iter().filter_map(Value::as_u64).collect();
+        for clients in sizes {
+            for (ours, theirs, transport) in [
+                ("gixd http", "git http-backend", "HTTP, http-backend"),
+                ("gixd git://", "git daemon", "git://, git daemon"),
+            ] {
+                let of = |arm: &str| -> Vec<&Value> {
+                    runs.iter()
+                        .filter(|r| {
+                            r["repo"] == name && r["state"] == state && r["clients"] == clients && r["arm"] == arm
+                        })
+                        .collect()
+                };
+                let (a, b) = (of(ours), of(theirs));
+                if a.is_empty() || b.is_empty() {
+                    continue;
+                }
+                let med = |rs: &[&Value], key: &str| median(rs.iter().filter_map(|r| r[key].as_f64()).collect());
+                let sum = |rs: &[&Value], key: &str| rs.iter().filter_map(|r| r[key].as_u64()).sum::<u64>();
+                let (ra, rb) = (sum(&a, "refused"), sum(&b, "refused"));
+                let per_served = |rs: &[&Value]| {
+                    median(
+                        rs.iter()
+                            .filter_map(|r| Some(r["cpu_us"].as_f64()? / r["served"].as_f64().filter(|n| *n > 0.0)?))
+                            .collect(),
+                    ) / 1e3
+                };
+                let (ca, cb) = (per_served(&a), per_served(&b));
+                let (wa, wb) = (med(&a, "wall_ms") / 1e3, med(&b, "wall_ms") / 1e3);
+                let (ma, mb) = (med(&a, "cgroup_peak_bytes") / 1048576.0, med(&b, "cgroup_peak_bytes") / 1048576.0);
+                let (pa, pb) = (med(&a, "peak_rss_kb") / 1024.0, med(&b, "peak_rss_kb") / 1024.0);
+                let badness = if ra > 0 { f64::INFINITY } else { (ca / cb).max(ma / mb / 0.3) };
+                let row = format!(
+                    "| {name} | {} | {} | {clients} | {transport} | {ra} | {rb} | {ca:.1} | {cb:.1} | {} | {wa:.1} | {wb:.1} | {} | {ma:.0} | {mb:.0} | {} | {pa:.0} | {pb:.0} | {} |\n",
+                    repo["objects"],
+                    if state == "bitmap" { "yes" } else { "no" },
+                    ratio(cb, ca),
+                    ratio(wb, wa),
+                    ratio(mb, ma),
+                    ratio(pb, pa),
+                );
+                rows.push((badness, row));
+            }
+        }
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    rows.into_iter().for_each(|(_, row)| out.push_str(&row));
+    Ok(out)
+}
+
+/// What TLS costs a clone: per repository, the server CPU of each arm, gixd over HTTPS against
+/// gixd over HTTP (issue 46's goal: ≤ 1.15) and against lighttpd + git http-backend over HTTPS
+/// (goal: ≤ 0.5), the row furthest from its goals first.
+fn tls(root: &Path) -> Result<String> {
+    let doc = match load(
+        root,
+        crate::tls_bench::TLS_RESULTS,
+        "`cargo xtask bench tls --repo PATH…` (by hand, as root: it needs the repositories and cgroups)",
+    )? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench tls")?;
+    out.push_str(&format!(
+        " gixd: {}. lighttpd: {}. {} Medians.\n\n",
+        c["gixd"].as_str().unwrap_or("?"),
+        c["lighttpd"].as_str().unwrap_or("?").lines().next().unwrap_or("?"),
+        c["how"].as_str().unwrap_or("?"),
+    ));
+    out.push_str("| repository | objects | server CPU ms: gixd http | gixd https | http-backend https | gixd https ÷ gixd http | gixd https ÷ http-backend https | HTTP spoken (gixd https, http-backend) |\n|---|---|---|---|---|---|---|---|\n");
+    let mut rows = Vec::new();
+    for repo in c["repos"].as_array().context("repos")? {
+        let name = repo["repo"].as_str().context("repo")?;
+        let of = |arm: &str| -> Vec<&Value> { runs.iter().filter(|r| r["repo"] == name && r["arm"] == arm).collect() };
+        let med = |arm: &str| median(of(arm).iter().filter_map(|r| r["cpu_us"].as_f64()).collect()) / 1000.0;
+        let spoke = |arm: &str| of(arm).first().and_then(|r| r["http"].as_str()).unwrap_or("?").to_owned();
+        let [plain, tls, peer] = crate::tls_bench::ARMS.map(med);
+        let badness = (tls / plain / 1.15).max(tls / peer / 0.5);
+        rows.push((
+            badness,
+            format!(
+                "| {name} | {} | {plain:.0} | {tls:.0} | {peer:.0} | {} | {} | {}, {} |\n",
+                repo["objects"],
+                ratio(plain, tls),
+                ratio(peer, tls),
+                spoke(crate::tls_bench::ARMS[1]),
+                spoke(crate::tls_bench::ARMS[2]),
+            ),
+        ));
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    rows.into_iter().for_each(|(_, row)| out.push_str(&row));
     Ok(out)
 }
 

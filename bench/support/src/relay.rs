@@ -1,6 +1,7 @@
 //! A loopback TCP relay that counts the bytes going from the server to the client: the one
 //! instrument put in front of every server a benchmark compares, so every arm is counted alike.
-//! Used by `xtask` (bench narrow, bench real) and the bake-off (`bench/harness`).
+//! Used by `xtask` (bench narrow, bench real) and the bake-off (`bench/harness`); and a slow link
+//! ([`slow_link`]) the tests put between a client and the server.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -98,6 +99,47 @@ fn relay(client: TcpStream, upstream: &Upstream, down: &AtomicU64) -> Result<()>
         }
     }
     Ok(())
+}
+
+/// A slow link in front of `upstream`: a local address whose connections are relayed to it, the
+/// server's bytes passed on at `rate` bytes per second per connection (the client's at once).
+pub fn slow_link(upstream: SocketAddr, rate: usize) -> SocketAddr {
+    link(upstream, rate, None)
+}
+
+/// [`slow_link`], slow both ways: the client's bytes too pass at `rate` bytes per second.
+pub fn slow_both_ways(upstream: SocketAddr, rate: usize) -> SocketAddr {
+    link(upstream, rate, Some(rate))
+}
+
+fn link(upstream: SocketAddr, down: usize, up: Option<usize>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { continue };
+            let Ok(server) = TcpStream::connect(upstream) else { continue };
+            let (up_from, up_to) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || pace(up_from, up_to, up));
+            std::thread::spawn(move || pace(server, client, Some(down)));
+        }
+    });
+    addr
+}
+
+/// Copy `from` to `to`, at most `rate` bytes per second (`None`: as fast as it comes), then
+/// pass the end on.
+fn pace(mut from: TcpStream, mut to: TcpStream, rate: Option<usize>) {
+    let mut piece = vec![0u8; rate.map_or(64 << 10, |r| (r / 20).max(1))];
+    loop {
+        match from.read(&mut piece) {
+            Ok(0) | Err(_) => break,
+            Ok(n) if to.write_all(&piece[..n]).is_err() => break,
+            Ok(_) if rate.is_some() => std::thread::sleep(std::time::Duration::from_millis(50)),
+            Ok(_) => {}
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Write);
 }
 
 #[cfg(test)]

@@ -1,0 +1,156 @@
+//! `cargo xtask bench tls`: what TLS costs a clone. A full clone of a freshly repacked real
+//! repository (no bitmap, no pack cache), one at a time, from gixd over plain HTTP, from the same
+//! gixd over HTTPS, and from git http-backend behind lighttpd with TLS (mod_openssl), arms
+//! alternated round by round, side by side in one run: the server's CPU (each server in a
+//! cpuacct cgroup of its own: lighttpd, git-http-backend, upload-pack and pack-objects counted),
+//! and the HTTP version git spoke. The certificate is made with openssl for 127.0.0.1 and trusted
+//! by git through `GIT_SSL_CAINFO`. Run by hand, as root; not in CI. `report` renders it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::bursts_bench::{Server, start, warm};
+
+pub const TLS_RESULTS: &str = "bench/results/tls.json";
+
+pub const ARMS: [&str; 3] = ["gixd http", "gixd https", "git http-backend https (lighttpd)"];
+
+pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf>) -> Result<()> {
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("each server goes into a cgroup of its own: run as root");
+    }
+    let gixd = crate::bench::gixd_or_build(root, gixd)?;
+    let scratch = crate::tree::Scratch::new("bench-tls")?;
+    let base = root.join("target/bench-tls");
+    std::fs::create_dir_all(&base)?;
+    let (cert, key) = (scratch.0.join("cert.pem"), scratch.0.join("key.pem"));
+    crate::bench::output(
+        Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+            .args(["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert),
+    )?;
+    let mut served = Vec::new();
+    for source in &repos {
+        let named = match source.file_name().and_then(|n| n.to_str()) {
+            Some("repo") => source.parent().and_then(|p| p.file_name()),
+            _ => source.file_name(),
+        };
+        let named = named.context("repository name")?.to_string_lossy();
+        let name = named.rsplit('+').next().unwrap_or(&named).trim_end_matches(".git").to_owned();
+        let dest = base.join(format!("{name}.git"));
+        if !dest.join("HEAD").is_file() {
+            let partial = base.join(format!("{name}.partial"));
+            let _ = std::fs::remove_dir_all(&partial);
+            crate::bench::output(
+                Command::new("git").args(["clone", "-q", "--bare", "--no-local"]).arg(source).arg(&partial),
+            )?;
+            crate::bench::output(Command::new("git").current_dir(&partial).args(["remote", "remove", "origin"]))?;
+            crate::bench::output(Command::new("git").current_dir(&partial).args([
+                "repack",
+                "-adq",
+                "--no-write-bitmap-index",
+            ]))?;
+            std::fs::rename(&partial, &dest)?;
+        }
+        let objects: u64 = crate::bench::output(Command::new("git").current_dir(&dest).args([
+            "rev-list",
+            "--objects",
+            "--all",
+            "--count",
+        ]))?
+        .parse()?;
+        served.push((name, dest, objects));
+    }
+
+    let (http, https) = (crate::bench::free_port()?, crate::bench::free_port()?);
+    let mut cmd = Command::new(&gixd);
+    cmd.args(["serve", "--export-all", "--listen", &format!("127.0.0.1:{http}")])
+        .args(["--https-listen", &format!("127.0.0.1:{https}")])
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .arg("--base-path")
+        .arg(&base)
+        .env("GIXD_LOG", "warn");
+    let mut gixd_server = start("gixd-tls", cmd, &[http, https])?;
+    gixd_server.version = crate::bench::output(Command::new(&gixd).arg("--version"))?;
+
+    let lighttpd_port = crate::bench::free_port()?;
+    let exec_path = crate::bench::output(Command::new("git").arg("--exec-path"))?;
+    let conf = scratch.0.join("lighttpd.conf");
+    let mut text = bench_support::http_backend_conf(
+        &scratch.0,
+        &base,
+        &Path::new(&exec_path).join("git-http-backend"),
+        lighttpd_port,
+        true,
+    );
+    text = text.replacen("server.modules = (", "server.modules = (\"mod_openssl\", ", 1);
+    text.push_str(&format!(
+        "ssl.engine = \"enable\"\nssl.pemfile = \"{}\"\nssl.privkey = \"{}\"\n",
+        cert.display(),
+        key.display()
+    ));
+    std::fs::write(&conf, text)?;
+    let mut cmd = Command::new("lighttpd");
+    cmd.arg("-D").arg("-f").arg(&conf);
+    let mut lighttpd = start("lighttpd-tls", cmd, &[lighttpd_port])?;
+    lighttpd.version = crate::bench::output(Command::new("lighttpd").arg("-v")).unwrap_or_default();
+
+    let conditions = crate::bench::conditions(
+        root,
+        serde_json::json!({
+            "rounds": rounds,
+            "gixd": format!("{} (release build), `serve` at its defaults (no pack cache), HTTP and HTTPS listeners in one process", gixd_server.version),
+            "lighttpd": lighttpd.version,
+            "repos": served.iter().map(|(n, _, o)| serde_json::json!({ "repo": n, "objects": o })).collect::<Vec<_>>(),
+            "how": "one stock git clone (protocol v2, --bare, git's default HTTP version) at a time; server CPU from each server's cpuacct cgroup; the certificate an openssl P-256 self-signed one for 127.0.0.1",
+        }),
+    )?;
+    let mut runs = Vec::new();
+    for (name, path, _) in &served {
+        let dir_name = path.file_name().unwrap().to_string_lossy().into_owned();
+        for round in 0..rounds {
+            for arm in crate::bench::round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
+                let (server, url): (&Server, String) = match arm {
+                    "gixd http" => (&gixd_server, format!("http://127.0.0.1:{http}/{dir_name}")),
+                    "gixd https" => (&gixd_server, format!("https://127.0.0.1:{https}/{dir_name}")),
+                    _ => (&lighttpd, format!("https://127.0.0.1:{lighttpd_port}/git/{dir_name}")),
+                };
+                warm(path)?;
+                let dest = scratch.0.join("clone.git");
+                let _ = std::fs::remove_dir_all(&dest);
+                let cpu0 = server.group.cpu_us()?;
+                let started = std::time::Instant::now();
+                let out = Command::new("git")
+                    .args(["-c", "protocol.version=2", "clone", "-q", "--bare", &url])
+                    .arg(&dest)
+                    .env("GIT_SSL_CAINFO", &cert)
+                    .env("GIT_TRACE_CURL", "1")
+                    .env("GIT_TRACE_CURL_NO_DATA", "1")
+                    .output()?;
+                let wall = started.elapsed();
+                if !out.status.success() {
+                    bail!("{arm}: the clone of {dir_name} failed: {}", String::from_utf8_lossy(&out.stderr));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                let cpu_us = server.group.cpu_us()? - cpu0;
+                let trace = String::from_utf8_lossy(&out.stderr);
+                let spoke = if trace.contains("HTTP/2 200") { "HTTP/2" } else { "HTTP/1.1" };
+                runs.push(serde_json::json!({
+                    "repo": name, "arm": arm, "round": round, "cpu_us": cpu_us,
+                    "wall_ms": wall.as_millis() as u64, "http": spoke,
+                }));
+                eprintln!("{name} {arm} round {round}: cpu {} ms, wall {:?}, {spoke}", cpu_us / 1000, wall);
+            }
+        }
+    }
+    drop((gixd_server, lighttpd));
+    crate::bench::finish(root, TLS_RESULTS, conditions, runs)
+}
