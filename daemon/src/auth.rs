@@ -356,6 +356,25 @@ impl Access {
         cached.1.clone()
     }
 
+    /// Read the token file again now (SIGHUP). A file that does not parse keeps the tokens read
+    /// before (until it changes again), and the error says why; returns how many tokens there are.
+    pub fn reload(&self) -> Result<usize, AuthError> {
+        let Some(path) = &self.path else { return Ok(0) };
+        let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        let mut cached = self.cached.lock().expect("not poisoned");
+        match TokenStore::load(path) {
+            Ok(store) => {
+                let n = store.tokens.len();
+                *cached = (mtime, std::sync::Arc::new(store));
+                Ok(n)
+            }
+            Err(err) => {
+                cached.0 = mtime;
+                Err(err)
+            }
+        }
+    }
+
     /// Who sent a request with this `Authorization` header.
     pub fn identify(&self, authorization: Option<&str>) -> Identity {
         match credentials(authorization) {

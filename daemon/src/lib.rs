@@ -11,7 +11,7 @@
 //!   from the kernel: affinity and CFS quota); [`demo`] — the repository served when gixd
 //!   starts with no configuration.
 //! - [`transport`] — bytes in, bytes out: smart HTTP on hyper (`transport::http`), git://
-//!   (`transport::git`), streamed bodies (`transport::stream`), a minimum receive rate
+//!   (`transport::git`), HTTPS's TLS (`transport::tls`), streamed bodies (`transport::stream`), a minimum receive rate
 //!   (`transport::pace`), cached packs sent without a copy (`transport::zero_copy`). It
 //!   knows URLs, headers, body limits and streaming; it never parses a request's pkt-lines
 //!   (git://'s request line aside) and hands every request to [`service`].
@@ -41,6 +41,8 @@
 //!   unreachable objects kept in a cruft pack until `gc.pruneExpire` (`maintenance::prune`).
 //! - [`session`] — what a request and the server share, whatever the transport: the server's
 //!   state, a request's context, the protocol version asked for, what a tap is told;
+//!   [`lifecycle`] — serving, draining and cancelled: the work in flight a stop waits for, the
+//!   signals, what systemd is told;
 //!   [`metrics`] — the Prometheus counters; [`access_log`] — a JSON line per request;
 //!   [`pack_cache`] — one generated response shared by identical fetches.
 //! - [`pack`] — pack writing: gix-pack entries for a selection, to any writer.
@@ -68,6 +70,7 @@ pub mod demo;
 pub mod error;
 pub mod filter;
 pub mod graph;
+pub mod lifecycle;
 pub mod maintenance;
 pub mod metrics;
 pub mod pack;

@@ -316,7 +316,7 @@ fn daemon(args: Daemon, matches: &ArgMatches) -> Result<(), Box<dyn std::error::
     layers.given.git_listen.get_or_insert(SocketAddr::new(args.listen, args.port));
     let (mut config, line, warning) = resolve_for_budget(&layers.with_file(Settings::default()))?;
     config.paths.whitelist = args.directories;
-    run(config, &line, warning, None, announce_http)
+    run(config, &line, warning, None, announce_http, None)
 }
 
 fn serve(args: Serve, matches: &ArgMatches) -> Result<(), Box<dyn std::error::Error>> {
@@ -324,7 +324,8 @@ fn serve(args: Serve, matches: &ArgMatches) -> Result<(), Box<dyn std::error::Er
         Some(path) => load_config(path)?,
         None => Settings::default(),
     };
-    let mut settings = Layers::from_matches(matches, &args.settings).with_file(file);
+    let layers = Layers::from_matches(matches, &args.settings);
+    let mut settings = layers.clone().with_file(file);
     settings.token_file.get_or_insert_with(gixd::config::default_token_file);
     // No base path anywhere: serve the checkout gixd runs in, or a demo repository.
     let demo = match &settings.base_path {
@@ -338,11 +339,69 @@ fn serve(args: Serve, matches: &ArgMatches) -> Result<(), Box<dyn std::error::Er
         }
     };
     let (mut config, line, warning) = resolve_for_budget(&settings)?;
+    let demo_exports = demo.as_ref().map(|demo| demo.exports.clone());
     let url_path = demo.map(|demo| {
         config.exports = demo.exports;
         demo.url_path
     });
-    run(config, &line, warning, url_path, true)
+    // SIGHUP: the same layers over the configuration file read anew.
+    let (config_path, base_path) = (args.config.clone(), settings.base_path.clone());
+    let reread = move || -> Result<Config, Box<dyn std::error::Error>> {
+        let file = match &config_path {
+            Some(path) => load_config(path)?,
+            None => Settings::default(),
+        };
+        let mut settings = layers.clone().with_file(file);
+        settings.token_file.get_or_insert_with(gixd::config::default_token_file);
+        if settings.base_path.is_none() {
+            settings.base_path = base_path.clone();
+        }
+        let (mut config, _, _) = resolve_for_budget(&settings)?;
+        if let Some(exports) = &demo_exports {
+            config.exports = exports.clone();
+        }
+        Ok(config)
+    };
+    run(config, &line, warning, url_path, true, Some(Box::new(reread)))
+}
+
+/// How a running server reads its configuration again (SIGHUP).
+type Reread = Box<dyn Fn() -> Result<Config, Box<dyn std::error::Error>> + Send>;
+
+/// A reload (SIGHUP): the configuration read again (`reread`; without one, the one in use) and
+/// given to the server, systemd told while it lasts. A configuration that does not parse keeps
+/// every setting in use.
+fn reload(reloader: &gixd::server::Reloader, reread: Option<&Reread>, current: &Config) {
+    use gixd::lifecycle::notify;
+    use sd_notify::NotifyState;
+    match NotifyState::monotonic_usec_now() {
+        Ok(now) => notify(&[NotifyState::Reloading, now]),
+        Err(_) => notify(&[NotifyState::Reloading]),
+    }
+    let new = match reread {
+        Some(reread) => reread().unwrap_or_else(|err| {
+            // Its settings stay; the token file and the certificate they name are read again.
+            tracing::error!(%err, "reload: the configuration does not parse; every setting in use stays");
+            current.clone()
+        }),
+        None => current.clone(),
+    };
+    {
+        {
+            let done = reloader.reload(&new);
+            tracing::info!(tokens = ?done.tokens, "reloaded: tokens and TLS certificate read again");
+            for err in &done.errors {
+                tracing::error!(%err, "reload");
+            }
+            if !done.need_restart.is_empty() {
+                tracing::warn!(
+                    settings = %done.need_restart.join(", "),
+                    "reload: these settings changed and take effect at the next start only"
+                );
+            }
+        }
+    }
+    notify(&[NotifyState::Ready]);
 }
 
 /// The configuration file's settings, refused with every problem named when it has any.
@@ -440,13 +499,15 @@ fn run(
     warning: Option<String>,
     url_path: Option<String>,
     announce_http: bool,
+    reread: Option<Reread>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     tracing::info!("{line}");
     if let Some(warning) = warning {
         tracing::warn!("{warning}");
     }
     let rt = gixd::server::runtime(&config)?;
-    rt.block_on(async move {
+    let served = rt.block_on(async move {
+        let current = config.clone();
         let server = gixd::server::Server::bind(config).await?;
         let addr = server.local_addr();
         // Where it serves, for whoever started it. A stdout closed meanwhile (a supervisor or a
@@ -465,11 +526,22 @@ fn run(
             None if announce_http => announce(format!("gixd: serving http://{addr}/<repository>")),
             None => {}
         }
+        if let Some(https) = server.https_addr() {
+            announce(format!("gixd: serving https://{https}/<repository>"));
+        }
+        let reloader = server.reloader();
+        let mut signals = gixd::lifecycle::Signals::new()?;
         server
-            .run(async {
-                let _ = tokio::signal::ctrl_c().await;
+            .run(async move {
+                while signals.next().await == gixd::lifecycle::Signal::Reload {
+                    reload(&reloader, reread.as_ref(), &current);
+                }
             })
             .await?;
-        Ok(())
-    })
+        Ok::<_, Box<dyn std::error::Error>>(())
+    });
+    // Blocking work a cancelled transfer left (a pack writer between two writes, a push
+    // removing its quarantine) gets a moment to end; the idle pool's threads go at once.
+    rt.shutdown_timeout(std::time::Duration::from_secs(10));
+    served
 }

@@ -1,14 +1,19 @@
-//! The server: a runtime built explicitly, the accept loop, HTTP/1.1 connections with keep-alive,
-//! and graceful shutdown. Also [`spawn`], which runs a whole server on a thread of its own (for
-//! tests and embedding).
+//! The server: a runtime built explicitly, its listeners (bound, or passed by a service manager:
+//! socket activation), the accept loops — HTTP/1.1 with keep-alive, HTTPS (HTTP/1.1 or HTTP/2),
+//! git:// — and the stop: accepting ends, connections drain within the grace, what is left is
+//! cancelled ([`crate::lifecycle`]); a reload takes new certificates and tokens ([`Reloader`]).
+//! Also [`spawn`], which runs a whole server on a thread of its own (for tests and embedding).
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
+
+use crate::lifecycle::{Life, Phase};
+use crate::transport::tls::{self, Tls};
 
 use crate::config::Config;
 use crate::repo::Repos;
@@ -19,6 +24,7 @@ use crate::transport::http;
 pub struct Server {
     listener: TcpListener,
     git_listener: Option<TcpListener>,
+    https: Option<(TcpListener, Arc<Tls>)>,
     metrics_listener: Option<TcpListener>,
     state: Arc<State>,
     /// What pushes ask of maintenance, with `Config::auto_maintenance`.
@@ -55,10 +61,28 @@ impl Server {
         if leftovers > 0 {
             tracing::warn!(leftovers, "removed what interrupted maintenance runs left");
         }
-        let listener = TcpListener::bind(config.listen).await?;
-        let git_listener = match config.git_listen {
-            Some(addr) => Some(TcpListener::bind(addr).await?),
-            None => None,
+        let listener = match inherited("http")? {
+            Some(listener) => listener,
+            None => TcpListener::bind(config.listen).await?,
+        };
+        let git_listener = match (inherited("git")?, config.git_listen) {
+            (Some(listener), _) => Some(listener),
+            (None, Some(addr)) => Some(TcpListener::bind(addr).await?),
+            (None, None) => None,
+        };
+        let https_listener = match (inherited("https")?, config.https_listen) {
+            (Some(listener), _) => Some(listener),
+            (None, Some(addr)) => Some(TcpListener::bind(addr).await?),
+            (None, None) => None,
+        };
+        let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
+        let https = match (https_listener, config.tls().map_err(|e| invalid(e.to_string()))?) {
+            (Some(listener), Some(files)) => {
+                let tls = Tls::new(&files).map_err(|e| invalid(e.to_string()))?;
+                Some((listener, Arc::new(tls)))
+            }
+            (Some(_), None) => return Err(invalid("HTTPS needs tls_cert and tls_key".into())),
+            (None, _) => None,
         };
         let transfers = Arc::new(tokio::sync::Semaphore::new(config.max_transfers.max(1)));
         let shares = Arc::new(crate::session::Shares::new(&config));
@@ -83,6 +107,7 @@ impl Server {
             maintenance_asks,
             listener,
             git_listener,
+            https,
             metrics_listener,
             state: Arc::new(State {
                 repos,
@@ -98,6 +123,7 @@ impl Server {
                 buffers: crate::pack_cache::PackCache::with_stall(config_buffers, io_timeout),
                 queued: Default::default(),
                 maintenance,
+                life: Life::new(),
             }),
         })
     }
@@ -116,10 +142,34 @@ impl Server {
         self.git_listener.as_ref().and_then(|l| l.local_addr().ok())
     }
 
-    /// Accept connections until `shutdown` completes.
+    /// Where HTTPS is served, if it is.
+    pub fn https_addr(&self) -> Option<SocketAddr> {
+        self.https.as_ref().and_then(|(l, _)| l.local_addr().ok())
+    }
+
+    /// What applies a configuration read anew to this server while it runs.
+    pub fn reloader(&self) -> Reloader {
+        Reloader { state: self.state.clone(), tls: self.https.as_ref().map(|(_, tls)| tls.clone()) }
+    }
+
+    /// Serve until `shutdown` completes, then stop within the configured shutdown grace.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+        let grace = self.state.config.shutdown_grace;
+        self.run_with_grace(shutdown, grace).await
+    }
+
+    /// Serve until `shutdown` completes; then accept no more, let the work in flight finish for
+    /// up to `grace`, and cancel what is left.
+    pub async fn run_with_grace(
+        self,
+        shutdown: impl Future<Output = ()>,
+        grace: std::time::Duration,
+    ) -> std::io::Result<()> {
         if let Some(git) = self.git_listener {
             tokio::spawn(accept_git(git, self.state.clone()));
+        }
+        if let Some((listener, tls)) = self.https {
+            tokio::spawn(accept_https(listener, self.state.clone(), tls));
         }
         if let Some(metrics) = self.metrics_listener {
             tokio::spawn(serve_metrics(metrics, self.state.clone()));
@@ -133,55 +183,203 @@ impl Server {
         // The accept loop runs on a worker, not on the thread that drives this future: a
         // connection's task then starts on the worker that accepted it, with no hand-over to
         // another thread (and no wake-up of one) per connection.
-        let accepting = tokio::spawn(accept_http(self.listener, self.state));
+        let life = self.state.life.clone();
+        tokio::spawn(accept_http(self.listener, self.state));
+        crate::lifecycle::notify(&[sd_notify::NotifyState::Ready]);
         shutdown.await;
-        accepting.abort();
+        // Cancelled work stops at its next write or read; a few seconds see it gone.
+        life.stop(grace, std::time::Duration::from_secs(5)).await;
         Ok(())
     }
 }
 
-/// The next connection on `listener`. A failure (out of file descriptors and the like) is
-/// reported, and accepting goes on after a pause.
-async fn accept(listener: &TcpListener, transport: &str) -> (tokio::net::TcpStream, SocketAddr) {
-    loop {
-        match listener.accept().await {
-            Ok(conn) => return conn,
-            Err(err) => {
-                tracing::warn!(%err, transport, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+/// Applies a configuration read anew (SIGHUP) to a running server: what can change live changes
+/// (the token file is read again, the TLS certificate and key are read again, from new paths if
+/// they moved), and what needs a restart is named.
+#[derive(Clone)]
+pub struct Reloader {
+    state: Arc<State>,
+    tls: Option<Arc<Tls>>,
+}
+
+/// What a reload did.
+#[derive(Debug, Default)]
+pub struct Reloaded {
+    /// Tokens in the token file now (`None`: it did not parse; the old ones stay).
+    pub tokens: Option<usize>,
+    /// Errors of the parts that kept their old state.
+    pub errors: Vec<String>,
+    /// Settings the new configuration changes that take effect only at the next start.
+    pub need_restart: Vec<String>,
+}
+
+impl Reloader {
+    pub fn reload(&self, new: &crate::config::Config) -> Reloaded {
+        let mut out = Reloaded::default();
+        match self.state.access.reload() {
+            Ok(n) => out.tokens = Some(n),
+            Err(err) => out.errors.push(format!("tokens: {err} (the tokens read before stay)")),
+        }
+        match (&self.tls, new.tls()) {
+            (Some(tls), Ok(Some(files))) => {
+                if let Err(err) = tls.reload(&files) {
+                    out.errors.push(format!("{err} (the certificate in use stays)"));
+                }
             }
+            (_, Err(err)) => out.errors.push(format!("{err} (the certificate in use stays)")),
+            (None, Ok(None)) => {}
+            _ => out.need_restart.push("tls_cert, tls_key (HTTPS on or off)".into()),
+        }
+        // Everything else: compared field by field as the configuration prints it.
+        let mut live = self.state.config.clone();
+        (live.tls_cert, live.tls_key) = (new.tls_cert.clone(), new.tls_key.clone());
+        let (was, now) = (format!("{live:#?}"), format!("{new:#?}"));
+        let was: std::collections::HashSet<&str> = was.lines().collect();
+        for line in now.lines().filter(|l| !was.contains(l)) {
+            if let Some((key, _)) = line.trim().split_once(':')
+                && !out.need_restart.iter().any(|k| k == key)
+            {
+                out.need_restart.push(key.to_owned());
+            }
+        }
+        out
+    }
+}
+
+/// A listening socket the service manager passed under `name` (`LISTEN_FDS`, `LISTEN_FDNAMES`:
+/// `http`, `https`, `git`; a single unnamed one is HTTP), taken at most once per process.
+fn inherited(name: &str) -> std::io::Result<Option<TcpListener>> {
+    use std::os::fd::FromRawFd;
+    static PASSED: std::sync::Mutex<Option<Vec<(String, std::net::TcpListener)>>> = std::sync::Mutex::new(None);
+    let mut passed = PASSED.lock().unwrap_or_else(|e| e.into_inner());
+    let passed = match &mut *passed {
+        Some(passed) => passed,
+        none => {
+            let fds: Vec<(std::os::fd::RawFd, String)> = sd_notify::listen_fds_with_names()?.collect();
+            let single = fds.len() == 1;
+            let listeners = fds
+                .into_iter()
+                .map(|(fd, named)| {
+                    let named = if single && (named.is_empty() || named == "unknown") { "http".into() } else { named };
+                    // SAFETY: the service manager passed this descriptor to this process for it to
+                    // own (LISTEN_PID is ours); it is taken once, here.
+                    (named, unsafe { std::net::TcpListener::from_raw_fd(fd) })
+                })
+                .collect();
+            none.insert(listeners)
+        }
+    };
+    let Some(at) = passed.iter().position(|(n, _)| n == name) else { return Ok(None) };
+    let (_, listener) = passed.remove(at);
+    listener.set_nonblocking(true)?;
+    tracing::info!(name, addr = ?listener.local_addr().ok(), "serving on a socket passed by the service manager");
+    Ok(Some(TcpListener::from_std(listener)?))
+}
+
+/// Drive one HTTP connection (`$conn`, a hyper connection future) to its end. When the server
+/// drains, the request in flight finishes and the connection closes (an idle one at once); when
+/// it is cancelled, the connection is dropped.
+macro_rules! drive {
+    ($life:expr, $conn:expr, $peer:expr) => {{
+        let conn = $conn;
+        tokio::pin!(conn);
+        let ended = tokio::select! {
+            ended = conn.as_mut() => Some(ended),
+            () = $life.reached(Phase::Draining) => None,
+        };
+        let ended = match ended {
+            Some(ended) => Some(ended),
+            None => {
+                conn.as_mut().graceful_shutdown();
+                $life.unless_cancelled(conn.as_mut()).await
+            }
+        };
+        if let Some(Err(err)) = ended {
+            tracing::debug!(peer = %$peer, %err, "connection ended with an error");
+        }
+    }};
+}
+
+/// The next connection on `listener`, until the server drains (`None`). A failure (out of file
+/// descriptors and the like) is reported, and accepting goes on after a pause.
+async fn accept(listener: &TcpListener, transport: &str, life: &Life) -> Option<(tokio::net::TcpStream, SocketAddr)> {
+    loop {
+        tokio::select! {
+            biased;
+            () = life.reached(Phase::Draining) => return None,
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => return Some(conn),
+                Err(err) => {
+                    tracing::warn!(%err, transport, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
         }
     }
 }
 
 /// Serve smart HTTP on `listener`, a task per connection.
 async fn accept_http(listener: TcpListener, state: Arc<State>) {
-    loop {
-        let (stream, peer) = accept(&listener, "http").await;
+    while let Some((stream, peer)) = accept(&listener, "http", &state.life).await {
         // Responses leave in few, large writes; small ones (an ACK round, a short reply) must
         // not wait for the client's delayed ACK.
         let _ = stream.set_nodelay(true);
         let state = state.clone();
         let header_timeout = state.config.io_timeout;
         tokio::spawn(async move {
+            let (_busy, life) = (state.life.busy(), state.life.clone());
             let service = service_fn(move |req| http::handle(state.clone(), peer, req));
-            if let Err(err) = hyper::server::conn::http1::Builder::new()
-                .keep_alive(true)
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .serve_connection(TokioIo::new(crate::transport::zero_copy::Stream::new(stream)), service)
-                .await
-            {
-                tracing::debug!(%peer, %err, "connection ended with an error");
-            }
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.keep_alive(true).timer(TokioTimer::new()).header_read_timeout(header_timeout);
+            drive!(
+                life,
+                builder.serve_connection(TokioIo::new(crate::transport::zero_copy::Stream::new(stream)), service),
+                peer
+            );
+        });
+    }
+}
+
+/// Serve HTTPS on `listener`, a task per connection: the TLS handshake within the init timeout,
+/// then HTTP/1.1 or HTTP/2 as ALPN chose, into the same handler as plain HTTP.
+async fn accept_https(listener: TcpListener, state: Arc<State>, tls: Arc<Tls>) {
+    while let Some((stream, peer)) = accept(&listener, "https", &state.life).await {
+        let _ = stream.set_nodelay(true);
+        let (state, tls) = (state.clone(), tls.clone());
+        tokio::spawn(async move {
+            let (_busy, life) = (state.life.busy(), state.life.clone());
+            let handshake = tokio::time::timeout(state.config.init_timeout, tls.acceptor().accept(stream));
+            let stream = match life.unless_cancelled(handshake).await {
+                Some(Ok(Ok(stream))) => stream,
+                Some(Ok(Err(err))) => return tracing::debug!(%peer, %err, "TLS handshake failed"),
+                Some(Err(_)) => return tracing::info!(%peer, "TLS handshake did not end within the init timeout"),
+                None => return,
+            };
+            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+            let io_timeout = state.config.io_timeout;
+            let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(http::Transport("https"));
+                http::handle(state.clone(), peer, req)
+            });
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder = if h2 { builder.http2_only() } else { builder.http1_only() };
+            builder.http1().keep_alive(true).timer(TokioTimer::new()).header_read_timeout(io_timeout);
+            builder
+                .http2()
+                .timer(TokioTimer::new())
+                .max_concurrent_streams(tls::H2_MAX_STREAMS)
+                .max_header_list_size(tls::H2_MAX_HEADER_LIST)
+                .max_pending_accept_reset_streams(tls::H2_MAX_PENDING_RESETS)
+                .max_local_error_reset_streams(tls::H2_MAX_ERROR_RESETS)
+                .keep_alive_interval(None);
+            drive!(life, builder.serve_connection(TokioIo::new(stream), service), peer);
         });
     }
 }
 
 /// `GET /metrics` (the Prometheus text) on a listener of its own; anything else is a 404.
 async fn serve_metrics(listener: TcpListener, state: Arc<State>) {
-    loop {
-        let (stream, _) = accept(&listener, "metrics").await;
+    while let Some((stream, _)) = accept(&listener, "metrics", &state.life).await {
         let state = state.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
@@ -197,8 +395,7 @@ async fn serve_metrics(listener: TcpListener, state: Arc<State>) {
 /// slot (or is told the server is busy) and runs on a blocking thread of the pool.
 async fn accept_git(listener: TcpListener, state: Arc<State>) {
     let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    loop {
-        let (stream, peer) = accept(&listener, "git://").await;
+    while let Some((stream, peer)) = accept(&listener, "git://", &state.life).await {
         let state = state.clone();
         let limit = state.config.max_connections;
         let guard = ConnectionCount::enter(&open);
@@ -215,36 +412,37 @@ async fn accept_git(listener: TcpListener, state: Arc<State>) {
         }
         tokio::spawn(async move {
             let _guard = guard;
-            let mut stream = stream;
-            // The request line arrives whole within init_timeout, before the connection takes a
-            // thread or a transfer slot: idle or trickling connections cost neither.
-            let line = match tokio::time::timeout(
-                state.config.init_timeout,
-                crate::transport::git::read_request_line(&mut stream),
-            )
-            .await
-            {
-                Ok(Ok(Some(line))) => line,
-                Ok(Ok(None)) => {
-                    return crate::transport::git::refuse(
-                        &mut stream,
-                        "expected a request line: git-upload-pack /path",
-                    )
-                    .await;
-                }
-                Ok(Err(_)) => return, // hung up
-                Err(_) => {
-                    tracing::info!(%peer, "git:// request line did not arrive in time");
-                    return crate::transport::git::refuse(
-                        &mut stream,
-                        "timed out waiting for a request line: git-upload-pack /path",
-                    )
-                    .await;
-                }
-            };
-            crate::transport::git::serve(state, stream, line).await;
+            let (_busy, life) = (state.life.busy(), state.life.clone());
+            life.unless_cancelled(serve_git(state, stream, peer)).await;
         });
     }
+}
+
+/// One git:// connection: its request line, then the service it asks for.
+async fn serve_git(state: Arc<State>, stream: tokio::net::TcpStream, peer: SocketAddr) {
+    let mut stream = stream;
+    // The request line arrives whole within init_timeout, before the connection takes a
+    // thread or a transfer slot: idle or trickling connections cost neither.
+    let line =
+        match tokio::time::timeout(state.config.init_timeout, crate::transport::git::read_request_line(&mut stream))
+            .await
+        {
+            Ok(Ok(Some(line))) => line,
+            Ok(Ok(None)) => {
+                return crate::transport::git::refuse(&mut stream, "expected a request line: git-upload-pack /path")
+                    .await;
+            }
+            Ok(Err(_)) => return, // hung up
+            Err(_) => {
+                tracing::info!(%peer, "git:// request line did not arrive in time");
+                return crate::transport::git::refuse(
+                    &mut stream,
+                    "timed out waiting for a request line: git-upload-pack /path",
+                )
+                .await;
+            }
+        };
+    crate::transport::git::serve(state, stream, line).await;
 }
 
 /// One open git:// connection, counted while it lives.
@@ -302,6 +500,7 @@ pub fn runtime(config: &Config) -> std::io::Result<tokio::runtime::Runtime> {
 pub struct Running {
     pub addr: SocketAddr,
     pub git_addr: Option<SocketAddr>,
+    pub https_addr: Option<SocketAddr>,
     pub metrics_addr: Option<SocketAddr>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -318,15 +517,20 @@ pub fn spawn_with(config: Config, options: Options) -> std::io::Result<Running> 
     let server = rt.block_on(Server::bind_with(config, options))?;
     let addr = server.local_addr();
     let git_addr = server.git_addr();
+    let https_addr = server.https_addr();
     let metrics_addr = server.metrics_addr();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    // Dropped, it cancels what is in flight at once: a test's server goes with its test.
     let thread = std::thread::Builder::new().name("gixd-server".into()).spawn(move || {
-        let _ = rt.block_on(server.run(async {
-            let _ = rx.await;
-        }));
+        let _ = rt.block_on(server.run_with_grace(
+            async {
+                let _ = rx.await;
+            },
+            std::time::Duration::ZERO,
+        ));
         rt.shutdown_timeout(std::time::Duration::from_secs(5));
     })?;
-    Ok(Running { addr, git_addr, metrics_addr, shutdown: Some(tx), thread: Some(thread) })
+    Ok(Running { addr, git_addr, https_addr, metrics_addr, shutdown: Some(tx), thread: Some(thread) })
 }
 
 impl Running {

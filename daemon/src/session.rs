@@ -33,6 +33,8 @@ pub struct State {
     /// Where a push asks for its repository's maintenance (`service::maintenance`); `None`: no
     /// maintenance after pushes.
     pub maintenance: Option<tokio::sync::mpsc::UnboundedSender<std::path::PathBuf>>,
+    /// Serving, draining or cancelled, and the work in flight a stop waits for.
+    pub life: Arc<crate::lifecycle::Life>,
 }
 
 /// A transfer slot (one of `Config::max_transfers`), counted in the metrics while held.
@@ -103,7 +105,15 @@ impl State {
 
     /// The context of a request for `served` by `pusher` (or anonymous), counted in `tally`.
     pub fn context<'a>(&'a self, served: &'a Served, pusher: Option<&'a str>, tally: &'a Tally) -> Context<'a> {
-        Context { repos: &self.repos, caches: &self.caches, served, config: &self.config, pusher, tally }
+        Context {
+            repos: &self.repos,
+            caches: &self.caches,
+            served,
+            config: &self.config,
+            pusher,
+            tally,
+            life: &self.life,
+        }
     }
 
     /// A request is over: counted in the metrics and written to the access log.
@@ -127,6 +137,8 @@ pub struct Context<'a> {
     pub pusher: Option<&'a str>,
     /// What the request asked for, counted where it is parsed (the access log's figures).
     pub tally: &'a Tally,
+    /// The server's phase: a push cancelled by a stop moves no ref.
+    pub life: &'a crate::lifecycle::Life,
 }
 
 /// Counts of one request, filled in by the protocol layer as it parses.

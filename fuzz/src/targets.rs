@@ -58,6 +58,7 @@ pub struct Fixture {
     pub served: Served,
     /// The requests' counts (a context needs one; nothing reads it here).
     tally: gixd::session::Tally,
+    life: std::sync::Arc<gixd::lifecycle::Life>,
     /// `p.git`: a copy of r.git's visible history, to push into.
     pub push: Served,
     pub main: ObjectId,
@@ -138,6 +139,7 @@ impl Fixture {
             config,
             served,
             tally: Default::default(),
+            life: gixd::lifecycle::Life::new(),
             push,
             main: id(main),
             first: id(first),
@@ -206,6 +208,7 @@ impl Fixture {
             config: &self.config,
             pusher: None,
             tally: &self.tally,
+            life: &self.life,
         }
     }
 

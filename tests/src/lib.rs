@@ -3,6 +3,7 @@
 
 pub mod corpus;
 pub mod server;
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

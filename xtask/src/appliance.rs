@@ -17,6 +17,7 @@ pub const MANIFEST: &[(&str, &str, u32)] = &[
     ("gixd-appliance/bin/gixd", "", 0o755),
     ("gixd-appliance/etc/gixd/gixd.env", "appliance/gixd.env", 0o644),
     ("gixd-appliance/lib/systemd/system/gixd.service", "appliance/gixd.service", 0o644),
+    ("gixd-appliance/lib/systemd/system/gixd.socket", "appliance/gixd.socket", 0o644),
     ("gixd-appliance/share/doc/gixd/OPERATING.md", "README.md#Operating gixd", 0o644),
 ];
 

@@ -53,6 +53,8 @@ impl Services {
 pub enum ConfigError {
     #[error("unknown service '{0}' (known: upload-pack, receive-pack, upload-archive)")]
     UnknownService(String),
+    #[error("{0}")]
+    Tls(&'static str),
 }
 
 /// How a request path finds its repository, beyond the base path (git daemon's flags).
@@ -83,6 +85,15 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Where git:// is served, if at all (git daemon's port is 9418).
     pub git_listen: Option<SocketAddr>,
+    /// Where HTTPS is served ([`crate::transport::tls`]), with `tls`; `None`: not served.
+    pub https_listen: Option<SocketAddr>,
+    /// The certificate chain HTTPS presents (PEM), re-read on SIGHUP; with `tls_key`.
+    pub tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// How long transfers in flight may take to finish once the server is told to stop (SIGTERM,
+    /// SIGINT) before what is left is cancelled ([`crate::lifecycle`]).
+    pub shutdown_grace: std::time::Duration,
     /// How long a git:// client may take to send its request line: a connection that never
     /// says what it wants must not hold a thread.
     pub init_timeout: std::time::Duration,
@@ -176,6 +187,13 @@ pub struct Config {
     pub pack_cache: Option<PackCache>,
 }
 
+/// The PEM files HTTPS is served with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
 /// What the pack cache keeps, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PackCache {
@@ -214,6 +232,15 @@ impl Config {
         self.max_queued = 64 * effective;
         self.buffer_memory_bytes = 64 << 20;
         self.buffer_memory_bytes *= effective as u64;
+    }
+
+    /// The certificate and key HTTPS is served with: both, or neither.
+    pub fn tls(&self) -> Result<Option<TlsFiles>, ConfigError> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Ok(Some(TlsFiles { cert: cert.clone(), key: key.clone() })),
+            (None, None) => Ok(None),
+            _ => Err(ConfigError::Tls("tls_cert and tls_key go together: give both or neither")),
+        }
     }
 
     /// The transfer buffers' budgets, as pack-cache settings for its private entries.

@@ -27,6 +27,21 @@ pub struct Settings {
     /// Also serve git:// on this address (git daemon's port is 9418).
     #[arg(long, env = "GIXD_GIT_LISTEN", value_name = "ADDR")]
     pub git_listen: Option<SocketAddr>,
+    /// Also serve HTTPS on this address (with `tls_cert` and `tls_key`; without it, they serve
+    /// HTTPS on 127.0.0.1:8443).
+    #[arg(long, env = "GIXD_HTTPS_LISTEN", value_name = "ADDR")]
+    pub https_listen: Option<SocketAddr>,
+    /// The HTTPS certificate chain, PEM (in the file: relative to the file). Re-read on SIGHUP.
+    #[arg(long, env = "GIXD_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The HTTPS private key, PEM: PKCS#8, PKCS#1 or SEC1 (in the file: relative to the file).
+    /// Re-read on SIGHUP.
+    #[arg(long, env = "GIXD_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// Seconds transfers in flight may take to finish after SIGTERM or SIGINT before they are
+    /// cancelled (the listeners stop at once).
+    #[arg(long = "shutdown-grace", env = "GIXD_SHUTDOWN_GRACE", value_name = "SECONDS", default_value = "25")]
+    pub shutdown_grace_secs: Option<u64>,
     /// Serve repositories below this directory (in the file: relative to the file). Without it,
     /// `gixd serve` serves the repository it is started in, or a demo repository it creates.
     #[arg(long, env = "GIXD_BASE_PATH", value_name = "DIR")]
@@ -382,9 +397,15 @@ impl Settings {
             message: e.to_string().trim_end().to_owned(),
         })?;
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        for p in [&mut settings.base_path, &mut settings.pack_cache.dir, &mut settings.limits.spill_dir]
-            .into_iter()
-            .flatten()
+        for p in [
+            &mut settings.base_path,
+            &mut settings.pack_cache.dir,
+            &mut settings.limits.spill_dir,
+            &mut settings.tls_cert,
+            &mut settings.tls_key,
+        ]
+        .into_iter()
+        .flatten()
         {
             *p = dir.join(&*p);
         }
@@ -422,8 +443,29 @@ impl Settings {
         if self.stream_window == Some(0) {
             out.push("stream_window: must be at least 1".into());
         }
-        if self.listen.is_some() && self.listen == self.git_listen {
+        // Port 0 is a new port each time, never the same address twice.
+        let fixed = |a: &Option<SocketAddr>| a.filter(|a| a.port() != 0);
+        if fixed(&self.listen).is_some() && fixed(&self.listen) == fixed(&self.git_listen) {
             out.push("listen and git_listen: the same address twice".into());
+        }
+        if fixed(&self.https_listen).is_some()
+            && (fixed(&self.https_listen) == fixed(&self.listen)
+                || fixed(&self.https_listen) == fixed(&self.git_listen))
+        {
+            out.push("https_listen: the same address as another listener".into());
+        }
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(_), None) => out.push("tls_cert: given without tls_key".into()),
+            (None, Some(_)) => out.push("tls_key: given without tls_cert".into()),
+            _ => {}
+        }
+        if self.https_listen.is_some() && self.tls_cert.is_none() {
+            out.push("https_listen: needs tls_cert and tls_key".into());
+        }
+        for (key, path) in [("tls_cert", &self.tls_cert), ("tls_key", &self.tls_key)] {
+            if let Some(path) = path.as_ref().filter(|p| !p.is_file()) {
+                out.push(format!("{key}: {} is not a file", path.display()));
+            }
         }
         let limits = &self.limits;
         for (key, value) in [
@@ -476,6 +518,13 @@ impl Settings {
         let mut config = Config {
             listen: declared(s.listen),
             git_listen: s.git_listen,
+            https_listen: match (&s.tls_cert, &s.tls_key) {
+                (Some(_), Some(_)) => Some(s.https_listen.unwrap_or_else(|| ([127, 0, 0, 1], 8443).into())),
+                _ => s.https_listen,
+            },
+            tls_cert: s.tls_cert.clone(),
+            tls_key: s.tls_key.clone(),
+            shutdown_grace: secs(declared(s.shutdown_grace_secs)),
             init_timeout: at_least_a_second(declared(limits.init_timeout_secs)),
             base_path: s.base_path.clone().unwrap_or_else(|| ".".into()),
             exports: if declared(s.export_all) { Exports::All } else { Exports::DaemonExportOk },

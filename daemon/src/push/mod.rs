@@ -252,7 +252,11 @@ pub fn apply(
         return Ok(Outcome { unpack_error: None, results, objects: quarantine.objects });
     }
 
-    // 4. Objects visible first, refs after.
+    // 4. Objects visible first, refs after — unless the server's stop cancelled the push
+    // meanwhile: then it ends here, and its quarantine goes with it.
+    if ctx.life.is_cancelled() {
+        return Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "the server is shutting down").into());
+    }
     if results.iter().any(Result::is_ok) {
         quarantine.migrate(&objects_dir)?;
     }

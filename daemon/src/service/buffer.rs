@@ -86,6 +86,11 @@ impl Outbox {
 
 impl Write for Outbox {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        // The server's stop cancelled what was left in flight: the writer stops here.
+        if self.state.life.is_cancelled() {
+            self.gathered.clear();
+            return Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "the server is shutting down"));
+        }
         if self.gathered.len() + data.len() > GATHER {
             self.put_through()?;
         }

@@ -111,14 +111,18 @@ pub async fn serve(state: Arc<State>, tcp: TcpStream, line: Vec<u8>) {
     };
     log.record.wait_ms = Some(slot.waited.as_secs_f64() * 1e3);
     let (outbox, queue) = service::buffer::Outbox::new(state.clone());
-    let sending = tokio::spawn(send_then_close(tcp.clone(), queue, state.config.io_timeout));
+    // Its own task (the conversation may end first), cancelled with the server's stop.
+    let sending = {
+        let (life, sent) = (state.life.clone(), send_then_close(tcp.clone(), queue, state.config.io_timeout));
+        tokio::spawn(async move { life.unless_cancelled(sent).await })
+    };
     let served = {
         let (state, tcp, runtime) = (state.clone(), tcp.clone(), tokio::runtime::Handle::current());
         tokio::task::spawn_blocking(move || {
             let _slot = slot;
             serve_blocking(
                 &state,
-                BlockingRead { tcp, runtime, timeout: state.config.io_timeout },
+                BlockingRead { tcp, runtime, timeout: state.config.io_timeout, life: state.life.clone() },
                 request,
                 outbox,
                 log,
@@ -126,7 +130,7 @@ pub async fn serve(state: Arc<State>, tcp: TcpStream, line: Vec<u8>) {
         })
         .await
     };
-    let sent = sending.await.ok();
+    let sent = sending.await.ok().flatten();
     let Ok((mut log, outcome, share)) = served else { return };
     drop(share);
     log.record.bytes = sent.map_or(0, |s| s.bytes);
@@ -204,6 +208,8 @@ struct BlockingRead {
     tcp: Arc<TcpStream>,
     runtime: tokio::runtime::Handle,
     timeout: std::time::Duration,
+    /// A read fails once the server's stop cancelled what was in flight.
+    life: Arc<crate::lifecycle::Life>,
 }
 
 impl std::io::Read for BlockingRead {
@@ -219,9 +225,15 @@ impl std::io::Read for BlockingRead {
             }
         };
         self.runtime.block_on(async {
-            tokio::time::timeout(self.timeout, read).await.unwrap_or_else(|_| {
-                Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the client sent nothing within the I/O timeout"))
-            })
+            let timed = tokio::time::timeout(self.timeout, read);
+            match self.life.unless_cancelled(timed).await {
+                Some(Ok(read)) => read,
+                Some(Err(_)) => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the client sent nothing within the I/O timeout",
+                )),
+                None => Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "the server is shutting down")),
+            }
         })
     }
 }

@@ -106,6 +106,15 @@ fn query_param<'a>(query: Option<&'a str>, key: &str) -> Option<&'a str> {
     query?.split('&').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
 }
 
+/// Which transport carried a request, as the access log and the metrics name it: `https` when the
+/// TLS listener put this in the request's extensions, else `http`.
+#[derive(Debug, Clone, Copy)]
+pub struct Transport(pub &'static str);
+
+fn transport_of<B>(req: &Request<B>) -> &'static str {
+    req.extensions().get::<Transport>().map_or("http", |t| t.0)
+}
+
 /// Serve one HTTP request. Never fails: every error is a response.
 pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let method = req.method().clone();
@@ -119,7 +128,8 @@ pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>)
         Route::Dumb | Route::NotFound => ("other", None),
     };
     let repository = repository.map(|r| r.trim_matches('/').to_owned());
-    let mut log = service::Request::new("http", Some(peer), service, Some(version));
+    let mut log = service::Request::new(transport_of(&req), Some(peer), service, Some(version));
+    let http1 = req.version() < hyper::Version::HTTP_2;
     let upload_pack_off = !state.config.services.upload_pack;
     let response = match (routed, &method) {
         (Route::UploadPack(_), _) if upload_pack_off => {
@@ -146,7 +156,7 @@ pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>)
         ),
     };
     let mut response = response;
-    if method == Method::POST && !response.status().is_success() {
+    if method == Method::POST && !response.status().is_success() && http1 {
         // Refused before its body was read: the connection cannot carry another request until
         // that body is consumed, so it closes (else the client's next request waits for the
         // I/O timeout).
@@ -373,6 +383,7 @@ async fn upload_pack(state: Arc<State>, peer: SocketAddr, repo_path: String, req
         return response;
     }
     let version = protocol_version(req.headers());
+    let transport = transport_of(&req);
     let (served, identity) = match authorize(&state, req.headers(), &repo_path, false).await {
         Ok(allowed) => allowed,
         Err(response) => return response,
@@ -381,8 +392,8 @@ async fn upload_pack(state: Arc<State>, peer: SocketAddr, repo_path: String, req
         Ok(body) => body,
         Err(response) => return response,
     };
-    let mut log =
-        service::Request::new("http", Some(peer), "git-upload-pack", Some(version)).serving(&served, identity.user());
+    let mut log = service::Request::new(transport, Some(peer), "git-upload-pack", Some(version))
+        .serving(&served, identity.user());
     log.record.http_status = Some(200);
     match service::upload::stateless(&state, served, Some(peer.ip()), version, body, log).await {
         Ok(frames) => {
@@ -485,12 +496,13 @@ async fn receive_pack(
         (Err(_), Some(identity)) => (None, identity),
         (Err(response), None) => return response,
     };
+    let transport = transport_of(&req);
     let body = stream::BodyReader::spawn(req.into_body(), state.config.io_timeout);
     // Held to a minimum rate: per-frame timeouts alone let a trickling push live for ever.
     let body = crate::transport::pace::Paced::new(body, state.config.push_pace());
     let input =
         move || -> Box<dyn Read> { if gzip { Box::new(flate2::read::GzDecoder::new(body)) } else { Box::new(body) } };
-    let mut log = service::Request::new("http", Some(peer), "git-receive-pack", Some(version));
+    let mut log = service::Request::new(transport, Some(peer), "git-receive-pack", Some(version));
     log.record.http_status = Some(200);
     log.record.user = identity.user().map(str::to_owned);
     let pusher = identity.user().map(str::to_owned);

@@ -1,9 +1,11 @@
 //! Transports: bytes in and out. They resolve the repository, read bounded request bodies and
 //! stream responses; the protocol layer never sees them. Smart HTTP ([`http`]) and git://
-//! ([`git`]); an HTTP connection sends cached packs from their files ([`zero_copy`]).
+//! ([`git`]), HTTPS's TLS ([`tls`]); an HTTP connection sends cached packs from their files
+//! ([`zero_copy`]).
 
 pub mod git;
 pub mod http;
 pub mod pace;
 pub mod stream;
+pub mod tls;
 pub mod zero_copy;

@@ -1,0 +1,121 @@
+//! HTTPS: TLS 1.2 and 1.3 (rustls on its ring provider) in front of the smart-HTTP service, HTTP/1.1
+//! or HTTP/2 as ALPN settles it. The certificate chain and key are read from PEM files and swapped
+//! on reload ([`Tls::reload`]) without touching connections that are open. A handshake must end
+//! within the init timeout; HTTP/2 connections are held to a few concurrent streams, a bounded
+//! header list, and a cut-off for streams the client resets before they are served (the rapid-reset
+//! pattern), past which the connection is closed (GOAWAY).
+
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use crate::config::TlsFiles;
+
+/// Concurrent streams one HTTP/2 connection may have open: git asks one thing at a time.
+pub const H2_MAX_STREAMS: u32 = 16;
+/// Largest request header list over HTTP/2 (decoded), as HTTP/1.1's head is bounded by hyper.
+pub const H2_MAX_HEADER_LIST: u32 = 16 << 10;
+/// Streams a client may reset before the server took them up, at once; past it the connection
+/// is closed (the rapid-reset pattern: streams opened and reset in a loop).
+pub const H2_MAX_PENDING_RESETS: usize = 8;
+/// Streams the server itself had to reset on one connection for the client's errors.
+pub const H2_MAX_ERROR_RESETS: usize = 32;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("reading the TLS certificate {path}: {message}")]
+    Cert { path: String, message: String },
+    #[error("reading the TLS key {path}: {message}")]
+    Key { path: String, message: String },
+    #[error("the TLS certificate {cert} and key {key} do not go together: {message}")]
+    Pair { cert: String, key: String, message: String },
+    #[error("TLS settings: {0}")]
+    Config(String),
+}
+
+/// rustls on ring: the provider whose build needs no toolchain beyond `cc`, so the appliance's
+/// builds stay reproducible. rustls marks it deprecated for lacking post-quantum key exchange
+/// (X25519MLKEM768), which only its aws-lc-rs provider offers (built with cmake); a gap, named in
+/// the README.
+#[allow(deprecated, reason = "the ring provider is chosen for reproducible builds; see above")]
+pub fn provider() -> CryptoProvider {
+    rustls::crypto::ring::default_provider()
+}
+
+/// The chain and key in `files`, checked to belong together.
+pub fn load(files: &TlsFiles, provider: &CryptoProvider) -> Result<Arc<CertifiedKey>, TlsError> {
+    let shown = |p: &Path| p.display().to_string();
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
+        .and_then(|certs| certs.collect::<Result<_, _>>())
+        .map_err(|e| TlsError::Cert { path: shown(&files.cert), message: e.to_string() })?;
+    if certs.is_empty() {
+        return Err(TlsError::Cert { path: shown(&files.cert), message: "no CERTIFICATE in it".into() });
+    }
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .map_err(|e| TlsError::Key { path: shown(&files.key), message: e.to_string() })?;
+    CertifiedKey::from_der(certs, key, provider).map(Arc::new).map_err(|e| TlsError::Pair {
+        cert: shown(&files.cert),
+        key: shown(&files.key),
+        message: e.to_string(),
+    })
+}
+
+/// The certificate every handshake is given: the one loaded last.
+#[derive(Debug)]
+struct Current(RwLock<Arc<CertifiedKey>>);
+
+impl ResolvesServerCert for Current {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.read().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+}
+
+/// HTTPS's TLS side: the acceptor, and the files it re-reads on reload.
+pub struct Tls {
+    files: RwLock<TlsFiles>,
+    current: Arc<Current>,
+    provider: Arc<CryptoProvider>,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl Tls {
+    pub fn new(files: &TlsFiles) -> Result<Tls, TlsError> {
+        let provider = Arc::new(provider());
+        let current = Arc::new(Current(RwLock::new(load(files, &provider)?)));
+        let mut config = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(|e| TlsError::Config(e.to_string()))?
+            .with_no_client_auth()
+            .with_cert_resolver(current.clone());
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Tls {
+            files: RwLock::new(files.clone()),
+            current,
+            provider,
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+        })
+    }
+
+    pub fn acceptor(&self) -> &tokio_rustls::TlsAcceptor {
+        &self.acceptor
+    }
+
+    /// Read `files` (the same paths again, or new ones) and present them from the next handshake
+    /// on; on an error the certificate in use stays.
+    pub fn reload(&self, files: &TlsFiles) -> Result<(), TlsError> {
+        let loaded = load(files, &self.provider)?;
+        *self.current.0.write().unwrap_or_else(|e| e.into_inner()) = loaded;
+        *self.files.write().unwrap_or_else(|e| e.into_inner()) = files.clone();
+        Ok(())
+    }
+
+    /// The files the certificate in use came from.
+    pub fn files(&self) -> TlsFiles {
+        self.files.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
