@@ -26,7 +26,7 @@ if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo -n); fi
 
 # --- Debian packages
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-want=(libjgit-java libslf4j-java libjavaewah-java libjsch-java golang-go golang-github-go-git-go-git-dev lighttpd)
+want=(libjgit-java libslf4j-java libjavaewah-java libjsch-java golang-go golang-github-go-git-go-git-dev lighttpd lighttpd-mod-openssl)
 command -v javac >/dev/null || want+=(default-jdk-headless)
 command -v node >/dev/null || want+=(nodejs)
 command -v npm >/dev/null || want+=(npm)

@@ -5,9 +5,13 @@ every given smart-git server and print one JSON object per cell on stdout.
     python3 tests/clients/matrix.py --servers servers.json [--clients pygit2,dulwich,jgit,gogit,isogit]
                                     [--work DIR] [--cache DIR] [--markdown FILE] [--jobs N]
 
-servers.json is a list of {"name", "base", "http", "git", "http_user", "http_password"}: "base" is the
-directory the server serves repositories from ("<url>/<name>.git" is "<base>/<name>.git"), "http"
-and "git" the URL prefixes (or null when the server does not offer that transport).
+servers.json is a list of {"name", "base", "http", "git", "https", "ca", "http_user", "http_password"}:
+"base" is the directory the server serves repositories from ("<url>/<name>.git" is
+"<base>/<name>.git"), "http", "git" and "https" the URL prefixes (or null when the server does not
+offer that transport), "ca" the PEM certificate of the CA its HTTPS certificate is signed by (each
+client is told to trust it the way it reads trust: SSL_CERT_FILE for OpenSSL and Go,
+NODE_EXTRA_CA_CERTS for node, http.sslCAInfo in the .gitconfig of a HOME of its own for dulwich, a
+PKCS#12 trust store for Java).
 
 Each cell is {"client", "server", "transport", "protocol", "step", "status", "detail", "seconds"}
 with status pass|fail|skip. The runner exits 0 whatever the cells say; non-zero only on its own
@@ -37,7 +41,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 CLIENT_ORDER = ["pygit2", "dulwich", "jgit", "gogit", "isogit"]
-TRANSPORTS = ["http", "git"]
+TRANSPORTS = ["http", "git", "https"]
 PROTOCOLS = ["v0", "v2"]
 FETCH_STEPS = ["clone", "fetch", "shallow"]
 PUSH_STEPS = ["push-branch", "push-non-ff-refused", "delete"]
@@ -351,7 +355,7 @@ class GoGit(Client):
 
 class IsoGit(Client):
     name = "isogit"
-    transports = {"http"}
+    transports = {"http", "https"}
 
     def prepare(self):
         node = shutil.which("node")
@@ -365,7 +369,7 @@ class IsoGit(Client):
         self.env = {"GIXD_CLIENTS_CACHE": str(self.cache)}
 
     def transport_skip(self, transport):
-        if transport != "http":
+        if transport == "git":
             return "isomorphic-git has no git:// transport (HTTP only)"
         return None
 
@@ -415,7 +419,9 @@ class Matrix:
         env = {k: v for k, v in os.environ.items() if k not in SCRUB}
         env.update({"HOME": str(self.work / "home"), "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"})
         env.update(client.env)
-        if transport == "http":
+        if transport == "https" and server.get("ca"):
+            env.update(self.trust(server["ca"]))
+        if transport in ("http", "https"):
             if server.get("http_user"):
                 env["GIXD_CLIENT_USER"] = server["http_user"]
             if server.get("http_password"):
@@ -433,6 +439,26 @@ class Matrix:
             p.communicate()
             return None, ""
         return p.returncode, (err or b"").decode(errors="replace") + (out or b"").decode(errors="replace")
+
+    def trust(self, ca):
+        """The environment that makes every client trust the CA of `ca` (a PEM file)."""
+        ca = str(ca)
+        home = self.work / "trust" / hashlib.sha1(ca.encode()).hexdigest()[:12]
+        gitconfig, store = home / ".gitconfig", home / "trust.p12"
+        with self.lock:
+            if not gitconfig.is_file():
+                home.mkdir(parents=True, exist_ok=True)
+                gitconfig.write_text(f"[http]\n\tsslCAInfo = {ca}\n")
+                keytool = shutil.which("keytool")
+                if keytool and not store.is_file():
+                    run_quiet([keytool, "-importcert", "-noprompt", "-alias", "matrix-ca", "-file", ca,
+                               "-keystore", str(store), "-storetype", "PKCS12", "-storepass", "changeit"], timeout=60)
+        env = {"SSL_CERT_FILE": ca, "NODE_EXTRA_CA_CERTS": ca, "GIT_SSL_CAINFO": ca, "HOME": str(home),
+               "REQUESTS_CA_BUNDLE": ca}
+        if store.is_file():
+            env["JAVA_TOOL_OPTIONS"] = (f"-Djavax.net.ssl.trustStore={store} -Djavax.net.ssl.trustStoreType=PKCS12 "
+                                        "-Djavax.net.ssl.trustStorePassword=changeit")
+        return env
 
     def call(self, client, server, transport, *args):
         """Run the driver: None on success, else a Result (fail, or skip for exit code 3)."""

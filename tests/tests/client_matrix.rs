@@ -1,6 +1,7 @@
 //! The git clients people use besides the git CLI — libgit2 (pygit2), dulwich, JGit, go-git and
 //! isomorphic-git — against gixd and, as the control, against stock git's own servers (git
-//! http-backend behind lighttpd, git daemon), over HTTP and git://: clone (each protocol version
+//! http-backend behind lighttpd, git daemon), over HTTP, HTTPS (a test CA; lighttpd terminates TLS
+//! for the control) and git://: clone (each protocol version
 //! the client speaks), fetch after new commits and annotated tags on old commits, a shallow
 //! clone, push of a new branch, a refused non-fast-forward, a delete; every result checked
 //! against the server's refs and with `git fsck` (`tests/clients/matrix.py` drives the clients).
@@ -64,16 +65,23 @@ fn git_daemon(base: &Path) -> (Killed, u16) {
     (Killed(child), port)
 }
 
-/// git http-backend as CGI behind lighttpd serving `base` under `/git`; `None` without lighttpd.
-fn http_backend(base: &Path, scratch: &Path) -> Option<(Killed, u16)> {
+/// git http-backend as CGI behind lighttpd serving `base` under `/git`, over TLS with `tls` (its
+/// mod_openssl); `None` without lighttpd.
+fn http_backend(base: &Path, scratch: &Path, tls: Option<&gixd::config::TlsFiles>) -> Option<(Killed, u16)> {
     Command::new("lighttpd").arg("-v").output().ok()?;
     let port = free_port();
     let conf = scratch.join("lighttpd.conf");
-    std::fs::write(
-        &conf,
-        bench_support::http_backend_conf(scratch, base, &git_exec_path().join("git-http-backend"), port, false),
-    )
-    .unwrap();
+    let mut text =
+        bench_support::http_backend_conf(scratch, base, &git_exec_path().join("git-http-backend"), port, false);
+    if let Some(tls) = tls {
+        text = text.replacen("server.modules = (", "server.modules = (\"mod_openssl\", ", 1);
+        text.push_str(&format!(
+            "ssl.engine = \"enable\"\nssl.pemfile = \"{}\"\nssl.privkey = \"{}\"\n",
+            tls.cert.display(),
+            tls.key.display()
+        ));
+    }
+    std::fs::write(&conf, text).unwrap();
     let child = Command::new("lighttpd").arg("-D").arg("-f").arg(&conf).spawn().ok()?;
     wait_for_port(port);
     Some((Killed(child), port))
@@ -101,6 +109,11 @@ fn every_client_that_works_against_stock_git_works_against_gixd() {
     let mut store = gixd::auth::TokenStore::load(&token_file).unwrap();
     let (_, secret) = store.add("matrix", "*", true).unwrap();
     store.save().unwrap();
+    // HTTPS: one test CA signs both servers' certificates; lighttpd terminates TLS for git's.
+    let ca = gixd_tests::tls::TestCa::new(tmp.path(), "matrix");
+    let (gixd_tls, backend_tls) = (ca.server(tmp.path(), "gixd"), ca.server(tmp.path(), "lighttpd"));
+    let tls_dir = tmp.path().join("tls-backend");
+    std::fs::create_dir_all(&tls_dir).unwrap();
     let tf = token_file.clone();
     let gixd = gixd_tests::server::serve_with(&gixd_base, move |c| {
         c.exports = Exports::All;
@@ -108,9 +121,12 @@ fn every_client_that_works_against_stock_git_works_against_gixd() {
         c.git_listen = Some("127.0.0.1:0".parse().unwrap());
         c.services.receive_pack = true;
         c.max_transfers = 8;
+        c.https_listen = Some("127.0.0.1:0".parse().unwrap());
+        (c.tls_cert, c.tls_key) = (Some(gixd_tls.cert), Some(gixd_tls.key));
     });
     let (_daemon, daemon_port) = git_daemon(&git_base);
-    let backend = http_backend(&git_base, tmp.path());
+    let backend = http_backend(&git_base, tmp.path(), None);
+    let tls_backend = http_backend(&git_base, &tls_dir, Some(&backend_tls));
     if backend.is_none() {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -124,6 +140,8 @@ fn every_client_that_works_against_stock_git_works_against_gixd() {
             "base": gixd_base,
             "http": format!("http://{}", gixd.addr),
             "git": format!("git://{}", gixd.git_addr.unwrap()),
+            "https": format!("https://{}", gixd.https_addr.unwrap()),
+            "ca": ca.ca_pem,
             "http_user": "matrix",
             "http_password": secret,
         },
@@ -132,6 +150,8 @@ fn every_client_that_works_against_stock_git_works_against_gixd() {
             "base": git_base,
             "http": backend.as_ref().map(|(_, port)| format!("http://127.0.0.1:{port}/git")),
             "git": format!("git://127.0.0.1:{daemon_port}"),
+            "https": tls_backend.as_ref().map(|(_, port)| format!("https://127.0.0.1:{port}/git")),
+            "ca": ca.ca_pem,
         },
     ]);
     let servers_file = tmp.path().join("servers.json");

@@ -939,11 +939,16 @@ fn tls(root: &Path) -> Result<String> {
         c["lighttpd"].as_str().unwrap_or("?").lines().next().unwrap_or("?"),
         c["how"].as_str().unwrap_or("?"),
     ));
-    out.push_str("| repository | objects | server CPU ms: gixd http | gixd https | http-backend https | gixd https ÷ gixd http | gixd https ÷ http-backend https | HTTP spoken (gixd https, http-backend) |\n|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| repository | objects | bitmap | server CPU ms: gixd http | gixd https | http-backend https | gixd https ÷ gixd http | gixd https ÷ http-backend https | HTTP spoken (gixd https, http-backend) |\n|---|---|---|---|---|---|---|---|---|\n");
     let mut rows = Vec::new();
     for repo in c["repos"].as_array().context("repos")? {
         let name = repo["repo"].as_str().context("repo")?;
-        let of = |arm: &str| -> Vec<&Value> { runs.iter().filter(|r| r["repo"] == name && r["arm"] == arm).collect() };
+        let state = repo["state"].as_str().unwrap_or("no-bitmap");
+        let of = |arm: &str| -> Vec<&Value> {
+            runs.iter()
+                .filter(|r| r["repo"] == name && r["state"].as_str().unwrap_or("no-bitmap") == state && r["arm"] == arm)
+                .collect()
+        };
         let med = |arm: &str| median(of(arm).iter().filter_map(|r| r["cpu_us"].as_f64()).collect()) / 1000.0;
         let spoke = |arm: &str| of(arm).first().and_then(|r| r["http"].as_str()).unwrap_or("?").to_owned();
         let [plain, tls, peer] = crate::tls_bench::ARMS.map(med);
@@ -951,8 +956,9 @@ fn tls(root: &Path) -> Result<String> {
         rows.push((
             badness,
             format!(
-                "| {name} | {} | {plain:.0} | {tls:.0} | {peer:.0} | {} | {} | {}, {} |\n",
+                "| {name} | {} | {} | {plain:.0} | {tls:.0} | {peer:.0} | {} | {} | {}, {} |\n",
                 repo["objects"],
+                if state == "bitmap" { "yes" } else { "no" },
                 ratio(plain, tls),
                 ratio(peer, tls),
                 spoke(crate::tls_bench::ARMS[1]),

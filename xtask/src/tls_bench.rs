@@ -1,5 +1,6 @@
 //! `cargo xtask bench tls`: what TLS costs a clone. A full clone of a freshly repacked real
-//! repository (no bitmap, no pack cache), one at a time, from gixd over plain HTTP, from the same
+//! repository (with a bitmap, as `git gc` leaves a bare repository, and without; no pack cache),
+//! one at a time, from gixd over plain HTTP, from the same
 //! gixd over HTTPS, and from git http-backend behind lighttpd with TLS (mod_openssl), arms
 //! alternated round by round, side by side in one run: the server's CPU (each server in a
 //! cpuacct cgroup of its own: lighttpd, git-http-backend, upload-pack and pack-objects counted),
@@ -42,29 +43,27 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
         };
         let named = named.context("repository name")?.to_string_lossy();
         let name = named.rsplit('+').next().unwrap_or(&named).trim_end_matches(".git").to_owned();
-        let dest = base.join(format!("{name}.git"));
-        if !dest.join("HEAD").is_file() {
-            let partial = base.join(format!("{name}.partial"));
-            let _ = std::fs::remove_dir_all(&partial);
-            crate::bench::output(
-                Command::new("git").args(["clone", "-q", "--bare", "--no-local"]).arg(source).arg(&partial),
-            )?;
-            crate::bench::output(Command::new("git").current_dir(&partial).args(["remote", "remove", "origin"]))?;
-            crate::bench::output(Command::new("git").current_dir(&partial).args([
-                "repack",
-                "-adq",
-                "--no-write-bitmap-index",
-            ]))?;
-            std::fs::rename(&partial, &dest)?;
+        for (state, flags) in [("bitmap", &["-adbq"][..]), ("no-bitmap", &["-adq", "--no-write-bitmap-index"][..])] {
+            let dest = base.join(format!("{name}-{state}.git"));
+            if !dest.join("HEAD").is_file() {
+                let partial = base.join(format!("{name}-{state}.partial"));
+                let _ = std::fs::remove_dir_all(&partial);
+                crate::bench::output(
+                    Command::new("git").args(["clone", "-q", "--bare", "--no-local"]).arg(source).arg(&partial),
+                )?;
+                crate::bench::output(Command::new("git").current_dir(&partial).args(["remote", "remove", "origin"]))?;
+                crate::bench::output(Command::new("git").current_dir(&partial).arg("repack").args(flags))?;
+                std::fs::rename(&partial, &dest)?;
+            }
+            let objects: u64 = crate::bench::output(Command::new("git").current_dir(&dest).args([
+                "rev-list",
+                "--objects",
+                "--all",
+                "--count",
+            ]))?
+            .parse()?;
+            served.push((name.clone(), state, dest, objects));
         }
-        let objects: u64 = crate::bench::output(Command::new("git").current_dir(&dest).args([
-            "rev-list",
-            "--objects",
-            "--all",
-            "--count",
-        ]))?
-        .parse()?;
-        served.push((name, dest, objects));
     }
 
     let (http, https) = (crate::bench::free_port()?, crate::bench::free_port()?);
@@ -109,12 +108,12 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
             "rounds": rounds,
             "gixd": format!("{} (release build), `serve` at its defaults (no pack cache), HTTP and HTTPS listeners in one process", gixd_server.version),
             "lighttpd": lighttpd.version,
-            "repos": served.iter().map(|(n, _, o)| serde_json::json!({ "repo": n, "objects": o })).collect::<Vec<_>>(),
+            "repos": served.iter().map(|(n, s, _, o)| serde_json::json!({ "repo": n, "state": s, "objects": o })).collect::<Vec<_>>(),
             "how": "one stock git clone (protocol v2, --bare, git's default HTTP version) at a time; server CPU from each server's cpuacct cgroup; the certificate an openssl P-256 self-signed one for 127.0.0.1",
         }),
     )?;
     let mut runs = Vec::new();
-    for (name, path, _) in &served {
+    for (name, state, path, _) in &served {
         let dir_name = path.file_name().unwrap().to_string_lossy().into_owned();
         for round in 0..rounds {
             for arm in crate::bench::round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
@@ -144,10 +143,10 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
                 let trace = String::from_utf8_lossy(&out.stderr);
                 let spoke = if trace.contains("HTTP/2 200") { "HTTP/2" } else { "HTTP/1.1" };
                 runs.push(serde_json::json!({
-                    "repo": name, "arm": arm, "round": round, "cpu_us": cpu_us,
+                    "repo": name, "state": state, "arm": arm, "round": round, "cpu_us": cpu_us,
                     "wall_ms": wall.as_millis() as u64, "http": spoke,
                 }));
-                eprintln!("{name} {arm} round {round}: cpu {} ms, wall {:?}, {spoke}", cpu_us / 1000, wall);
+                eprintln!("{name} {state} {arm} round {round}: cpu {} ms, wall {:?}, {spoke}", cpu_us / 1000, wall);
             }
         }
     }
