@@ -249,8 +249,9 @@ fn past_a_short_grace_a_clone_and_a_push_are_cancelled_cleanly_and_gixd_exits_0(
 
 /// SIGHUP while a clone runs over HTTPS: systemd is told RELOADING then READY; the certificate of
 /// a second CA is presented from the next handshake on (a client trusting only the new CA fails
-/// before the reload and succeeds after); a token file broken meanwhile keeps the tokens read
-/// before (the reload says why); a configuration file that no longer parses keeps every setting;
+/// before the reload and succeeds after); a new token file (a token added, one revoked) is what
+/// the next request sees; a token file broken meanwhile keeps the tokens read before (the reload
+/// says why); a configuration file that no longer parses keeps every setting;
 /// the clone in flight completes. Red before the reload: SIGHUP ended gixd.
 #[test]
 fn sighup_reloads_the_certificate_and_keeps_what_does_not_parse_while_a_clone_runs() {
@@ -325,12 +326,37 @@ fn sighup_reloads_the_certificate_and_keeps_what_does_not_parse_while_a_clone_ru
     assert!(after.status.success(), "after SIGHUP: {}", String::from_utf8_lossy(&after.stderr));
     assert!(!ls(&old_ca).status.success(), "the old certificate is no longer presented");
 
+    // A new token file: bob's token in, alice's revoked; after SIGHUP the next request sees it.
+    let out = Command::new(env!("CARGO_BIN_EXE_gixd"))
+        .args(["token", "add", "--user", "bob", "--token-file"])
+        .arg(&token_file)
+        .output()
+        .unwrap();
+    let bob = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let alice_id = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("id = ").map(|id| id.trim_matches('"').to_owned()))
+        .expect("alice's token id");
+    let revoked = Command::new(env!("CARGO_BIN_EXE_gixd"))
+        .args(["token", "revoke", &alice_id, "--token-file"])
+        .arg(&token_file)
+        .output()
+        .unwrap();
+    assert!(revoked.status.success(), "{}", String::from_utf8_lossy(&revoked.stderr));
+    gixd.signal(libc::SIGHUP);
+    notify.expect("READY=1", Duration::from_secs(5));
+    assert!(!ls(&new_ca).status.success(), "alice's revoked token reads nothing");
+    let as_bob = trusting(&new_ca, tmp.path(), &["ls-remote", &format!("https://bob:{bob}@{https}/repo.git")]);
+    assert!(as_bob.status.success(), "bob's new token reads: {}", String::from_utf8_lossy(&as_bob.stderr));
+
     // A token file broken mid-edit and a configuration that does not parse: SIGHUP keeps both.
     std::fs::write(&token_file, "this is not toml [").unwrap();
     std::fs::write(&config, "listen = 'not an address'\n").unwrap();
     gixd.signal(libc::SIGHUP);
     notify.expect("READY=1", Duration::from_secs(5));
-    assert!(ls(&new_ca).status.success(), "the tokens read before and the settings in use stay");
+    let as_bob = trusting(&new_ca, tmp.path(), &["ls-remote", &format!("https://bob:{bob}@{https}/repo.git")]);
+    assert!(as_bob.status.success(), "the tokens read before and the settings in use stay");
 
     let out = cloning.join().unwrap();
     assert!(out.status.success(), "the clone in flight is unharmed: {}", String::from_utf8_lossy(&out.stderr));

@@ -197,8 +197,11 @@ pub fn build(root: &Path) -> Result<()> {
     if Command::new("systemd-analyze").arg("--version").output().is_ok_and(|o| o.status.success()) {
         let check = dir.join("gixd.service");
         std::fs::write(&check, unit.replace("/usr/local/bin/gixd", &binaries[0].display().to_string()))?;
-        run(Command::new("systemd-analyze").args(["verify", "--man=no"]).arg(&check))?;
-        println!("systemd unit: systemd-analyze verify passed");
+        // The service requires its socket unit: both are verified together.
+        let socket = dir.join("gixd.socket");
+        std::fs::copy(root.join("appliance/gixd.socket"), &socket)?;
+        run(Command::new("systemd-analyze").args(["verify", "--man=no"]).arg(&check).arg(&socket))?;
+        println!("systemd units: systemd-analyze verify passed");
     }
 
     let readme = std::fs::read_to_string(root.join("README.md"))?;
@@ -257,9 +260,16 @@ mod tests {
         assert!(names.iter().any(|n| n.ends_with("bin/gixd")));
         assert!(names.iter().any(|n| n.ends_with("gixd.env")));
         assert!(names.iter().any(|n| n.ends_with("gixd.service")));
+        assert!(names.iter().any(|n| n.ends_with("gixd.socket")));
         assert!(names.iter().any(|n| n.ends_with("OPERATING.md")));
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let unit = std::fs::read_to_string(root.join("appliance/gixd.service")).unwrap();
+        // systemd is told when gixd is ready, reloads with SIGHUP, and holds its sockets.
+        for line in ["Type=notify", "ExecReload=/bin/kill -HUP $MAINPID", "Requires=gixd.socket"] {
+            assert!(unit.lines().any(|l| l == line), "{line}");
+        }
+        let socket = std::fs::read_to_string(root.join("appliance/gixd.socket")).unwrap();
+        assert!(socket.lines().any(|l| l == "FileDescriptorName=http"), "the socket is named as gixd reads it");
         let quota = unit.lines().position(|l| l.starts_with("CPUQuota=")).expect("CPUQuota=");
         let cpus = unit.lines().position(|l| l.starts_with("AllowedCPUs=")).expect("AllowedCPUs=");
         assert_eq!(cpus, quota + 1, "side by side");
