@@ -276,22 +276,34 @@ fn inherited(name: &str) -> std::io::Result<Option<TcpListener>> {
     Ok(Some(TcpListener::from_std(listener)?))
 }
 
-/// Drive one HTTP connection (`$conn`, a hyper connection future) to its end. When the server
-/// drains, the request in flight finishes and the connection closes (an idle one at once); when
-/// it is cancelled, the connection is dropped.
+/// Drive one HTTP connection (`$conn`, a hyper connection future) to its end. When `$until`
+/// completes (the server drains; an HTTP/2 connection idles), the requests in flight finish and
+/// the connection closes (an idle one at once), or is dropped when `$settled` completes first;
+/// when the server is cancelled, it is dropped.
 macro_rules! drive {
-    ($life:expr, $conn:expr, $peer:expr) => {{
+    ($life:expr, $conn:expr, $peer:expr, $until:expr) => {
+        drive!($life, $conn, $peer, $until, std::future::pending::<()>())
+    };
+    ($life:expr, $conn:expr, $peer:expr, $until:expr, $settled:expr) => {{
         let conn = $conn;
         tokio::pin!(conn);
         let ended = tokio::select! {
             ended = conn.as_mut() => Some(ended),
-            () = $life.reached(Phase::Draining) => None,
+            () = $until => None,
         };
         let ended = match ended {
             Some(ended) => Some(ended),
             None => {
                 conn.as_mut().graceful_shutdown();
-                $life.unless_cancelled(conn.as_mut()).await
+                // A peer that does not take part in the close (an HTTP/2 client that never
+                // answers the closing PING) is dropped once `$settled` completes.
+                let closed = async {
+                    tokio::select! {
+                        ended = conn.as_mut() => Some(ended),
+                        () = $settled => None,
+                    }
+                };
+                $life.unless_cancelled(closed).await.flatten()
             }
         };
         if let Some(Err(err)) = ended {
@@ -334,7 +346,8 @@ async fn accept_http(listener: TcpListener, state: Arc<State>) {
             drive!(
                 life,
                 builder.serve_connection(TokioIo::new(crate::transport::zero_copy::Stream::new(stream)), service),
-                peer
+                peer,
+                life.reached(Phase::Draining)
             );
         });
     }
@@ -357,9 +370,25 @@ async fn accept_https(listener: TcpListener, state: Arc<State>, tls: Arc<Tls>) {
             };
             let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
             let io_timeout = state.config.io_timeout;
+            // HTTP/2 has no header-read timeout to close an idle connection: one with no request
+            // in flight (its response body sent) for the I/O timeout is closed.
+            let activity = Arc::new(Activity::new());
+            let requests = activity.clone();
             let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                let (state, in_flight) = (state.clone(), requests.enter());
                 req.extensions_mut().insert(http::Transport("https"));
-                http::handle(state.clone(), peer, req)
+                async move {
+                    let response = http::handle(state, peer, req).await?;
+                    // In flight until its body is sent (or dropped).
+                    Ok::<_, std::convert::Infallible>(response.map(|body| {
+                        use http_body_util::BodyExt;
+                        body.map_frame(move |frame| {
+                            let _ = &in_flight;
+                            frame
+                        })
+                        .boxed()
+                    }))
+                }
             });
             let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             builder = if h2 { builder.http2_only() } else { builder.http1_only() };
@@ -372,7 +401,14 @@ async fn accept_https(listener: TcpListener, state: Arc<State>, tls: Arc<Tls>) {
                 .max_pending_accept_reset_streams(tls::H2_MAX_PENDING_RESETS)
                 .max_local_error_reset_streams(tls::H2_MAX_ERROR_RESETS)
                 .keep_alive_interval(None);
-            drive!(life, builder.serve_connection(TokioIo::new(stream), service), peer);
+            let until = async {
+                tokio::select! {
+                    () = life.reached(Phase::Draining) => {}
+                    () = activity.idle_for(io_timeout), if h2 => {}
+                }
+            };
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            drive!(life, conn, peer, until, tokio::time::sleep(io_timeout));
         });
     }
 }
@@ -388,6 +424,46 @@ async fn serve_metrics(listener: TcpListener, state: Arc<State>) {
             });
             let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
         });
+    }
+}
+
+/// The requests of one connection: how many are in flight, and when the last one ended.
+struct Activity {
+    in_flight: std::sync::atomic::AtomicUsize,
+    last: std::sync::Mutex<std::time::Instant>,
+}
+
+/// One request in flight on a connection, until dropped.
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        *self.0.last.lock().unwrap_or_else(|e| e.into_inner()) = std::time::Instant::now();
+        self.0.in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity { in_flight: Default::default(), last: std::sync::Mutex::new(std::time::Instant::now()) }
+    }
+
+    fn enter(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        InFlight(self.clone())
+    }
+
+    /// Resolves once no request was in flight for `limit`.
+    async fn idle_for(&self, limit: std::time::Duration) {
+        loop {
+            let since = self.last.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
+            let busy = self.in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0;
+            if !busy && since >= limit {
+                return;
+            }
+            // A request in flight ends at some point and stamps `last`: look again a limit later.
+            tokio::time::sleep(if busy { limit } else { limit - since }).await;
+        }
     }
 }
 

@@ -16,15 +16,7 @@ use std::time::{Duration, Instant};
 
 /// Bytes that do not compress, the same every run.
 fn noise(len: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    bench_support::noise(0x9e37_79b9_7f4a_7c15, len)
 }
 
 /// A bare repository `name.git` below `base` whose clone is a pack of about `mib` MiB; and the

@@ -181,18 +181,7 @@ pub fn parse_strace_summary(text: &str) -> BTreeMap<String, u64> {
     out
 }
 
-/// A deterministic stream of bytes (xorshift), for inputs nobody chose by hand.
-pub fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+pub use bench_support::noise;
 
 /// The files of `objects/pack` (`objects`: an objects directory), sorted.
 pub fn pack_files(objects: &Path) -> Vec<PathBuf> {

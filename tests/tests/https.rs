@@ -174,10 +174,8 @@ fn garbage_half_and_silent_tls_handshakes_are_dropped_and_a_clone_beside_them_is
     f.git_ok(&dest, "HTTP/1.1", 0, &["ls-remote", &f.url()]);
 }
 
-/// An HTTP/2 client over TLS with the test CA trusted and `h2` by ALPN.
-async fn h2_connect(
-    f: &Fixture,
-) -> (h2::client::SendRequest<bytes::Bytes>, tokio::task::JoinHandle<Result<(), h2::Error>>) {
+/// A TLS client that trusts only the test CA and asks for `h2` by ALPN.
+fn h2_client_config(f: &Fixture) -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     use rustls::pki_types::pem::PemObject;
     for cert in rustls::pki_types::CertificateDer::pem_file_iter(&f.ca.ca_pem).unwrap() {
@@ -190,6 +188,14 @@ async fn h2_connect(
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec()];
+    config
+}
+
+/// An HTTP/2 client over TLS with the test CA trusted and `h2` by ALPN.
+async fn h2_connect(
+    f: &Fixture,
+) -> (h2::client::SendRequest<bytes::Bytes>, tokio::task::JoinHandle<Result<(), h2::Error>>) {
+    let config = h2_client_config(f);
     let tcp = tokio::net::TcpStream::connect(f.server.https_addr.unwrap()).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
     let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, tcp).await.unwrap();
@@ -204,18 +210,7 @@ struct RawH2 {
 
 impl RawH2 {
     fn connect(f: &Fixture) -> RawH2 {
-        let mut roots = rustls::RootCertStore::empty();
-        use rustls::pki_types::pem::PemObject;
-        for cert in rustls::pki_types::CertificateDer::pem_file_iter(&f.ca.ca_pem).unwrap() {
-            roots.add(cert.unwrap()).unwrap();
-        }
-        let provider = std::sync::Arc::new(gixd::transport::tls::provider());
-        let mut config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        config.alpn_protocols = vec![b"h2".to_vec()];
+        let config = h2_client_config(f);
         let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
         let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
         let tcp = std::net::TcpStream::connect(f.server.https_addr.unwrap()).unwrap();
@@ -340,5 +335,41 @@ fn http2_rapid_reset_stream_limits_and_oversized_headers_are_cut_off_and_others_
     let dest = f.tmp.path().join("after");
     std::fs::create_dir_all(&dest).unwrap();
     f.git_ok(&dest, "HTTP/2", 2, &["clone", "-q", "--bare", &f.url(), "c.git"]);
+    assert_eq!(all_objects(&dest.join("c.git")), all_objects(&f.tmp.path().join("base/repo.git")));
+}
+
+/// An HTTP/2 connection that starts no request for the I/O timeout is closed by the server (a
+/// GOAWAY, then the end of the connection): idle connections do not pile up.
+#[test]
+fn an_idle_http2_connection_is_closed_after_the_io_timeout() {
+    let f = Fixture::new(|c| c.io_timeout = Duration::from_secs(2));
+    let mut raw = RawH2::connect(&f);
+    let started = Instant::now();
+    let (frames, closed) = raw.frames(Duration::from_secs(10));
+    assert!(closed, "the idle connection was closed");
+    assert!(frames.iter().any(|(kind, _, _)| *kind == GOAWAY), "with a GOAWAY: {frames:?}");
+    assert!(started.elapsed() >= Duration::from_secs(1), "not before the timeout: {:?}", started.elapsed());
+}
+
+/// The idle close counts a response still being sent as activity: an HTTP/2 clone read for three
+/// times the I/O timeout (6 MiB at 1 MiB/s, a 2 s timeout) completes.
+#[test]
+fn an_http2_response_longer_than_the_io_timeout_is_not_taken_for_idleness() {
+    let f = Fixture::new(|c| c.io_timeout = Duration::from_secs(2));
+    let work = f.tmp.path().join("big-work");
+    f.git_ok(f.tmp.path(), "HTTP/2", 2, &["clone", "-q", &f.url(), "big-work"]);
+    commit_files(&work, &[("big.bin", &gixd_tests::noise(7, 6 << 20))], "big");
+    f.git_ok(&work, "HTTP/2", 2, &["push", "-q", "origin", "HEAD"]);
+    let slow = bench_support::relay::slow_link(f.server.https_addr.unwrap(), 1 << 20);
+    let url = format!("https://alice:{}@127.0.0.1:{}/repo.git", f.secret, slow.port());
+    let started = Instant::now();
+    let dest = f.tmp.path().join("slow");
+    std::fs::create_dir_all(&dest).unwrap();
+    f.git_ok(&dest, "HTTP/2", 2, &["clone", "-q", "--bare", &url, "c.git"]);
+    assert!(
+        started.elapsed() > Duration::from_secs(4),
+        "the clone outlasted two I/O timeouts: {:?}",
+        started.elapsed()
+    );
     assert_eq!(all_objects(&dest.join("c.git")), all_objects(&f.tmp.path().join("base/repo.git")));
 }

@@ -64,17 +64,7 @@ impl Group {
         let procs = self.dir("memory").join("cgroup.procs");
         let mut peak = 0u64;
         loop {
-            let total: u64 = std::fs::read_to_string(&procs)
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
-                .filter_map(|s| {
-                    s.lines()
-                        .find(|l| l.starts_with("VmRSS:"))
-                        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                })
-                .sum();
-            peak = peak.max(total);
+            peak = peak.max(bench_support::rss_kb_of(&procs));
             if stop.load(std::sync::atomic::Ordering::Relaxed) {
                 return peak;
             }
@@ -184,16 +174,16 @@ pub(crate) fn warm(repo: &Path) -> Result<()> {
     Ok(())
 }
 
-pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, sizes: Vec<usize>, gixd: Option<PathBuf>) -> Result<()> {
-    if unsafe { libc::geteuid() } != 0 {
-        bail!("each server goes into cgroups of its own: run as root");
-    }
-    let gixd = crate::bench::gixd_or_build(root, gixd)?;
-    let scratch = crate::tree::Scratch::new("bench-bursts")?;
-    let base = root.join("target/bench-bursts");
-    std::fs::create_dir_all(&base)?;
-    let mut served_repos = Vec::new();
-    for source in &repos {
+/// One served copy of a real repository: its name, `bitmap` or `no-bitmap`, where it is, and
+/// how many objects it holds.
+pub(crate) type Copy = (String, &'static str, PathBuf, u64);
+
+/// Each of `repos` copied below `base` twice (heads and tags, `git clone --bare --no-local`, the
+/// source never written to), freshly repacked with a bitmap (as `git gc` leaves a bare
+/// repository) and without; copies made by an earlier run are reused.
+pub(crate) fn repacked_copies(repos: &[PathBuf], base: &Path) -> Result<Vec<Copy>> {
+    let mut copies = Vec::new();
+    for source in repos {
         // A snapshot laid out as …/owner+name/repo is named after the repository.
         let named = match source.file_name().and_then(|n| n.to_str()) {
             Some("repo") => source.parent().and_then(|p| p.file_name()),
@@ -213,16 +203,23 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, sizes: Vec<usize>, g
                 crate::bench::output(Command::new("git").current_dir(&partial).arg("repack").args(flags))?;
                 std::fs::rename(&partial, &dest)?;
             }
-            let objects: u64 = crate::bench::output(Command::new("git").current_dir(&dest).args([
-                "rev-list",
-                "--objects",
-                "--all",
-                "--count",
-            ]))?
-            .parse()?;
-            served_repos.push((name.clone(), state, dest, objects));
+            let count = ["rev-list", "--objects", "--all", "--count"];
+            let objects: u64 = crate::bench::output(Command::new("git").current_dir(&dest).args(count))?.parse()?;
+            copies.push((name.clone(), state, dest, objects));
         }
     }
+    Ok(copies)
+}
+
+pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, sizes: Vec<usize>, gixd: Option<PathBuf>) -> Result<()> {
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("each server goes into cgroups of its own: run as root");
+    }
+    let gixd = crate::bench::gixd_or_build(root, gixd)?;
+    let scratch = crate::tree::Scratch::new("bench-bursts")?;
+    let base = root.join("target/bench-bursts");
+    std::fs::create_dir_all(&base)?;
+    let served_repos = repacked_copies(&repos, &base)?;
 
     let (http, git_port, metrics) =
         (crate::bench::free_port()?, crate::bench::free_port()?, crate::bench::free_port()?);

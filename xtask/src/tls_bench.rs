@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
 use crate::bursts_bench::{Server, start, warm};
 
@@ -35,36 +35,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
             .arg("-out")
             .arg(&cert),
     )?;
-    let mut served = Vec::new();
-    for source in &repos {
-        let named = match source.file_name().and_then(|n| n.to_str()) {
-            Some("repo") => source.parent().and_then(|p| p.file_name()),
-            _ => source.file_name(),
-        };
-        let named = named.context("repository name")?.to_string_lossy();
-        let name = named.rsplit('+').next().unwrap_or(&named).trim_end_matches(".git").to_owned();
-        for (state, flags) in [("bitmap", &["-adbq"][..]), ("no-bitmap", &["-adq", "--no-write-bitmap-index"][..])] {
-            let dest = base.join(format!("{name}-{state}.git"));
-            if !dest.join("HEAD").is_file() {
-                let partial = base.join(format!("{name}-{state}.partial"));
-                let _ = std::fs::remove_dir_all(&partial);
-                crate::bench::output(
-                    Command::new("git").args(["clone", "-q", "--bare", "--no-local"]).arg(source).arg(&partial),
-                )?;
-                crate::bench::output(Command::new("git").current_dir(&partial).args(["remote", "remove", "origin"]))?;
-                crate::bench::output(Command::new("git").current_dir(&partial).arg("repack").args(flags))?;
-                std::fs::rename(&partial, &dest)?;
-            }
-            let objects: u64 = crate::bench::output(Command::new("git").current_dir(&dest).args([
-                "rev-list",
-                "--objects",
-                "--all",
-                "--count",
-            ]))?
-            .parse()?;
-            served.push((name.clone(), state, dest, objects));
-        }
-    }
+    let served = crate::bursts_bench::repacked_copies(&repos, &base)?;
 
     let (http, https) = (crate::bench::free_port()?, crate::bench::free_port()?);
     let mut cmd = Command::new(&gixd);

@@ -260,17 +260,7 @@ impl RssSampler {
         let handle = std::thread::spawn(move || {
             let mut peak = 0u64;
             loop {
-                let pids = std::fs::read_to_string(&pids_file).unwrap_or_default();
-                let total: u64 = pids
-                    .lines()
-                    .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
-                    .filter_map(|s| {
-                        s.lines()
-                            .find(|l| l.starts_with("VmRSS:"))
-                            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                    })
-                    .sum();
-                peak = peak.max(total);
+                peak = peak.max(bench_support::rss_kb_of(&pids_file));
                 if flag.load(std::sync::atomic::Ordering::Relaxed) {
                     return peak;
                 }

@@ -22,3 +22,28 @@ pub fn http_backend_conf(scratch: &Path, base: &Path, backend: &Path, port: u16,
         workers = if single_process { "server.max-worker = 0\n" } else { "" },
     )
 }
+
+/// The summed resident memory (VmRSS, KiB) of the processes a cgroup's `cgroup.procs` lists now.
+pub fn rss_kb_of(procs: &Path) -> u64 {
+    std::fs::read_to_string(procs)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .filter_map(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// A deterministic stream of bytes (xorshift), for inputs nobody chose by hand.
+pub fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
