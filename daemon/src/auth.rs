@@ -22,6 +22,8 @@ pub enum AuthError {
     Parse { path: PathBuf, message: String },
     #[error("could not write the token state file {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
+    #[error("SSH key: {0}")]
+    Key(String),
 }
 
 /// One stored token: never the secret, only its hash.
@@ -50,13 +52,59 @@ pub struct Token {
 struct StateFile {
     #[serde(default, rename = "token")]
     tokens: Vec<Token>,
+    #[serde(default, rename = "key", skip_serializing_if = "Vec::is_empty")]
+    keys: Vec<Key>,
 }
 
-/// The tokens of one state file.
+/// An SSH public key of a user, with a grant of its own as a token has (`gixd key add`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Key {
+    /// Short public id (for `gixd key revoke`), from the same space as tokens' ids.
+    pub id: String,
+    pub user: String,
+    /// Repositories it grants, as a token's glob.
+    pub repos: String,
+    /// Push as well as read.
+    pub write: bool,
+    /// The key as OpenSSH writes it, without its comment: `ssh-ed25519 AAAA…`.
+    pub key: String,
+    /// The comment it came with (`alice@laptop`), shown by `key list`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub comment: String,
+    pub created: i64,
+}
+
+impl Key {
+    /// What a request made with this key may do: a token's grant (no secret).
+    pub fn grant(&self) -> Token {
+        Token {
+            id: self.id.clone(),
+            user: self.user.clone(),
+            repos: self.repos.clone(),
+            write: self.write,
+            create: false,
+            sha256: String::new(),
+            created: self.created,
+        }
+    }
+}
+
+/// The algorithm and base64 blob of an OpenSSH public key line (its comment dropped), and the
+/// comment; `None` if it is not one.
+pub fn openssh_key(line: &str) -> Option<(String, String)> {
+    let mut fields = line.split_whitespace();
+    let (algorithm, blob) = (fields.next()?, fields.next()?);
+    let plausible = algorithm.starts_with("ssh-") || algorithm.starts_with("ecdsa-") || algorithm.starts_with("sk-");
+    (plausible && blob.len() > 16).then(|| (format!("{algorithm} {blob}"), fields.collect::<Vec<_>>().join(" ")))
+}
+
+/// The tokens and keys of one state file.
 #[derive(Debug, Default)]
 pub struct TokenStore {
     pub path: PathBuf,
     pub tokens: Vec<Token>,
+    pub keys: Vec<Key>,
 }
 
 impl TokenStore {
@@ -69,7 +117,7 @@ impl TokenStore {
         };
         let state: StateFile =
             toml::from_str(&text).map_err(|e| AuthError::Parse { path: path.to_owned(), message: e.to_string() })?;
-        Ok(TokenStore { path: path.to_owned(), tokens: state.tokens })
+        Ok(TokenStore { path: path.to_owned(), tokens: state.tokens, keys: state.keys })
     }
 
     /// Write the store atomically (a temporary file renamed over the old one), readable by the
@@ -81,7 +129,8 @@ impl TokenStore {
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir).map_err(write_err)?;
         }
-        let text = toml::to_string(&StateFile { tokens: self.tokens.clone() }).expect("tokens serialize");
+        let text = toml::to_string(&StateFile { tokens: self.tokens.clone(), keys: self.keys.clone() })
+            .expect("tokens serialize");
         let tmp = self.path.with_extension(format!("tmp-{}", std::process::id()));
         let mut file = std::fs::OpenOptions::new()
             .write(true)
@@ -128,11 +177,33 @@ impl TokenStore {
         Ok((token, secret))
     }
 
-    /// Remove the token with `id`; false if there is none.
+    /// Remove the token or key with `id`; false if there is none.
     pub fn revoke(&mut self, id: &str) -> bool {
-        let before = self.tokens.len();
+        let before = self.tokens.len() + self.keys.len();
         self.tokens.retain(|t| t.id != id);
-        self.tokens.len() != before
+        self.keys.retain(|k| k.id != id);
+        self.tokens.len() + self.keys.len() != before
+    }
+
+    /// Add an SSH public key (an OpenSSH line, `ssh-ed25519 AAAA… comment`) for `user`; an
+    /// error if it is not one or is stored already.
+    pub fn add_key(&mut self, user: &str, repos: &str, write: bool, line: &str) -> Result<Key, AuthError> {
+        let (key, comment) =
+            openssh_key(line).ok_or_else(|| AuthError::Key("not an OpenSSH public key line".into()))?;
+        if let Some(known) = self.keys.iter().find(|k| k.key == key) {
+            return Err(AuthError::Key(format!("this key is stored already (id {}, user {})", known.id, known.user)));
+        }
+        let id = hex(&random::<4>().map_err(|e| AuthError::Key(e.to_string()))?);
+        let created =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+        let key = Key { id, user: user.to_owned(), repos: repos.to_owned(), write, key, comment, created };
+        self.keys.push(key.clone());
+        Ok(key)
+    }
+
+    /// The stored key that is `key` (`algorithm base64`, as [`openssh_key`] gives it).
+    pub fn find_key(&self, key: &str) -> Option<&Key> {
+        self.keys.iter().find(|k| k.key == key)
     }
 
     /// The token whose secret this is. Every stored hash is compared, each in constant time.
@@ -170,7 +241,7 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn random<const N: usize>() -> std::io::Result<[u8; N]> {
+pub(crate) fn random<const N: usize>() -> std::io::Result<[u8; N]> {
     let mut buf = [0u8; N];
     let mut filled = 0;
     while filled < N {
@@ -372,6 +443,15 @@ impl Access {
                 cached.0 = mtime;
                 Err(err)
             }
+        }
+    }
+
+    /// Who holds this SSH public key (`algorithm base64`): the user of a stored key, with its
+    /// grant; `Invalid` for any other key.
+    pub fn identify_key(&self, key: &str) -> Identity {
+        match self.store().find_key(key) {
+            Some(key) => Identity::User(key.grant()),
+            None => Identity::Invalid,
         }
     }
 

@@ -32,6 +32,19 @@ enum Command {
         #[command(subcommand)]
         command: TokenCmd,
     },
+    /// Add, list and remove users' SSH public keys (SSH: `--ssh-listen`).
+    Key {
+        #[command(subcommand)]
+        command: KeyCmd,
+    },
+    /// Print the SSH host key's fingerprint (made when missing), for users' known_hosts.
+    SshHostKey {
+        /// The host key file [default: ssh_host_ed25519_key beside the token file].
+        #[arg(long, env = "GIXD_SSH_HOST_KEY")]
+        path: Option<PathBuf>,
+        #[command(flatten)]
+        store: TokenStoreArg,
+    },
     /// Create and list the repositories below a base path.
     Repo {
         #[command(subcommand)]
@@ -101,6 +114,38 @@ enum TokenCmd {
         store: TokenStoreArg,
     },
     /// Revoke tokens by id.
+    Revoke {
+        #[arg(required = true)]
+        ids: Vec<String>,
+        #[command(flatten)]
+        store: TokenStoreArg,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyCmd {
+    /// Add a user's SSH public key (an OpenSSH `.pub` file), with a grant as a token's.
+    Add {
+        #[arg(long)]
+        user: String,
+        /// The public key file (`id_ed25519.pub`).
+        #[arg(long)]
+        key_file: PathBuf,
+        /// Repositories it grants (a glob over repository paths; `*` matches anything).
+        #[arg(long, default_value = "*")]
+        repo: String,
+        /// Allow pushing as well as reading.
+        #[arg(long)]
+        write: bool,
+        #[command(flatten)]
+        store: TokenStoreArg,
+    },
+    /// List the keys.
+    List {
+        #[command(flatten)]
+        store: TokenStoreArg,
+    },
+    /// Remove keys by id.
     Revoke {
         #[arg(required = true)]
         ids: Vec<String>,
@@ -235,6 +280,8 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => serve(args, &sub),
         Command::Daemon(args) => daemon(args, &sub),
         Command::Token { command } => token(command),
+        Command::Key { command } => key(command),
+        Command::SshHostKey { path, store } => ssh_host_key(path, &store),
         Command::Repo { command } => repo(command),
         Command::CheckConfig { file } => check_config(&file),
         Command::Maintenance { repo, geometric } => {
@@ -470,6 +517,71 @@ fn token(command: TokenCmd) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+fn key(command: KeyCmd) -> Result<(), Box<dyn std::error::Error>> {
+    use gixd::auth::TokenStore;
+    match command {
+        KeyCmd::Add { user, key_file, repo, write, store } => {
+            let path = store.path()?;
+            let mut keys = TokenStore::load(&path)?;
+            let line = std::fs::read_to_string(&key_file).map_err(|e| format!("{}: {e}", key_file.display()))?;
+            let key = keys.add_key(&user, &repo, write, line.trim())?;
+            keys.save()?;
+            println!("{}", key.id);
+            eprintln!(
+                "key {} for {} ({}, repositories '{}') stored in {}",
+                key.id,
+                key.user,
+                if key.write { "read and push" } else { "read" },
+                key.repos,
+                path.display()
+            );
+        }
+        KeyCmd::List { store } => {
+            let keys = TokenStore::load(&store.path()?)?;
+            println!("{:<10} {:<16} {:<6} {:<24} key", "id", "user", "access", "repositories");
+            for k in &keys.keys {
+                let short: String = k.key.chars().take(40).collect();
+                println!(
+                    "{:<10} {:<16} {:<6} {:<24} {short}… {}",
+                    k.id,
+                    k.user,
+                    if k.write { "write" } else { "read" },
+                    k.repos,
+                    k.comment
+                );
+            }
+        }
+        KeyCmd::Revoke { ids, store } => {
+            let path = store.path()?;
+            let mut keys = TokenStore::load(&path)?;
+            let missing: Vec<&String> = ids.iter().filter(|id| !keys.keys.iter().any(|k| &k.id == *id)).collect();
+            if !missing.is_empty() {
+                return Err(format!(
+                    "no key with id {}",
+                    missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                )
+                .into());
+            }
+            for id in &ids {
+                keys.revoke(id);
+            }
+            keys.save()?;
+            eprintln!("revoked {}", ids.join(", "));
+        }
+    }
+    Ok(())
+}
+
+fn ssh_host_key(path: Option<PathBuf>, store: &TokenStoreArg) -> Result<(), Box<dyn std::error::Error>> {
+    let path = match path {
+        Some(path) => path,
+        None => store.path()?.parent().unwrap_or(std::path::Path::new(".")).join("ssh_host_ed25519_key"),
+    };
+    let key = gixd::transport::ssh::host_key(&path)?;
+    println!("{} {}", gixd::transport::ssh::fingerprint(&key), path.display());
+    Ok(())
+}
+
 fn check_config(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let config = load_config(path)?.resolve(1)?;
     println!(
@@ -528,6 +640,9 @@ fn run(
         }
         if let Some(https) = server.https_addr() {
             announce(format!("gixd: serving https://{https}/<repository>"));
+        }
+        if let Some((ssh, fingerprint)) = server.ssh_addr() {
+            announce(format!("gixd: serving ssh://{ssh}/<repository> (host key {fingerprint})"));
         }
         let reloader = server.reloader();
         let mut signals = gixd::lifecycle::Signals::new()?;

@@ -25,6 +25,8 @@ pub struct Server {
     listener: TcpListener,
     git_listener: Option<TcpListener>,
     https: Option<(TcpListener, Arc<Tls>)>,
+    /// The SSH listener, its configuration (with the host key), and the key's fingerprint.
+    ssh: Option<(TcpListener, Arc<russh::server::Config>, String)>,
     metrics_listener: Option<TcpListener>,
     state: Arc<State>,
     /// What pushes ask of maintenance, with `Config::auto_maintenance`.
@@ -84,6 +86,20 @@ impl Server {
             (Some(_), None) => return Err(invalid("HTTPS needs tls_cert and tls_key".into())),
             (None, _) => None,
         };
+        let ssh_listener = match (inherited("ssh")?, config.ssh_listen) {
+            (Some(listener), _) => Some(listener),
+            (None, Some(addr)) => Some(TcpListener::bind(addr).await?),
+            (None, None) => None,
+        };
+        let ssh = match ssh_listener {
+            Some(listener) => {
+                let key = crate::transport::ssh::host_key(&config.ssh_host_key_path())?;
+                let fingerprint = crate::transport::ssh::fingerprint(&key);
+                let ssh_config = crate::transport::ssh::config(key, config.io_timeout);
+                Some((listener, Arc::new(ssh_config), fingerprint))
+            }
+            None => None,
+        };
         let transfers = Arc::new(tokio::sync::Semaphore::new(config.max_transfers.max(1)));
         let shares = Arc::new(crate::session::Shares::new(&config));
         let metrics_listener = match config.metrics_listen {
@@ -108,6 +124,7 @@ impl Server {
             listener,
             git_listener,
             https,
+            ssh,
             metrics_listener,
             state: Arc::new(State {
                 repos,
@@ -147,6 +164,11 @@ impl Server {
         self.https.as_ref().and_then(|(l, _)| l.local_addr().ok())
     }
 
+    /// Where SSH is served, if it is, and its host key's fingerprint.
+    pub fn ssh_addr(&self) -> Option<(SocketAddr, String)> {
+        self.ssh.as_ref().and_then(|(l, _, fingerprint)| Some((l.local_addr().ok()?, fingerprint.clone())))
+    }
+
     /// What applies a configuration read anew to this server while it runs.
     pub fn reloader(&self) -> Reloader {
         Reloader { state: self.state.clone(), tls: self.https.as_ref().map(|(_, tls)| tls.clone()) }
@@ -170,6 +192,9 @@ impl Server {
         }
         if let Some((listener, tls)) = self.https {
             tokio::spawn(accept_https(listener, self.state.clone(), tls));
+        }
+        if let Some((listener, config, _)) = self.ssh {
+            tokio::spawn(accept_ssh(listener, self.state.clone(), config));
         }
         if let Some(metrics) = self.metrics_listener {
             tokio::spawn(serve_metrics(metrics, self.state.clone()));
@@ -427,6 +452,18 @@ async fn serve_metrics(listener: TcpListener, state: Arc<State>) {
     }
 }
 
+/// Serve SSH on `listener`, a task per connection ([`crate::transport::ssh`]).
+async fn accept_ssh(listener: TcpListener, state: Arc<State>, config: Arc<russh::server::Config>) {
+    let unauthenticated = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    while let Some((stream, peer)) = accept(&listener, "ssh", &state.life).await {
+        let (state, config, unauthenticated) = (state.clone(), config.clone(), unauthenticated.clone());
+        tokio::spawn(async move {
+            let _busy = state.life.busy();
+            crate::transport::ssh::serve(state, config, stream, peer, unauthenticated).await;
+        });
+    }
+}
+
 /// The requests of one connection: how many are in flight, and when the last one ended.
 struct Activity {
     in_flight: std::sync::atomic::AtomicUsize,
@@ -577,6 +614,7 @@ pub struct Running {
     pub addr: SocketAddr,
     pub git_addr: Option<SocketAddr>,
     pub https_addr: Option<SocketAddr>,
+    pub ssh_addr: Option<SocketAddr>,
     pub metrics_addr: Option<SocketAddr>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -594,6 +632,7 @@ pub fn spawn_with(config: Config, options: Options) -> std::io::Result<Running> 
     let addr = server.local_addr();
     let git_addr = server.git_addr();
     let https_addr = server.https_addr();
+    let ssh_addr = server.ssh_addr().map(|(addr, _)| addr);
     let metrics_addr = server.metrics_addr();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     // Dropped, it cancels what is in flight at once: a test's server goes with its test.
@@ -606,7 +645,7 @@ pub fn spawn_with(config: Config, options: Options) -> std::io::Result<Running> 
         ));
         rt.shutdown_timeout(std::time::Duration::from_secs(5));
     })?;
-    Ok(Running { addr, git_addr, https_addr, metrics_addr, shutdown: Some(tx), thread: Some(thread) })
+    Ok(Running { addr, git_addr, https_addr, ssh_addr, metrics_addr, shutdown: Some(tx), thread: Some(thread) })
 }
 
 impl Running {

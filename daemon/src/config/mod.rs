@@ -91,6 +91,10 @@ pub struct Config {
     pub tls_cert: Option<PathBuf>,
     /// Its private key (PEM).
     pub tls_key: Option<PathBuf>,
+    /// Where SSH is served ([`crate::transport::ssh`]); `None`: not served.
+    pub ssh_listen: Option<SocketAddr>,
+    /// The SSH host key's file; `None`: `ssh_host_ed25519_key` beside the token file.
+    pub ssh_host_key: Option<PathBuf>,
     /// How long transfers in flight may take to finish once the server is told to stop (SIGTERM,
     /// SIGINT) before what is left is cancelled ([`crate::lifecycle`]).
     pub shutdown_grace: std::time::Duration,
@@ -241,6 +245,14 @@ impl Config {
             (None, None) => Ok(None),
             _ => Err(ConfigError::Tls("tls_cert and tls_key go together: give both or neither")),
         }
+    }
+
+    /// The SSH host key's file, as given or beside the token file.
+    pub fn ssh_host_key_path(&self) -> PathBuf {
+        self.ssh_host_key.clone().unwrap_or_else(|| {
+            let state = self.token_file.as_deref().and_then(|f| f.parent()).unwrap_or(std::path::Path::new("."));
+            state.join("ssh_host_ed25519_key")
+        })
     }
 
     /// The transfer buffers' budgets, as pack-cache settings for its private entries.

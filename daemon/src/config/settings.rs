@@ -38,6 +38,13 @@ pub struct Settings {
     /// Re-read on SIGHUP.
     #[arg(long, env = "GIXD_TLS_KEY", value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
+    /// Also serve SSH on this address: git over SSH with the users' public keys (`gixd key add`).
+    #[arg(long, env = "GIXD_SSH_LISTEN", value_name = "ADDR")]
+    pub ssh_listen: Option<SocketAddr>,
+    /// The SSH host key (OpenSSH private key; in the file: relative to the file), made on first
+    /// start when missing. Without it: `ssh_host_ed25519_key` beside the token file.
+    #[arg(long, env = "GIXD_SSH_HOST_KEY", value_name = "FILE")]
+    pub ssh_host_key: Option<PathBuf>,
     /// Seconds transfers in flight may take to finish after SIGTERM or SIGINT before they are
     /// cancelled (the listeners stop at once).
     #[arg(long = "shutdown-grace", env = "GIXD_SHUTDOWN_GRACE", value_name = "SECONDS", default_value = "25")]
@@ -403,6 +410,7 @@ impl Settings {
             &mut settings.limits.spill_dir,
             &mut settings.tls_cert,
             &mut settings.tls_key,
+            &mut settings.ssh_host_key,
         ]
         .into_iter()
         .flatten()
@@ -524,6 +532,8 @@ impl Settings {
             },
             tls_cert: s.tls_cert.clone(),
             tls_key: s.tls_key.clone(),
+            ssh_listen: s.ssh_listen,
+            ssh_host_key: s.ssh_host_key.clone(),
             shutdown_grace: secs(declared(s.shutdown_grace_secs)),
             init_timeout: at_least_a_second(declared(limits.init_timeout_secs)),
             base_path: s.base_path.clone().unwrap_or_else(|| ".".into()),

@@ -1,0 +1,243 @@
+//! SSH: stock git over `ssh://` with Debian's OpenSSH client and a key of the test's own, against
+//! gixd's in-process SSH server: clone (v0 and v2), push, fetch with a user's key; an unknown key,
+//! a key without a grant, a read-only key pushing, a shell and another command are refused.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use gixd::config::Exports;
+use gixd_tests::corpus::{self, Hash};
+use gixd_tests::server::{all_objects, serve_with};
+use gixd_tests::{commit_files, git, git_out};
+
+struct Fixture {
+    tmp: tempfile::TempDir,
+    server: gixd::server::Running,
+    tokens: PathBuf,
+    known_hosts: PathBuf,
+    log: PathBuf,
+}
+
+impl Fixture {
+    /// A private repository `repo.git` (no export-ok), served over SSH.
+    fn new() -> Fixture {
+        Self::with(|_| {})
+    }
+
+    fn with(adjust: impl FnOnce(&mut gixd::config::Config)) -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("base");
+        std::fs::create_dir_all(&base).unwrap();
+        let origin = corpus::ensure("merges", Hash::Sha1);
+        git(&base, &["clone", "-q", "--bare", origin.to_str().unwrap(), "repo.git"]);
+        let (tokens, log, host_key) =
+            (tmp.path().join("tokens.toml"), tmp.path().join("access.log"), tmp.path().join("host_key"));
+        let server = serve_with(&base, |c| {
+            c.exports = Exports::DaemonExportOk;
+            c.token_file = Some(tokens.clone());
+            c.ssh_listen = Some("127.0.0.1:0".parse().unwrap());
+            c.ssh_host_key = Some(host_key.clone());
+            c.access_log = Some(log.clone());
+            adjust(c);
+        });
+        // The host key gixd made, as the user's known_hosts holds it.
+        let public = std::fs::read_to_string(host_key.with_extension("pub")).unwrap();
+        let known_hosts = tmp.path().join("known_hosts");
+        let port = server.ssh_addr.unwrap().port();
+        std::fs::write(&known_hosts, format!("[127.0.0.1]:{port} {public}")).unwrap();
+        Fixture { tmp, server, tokens, known_hosts, log }
+    }
+
+    /// A new key pair of the test's own (`ssh-keygen`), added for `user` with `grant` when given.
+    fn key(&self, name: &str, user: &str, grant: Option<(&str, bool)>) -> PathBuf {
+        let key = self.tmp.path().join(name);
+        let out = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", &format!("{user}@test"), "-f"])
+            .arg(&key)
+            .output()
+            .expect("ssh-keygen runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        if let Some((repos, write)) = grant {
+            let mut store = gixd::auth::TokenStore::load(&self.tokens).unwrap();
+            let line = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+            store.add_key(user, repos, write, line.trim()).unwrap();
+            store.save().unwrap();
+        }
+        key
+    }
+
+    fn url(&self) -> String {
+        format!("ssh://git@127.0.0.1:{}/repo.git", self.server.ssh_addr.unwrap().port())
+    }
+
+    /// Stock git with `key` as its SSH identity and only the test's known_hosts.
+    fn git(&self, dir: &Path, key: &Path, args: &[&str]) -> Output {
+        let ssh = format!(
+            "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile={} -o GlobalKnownHostsFile=/dev/null",
+            key.display(),
+            self.known_hosts.display()
+        );
+        gixd_tests::git_command(dir)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_SSH_COMMAND", ssh)
+            .args(args)
+            .output()
+            .expect("git runs")
+    }
+
+    fn git_ok(&self, dir: &Path, key: &Path, args: &[&str]) {
+        let out = self.git(dir, key, args);
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn records(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+/// A user's key with a write grant: clones over v0 and v2 have every object, a push lands, a
+/// fetch brings it; the access log records `ssh` and the key's user. Red before SSH: nothing
+/// listens.
+#[test]
+fn stock_git_clones_pushes_and_fetches_over_ssh_with_a_users_key_v0_and_v2() {
+    let f = Fixture::new();
+    let key = f.key("alice", "alice", Some(("*", true)));
+    let repo = f.tmp.path().join("base/repo.git");
+    for version in ["0", "2"] {
+        let dest = f.tmp.path().join(format!("v{version}.git"));
+        let protocol = format!("protocol.version={version}");
+        f.git_ok(f.tmp.path(), &key, &["-c", &protocol, "clone", "-q", "--bare", &f.url(), dest.to_str().unwrap()]);
+        assert_eq!(all_objects(&dest), all_objects(&repo), "v{version}: a whole clone");
+    }
+    let work = f.tmp.path().join("work");
+    f.git_ok(f.tmp.path(), &key, &["clone", "-q", &f.url(), work.to_str().unwrap()]);
+    let tip = commit_files(&work, &[("ssh.txt", b"over ssh\n")], "pushed over ssh");
+    f.git_ok(&work, &key, &["push", "-q", "origin", "HEAD"]);
+    assert_eq!(git_out(&repo, &["rev-parse", "HEAD"]), tip, "the push landed");
+    let fetched = f.tmp.path().join("v2.git");
+    f.git_ok(&fetched, &key, &["fetch", "-q", &f.url(), "+refs/heads/*:refs/heads/*"]);
+    assert_eq!(git_out(&fetched, &["rev-parse", "HEAD"]), tip, "fetched");
+    let records = f.records();
+    assert!(records.len() >= 4, "{records:?}");
+    for record in &records {
+        assert_eq!(record["transport"], "ssh", "{record}");
+        assert_eq!(record["user"], "alice", "{record}");
+        assert_eq!(record["status"], "ok", "{record}");
+    }
+    assert!(records.iter().any(|r| r["service"] == "git-receive-pack"));
+    // GIT_PROTOCOL came through the env request: the v2 clone spoke v2, the v0 one v0.
+    assert_eq!(records[0]["version"], 0, "{}", records[0]);
+    assert_eq!(records[1]["version"], 2, "{}", records[1]);
+}
+
+/// What is refused, and how: a key nobody added (no authentication), a key whose grant does not
+/// cover the private repository (not found, exactly as a missing one), a read-only key pushing
+/// (may not push), a shell and any other command (refused; nothing runs).
+#[test]
+fn unknown_keys_ungranted_repositories_read_only_pushes_shells_and_other_commands_are_refused() {
+    let f = Fixture::new();
+    let stranger = f.key("stranger", "stranger", None);
+    let elsewhere = f.key("elsewhere", "bob", Some(("other/*", true)));
+    let reader = f.key("reader", "carol", Some(("*", false)));
+    let dir = f.tmp.path();
+    let stderr = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+
+    let out = f.git(dir, &stranger, &["ls-remote", &f.url()]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("Permission denied (publickey)"), "{}", stderr(&out));
+
+    let out = f.git(dir, &elsewhere, &["ls-remote", &f.url()]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("repository '/repo.git' not found"), "{}", stderr(&out));
+    let missing = f.git(dir, &elsewhere, &["ls-remote", &f.url().replace("repo.git", "missing.git")]);
+    assert!(
+        stderr(&missing).contains("repository '/missing.git' not found"),
+        "the same as missing: {}",
+        stderr(&missing)
+    );
+
+    let work = dir.join("work");
+    f.git_ok(dir, &reader, &["clone", "-q", &f.url(), work.to_str().unwrap()]);
+    commit_files(&work, &[("no.txt", b"no\n")], "not allowed");
+    let out = f.git(&work, &reader, &["push", "-q", "origin", "HEAD"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("may not push"), "{}", stderr(&out));
+
+    let port = f.server.ssh_addr.unwrap().port().to_string();
+    let ssh = |command: Option<&str>| {
+        let mut cmd = std::process::Command::new("ssh");
+        cmd.args(["-F", "/dev/null", "-i"]).arg(&reader).args(["-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"]);
+        cmd.args(["-o", "StrictHostKeyChecking=yes", "-o", "GlobalKnownHostsFile=/dev/null", "-T", "-p", &port]);
+        cmd.arg("-o").arg(format!("UserKnownHostsFile={}", f.known_hosts.display())).arg("git@127.0.0.1");
+        if let Some(command) = command {
+            cmd.arg(command);
+        }
+        cmd.stdin(std::process::Stdio::null()).output().unwrap()
+    };
+    let shell = ssh(None);
+    assert!(!shell.status.success(), "no shell");
+    let other = ssh(Some("id; cat /etc/passwd"));
+    assert!(!other.status.success());
+    assert!(stderr(&other).contains("gixd runs git-upload-pack"), "{}", stderr(&other));
+    assert!(!String::from_utf8_lossy(&other.stdout).contains("root:"), "nothing ran");
+}
+
+/// Waits until the server closes `stream` (a read of 0 or an error), reading what it sends.
+fn closed_within(stream: &mut std::net::TcpStream, limit: std::time::Duration) -> bool {
+    use std::io::Read;
+    let start = std::time::Instant::now();
+    stream.set_read_timeout(Some(std::time::Duration::from_millis(200))).unwrap();
+    let mut buf = [0u8; 4096];
+    while start.elapsed() < limit {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+/// Garbage where a version line belongs, a client that stops after its version line, one that
+/// sends nothing: each closed (the last two once the init timeout passed); a password is never
+/// asked for or taken; a clone beside them is served.
+#[test]
+fn garbage_silent_and_half_connections_are_closed_passwords_refused_and_others_served() {
+    use std::io::Write;
+    let f = Fixture::with(|c| c.init_timeout = std::time::Duration::from_secs(2));
+    let key = f.key("alice", "alice", Some(("*", false)));
+    let addr = f.server.ssh_addr.unwrap();
+    let mut garbage = std::net::TcpStream::connect(addr).unwrap();
+    let _ = garbage.write_all(&[0x47u8; 4096]);
+    let mut half = std::net::TcpStream::connect(addr).unwrap();
+    half.write_all(b"SSH-2.0-OpenSSH_9.2\r\n").unwrap();
+    let mut silent = std::net::TcpStream::connect(addr).unwrap();
+
+    let dest = f.tmp.path().join("beside.git");
+    f.git_ok(f.tmp.path(), &key, &["clone", "-q", "--bare", &f.url(), dest.to_str().unwrap()]);
+    for (name, stream) in [("garbage", &mut garbage), ("half", &mut half), ("silent", &mut silent)] {
+        assert!(closed_within(stream, std::time::Duration::from_secs(10)), "the {name} connection is closed");
+    }
+    let port = addr.port().to_string();
+    let password = std::process::Command::new("ssh")
+        .args([
+            "-F",
+            "/dev/null",
+            "-o",
+            "PreferredAuthentications=password,keyboard-interactive",
+            "-o",
+            "BatchMode=yes",
+        ])
+        .args(["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-p", &port, "git@127.0.0.1"])
+        .arg("git-upload-pack '/repo.git'")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!password.status.success());
+    assert!(String::from_utf8_lossy(&password.stderr).contains("Permission denied (publickey)"));
+}
