@@ -1,6 +1,8 @@
 //! SSH: stock git over `ssh://` with Debian's OpenSSH client and a key of the test's own, against
-//! gixd's in-process SSH server: clone (v0 and v2), push, fetch with a user's key; an unknown key,
-//! a key without a grant, a read-only key pushing, a shell and another command are refused.
+//! gixd's in-process SSH server: clone (v0 and v2), shallow and partial clones, archive, push,
+//! fetch with a user's key; an unknown key, a key without a grant, a read-only key pushing, a
+//! shell, another command and paths out of the base path are refused; garbage, stalled and silent
+//! connections are closed.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -30,6 +32,7 @@ impl Fixture {
         std::fs::create_dir_all(&base).unwrap();
         let origin = corpus::ensure("merges", Hash::Sha1);
         git(&base, &["clone", "-q", "--bare", origin.to_str().unwrap(), "repo.git"]);
+        git(&base.join("repo.git"), &["config", "uploadpack.allowFilter", "true"]);
         let (tokens, log, host_key) =
             (tmp.path().join("tokens.toml"), tmp.path().join("access.log"), tmp.path().join("host_key"));
         let server = serve_with(&base, |c| {
@@ -38,6 +41,7 @@ impl Fixture {
             c.ssh_listen = Some("127.0.0.1:0".parse().unwrap());
             c.ssh_host_key = Some(host_key.clone());
             c.access_log = Some(log.clone());
+            c.services.upload_archive = true;
             adjust(c);
         });
         // The host key gixd made, as the user's known_hosts holds it.
@@ -99,11 +103,12 @@ impl Fixture {
     }
 }
 
-/// A user's key with a write grant: clones over v0 and v2 have every object, a push lands, a
+/// A user's key with a write grant: clones over v0 and v2 have every object, `--depth 1` one
+/// commit, `blob:none` no blob, an archive of HEAD comes back, a push lands, a
 /// fetch brings it; the access log records `ssh` and the key's user. Red before SSH: nothing
 /// listens.
 #[test]
-fn stock_git_clones_pushes_and_fetches_over_ssh_with_a_users_key_v0_and_v2() {
+fn stock_git_clones_shallow_partial_archives_pushes_and_fetches_over_ssh_with_a_users_key_v0_and_v2() {
     let f = Fixture::new();
     let key = f.key("alice", "alice", Some(("*", true)));
     let repo = f.tmp.path().join("base/repo.git");
@@ -113,6 +118,16 @@ fn stock_git_clones_pushes_and_fetches_over_ssh_with_a_users_key_v0_and_v2() {
         f.git_ok(f.tmp.path(), &key, &["-c", &protocol, "clone", "-q", "--bare", &f.url(), dest.to_str().unwrap()]);
         assert_eq!(all_objects(&dest), all_objects(&repo), "v{version}: a whole clone");
     }
+    let shallow = f.tmp.path().join("shallow.git");
+    f.git_ok(f.tmp.path(), &key, &["clone", "-q", "--bare", "--depth", "1", &f.url(), shallow.to_str().unwrap()]);
+    assert_eq!(git_out(&shallow, &["rev-list", "--count", "HEAD"]), "1", "--depth 1");
+    let partial = f.tmp.path().join("partial.git");
+    f.git_ok(f.tmp.path(), &key, &["clone", "-q", "--bare", "--filter=blob:none", &f.url(), partial.to_str().unwrap()]);
+    let types = git_out(&partial, &["cat-file", "--batch-all-objects", "--batch-check=%(objecttype)"]);
+    assert!(!types.lines().any(|t| t == "blob"), "blob:none sent no blob");
+    let archive = f.git(f.tmp.path(), &key, &["archive", "--remote", &f.url(), "--format=tar", "HEAD"]);
+    assert!(archive.status.success(), "{}", String::from_utf8_lossy(&archive.stderr));
+    assert!(archive.stdout.len() > 1024 && archive.stdout.len().is_multiple_of(512), "a tar of HEAD");
     let work = f.tmp.path().join("work");
     f.git_ok(f.tmp.path(), &key, &["clone", "-q", &f.url(), work.to_str().unwrap()]);
     let tip = commit_files(&work, &[("ssh.txt", b"over ssh\n")], "pushed over ssh");
@@ -122,7 +137,7 @@ fn stock_git_clones_pushes_and_fetches_over_ssh_with_a_users_key_v0_and_v2() {
     f.git_ok(&fetched, &key, &["fetch", "-q", &f.url(), "+refs/heads/*:refs/heads/*"]);
     assert_eq!(git_out(&fetched, &["rev-parse", "HEAD"]), tip, "fetched");
     let records = f.records();
-    assert!(records.len() >= 4, "{records:?}");
+    assert!(records.len() >= 7, "{records:?}");
     for record in &records {
         assert_eq!(record["transport"], "ssh", "{record}");
         assert_eq!(record["user"], "alice", "{record}");
@@ -184,6 +199,11 @@ fn unknown_keys_ungranted_repositories_read_only_pushes_shells_and_other_command
     assert!(!other.status.success());
     assert!(stderr(&other).contains("gixd runs git-upload-pack"), "{}", stderr(&other));
     assert!(!String::from_utf8_lossy(&other.stdout).contains("root:"), "nothing ran");
+    for escape in ["git-upload-pack '/../../etc'", "git-upload-pack '/repo.git/../../../etc'"] {
+        let out = ssh(Some(escape));
+        assert!(!out.status.success(), "{escape}");
+        assert!(stderr(&out).contains("not found"), "{escape}: {}", stderr(&out));
+    }
 }
 
 /// Waits until the server closes `stream` (a read of 0 or an error), reading what it sends.
