@@ -448,6 +448,15 @@ impl Access {
 
     /// Who holds this SSH public key (`algorithm base64`): the user of a stored key, with its
     /// grant; `Invalid` for any other key.
+    /// Who holds the key with this id: `gixd shell --key`, under OpenSSH, which checked the key
+    /// itself (a key revoked since is refused).
+    pub fn identify_key_id(&self, id: &str) -> Identity {
+        match self.store().keys.iter().find(|k| k.id == id) {
+            Some(key) => Identity::User(key.grant()),
+            None => Identity::Invalid,
+        }
+    }
+
     pub fn identify_key(&self, key: &str) -> Identity {
         match self.store().find_key(key) {
             Some(key) => Identity::User(key.grant()),

@@ -37,6 +37,28 @@ enum Command {
         #[command(subcommand)]
         command: KeyCmd,
     },
+    /// Serve one git command under OpenSSH: the forced command of a user's key (reads
+    /// SSH_ORIGINAL_COMMAND and GIT_PROTOCOL; stdin and stdout are the client).
+    Shell {
+        /// The configuration file gixd serves with (its base path, token file and limits).
+        #[arg(long, env = "GIXD_CONFIG")]
+        config: PathBuf,
+        /// The key's id (`gixd key list`): its user and grant are the request's.
+        #[arg(long)]
+        key: String,
+    },
+    /// For OpenSSH's AuthorizedKeysCommand: the authorized_keys line of the key given (`%t %k`),
+    /// forcing `gixd shell` for it; with no key, every key's line (an authorized_keys file).
+    Keys {
+        /// The configuration file `gixd shell` is to serve with (its token file holds the keys).
+        #[arg(long, env = "GIXD_CONFIG")]
+        config: PathBuf,
+        /// The key's type, as sshd's `%t` gives it (`ssh-ed25519`).
+        #[arg(requires = "blob")]
+        key_type: Option<String>,
+        /// The key, base64, as sshd's `%k` gives it.
+        blob: Option<String>,
+    },
     /// Print the SSH host key's fingerprint (made when missing), for users' known_hosts.
     SshHostKey {
         /// The host key file [default: ssh_host_ed25519_key beside the token file].
@@ -267,6 +289,8 @@ fn main() -> std::process::ExitCode {
     // git daemon is quiet unless --verbose; `serve` tells what it does.
     let level = match &cli.command {
         Command::Daemon(d) if !d.verbose => "warn",
+        // Its stderr is the git user's terminal: what it serves is in the access log.
+        Command::Shell { .. } => "off",
         _ => "info",
     };
     tracing_subscriber::fmt()
@@ -282,6 +306,11 @@ fn main() -> std::process::ExitCode {
         Command::Token { command } => token(command),
         Command::Key { command } => key(command),
         Command::SshHostKey { path, store } => ssh_host_key(path, &store),
+        Command::Shell { config, key } => match shell(&config, &key) {
+            Ok(status) => return std::process::ExitCode::from(status),
+            Err(err) => Err(err),
+        },
+        Command::Keys { config, key_type, blob } => keys(&config, key_type.zip(blob)),
         Command::Repo { command } => repo(command),
         Command::CheckConfig { file } => check_config(&file),
         Command::Maintenance { repo, geometric } => {
@@ -569,6 +598,34 @@ fn key(command: KeyCmd) -> Result<(), Box<dyn std::error::Error>> {
             eprintln!("revoked {}", ids.join(", "));
         }
     }
+    Ok(())
+}
+
+/// `gixd shell`: the command sshd was asked for, served for the key `key`; its exit status.
+fn shell(config_path: &std::path::Path, key: &str) -> Result<u8, Box<dyn std::error::Error>> {
+    let mut settings = load_config(config_path)?;
+    settings.token_file.get_or_insert_with(gixd::config::default_token_file);
+    if settings.base_path.is_none() {
+        return Err(format!("{} names no base_path", config_path.display()).into());
+    }
+    let (config, _, _) = resolve_for_budget(&settings)?;
+    Ok(gixd::transport::shell::run(config, key)?)
+}
+
+/// `gixd keys`: the authorized_keys line of the key `typed` (`%t`, `%k`), or of every key.
+fn keys(config_path: &std::path::Path, typed: Option<(String, String)>) -> Result<(), Box<dyn std::error::Error>> {
+    let config_path = std::path::absolute(config_path)?;
+    let tokens = load_config(&config_path)?.token_file.unwrap_or_else(gixd::config::default_token_file);
+    let store = gixd::auth::TokenStore::load(&tokens)?;
+    let gixd = std::env::current_exe()?;
+    let wanted = typed.map(|(kind, blob)| format!("{kind} {blob}"));
+    let mut out = String::new();
+    for key in store.keys.iter().filter(|k| wanted.as_ref().is_none_or(|w| *w == k.key)) {
+        out.push_str(&gixd::transport::shell::authorized_key_line(&gixd, &config_path, &key.id, &key.key));
+        out.push('\n');
+    }
+    // A key nobody added: no line, and sshd refuses it.
+    print!("{out}");
     Ok(())
 }
 

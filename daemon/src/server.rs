@@ -100,18 +100,10 @@ impl Server {
             }
             None => None,
         };
-        let transfers = Arc::new(tokio::sync::Semaphore::new(config.max_transfers.max(1)));
-        let shares = Arc::new(crate::session::Shares::new(&config));
         let metrics_listener = match config.metrics_listen {
             Some(addr) => Some(TcpListener::bind(addr).await?),
             None => None,
         };
-        let access_log = match &config.access_log {
-            Some(path) => Some(crate::access_log::AccessLog::open(path)?),
-            None => None,
-        };
-        let pack_cache = config.pack_cache.clone().map(crate::pack_cache::PackCache::new);
-        let (config_buffers, io_timeout) = (config.buffers(), config.io_timeout);
         let (maintenance, maintenance_asks) = match config.auto_maintenance {
             true => {
                 let (asks, asked) = crate::service::maintenance::channel();
@@ -126,22 +118,7 @@ impl Server {
             https,
             ssh,
             metrics_listener,
-            state: Arc::new(State {
-                repos,
-                caches: Default::default(),
-                access: crate::auth::Access::new(config.token_file.clone(), config.anonymous_read),
-                config,
-                transfers,
-                shares,
-                tap: options.tap,
-                metrics: Arc::new(crate::metrics::Metrics::new()),
-                access_log,
-                pack_cache,
-                buffers: crate::pack_cache::PackCache::with_stall(config_buffers, io_timeout),
-                queued: Default::default(),
-                maintenance,
-                life: Life::new(),
-            }),
+            state: Arc::new(state(config, repos, options.tap, maintenance)?),
         })
     }
 
@@ -576,6 +553,38 @@ impl Drop for ConnectionCount {
     fn drop(&mut self) {
         self.open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
+}
+
+/// What every transfer of a server shares, for `config`: the repositories, access, transfer
+/// slots and shares, the caches and buffers, the metrics and the access log; pushes ask for
+/// maintenance on `maintenance` when given.
+pub fn state(
+    config: Config,
+    repos: Repos,
+    tap: Option<Arc<dyn crate::tap::Tap>>,
+    maintenance: Option<tokio::sync::mpsc::UnboundedSender<std::path::PathBuf>>,
+) -> std::io::Result<State> {
+    let access_log = match &config.access_log {
+        Some(path) => Some(crate::access_log::AccessLog::open(path)?),
+        None => None,
+    };
+    let (buffers, io_timeout) = (config.buffers(), config.io_timeout);
+    Ok(State {
+        repos,
+        caches: Default::default(),
+        access: crate::auth::Access::new(config.token_file.clone(), config.anonymous_read),
+        transfers: Arc::new(tokio::sync::Semaphore::new(config.max_transfers.max(1))),
+        shares: Arc::new(crate::session::Shares::new(&config)),
+        tap,
+        metrics: Arc::new(crate::metrics::Metrics::new()),
+        access_log,
+        pack_cache: config.pack_cache.clone().map(crate::pack_cache::PackCache::new),
+        buffers: crate::pack_cache::PackCache::with_stall(buffers, io_timeout),
+        queued: Default::default(),
+        maintenance,
+        life: Life::new(),
+        config,
+    })
 }
 
 /// The runtime gixd serves on, sized explicitly (never `#[tokio::main]`'s defaults): the

@@ -2,7 +2,8 @@
 //! gixd's in-process SSH server: clone (v0 and v2), shallow and partial clones, archive, push,
 //! fetch with a user's key; an unknown key, a key without a grant, a read-only key pushing, a
 //! shell, another command and paths out of the base path are refused; garbage, stalled and silent
-//! connections are closed.
+//! connections are closed; floods of connections, keys and channels are cut off. (`gixd shell`
+//! under Debian's sshd: `daemon/tests/openssh.rs`.)
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -260,4 +261,117 @@ fn garbage_silent_and_half_connections_are_closed_passwords_refused_and_others_s
         .unwrap();
     assert!(!password.status.success());
     assert!(String::from_utf8_lossy(&password.stderr).contains("Permission denied (publickey)"));
+}
+
+/// The process's peak resident memory so far (`VmHWM`), in KiB: the server runs in it.
+fn peak_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap()
+}
+
+/// Floods, each cut off where the server says: 200 connections that stop after their version line
+/// (past 64 unauthenticated at once the rest are closed at once, and all within the init
+/// timeout); a client offering ten keys nobody added (disconnected after six attempts); one
+/// connection opening channel after channel (the fifth is refused). Memory stays bounded (the
+/// server's peak grows by less than 64 MiB), and once the half connections are gone a clone is
+/// served. Red with the limits off: the flood's connections all stay open until the init
+/// timeout, and a seventh key is still tried.
+#[test]
+fn connection_auth_and_channel_floods_are_cut_off_with_memory_bounded_and_others_served_after() {
+    use std::io::Write;
+    let f = Fixture::with(|c| c.init_timeout = std::time::Duration::from_secs(3));
+    let key = f.key("alice", "alice", Some(("*", false)));
+    let addr = f.server.ssh_addr.unwrap();
+    let before = peak_kb();
+
+    let mut flood: Vec<std::net::TcpStream> = (0..200)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            let _ = s.write_all(b"SSH-2.0-flood\r\n");
+            s.set_nonblocking(true).unwrap();
+            s
+        })
+        .collect();
+    // How many the server closed by now (a read of 0 or an error; what it sent is read away).
+    let closed_by = |flood: &mut Vec<std::net::TcpStream>, until: std::time::Instant| {
+        use std::io::Read;
+        let mut closed = vec![false; flood.len()];
+        let mut buf = [0u8; 4096];
+        while std::time::Instant::now() < until {
+            for (s, closed) in flood.iter_mut().zip(closed.iter_mut()).filter(|(_, c)| !**c) {
+                match s.read(&mut buf) {
+                    Ok(0) => *closed = true,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Ok(_) => {}
+                    Err(_) => *closed = true,
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        closed.iter().filter(|c| **c).count()
+    };
+    let now = std::time::Instant::now();
+    let quick = closed_by(&mut flood, now + std::time::Duration::from_secs(1));
+    assert!(
+        (200 - 64..200).contains(&quick),
+        "past 64 unauthenticated connections the rest are closed at once: {quick} were"
+    );
+    let all = closed_by(&mut flood, now + std::time::Duration::from_secs(10));
+    assert_eq!(all, 200, "the others are closed once the init timeout passed");
+    drop(flood);
+
+    let port = addr.port().to_string();
+    let base_ssh = |cmd: &mut std::process::Command| {
+        cmd.args(["-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-T", "-p", &port]);
+        cmd.args(["-o", "GlobalKnownHostsFile=/dev/null"]);
+        cmd.arg("-o").arg(format!("UserKnownHostsFile={}", f.known_hosts.display()));
+    };
+    let strangers: Vec<PathBuf> = (0..10).map(|i| f.key(&format!("stranger{i}"), "stranger", None)).collect();
+    let mut cmd = std::process::Command::new("ssh");
+    base_ssh(&mut cmd);
+    cmd.args(["-o", "IdentitiesOnly=yes", "-v"]);
+    for stranger in &strangers {
+        cmd.arg("-i").arg(stranger);
+    }
+    let out = cmd
+        .arg("git@127.0.0.1")
+        .arg("git-upload-pack '/repo.git'")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let offered = said.matches("Offering public key").count();
+    assert!(offered <= 6, "at most six keys are tried on one connection, {offered} were: {said}");
+
+    // One connection, channel after channel (OpenSSH's connection sharing): four, then refused.
+    let control = f.tmp.path().join("control");
+    let mut master = std::process::Command::new("ssh");
+    base_ssh(&mut master);
+    master.arg("-i").arg(&key).args(["-o", "IdentitiesOnly=yes", "-M", "-N", "-S"]).arg(&control);
+    let mut master = master.arg("git@127.0.0.1").stdin(std::process::Stdio::null()).spawn().unwrap();
+    let start = std::time::Instant::now();
+    while !control.exists() {
+        assert!(start.elapsed() < std::time::Duration::from_secs(10), "the shared connection is up");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let channel = || {
+        let mut cmd = std::process::Command::new("ssh");
+        base_ssh(&mut cmd);
+        cmd.arg("-S").arg(&control).arg("git@127.0.0.1").arg("git-upload-pack '/repo.git'");
+        cmd.stdin(std::process::Stdio::null()).output().unwrap()
+    };
+    let outcomes: Vec<bool> = (0..6).map(|_| channel().stdout.starts_with(b"0")).collect();
+    let _ = master.kill();
+    let _ = master.wait();
+    assert_eq!(outcomes, [true, true, true, true, false, false], "four channels served, then refused");
+
+    let grown = peak_kb().saturating_sub(before);
+    assert!(grown < 64 << 10, "the floods grew the server's peak memory by {grown} KiB");
+    let dest = f.tmp.path().join("after.git");
+    f.git_ok(f.tmp.path(), &key, &["clone", "-q", "--bare", &f.url(), dest.to_str().unwrap()]);
 }

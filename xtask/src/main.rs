@@ -18,6 +18,7 @@ mod queue;
 mod real_bench;
 mod refs_bench;
 mod report;
+mod ssh_bench;
 mod sync;
 mod tls_bench;
 mod tree;
@@ -214,6 +215,19 @@ enum BenchCmd {
         #[arg(long)]
         gixd: Option<PathBuf>,
     },
+    /// What SSH costs: server CPU of a full clone and a whole-history push from gixd over HTTP,
+    /// over its in-process SSH, behind sshd as `gixd shell`, and from git behind sshd. Run by
+    /// hand, as root; not in CI.
+    Ssh {
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Bare repositories to serve (copied and repacked under target/bench-ssh/).
+        #[arg(long, required = true)]
+        repo: Vec<PathBuf>,
+        /// Measure this gixd binary instead of a release build of the committed tree.
+        #[arg(long)]
+        gixd: Option<PathBuf>,
+    },
     /// Server CPU per clone at 1…32 concurrent clients, under a CPU quota and pinned.
     Ramp {
         #[arg(long, default_value_t = 3)]
@@ -319,6 +333,7 @@ fn run(cli: Cli) -> Result<()> {
         Top::Bench { command: BenchCmd::Writes { rounds } } => bench::writes(&root, rounds),
         Top::Bench { command: BenchCmd::Ramp { rounds, clients } } => bench::ramp(&root, rounds, clients),
         Top::Bench { command: BenchCmd::Tls { rounds, repo, gixd } } => tls_bench::run(&root, rounds, repo, gixd),
+        Top::Bench { command: BenchCmd::Ssh { rounds, repo, gixd } } => ssh_bench::run(&root, rounds, repo, gixd),
         Top::Bench { command: BenchCmd::Bursts { rounds, repo, clients, gixd } } => {
             bursts_bench::run(&root, rounds, repo, clients, gixd)
         }

@@ -28,6 +28,7 @@ const TARGETS: &[(&str, &str)] = &[
     ("bench/README.md", "real-repos"),
     ("bench/README.md", "bursts"),
     ("bench/README.md", "tls"),
+    ("bench/README.md", "ssh"),
 ];
 
 pub fn run(root: &Path, check: bool) -> Result<()> {
@@ -58,6 +59,7 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             "real-repos" => real_repos(root)?,
             "bursts" => bursts(root)?,
             "tls" => tls(root)?,
+            "ssh" => ssh(root)?,
             other => bail!("no renderer for block {other}"),
         };
         let path = root.join(doc);
@@ -965,6 +967,61 @@ fn tls(root: &Path) -> Result<String> {
                 spoke(crate::tls_bench::ARMS[2]),
             ),
         ));
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    rows.into_iter().for_each(|(_, row)| out.push_str(&row));
+    Ok(out)
+}
+
+/// What SSH costs: per repository, the server CPU of a clone and of a whole-history push from each
+/// arm; gixd over SSH against gixd over HTTP (issue 47's goal on the clone: ≤ 1.15) and against
+/// git behind sshd (goal: ≤ 0.5), the row furthest from its goals first.
+fn ssh(root: &Path) -> Result<String> {
+    let doc = match load(
+        root,
+        crate::ssh_bench::SSH_RESULTS,
+        "`cargo xtask bench ssh --repo PATH…` (by hand, as root: it needs the repositories, sshd and cgroups)",
+    )? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench ssh")?;
+    out.push_str(&format!(
+        " gixd: {}. {}; ciphers: gixd ssh {}, sshd {}. {} Medians.\n\n",
+        c["gixd"].as_str().unwrap_or("?"),
+        c["openssh"].as_str().unwrap_or("?"),
+        c["cipher"]["gixd ssh"].as_str().unwrap_or("?"),
+        c["cipher"]["sshd"].as_str().unwrap_or("?"),
+        c["how"].as_str().unwrap_or("?"),
+    ));
+    out.push_str("| repository | objects | bitmap | operation | server CPU ms: gixd http | gixd ssh | git (sshd) | gixd shell (sshd) | gixd ssh ÷ gixd http | gixd ssh ÷ git (sshd) | gixd shell ÷ git (sshd) |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut rows = Vec::new();
+    for repo in c["repos"].as_array().context("repos")? {
+        let name = repo["repo"].as_str().context("repo")?;
+        let state = repo["state"].as_str().unwrap_or("no-bitmap");
+        for (operation, field) in [("clone", "clone_cpu_us"), ("push", "push_cpu_us")] {
+            let med = |arm: &str| {
+                median(
+                    runs.iter()
+                        .filter(|r| r["repo"] == name && r["state"] == state && r["arm"] == arm)
+                        .filter_map(|r| r[field].as_f64())
+                        .collect(),
+                ) / 1000.0
+            };
+            let [http, ssh, git, shell] = crate::ssh_bench::ARMS.map(med);
+            let badness = (ssh / http / 1.15).max(ssh / git / 0.5);
+            rows.push((
+                badness,
+                format!(
+                    "| {name} | {} | {} | {operation} | {http:.0} | {ssh:.0} | {git:.0} | {shell:.0} | {} | {} | {} |\n",
+                    repo["objects"],
+                    if state == "bitmap" { "yes" } else { "no" },
+                    ratio(http, ssh),
+                    ratio(git, ssh),
+                    ratio(git, shell),
+                ),
+            ));
+        }
     }
     rows.sort_by(|a, b| b.0.total_cmp(&a.0));
     rows.into_iter().for_each(|(_, row)| out.push_str(&row));

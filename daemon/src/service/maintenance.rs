@@ -79,7 +79,7 @@ pub async fn on_the_clock(state: Arc<State>, every: std::time::Duration) {
 
 /// Run what `git_dir` is due now, on this thread. A run leaves the packs it replaced for
 /// [`geometric::GRACE`]: the repository is asked for again once that has passed, to remove them.
-fn due(state: &State, git_dir: &Path) {
+pub fn due(state: &State, git_dir: &Path) {
     maintenance::expire(git_dir, geometric::GRACE);
     let (done, result) = match geometric::due(git_dir) {
         geometric::Due::Nothing => return,

@@ -185,6 +185,17 @@ pub enum Service {
     UploadArchive,
 }
 
+impl Service {
+    /// The program's name, as git spells it (`git-upload-pack`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Service::UploadPack => "git-upload-pack",
+            Service::ReceivePack => "git-receive-pack",
+            Service::UploadArchive => "git-upload-archive",
+        }
+    }
+}
+
 /// What a connection asked for in its request line (and, on an authenticated transport, who).
 #[derive(Debug, Clone, Copy)]
 pub struct Asked<'a> {

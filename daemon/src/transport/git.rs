@@ -224,17 +224,7 @@ impl std::io::Read for BlockingRead {
                 }
             }
         };
-        self.runtime.block_on(async {
-            let timed = tokio::time::timeout(self.timeout, read);
-            match self.life.unless_cancelled(timed).await {
-                Some(Ok(read)) => read,
-                Some(Err(_)) => Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "the client sent nothing within the I/O timeout",
-                )),
-                None => Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "the server is shutting down")),
-            }
-        })
+        crate::transport::read_within(&self.runtime, &self.life, self.timeout, read)
     }
 }
 

@@ -22,11 +22,11 @@ use russh::server::{Auth, ChannelOpenHandle, Handle, Msg, PublicKeyOffer, Sessio
 use russh::{Channel, ChannelId, ChannelOpenFailure, ChannelStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 
-use crate::auth::{Decision, Identity};
+use crate::auth::Identity;
 use crate::protocol::Version;
 use crate::service;
 use crate::session::State;
-use crate::transport::pace::Paced;
+use crate::transport::exec;
 
 /// Session channels one connection may open (git opens one).
 pub const MAX_CHANNELS: usize = 4;
@@ -256,10 +256,11 @@ impl russh::server::Handler for Connection {
         session.channel_success(channel)?;
         let command = String::from_utf8_lossy(&data[..data.len().min(4096)]).into_owned();
         let version = Version::from_params(self.protocols.get(&channel).map_or("", String::as_str));
-        let (state, peer, handle) = (self.state.clone(), self.peer, session.handle());
+        let origin = exec::Origin { transport: "ssh", peer: Some(self.peer), identity, version };
+        let (state, handle) = (self.state.clone(), session.handle());
         tokio::spawn(async move {
             let (_busy, life) = (state.life.busy(), state.life.clone());
-            life.unless_cancelled(exec(state, peer, identity, open, handle, &command, version)).await;
+            life.unless_cancelled(run_exec(state, origin, open, handle, &command)).await;
         });
         Ok(())
     }
@@ -301,193 +302,24 @@ fn refuse_request(channel: ChannelId, session: &mut Session, why: &str) -> Resul
     session.close(channel)
 }
 
-/// A command an exec request may run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Command {
-    pub service: service::Service,
-    pub path: String,
-}
-
-/// `git-upload-pack '<path>'` (or `git upload-pack …`, and receive-pack, upload-archive), the
-/// path unquoted as git's `sq_quote` writes it; `None` for anything else.
-pub fn parse_command(line: &str) -> Option<Command> {
-    let line = line.trim_end_matches(['\n', '\r']);
-    let (program, argument) = line.split_once(' ')?;
-    let (program, argument) = match (program, argument.split_once(' ')) {
-        ("git", Some((sub, rest))) => (format!("git-{sub}"), rest),
-        _ => (program.to_owned(), argument),
-    };
-    let service = match program.as_str() {
-        "git-upload-pack" => service::Service::UploadPack,
-        "git-receive-pack" => service::Service::ReceivePack,
-        "git-upload-archive" => service::Service::UploadArchive,
-        _ => return None,
-    };
-    let path = dequote(argument.trim())?;
-    (!path.is_empty() && !path.contains('\0')).then_some(Command { service, path })
-}
-
-/// One shell word as git quotes it: single-quoted runs, between them `\'` or `\!` (git's
-/// `sq_dequote`); or a bare word with no quoting or escaping characters in it.
-fn dequote(word: &str) -> Option<String> {
-    if !word.starts_with('\'') {
-        let plain = !word.chars().any(|c| c.is_whitespace() || "'\"\\$`;&|<>(){}*?[]!#~".contains(c));
-        return plain.then(|| word.to_owned());
-    }
-    let mut out = String::new();
-    let mut chars = word.chars();
-    chars.next(); // the opening quote
-    loop {
-        // Inside quotes: everything up to the closing one.
-        loop {
-            match chars.next()? {
-                '\'' => break,
-                c => out.push(c),
-            }
-        }
-        match chars.next() {
-            None => return Some(out),
-            Some('\\') => match (chars.next()?, chars.next()?) {
-                (c @ ('\'' | '!'), '\'') => out.push(c),
-                _ => return None,
-            },
-            Some(_) => return None,
-        }
-    }
-}
-
-/// Run one exec on its channel: authorize, a transfer slot, the conversation on a blocking thread,
-/// what it wrote sent from the transfer buffers; then the exit status, EOF and close.
-async fn exec(
-    state: Arc<State>,
-    peer: SocketAddr,
-    identity: Identity,
-    channel: Channel<Msg>,
-    handle: Handle,
-    command: &str,
-    version: Version,
-) {
+/// Run one exec on its channel ([`exec::run`]): the client's bytes read off the channel, what
+/// is sent back written to it; then a refusal on stderr, the exit status, EOF and close.
+async fn run_exec(state: Arc<State>, origin: exec::Origin, channel: Channel<Msg>, handle: Handle, command: &str) {
     let id = channel.id();
-    let parsed = parse_command(command);
-    let name = match parsed.as_ref().map(|c| c.service) {
-        Some(service::Service::UploadPack) => "git-upload-pack",
-        Some(service::Service::ReceivePack) => "git-receive-pack",
-        Some(service::Service::UploadArchive) => "git-upload-archive",
-        None => "malformed",
-    };
-    let mut log = service::Request::new("ssh", Some(peer), name, Some(version));
-    log.record.user = identity.user().map(str::to_owned);
-    let fail = |message: String, status: u32| {
-        let handle = handle.clone();
-        async move {
-            let _ = handle.extended_data(id, 1, Bytes::from(format!("fatal: {message}\n"))).await;
-            let _ = handle.exit_status_request(id, status).await;
-            let _ = handle.eof(id).await;
-            let _ = handle.close(id).await;
-        }
-    };
-    let Some(command) = parsed else {
-        tracing::info!(%peer, command = %crate::error::quoted(command, 128), "SSH command refused");
-        fail("gixd runs git-upload-pack, git-receive-pack and git-upload-archive only".into(), 128).await;
-        return log.finish(&state, service::Outcome::Refused);
-    };
-    if command.service == service::Service::UploadArchive && !state.config.services.upload_archive {
-        fail("git-upload-archive is not enabled on this server".into(), 128).await;
-        return log.finish(&state, service::Outcome::Refused);
-    }
-    // Who may do what: the key's grant, as a token's; a repository it may not read is not found,
-    // exactly as a missing one.
-    let write = command.service == service::Service::ReceivePack;
-    let decided = {
-        let (state, identity, path) = (state.clone(), identity.clone(), command.path.clone());
-        tokio::task::spawn_blocking(move || {
-            let (served, exported) = state.repos.locate(&path).map_err(|_| Decision::NotFound)?;
-            let key = crate::auth::repo_key(&served.name);
-            match crate::auth::decide(&identity, &key, exported, state.access.anonymous_read, write) {
-                Decision::Allow => Ok(served),
-                other => Err(other),
-            }
-        })
-        .await
-    };
-    let served = match decided {
-        Ok(Ok(served)) => served,
-        Ok(Err(Decision::Forbidden)) => {
-            fail(format!("your key may not push to '{}'", crate::error::quoted(&command.path, 256)), 128).await;
-            return log.finish(&state, service::Outcome::Refused);
-        }
-        _ => {
-            fail(format!("repository '{}' not found", crate::error::quoted(&command.path, 256)), 128).await;
-            return log.finish(&state, service::Outcome::Refused);
-        }
-    };
-    log = log.serving(&served, identity.user());
-    let slot = match state.slot().await {
-        Ok(slot) => slot,
-        Err(refused) => {
-            fail(service::busy_message(refused).into(), 128).await;
-            return log.finish(&state, service::Outcome::Busy);
-        }
-    };
-    log.record.wait_ms = Some(slot.waited.as_secs_f64() * 1e3);
-    let (read, write_half) = tokio::io::split(channel.into_stream());
-    let (outbox, queue) = service::buffer::Outbox::new(state.clone());
+    let (read, write) = tokio::io::split(channel.into_stream());
+    let (runtime, life) = (tokio::runtime::Handle::current(), state.life.clone());
+    let input = move |timeout| ChannelRead { read, runtime, timeout, life };
+    let outlet = ChannelOutlet { write, stall: state.config.io_timeout };
     // The outlet comes back with what was sent: dropping the channel's stream closes the channel,
     // which must wait until the exit status went.
-    let sending = {
-        let mut outlet = ChannelOutlet { write: write_half, stall: state.config.io_timeout };
-        tokio::spawn(async move { (service::buffer::send(queue, &mut outlet).await, outlet) })
-    };
-    let served = {
-        let (state, runtime) = (state.clone(), tokio::runtime::Handle::current());
-        let pusher = identity.user().map(str::to_owned);
-        tokio::task::spawn_blocking(move || {
-            let _slot = slot;
-            let mut out = outbox;
-            let share = match service::enter(&state, &served, Some(peer.ip())) {
-                Ok(share) => share,
-                Err(busy) => {
-                    let mut w = crate::protocol::pkt::Writer::new();
-                    w.err(busy.message());
-                    let _ = std::io::Write::write_all(&mut out, &w.buf);
-                    return (log, service::Outcome::Busy);
-                }
-            };
-            let pace = if command.service == service::Service::ReceivePack {
-                state.config.push_pace()
-            } else {
-                state.config.pace()
-            };
-            let input = ChannelRead {
-                read,
-                runtime,
-                timeout: pace.window.min(state.config.io_timeout),
-                life: state.life.clone(),
-            };
-            let asked = service::Asked { service: command.service, version, pusher: pusher.as_deref() };
-            let (log, outcome) = service::connection(&state, &served, asked, Paced::new(input, pace), &mut out, log);
-            drop(share);
-            (log, outcome)
-        })
-        .await
-    };
-    let (sent, outlet) = match sending.await {
-        Ok((sent, outlet)) => (Some(sent), Some(outlet)),
-        Err(_) => (None, None),
-    };
-    let Ok((mut log, outcome)) = served else { return };
-    log.record.bytes = sent.map_or(0, |s| s.bytes);
-    log.record.buffer = sent.map(|s| s.held);
-    let outcome = match outcome {
-        service::Outcome::Ok if !sent.is_some_and(|s| s.complete) => service::Outcome::Disconnected,
-        outcome => outcome,
-    };
-    let status = if outcome == service::Outcome::Ok { 0 } else { 128 };
-    let _ = handle.exit_status_request(id, status).await;
+    let (ended, outlet) = exec::run(state, origin, command, input, outlet).await;
+    if let Some(refusal) = ended.refusal {
+        let _ = handle.extended_data(id, 1, Bytes::from(format!("{refusal}\n"))).await;
+    }
+    let _ = handle.exit_status_request(id, ended.status).await;
     let _ = handle.eof(id).await;
     drop(outlet);
     let _ = handle.close(id).await;
-    log.finish(&state, outcome);
 }
 
 /// The channel as the sending side sees it: each chunk taken within `stall`.
@@ -518,45 +350,6 @@ struct ChannelRead {
 
 impl std::io::Read for ChannelRead {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let (read, life) = (&mut self.read, &self.life);
-        self.runtime.block_on(async {
-            match life.unless_cancelled(tokio::time::timeout(self.timeout, read.read(buf))).await {
-                Some(Ok(read)) => read,
-                Some(Err(_)) => Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "the client sent nothing within the I/O timeout",
-                )),
-                None => Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "the server is shutting down")),
-            }
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn commands_are_read_as_git_quotes_them_and_nothing_else_runs() {
-        let c = parse_command("git-upload-pack '/team/app.git'").unwrap();
-        assert_eq!((c.service, c.path.as_str()), (service::Service::UploadPack, "/team/app.git"));
-        let c = parse_command("git receive-pack 'it'\\''s.git'").unwrap();
-        assert_eq!((c.service, c.path.as_str()), (service::Service::ReceivePack, "it's.git"));
-        let c = parse_command("git-upload-archive 'a'\\!'b'").unwrap();
-        assert_eq!(c.path, "a!b");
-        assert_eq!(parse_command("git-upload-pack repo.git").unwrap().path, "repo.git");
-        for refused in [
-            "sh -c 'id'",
-            "git-upload-pack",
-            "git-upload-pack 'unterminated",
-            "git-upload-pack 'a'b'",
-            "git-upload-pack 'a' 'b'",
-            "git-upload-pack $(id)",
-            "git-upload-pack ''",
-            "git-http-backend '/x'",
-            "git upload-pack; id",
-        ] {
-            assert_eq!(parse_command(refused), None, "{refused}");
-        }
+        crate::transport::read_within(&self.runtime, &self.life, self.timeout, self.read.read(buf))
     }
 }

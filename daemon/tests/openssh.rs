@@ -1,0 +1,270 @@
+//! `gixd shell` under Debian's OpenSSH `sshd` (openssh-server, started by the test on a loopback
+//! port with a configuration of its own): `gixd keys` is its AuthorizedKeysCommand and forces
+//! `gixd shell` for each key added with `gixd key add`; stock git with OpenSSH's client clones,
+//! pushes, fetches and archives through it, and what a key may not do is refused.
+
+mod common;
+use common::git_ok;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const GIXD: &str = env!("CARGO_BIN_EXE_gixd");
+
+/// Every object id of the repository at `dir`, sorted.
+fn all_objects(dir: &Path) -> String {
+    git_ok(dir, &["cat-file", "--batch-all-objects", "--batch-check=%(objectname)"])
+}
+
+/// A new key pair (`ssh-keygen`) at `dir/name`; added with `gixd key add` for `user` with
+/// `grant` (repositories, write) when given.
+fn key(dir: &Path, config: &Path, name: &str, user: &str, grant: Option<(&str, bool)>) -> PathBuf {
+    let key = dir.join(name);
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", &format!("{user}@test"), "-f"])
+        .arg(&key)
+        .output()
+        .expect("ssh-keygen runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    if let Some((repos, write)) = grant {
+        let mut add = Command::new(GIXD);
+        add.args(["key", "add", "--user", user, "--repo", repos, "--config"]).arg(config);
+        add.arg("--key-file").arg(key.with_extension("pub"));
+        if write {
+            add.arg("--write");
+        }
+        let out = add.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    key
+}
+
+/// Debian's `sshd`, started on a loopback port with a configuration of the test's own: keys come
+/// from `AuthorizedKeysCommand gixd keys`, which forces `gixd shell` for each. sshd runs that
+/// command only from a path that root owns and nobody else may write to, up to `/`: the test's
+/// copy of gixd lives in such a directory under `/run`.
+struct OpenSsh {
+    child: std::process::Child,
+    port: u16,
+    bin_dir: PathBuf,
+    known_hosts: PathBuf,
+}
+
+impl OpenSsh {
+    fn start(dir: &Path, config: &Path) -> OpenSsh {
+        use std::os::unix::fs::PermissionsExt;
+        let bin_dir = PathBuf::from(format!("/run/gixd-tests/ssh-{}", std::process::id()));
+        std::fs::create_dir_all(&bin_dir).unwrap();
+        for d in [Path::new("/run/gixd-tests"), bin_dir.as_path()] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let gixd = bin_dir.join("gixd");
+        std::fs::copy(GIXD, &gixd).unwrap();
+        std::fs::set_permissions(&gixd, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir_all("/run/sshd").unwrap(); // sshd's privilege separation directory
+        let host_key = dir.join("ssh_host_ed25519_key");
+        let keygen = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&host_key)
+            .output()
+            .unwrap();
+        assert!(keygen.status.success(), "{}", String::from_utf8_lossy(&keygen.stderr));
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let sshd_config = dir.join("sshd_config");
+        std::fs::write(
+            &sshd_config,
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nPidFile {}\nAuthorizedKeysFile none\n\
+                 AuthorizedKeysCommand {} keys --config {} %t %k\nAuthorizedKeysCommandUser root\n\
+                 PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nAcceptEnv GIT_PROTOCOL\n\
+                 PermitRootLogin prohibit-password\nStrictModes no\nLogLevel VERBOSE\n",
+                host_key.display(),
+                dir.join("sshd.pid").display(),
+                gixd.display(),
+                config.display()
+            ),
+        )
+        .unwrap();
+        let child = std::process::Command::new("/usr/sbin/sshd")
+            .args(["-D", "-e", "-f"])
+            .arg(&sshd_config)
+            .stderr(std::fs::File::create(dir.join("sshd.log")).unwrap())
+            .spawn()
+            .expect("sshd starts");
+        let start = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(start.elapsed() < std::time::Duration::from_secs(10), "sshd listens");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let public = std::fs::read_to_string(host_key.with_extension("pub")).unwrap();
+        let known_hosts = dir.join("openssh_known_hosts");
+        std::fs::write(&known_hosts, format!("[127.0.0.1]:{port} {public}")).unwrap();
+        OpenSsh { child, port, bin_dir, known_hosts }
+    }
+}
+
+impl Drop for OpenSsh {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.bin_dir);
+    }
+}
+
+/// The forced-command mode under a real `sshd` (Debian's openssh-server, `AuthorizedKeysCommand
+/// gixd keys`): a key with a write grant clones over v0 and v2, shallow and partial, archives,
+/// pushes and fetches through `gixd shell`; a read-only key may not push; a key nobody added is
+/// refused by sshd itself; another command runs nothing; a login with no command is told there
+/// is no shell; the access log records `ssh`, the key's user and the protocol version.
+/// Red before `gixd shell` and `gixd keys` existed: sshd found no key.
+#[test]
+fn under_openssh_gixd_keys_authorizes_and_gixd_shell_serves_clone_push_fetch_archive_and_refuses_the_rest() {
+    let root = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0;
+    let sshd = Path::new("/usr/sbin/sshd").exists();
+    if !(root && sshd) {
+        // `.ci/run` installs openssh-server and runs as root: there, this always runs.
+        assert!(std::env::var_os("CI").is_none(), "CI runs this test as root with /usr/sbin/sshd");
+        eprintln!("skipped: needs root and /usr/sbin/sshd (openssh-server)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // A private repository (no export marker) of a few commits.
+    let (base, work0) = (dir.join("base"), dir.join("origin"));
+    std::fs::create_dir_all(&work0).unwrap();
+    git_ok(&work0, &["init", "-q", "-b", "main"]);
+    for i in 0..5 {
+        std::fs::write(work0.join(format!("f{i}.txt")), format!("file {i}\n").repeat(100 + i)).unwrap();
+        git_ok(&work0, &["add", "."]);
+        git_ok(&work0, &["commit", "-q", "-m", &format!("commit {i}")]);
+    }
+    std::fs::create_dir_all(&base).unwrap();
+    git_ok(&base, &["clone", "-q", "--bare", work0.to_str().unwrap(), "repo.git"]);
+    git_ok(&base.join("repo.git"), &["config", "uploadpack.allowFilter", "true"]);
+    let config = dir.join("gixd.toml");
+    let log = dir.join("access.log");
+    std::fs::write(
+        &config,
+        format!(
+            "base_path = {:?}\ntoken_file = {:?}\naccess_log = {:?}\nenable = [\"upload-archive\"]\n",
+            base,
+            dir.join("tokens.toml"),
+            log
+        ),
+    )
+    .unwrap();
+    let openssh = OpenSsh::start(dir, &config);
+    let writer = key(dir, &config, "writer", "alice", Some(("*", true)));
+    let reader = key(dir, &config, "reader", "carol", Some(("*", false)));
+    let stranger = key(dir, &config, "stranger", "mallory", None);
+    let url = format!("ssh://root@127.0.0.1:{}/repo.git", openssh.port);
+    let repo = base.join("repo.git");
+    let git = |cwd: &Path, key: &Path, args: &[&str]| {
+        let ssh = format!(
+            "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile={} -o GlobalKnownHostsFile=/dev/null",
+            key.display(),
+            openssh.known_hosts.display()
+        );
+        Command::new("git")
+            .current_dir(cwd)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_SSH_COMMAND", ssh)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .output()
+            .expect("git runs")
+    };
+    let ok = |out: Output, what: &str| {
+        assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+        out
+    };
+    let stderr = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    for version in ["0", "2"] {
+        let dest = dir.join(format!("openssh-v{version}.git"));
+        let protocol = format!("protocol.version={version}");
+        ok(git(dir, &writer, &["-c", &protocol, "clone", "-q", "--bare", &url, dest.to_str().unwrap()]), "clone");
+        assert_eq!(all_objects(&dest), all_objects(&repo), "v{version}: a whole clone");
+    }
+    let shallow = dir.join("openssh-shallow.git");
+    ok(git(dir, &writer, &["clone", "-q", "--bare", "--depth", "1", &url, shallow.to_str().unwrap()]), "shallow");
+    assert_eq!(git_ok(&shallow, &["rev-list", "--count", "HEAD"]), "1", "--depth 1");
+    let partial = dir.join("openssh-partial.git");
+    ok(git(dir, &writer, &["clone", "-q", "--bare", "--filter=blob:none", &url, partial.to_str().unwrap()]), "partial");
+    let types = git_ok(&partial, &["cat-file", "--batch-all-objects", "--batch-check=%(objecttype)"]);
+    assert!(!types.lines().any(|t| t == "blob"), "blob:none sent no blob");
+    let archive = ok(git(dir, &writer, &["archive", "--remote", &url, "--format=tar", "HEAD"]), "archive");
+    assert!(archive.stdout.len() > 1024 && archive.stdout.len().is_multiple_of(512), "a tar of HEAD");
+    let work = dir.join("openssh-work");
+    ok(git(dir, &writer, &["clone", "-q", &url, work.to_str().unwrap()]), "clone a work tree");
+    std::fs::write(work.join("openssh.txt"), "through sshd\n").unwrap();
+    git_ok(&work, &["add", "."]);
+    git_ok(&work, &["commit", "-q", "-m", "pushed through sshd"]);
+    let tip = git_ok(&work, &["rev-parse", "HEAD"]);
+    ok(git(&work, &writer, &["push", "-q", "origin", "HEAD"]), "push");
+    assert_eq!(git_ok(&repo, &["rev-parse", "HEAD"]), tip, "the push landed");
+    let fetched = dir.join("openssh-v2.git");
+    ok(git(&fetched, &reader, &["fetch", "-q", &url, "+refs/heads/*:refs/heads/*"]), "fetch");
+    assert_eq!(git_ok(&fetched, &["rev-parse", "HEAD"]), tip, "fetched");
+    // git's scp-like form sends the path as written, relative: `git-upload-pack 'repo.git'`.
+    let scp = Command::new("git")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env(
+            "GIT_SSH_COMMAND",
+            format!(
+                "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o UserKnownHostsFile={} -p {}",
+                reader.display(),
+                openssh.known_hosts.display(),
+                openssh.port
+            ),
+        )
+        .args(["ls-remote", "root@127.0.0.1:repo.git", "HEAD"])
+        .output()
+        .unwrap();
+    let scp = ok(scp, "ls-remote, scp-like");
+    assert!(String::from_utf8_lossy(&scp.stdout).starts_with(&tip), "{}", String::from_utf8_lossy(&scp.stdout));
+
+    std::fs::write(work.join("no.txt"), "no\n").unwrap();
+    git_ok(&work, &["add", "."]);
+    git_ok(&work, &["commit", "-q", "-m", "not allowed"]);
+    let refused = git(&work, &reader, &["push", "-q", "origin", "HEAD"]);
+    assert!(!refused.status.success());
+    assert!(stderr(&refused).contains("may not push"), "{}", stderr(&refused));
+    let stranger_out = git(dir, &stranger, &["ls-remote", &url]);
+    assert!(!stranger_out.status.success());
+    assert!(stderr(&stranger_out).contains("Permission denied (publickey)"), "{}", stderr(&stranger_out));
+
+    let port = openssh.port.to_string();
+    let ssh = |command: Option<&str>| {
+        let mut cmd = std::process::Command::new("ssh");
+        cmd.args(["-F", "/dev/null", "-i"]).arg(&reader).args(["-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"]);
+        cmd.args(["-o", "StrictHostKeyChecking=yes", "-o", "GlobalKnownHostsFile=/dev/null", "-T", "-p", &port]);
+        cmd.arg("-o").arg(format!("UserKnownHostsFile={}", openssh.known_hosts.display())).arg("root@127.0.0.1");
+        cmd.args(command);
+        cmd.stdin(std::process::Stdio::null()).output().unwrap()
+    };
+    let login = ssh(None);
+    assert!(!login.status.success(), "no shell");
+    assert!(stderr(&login).contains("Hi carol!") && stderr(&login).contains("no shell"), "{}", stderr(&login));
+    let other = ssh(Some("id; cat /etc/passwd"));
+    assert!(!other.status.success());
+    assert!(stderr(&other).contains("gixd runs git-upload-pack"), "{}", stderr(&other));
+    assert!(!String::from_utf8_lossy(&other.stdout).contains("root:"), "nothing ran");
+    let escape = ssh(Some("git-upload-pack '/../../etc'"));
+    assert!(!escape.status.success() && stderr(&escape).contains("not found"), "{}", stderr(&escape));
+
+    let records: Vec<serde_json::Value> =
+        std::fs::read_to_string(&log).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let served: Vec<_> = records.iter().filter(|r| r["status"] == "ok").collect();
+    assert_eq!(served.len(), 9, "{records:?}");
+    for record in &served {
+        assert_eq!(record["transport"], "ssh", "{record}");
+        assert!(record["peer"].as_str().unwrap().starts_with("127.0.0.1:"), "{record}");
+    }
+    assert_eq!((served[0]["version"].as_i64(), served[1]["version"].as_i64()), (Some(0), Some(2)), "GIT_PROTOCOL");
+    assert_eq!(served[6]["service"], "git-receive-pack");
+    assert_eq!(served[6]["user"], "alice");
+    assert_eq!(served[7]["user"], "carol");
+}
