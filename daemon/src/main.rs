@@ -59,7 +59,7 @@ enum Command {
         /// The key, base64, as sshd's `%k` gives it.
         blob: Option<String>,
     },
-    /// Print the SSH host key's fingerprint (made when missing), for users' known_hosts.
+    /// Print the SSH host keys' fingerprints (made when missing), for users' known_hosts.
     SshHostKey {
         /// The host key file [default: ssh_host_ed25519_key beside the token file].
         #[arg(long, env = "GIXD_SSH_HOST_KEY")]
@@ -634,8 +634,10 @@ fn ssh_host_key(path: Option<PathBuf>, store: &TokenStoreArg) -> Result<(), Box<
         Some(path) => path,
         None => store.path()?.parent().unwrap_or(std::path::Path::new(".")).join("ssh_host_ed25519_key"),
     };
-    let key = gixd::transport::ssh::host_key(&path)?;
-    println!("{} {}", gixd::transport::ssh::fingerprint(&key), path.display());
+    let keys = gixd::transport::ssh::host_keys(&path)?;
+    for (key, path) in keys.iter().zip([path.clone(), gixd::transport::ssh::ecdsa_path(&path)]) {
+        println!("{} {}", gixd::transport::ssh::fingerprint(key), path.display());
+    }
     Ok(())
 }
 

@@ -93,9 +93,9 @@ impl Server {
         };
         let ssh = match ssh_listener {
             Some(listener) => {
-                let key = crate::transport::ssh::host_key(&config.ssh_host_key_path())?;
-                let fingerprint = crate::transport::ssh::fingerprint(&key);
-                let ssh_config = crate::transport::ssh::config(key, config.io_timeout);
+                let keys = crate::transport::ssh::host_keys(&config.ssh_host_key_path())?;
+                let fingerprint = keys.iter().map(crate::transport::ssh::fingerprint).collect::<Vec<_>>().join(", ");
+                let ssh_config = crate::transport::ssh::config(keys, config.io_timeout);
                 Some((listener, Arc::new(ssh_config), fingerprint))
             }
             None => None,

@@ -39,78 +39,6 @@ fn key(dir: &Path, config: &Path, name: &str, user: &str, grant: Option<(&str, b
     key
 }
 
-/// Debian's `sshd`, started on a loopback port with a configuration of the test's own: keys come
-/// from `AuthorizedKeysCommand gixd keys`, which forces `gixd shell` for each. sshd runs that
-/// command only from a path that root owns and nobody else may write to, up to `/`: the test's
-/// copy of gixd lives in such a directory under `/run`.
-struct OpenSsh {
-    child: std::process::Child,
-    port: u16,
-    bin_dir: PathBuf,
-    known_hosts: PathBuf,
-}
-
-impl OpenSsh {
-    fn start(dir: &Path, config: &Path) -> OpenSsh {
-        use std::os::unix::fs::PermissionsExt;
-        let bin_dir = PathBuf::from(format!("/run/gixd-tests/ssh-{}", std::process::id()));
-        std::fs::create_dir_all(&bin_dir).unwrap();
-        for d in [Path::new("/run/gixd-tests"), bin_dir.as_path()] {
-            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        let gixd = bin_dir.join("gixd");
-        std::fs::copy(GIXD, &gixd).unwrap();
-        std::fs::set_permissions(&gixd, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::create_dir_all("/run/sshd").unwrap(); // sshd's privilege separation directory
-        let host_key = dir.join("ssh_host_ed25519_key");
-        let keygen = std::process::Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-            .arg(&host_key)
-            .output()
-            .unwrap();
-        assert!(keygen.status.success(), "{}", String::from_utf8_lossy(&keygen.stderr));
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let sshd_config = dir.join("sshd_config");
-        std::fs::write(
-            &sshd_config,
-            format!(
-                "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nPidFile {}\nAuthorizedKeysFile none\n\
-                 AuthorizedKeysCommand {} keys --config {} %t %k\nAuthorizedKeysCommandUser root\n\
-                 PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nAcceptEnv GIT_PROTOCOL\n\
-                 PermitRootLogin prohibit-password\nStrictModes no\nLogLevel VERBOSE\n",
-                host_key.display(),
-                dir.join("sshd.pid").display(),
-                gixd.display(),
-                config.display()
-            ),
-        )
-        .unwrap();
-        let child = std::process::Command::new("/usr/sbin/sshd")
-            .args(["-D", "-e", "-f"])
-            .arg(&sshd_config)
-            .stderr(std::fs::File::create(dir.join("sshd.log")).unwrap())
-            .spawn()
-            .expect("sshd starts");
-        let start = std::time::Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(start.elapsed() < std::time::Duration::from_secs(10), "sshd listens");
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        let public = std::fs::read_to_string(host_key.with_extension("pub")).unwrap();
-        let known_hosts = dir.join("openssh_known_hosts");
-        std::fs::write(&known_hosts, format!("[127.0.0.1]:{port} {public}")).unwrap();
-        OpenSsh { child, port, bin_dir, known_hosts }
-    }
-}
-
-impl Drop for OpenSsh {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.bin_dir);
-    }
-}
-
 /// The forced-command mode under a real `sshd` (Debian's openssh-server, `AuthorizedKeysCommand
 /// gixd keys`): a key with a write grant clones over v0 and v2, shallow and partial, archives,
 /// pushes and fetches through `gixd shell`; a read-only key may not push; a key nobody added is
@@ -119,9 +47,7 @@ impl Drop for OpenSsh {
 /// Red before `gixd shell` and `gixd keys` existed: sshd found no key.
 #[test]
 fn under_openssh_gixd_keys_authorizes_and_gixd_shell_serves_clone_push_fetch_archive_and_refuses_the_rest() {
-    let root = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0;
-    let sshd = Path::new("/usr/sbin/sshd").exists();
-    if !(root && sshd) {
+    if !bench_support::sshd::available() {
         // `.ci/run` installs openssh-server and runs as root: there, this always runs.
         assert!(std::env::var_os("CI").is_none(), "CI runs this test as root with /usr/sbin/sshd");
         eprintln!("skipped: needs root and /usr/sbin/sshd (openssh-server)");
@@ -153,7 +79,16 @@ fn under_openssh_gixd_keys_authorizes_and_gixd_shell_serves_clone_push_fetch_arc
         ),
     )
     .unwrap();
-    let openssh = OpenSsh::start(dir, &config);
+    // sshd runs an AuthorizedKeysCommand only from a path root owns and nobody else may write to.
+    let gixd = bench_support::sshd::SafeCopy::new(Path::new(GIXD), "gixd-tests").unwrap();
+    let extra = format!(
+        "AuthorizedKeysFile none\nAuthorizedKeysCommand {} keys --config {} %t %k\nAuthorizedKeysCommandUser root",
+        gixd.path.display(),
+        config.display()
+    );
+    let openssh = bench_support::sshd::Sshd::start(&dir.join("sshd"), &extra).unwrap();
+    let known_hosts = dir.join("known_hosts");
+    std::fs::write(&known_hosts, &openssh.known_hosts).unwrap();
     let writer = key(dir, &config, "writer", "alice", Some(("*", true)));
     let reader = key(dir, &config, "reader", "carol", Some(("*", false)));
     let stranger = key(dir, &config, "stranger", "mallory", None);
@@ -163,7 +98,7 @@ fn under_openssh_gixd_keys_authorizes_and_gixd_shell_serves_clone_push_fetch_arc
         let ssh = format!(
             "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile={} -o GlobalKnownHostsFile=/dev/null",
             key.display(),
-            openssh.known_hosts.display()
+            known_hosts.display()
         );
         Command::new("git")
             .current_dir(cwd)
@@ -216,7 +151,7 @@ fn under_openssh_gixd_keys_authorizes_and_gixd_shell_serves_clone_push_fetch_arc
             format!(
                 "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o UserKnownHostsFile={} -p {}",
                 reader.display(),
-                openssh.known_hosts.display(),
+                known_hosts.display(),
                 openssh.port
             ),
         )
@@ -241,7 +176,7 @@ fn under_openssh_gixd_keys_authorizes_and_gixd_shell_serves_clone_push_fetch_arc
         let mut cmd = std::process::Command::new("ssh");
         cmd.args(["-F", "/dev/null", "-i"]).arg(&reader).args(["-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"]);
         cmd.args(["-o", "StrictHostKeyChecking=yes", "-o", "GlobalKnownHostsFile=/dev/null", "-T", "-p", &port]);
-        cmd.arg("-o").arg(format!("UserKnownHostsFile={}", openssh.known_hosts.display())).arg("root@127.0.0.1");
+        cmd.arg("-o").arg(format!("UserKnownHostsFile={}", known_hosts.display())).arg("root@127.0.0.1");
         cmd.args(command);
         cmd.stdin(std::process::Stdio::null()).output().unwrap()
     };

@@ -58,7 +58,10 @@ def main():
     with Repo(path) as r:
         url = r.get_config().get((b"remote", b"origin"), b"url").decode()
         if a.cmd == "fetch":
-            client, rpath = get_transport_and_path(url, config=r.get_config_stack(), **creds())
+            extra = creds()
+            if url.startswith("ssh://") and os.environ.get("GIT_SSH_COMMAND"):
+                extra["ssh_command"] = os.environ["GIT_SSH_COMMAND"]
+            client, rpath = get_transport_and_path(url, config=r.get_config_stack(), **extra)
             result = client.fetch(rpath, r, protocol_version=pv)
             _import_remote_refs(r.refs, "origin", result.refs, message=b"fetch: from origin")
             return 0

@@ -5,13 +5,16 @@ every given smart-git server and print one JSON object per cell on stdout.
     python3 tests/clients/matrix.py --servers servers.json [--clients pygit2,dulwich,jgit,gogit,isogit]
                                     [--work DIR] [--cache DIR] [--markdown FILE] [--jobs N]
 
-servers.json is a list of {"name", "base", "http", "git", "https", "ca", "http_user", "http_password"}:
-"base" is the directory the server serves repositories from ("<url>/<name>.git" is
-"<base>/<name>.git"), "http", "git" and "https" the URL prefixes (or null when the server does not
-offer that transport), "ca" the PEM certificate of the CA its HTTPS certificate is signed by (each
-client is told to trust it the way it reads trust: SSL_CERT_FILE for OpenSSL and Go,
-NODE_EXTRA_CA_CERTS for node, http.sslCAInfo in the .gitconfig of a HOME of its own for dulwich, a
-PKCS#12 trust store for Java).
+servers.json is a list of {"name", "base", "http", "git", "https", "ssh", "ca", "http_user",
+"http_password", "ssh_key", "known_hosts"}: "base" is the directory the server serves repositories
+from ("<url>/<name>.git" is "<base>/<name>.git"), "http", "git", "https" and "ssh" the URL prefixes
+(or null when the server does not offer that transport), "ca" the PEM certificate of the CA its
+HTTPS certificate is signed by (each client is told to trust it the way it reads trust:
+SSL_CERT_FILE for OpenSSL and Go, NODE_EXTRA_CA_CERTS for node, http.sslCAInfo in the .gitconfig of
+a HOME of its own for dulwich, a PKCS#12 trust store for Java), "ssh_key" the private key the
+clients log in with and "known_hosts" the server's host keys (each client is told them its own
+way: GIT_SSH_COMMAND for dulwich's OpenSSH, GIXD_CLIENT_SSH_KEY/GIXD_CLIENT_KNOWN_HOSTS for the
+libgit2 and go-git drivers, a ~/.ssh of user.home for JGit's JSch).
 
 Each cell is {"client", "server", "transport", "protocol", "step", "status", "detail", "seconds"}
 with status pass|fail|skip. The runner exits 0 whatever the cells say; non-zero only on its own
@@ -41,7 +44,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 CLIENT_ORDER = ["pygit2", "dulwich", "jgit", "gogit", "isogit"]
-TRANSPORTS = ["http", "git", "https"]
+TRANSPORTS = ["http", "git", "https", "ssh"]
 PROTOCOLS = ["v0", "v2"]
 FETCH_STEPS = ["clone", "fetch", "shallow"]
 PUSH_STEPS = ["push-branch", "push-non-ff-refused", "delete"]
@@ -369,8 +372,8 @@ class IsoGit(Client):
         self.env = {"GIXD_CLIENTS_CACHE": str(self.cache)}
 
     def transport_skip(self, transport):
-        if transport == "git":
-            return "isomorphic-git has no git:// transport (HTTP only)"
+        if transport in ("git", "ssh"):
+            return f"isomorphic-git has no {transport} transport (HTTP only)"
         return None
 
 
@@ -421,6 +424,8 @@ class Matrix:
         env.update(client.env)
         if transport == "https" and server.get("ca"):
             env.update(self.trust(server["ca"]))
+        if transport == "ssh":
+            env.update(self.ssh_env(server))
         if transport in ("http", "https"):
             if server.get("http_user"):
                 env["GIXD_CLIENT_USER"] = server["http_user"]
@@ -459,6 +464,23 @@ class Matrix:
             env["JAVA_TOOL_OPTIONS"] = (f"-Djavax.net.ssl.trustStore={store} -Djavax.net.ssl.trustStoreType=PKCS12 "
                                         "-Djavax.net.ssl.trustStorePassword=changeit")
         return env
+
+    def ssh_env(self, server):
+        """The environment that makes every client log in with the server's `ssh_key` and check its
+        host key against `known_hosts`."""
+        key, known = str(server["ssh_key"]), str(server["known_hosts"])
+        home = self.work / "ssh" / hashlib.sha1((key + known).encode()).hexdigest()[:12]
+        with self.lock:
+            if not (home / ".ssh" / "config").is_file():
+                (home / ".ssh").mkdir(parents=True, exist_ok=True)
+                shutil.copy(known, home / ".ssh" / "known_hosts")
+                (home / ".ssh" / "config").write_text(
+                    f"Host *\n  IdentityFile {key}\n  StrictHostKeyChecking yes\n"
+                    f"  UserKnownHostsFile {home / '.ssh' / 'known_hosts'}\n")
+        command = (f"ssh -F /dev/null -i {key} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes "
+                   f"-o UserKnownHostsFile={known} -o GlobalKnownHostsFile=/dev/null")
+        return {"GIT_SSH_COMMAND": command, "GIXD_CLIENT_SSH_KEY": key, "GIXD_CLIENT_KNOWN_HOSTS": known,
+                "HOME": str(home), "JAVA_TOOL_OPTIONS": f"-Duser.home={home}"}
 
     def call(self, client, server, transport, *args):
         """Run the driver: None on success, else a Result (fail, or skip for exit code 3)."""

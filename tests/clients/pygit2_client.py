@@ -31,11 +31,21 @@ class Callbacks(pygit2.RemoteCallbacks):
         self.asked += 1
         if self.asked > 3:
             raise RuntimeError("server keeps refusing the credentials")
+        key = os.environ.get("GIXD_CLIENT_SSH_KEY")
+        if key and allowed_types & pygit2.enums.CredentialType.SSH_KEY:
+            return pygit2.Keypair(username_from_url or "git", key + ".pub", key, "")
         if not (self.user or self.password):
             raise RuntimeError("server asked for credentials but GIXD_CLIENT_USER/PASSWORD are not set")
         if allowed_types & pygit2.enums.CredentialType.USERPASS_PLAINTEXT:
             return pygit2.UserPass(self.user or username_from_url or "", self.password)
         raise RuntimeError(f"server wants credential types {allowed_types!r}, only user/password supported")
+
+    def certificate_check(self, certificate, valid, host):
+        # An SSH host key: libgit2 checked it against ~/.ssh/known_hosts (HOME is the runner's);
+        # `valid` says whether it matched.
+        if not valid:
+            raise RuntimeError(f"host key of {host} not in known_hosts")
+        return True
 
     def push_update_reference(self, refname, message):
         if message is not None:

@@ -1,7 +1,8 @@
 //! The git clients people use besides the git CLI — libgit2 (pygit2), dulwich, JGit, go-git and
 //! isomorphic-git — against gixd and, as the control, against stock git's own servers (git
 //! http-backend behind lighttpd, git daemon), over HTTP, HTTPS (a test CA; lighttpd terminates TLS
-//! for the control) and git://: clone (each protocol version
+//! for the control), git:// and SSH (gixd's own server; the control is git behind Debian's sshd,
+//! both with the same ECDSA client key, which every client's SSH library reads): clone (each protocol version
 //! the client speaks), fetch after new commits and annotated tags on old commits, a shallow
 //! clone, push of a new branch, a refused non-fast-forward, a delete; every result checked
 //! against the server's refs and with `git fsck` (`tests/clients/matrix.py` drives the clients).
@@ -114,7 +115,21 @@ fn every_client_that_works_against_stock_git_works_against_gixd() {
     let (gixd_tls, backend_tls) = (ca.server(tmp.path(), "gixd"), ca.server(tmp.path(), "lighttpd"));
     let tls_dir = tmp.path().join("tls-backend");
     std::fs::create_dir_all(&tls_dir).unwrap();
+    // SSH: one client key (ECDSA P-256 in PEM, which JSch reads too), added for gixd with a write
+    // grant and to the control sshd's authorized_keys.
+    let ssh_key = tmp.path().join("client_key");
+    let keygen = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ecdsa", "-b", "256", "-m", "PEM", "-N", "", "-f"])
+        .arg(&ssh_key)
+        .output()
+        .expect("ssh-keygen runs");
+    assert!(keygen.status.success(), "{}", String::from_utf8_lossy(&keygen.stderr));
+    let public = std::fs::read_to_string(ssh_key.with_extension("pub")).unwrap();
+    store.add_key("matrix", "*", true, public.trim()).unwrap();
+    store.save().unwrap();
+    let host_key = tmp.path().join("gixd_ssh_host_ed25519_key");
     let tf = token_file.clone();
+    let hk = host_key.clone();
     let gixd = gixd_tests::server::serve_with(&gixd_base, move |c| {
         c.exports = Exports::All;
         c.token_file = Some(tf);
@@ -123,7 +138,28 @@ fn every_client_that_works_against_stock_git_works_against_gixd() {
         c.max_transfers = 8;
         c.https_listen = Some("127.0.0.1:0".parse().unwrap());
         (c.tls_cert, c.tls_key) = (Some(gixd_tls.cert), Some(gixd_tls.key));
+        c.ssh_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.ssh_host_key = Some(hk);
     });
+    let gixd_known_hosts = tmp.path().join("gixd_known_hosts");
+    let mut lines = String::new();
+    for key in [host_key.clone(), gixd::transport::ssh::ecdsa_path(&host_key)] {
+        let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+        lines.push_str(&format!("[127.0.0.1]:{} {}\n", gixd.ssh_addr.unwrap().port(), public.trim()));
+    }
+    std::fs::write(&gixd_known_hosts, lines).unwrap();
+    let sshd = if bench_support::sshd::available() {
+        let authorized = tmp.path().join("authorized_keys");
+        std::fs::write(&authorized, &public).unwrap();
+        let extra = format!("AuthorizedKeysFile {}", authorized.display());
+        Some(bench_support::sshd::Sshd::start(&tmp.path().join("sshd"), &extra).unwrap())
+    } else {
+        assert!(std::env::var_os("CI").is_none(), "CI runs this as root with openssh-server (.ci/run installs it)");
+        eprintln!("SKIP control SSH: needs root and /usr/sbin/sshd");
+        None
+    };
+    let sshd_known_hosts = tmp.path().join("sshd_known_hosts");
+    std::fs::write(&sshd_known_hosts, sshd.as_ref().map_or("", |s| s.known_hosts.as_str())).unwrap();
     let (_daemon, daemon_port) = git_daemon(&git_base);
     let backend = http_backend(&git_base, tmp.path(), None);
     let tls_backend = http_backend(&git_base, &tls_dir, Some(&backend_tls));
@@ -141,9 +177,12 @@ fn every_client_that_works_against_stock_git_works_against_gixd() {
             "http": format!("http://{}", gixd.addr),
             "git": format!("git://{}", gixd.git_addr.unwrap()),
             "https": format!("https://{}", gixd.https_addr.unwrap()),
+            "ssh": format!("ssh://git@{}", gixd.ssh_addr.unwrap()),
             "ca": ca.ca_pem,
             "http_user": "matrix",
             "http_password": secret,
+            "ssh_key": ssh_key,
+            "known_hosts": gixd_known_hosts,
         },
         {
             "name": "git",
@@ -151,7 +190,10 @@ fn every_client_that_works_against_stock_git_works_against_gixd() {
             "http": backend.as_ref().map(|(_, port)| format!("http://127.0.0.1:{port}/git")),
             "git": format!("git://127.0.0.1:{daemon_port}"),
             "https": tls_backend.as_ref().map(|(_, port)| format!("https://127.0.0.1:{port}/git")),
+            "ssh": sshd.as_ref().map(|s| format!("ssh://root@127.0.0.1:{}{}", s.port, git_base.display())),
             "ca": ca.ca_pem,
+            "ssh_key": ssh_key,
+            "known_hosts": sshd_known_hosts,
         },
     ]);
     let servers_file = tmp.path().join("servers.json");

@@ -350,3 +350,24 @@ fn an_idle_http2_connection_is_closed_after_the_io_timeout() {
     assert!(frames.iter().any(|(kind, _, _)| *kind == GOAWAY), "with a GOAWAY: {frames:?}");
     assert!(started.elapsed() >= Duration::from_secs(1), "not before the timeout: {:?}", started.elapsed());
 }
+
+/// The idle close counts a response still being sent as activity: an HTTP/2 clone read for longer
+/// than the I/O timeout (16 MiB at 2 MiB/s, a 5 s timeout: the connection would be closed as idle
+/// at 5 s if the response were not counted) completes. (A 2 s timeout was once too tight for the
+/// fresh-clone CI's load.)
+#[test]
+fn an_http2_response_longer_than_the_io_timeout_is_not_taken_for_idleness() {
+    let f = Fixture::new(|c| c.io_timeout = Duration::from_secs(5));
+    let work = f.tmp.path().join("big-work");
+    f.git_ok(f.tmp.path(), "HTTP/2", 2, &["clone", "-q", &f.url(), "big-work"]);
+    commit_files(&work, &[("big.bin", &gixd_tests::noise(7, 16 << 20))], "big");
+    f.git_ok(&work, "HTTP/2", 2, &["push", "-q", "origin", "HEAD"]);
+    let slow = bench_support::relay::slow_link(f.server.https_addr.unwrap(), 2 << 20);
+    let url = format!("https://alice:{}@127.0.0.1:{}/repo.git", f.secret, slow.port());
+    let started = Instant::now();
+    let dest = f.tmp.path().join("slow");
+    std::fs::create_dir_all(&dest).unwrap();
+    f.git_ok(&dest, "HTTP/2", 2, &["clone", "-q", "--bare", &url, "c.git"]);
+    assert!(started.elapsed() > Duration::from_secs(6), "the clone outlasted the I/O timeout: {:?}", started.elapsed());
+    assert_eq!(all_objects(&dest.join("c.git")), all_objects(&f.tmp.path().join("base/repo.git")));
+}

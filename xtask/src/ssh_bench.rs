@@ -187,39 +187,36 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
                         cmd.env("GIT_SSH_COMMAND", ssh_command(key));
                     }
                 };
-                // The clone.
+                // One git operation: the server's CPU and the wall time it took.
+                let measured = |what: &str, cmd: &mut Command| -> Result<(u64, std::time::Duration)> {
+                    with_key(cmd);
+                    let cpu0 = server.group.cpu_us()?;
+                    let started = std::time::Instant::now();
+                    let out = cmd.output()?;
+                    let wall = started.elapsed();
+                    if !out.status.success() {
+                        bail!("{arm}: the {what} of {dir_name} failed: {}", String::from_utf8_lossy(&out.stderr));
+                    }
+                    // The server's last processes (sshd's session) end and are counted.
+                    std::thread::sleep(std::time::Duration::from_millis(300));
+                    Ok((server.group.cpu_us()? - cpu0, wall))
+                };
                 warm(path)?;
                 let dest = scratch.0.join("clone.git");
                 let _ = std::fs::remove_dir_all(&dest);
-                let cpu0 = server.group.cpu_us()?;
-                let started = std::time::Instant::now();
-                let mut cmd = Command::new("git");
-                cmd.args(["-c", "protocol.version=2", "clone", "-q", "--bare", &url(&dir_name)]).arg(&dest);
-                with_key(&mut cmd);
-                let out = cmd.output()?;
-                let clone_wall = started.elapsed();
-                if !out.status.success() {
-                    bail!("{arm}: the clone of {dir_name} failed: {}", String::from_utf8_lossy(&out.stderr));
-                }
-                std::thread::sleep(std::time::Duration::from_millis(300));
-                let clone_cpu = server.group.cpu_us()? - cpu0;
+                let mut clone = Command::new("git");
+                clone.args(["-c", "protocol.version=2", "clone", "-q", "--bare", &url(&dir_name)]).arg(&dest);
+                let (clone_cpu, clone_wall) = measured("clone", &mut clone)?;
                 // The push, into a fresh empty repository below the base path.
                 let target = format!("push-{}.git", std::process::id());
                 let target_dir = base.join(&target);
                 let _ = std::fs::remove_dir_all(&target_dir);
                 git(&base, &["init", "-q", "--bare", &target])?;
-                let cpu0 = server.group.cpu_us()?;
-                let started = std::time::Instant::now();
-                let mut cmd = Command::new("git");
-                cmd.current_dir(&client).args(["-c", "protocol.version=2", "push", "-q", &url(&target)]).args(REFSPECS);
-                with_key(&mut cmd);
-                let out = cmd.output()?;
-                let push_wall = started.elapsed();
-                if !out.status.success() {
-                    bail!("{arm}: the push of {dir_name} failed: {}", String::from_utf8_lossy(&out.stderr));
-                }
-                std::thread::sleep(std::time::Duration::from_millis(300));
-                let push_cpu = server.group.cpu_us()? - cpu0;
+                let mut push = Command::new("git");
+                push.current_dir(&client)
+                    .args(["-c", "protocol.version=2", "push", "-q", &url(&target)])
+                    .args(REFSPECS);
+                let (push_cpu, push_wall) = measured("push", &mut push)?;
                 let listing = |dir: &Path| {
                     git(dir, &["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags"])
                 };

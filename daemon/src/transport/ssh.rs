@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use russh::keys::{HashAlg, PrivateKey, PublicKey};
+use russh::keys::{Algorithm, EcdsaCurve, HashAlg, PrivateKey, PublicKey};
 use russh::server::{Auth, ChannelOpenHandle, Handle, Msg, PublicKeyOffer, Session, VerifiedPublicKey};
 use russh::{Channel, ChannelId, ChannelOpenFailure, ChannelStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
@@ -35,16 +35,37 @@ pub const MAX_AUTH_ATTEMPTS: usize = 6;
 /// Connections that may be unauthenticated at once; one more is closed at once.
 pub const MAX_UNAUTHENTICATED: usize = 64;
 
-/// The host key at `path`: read, or made (Ed25519) and written with its `.pub` beside it when
-/// there is none (so several replicas can be given one file).
-pub fn host_key(path: &Path) -> std::io::Result<PrivateKey> {
+/// The host keys: Ed25519 at `path`, and ECDSA P-256 beside it ([`ecdsa_path`]) for clients that
+/// predate Ed25519 (JSch, in JGit up to 5). Each is read, or made and written with its `.pub`
+/// beside it when there is none (so several replicas can be given the same files).
+pub fn host_keys(path: &Path) -> std::io::Result<Vec<PrivateKey>> {
+    Ok(vec![
+        host_key(path, Algorithm::Ed25519)?,
+        host_key(&ecdsa_path(path), Algorithm::Ecdsa { curve: EcdsaCurve::NistP256 })?,
+    ])
+}
+
+/// Where the ECDSA host key lies beside the Ed25519 one at `path`: `ssh_host_ecdsa_key` beside
+/// `ssh_host_ed25519_key` (OpenSSH's names), else `<name>_ecdsa`.
+pub fn ecdsa_path(path: &Path) -> std::path::PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let ecdsa = if name.contains("ed25519") { name.replace("ed25519", "ecdsa") } else { format!("{name}_ecdsa") };
+    path.with_file_name(ecdsa)
+}
+
+fn host_key(path: &Path, algorithm: Algorithm) -> std::io::Result<PrivateKey> {
     let invalid = |e: &dyn std::fmt::Display| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string());
     if path.exists() {
         return russh::keys::load_secret_key(path, None)
             .map_err(|e| invalid(&format!("SSH host key {}: {e}", path.display())));
     }
-    let seed = crate::auth::random::<32>()?;
-    let key = PrivateKey::from(russh::keys::ssh_key::private::Ed25519Keypair::from_seed(&seed));
+    let key = match algorithm {
+        Algorithm::Ed25519 => {
+            let seed = crate::auth::random::<32>()?;
+            PrivateKey::from(russh::keys::ssh_key::private::Ed25519Keypair::from_seed(&seed))
+        }
+        other => PrivateKey::random(&mut russh::keys::key::safe_rng(), other).map_err(|e| invalid(&e))?,
+    };
     let text = key.to_openssh(russh::keys::ssh_key::LineEnding::LF).map_err(|e| invalid(&e))?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
@@ -71,9 +92,9 @@ pub fn fingerprint(key: &PrivateKey) -> String {
 
 /// The server's SSH configuration: `key`, public keys only, bounded attempts; a connection idle
 /// for `io_timeout` is closed.
-pub fn config(key: PrivateKey, io_timeout: std::time::Duration) -> russh::server::Config {
+pub fn config(keys: Vec<PrivateKey>, io_timeout: std::time::Duration) -> russh::server::Config {
     russh::server::Config {
-        keys: vec![key],
+        keys,
         methods: russh::MethodSet::from(&[russh::MethodKind::PublicKey][..]),
         max_auth_attempts: MAX_AUTH_ATTEMPTS,
         auth_rejection_time: std::time::Duration::from_millis(300),

@@ -20,6 +20,8 @@ import (
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	neturl "net/url"
 )
 
 func die(code int, format string, args ...interface{}) {
@@ -74,6 +76,24 @@ func parse(args []string) opts {
 }
 
 func auth(url string) transport.AuthMethod {
+	if key := os.Getenv("GIXD_CLIENT_SSH_KEY"); strings.HasPrefix(url, "ssh://") && key != "" {
+		u, err := neturl.Parse(url)
+		if err != nil {
+			die(1, "url %s: %v", url, err)
+		}
+		keys, err := gitssh.NewPublicKeysFromFile(u.User.Username(), key, "")
+		if err != nil {
+			die(1, "ssh key %s: %v", key, err)
+		}
+		if known := os.Getenv("GIXD_CLIENT_KNOWN_HOSTS"); known != "" {
+			check, err := gitssh.NewKnownHostsCallback(known)
+			if err != nil {
+				die(1, "known_hosts %s: %v", known, err)
+			}
+			keys.HostKeyCallback = check
+		}
+		return keys
+	}
 	user, pass := os.Getenv("GIXD_CLIENT_USER"), os.Getenv("GIXD_CLIENT_PASSWORD")
 	if !strings.HasPrefix(url, "http") || (user == "" && pass == "") {
 		return nil
