@@ -202,6 +202,30 @@ impl TokenStore {
     }
 
     /// The stored key that is `key` (`algorithm base64`, as [`openssh_key`] gives it).
+    /// `gixd key list`'s table: each key's id, user, grant and the start of the key.
+    pub fn keys_table(&self) -> String {
+        let mut out = format!("{:<10} {:<16} {:<6} {:<24} key\n", "id", "user", "access", "repositories");
+        for k in &self.keys {
+            let short: String = k.key.chars().take(40).collect();
+            let access = if k.write { "write" } else { "read" };
+            out.push_str(&format!("{:<10} {:<16} {access:<6} {:<24} {short}… {}\n", k.id, k.user, k.repos, k.comment));
+        }
+        out
+    }
+
+    /// Remove the keys with these ids; none is removed when one of them names no key.
+    pub fn revoke_keys(&mut self, ids: &[String]) -> Result<(), String> {
+        let missing: Vec<&str> =
+            ids.iter().filter(|id| !self.keys.iter().any(|k| &k.id == *id)).map(String::as_str).collect();
+        if !missing.is_empty() {
+            return Err(format!("no key with id {}", missing.join(", ")));
+        }
+        for id in ids {
+            self.revoke(id);
+        }
+        Ok(())
+    }
+
     pub fn find_key(&self, key: &str) -> Option<&Key> {
         self.keys.iter().find(|k| k.key == key)
     }

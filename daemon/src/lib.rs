@@ -11,7 +11,9 @@
 //!   from the kernel: affinity and CFS quota); [`demo`] — the repository served when gixd
 //!   starts with no configuration.
 //! - [`transport`] — bytes in, bytes out: smart HTTP on hyper (`transport::http`), git://
-//!   (`transport::git`), HTTPS's TLS (`transport::tls`), SSH (`transport::ssh`), streamed bodies (`transport::stream`), a minimum receive rate
+//!   (`transport::git`), HTTPS's TLS (`transport::tls`), SSH in-process (`transport::ssh`) or under
+//!   OpenSSH (`transport::shell`), both running commands through `transport::exec`, streamed
+//!   bodies (`transport::stream`), a minimum receive rate
 //!   (`transport::pace`), cached packs sent without a copy (`transport::zero_copy`). It
 //!   knows URLs, headers, body limits and streaming; it never parses a request's pkt-lines
 //!   (git://'s request line aside) and hands every request to [`service`].

@@ -565,35 +565,11 @@ fn key(command: KeyCmd) -> Result<(), Box<dyn std::error::Error>> {
                 path.display()
             );
         }
-        KeyCmd::List { store } => {
-            let keys = TokenStore::load(&store.path()?)?;
-            println!("{:<10} {:<16} {:<6} {:<24} key", "id", "user", "access", "repositories");
-            for k in &keys.keys {
-                let short: String = k.key.chars().take(40).collect();
-                println!(
-                    "{:<10} {:<16} {:<6} {:<24} {short}… {}",
-                    k.id,
-                    k.user,
-                    if k.write { "write" } else { "read" },
-                    k.repos,
-                    k.comment
-                );
-            }
-        }
+        KeyCmd::List { store } => print!("{}", TokenStore::load(&store.path()?)?.keys_table()),
         KeyCmd::Revoke { ids, store } => {
             let path = store.path()?;
             let mut keys = TokenStore::load(&path)?;
-            let missing: Vec<&String> = ids.iter().filter(|id| !keys.keys.iter().any(|k| &k.id == *id)).collect();
-            if !missing.is_empty() {
-                return Err(format!(
-                    "no key with id {}",
-                    missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-                )
-                .into());
-            }
-            for id in &ids {
-                keys.revoke(id);
-            }
+            keys.revoke_keys(&ids)?;
             keys.save()?;
             eprintln!("revoked {}", ids.join(", "));
         }
@@ -617,15 +593,9 @@ fn keys(config_path: &std::path::Path, typed: Option<(String, String)>) -> Resul
     let config_path = std::path::absolute(config_path)?;
     let tokens = load_config(&config_path)?.token_file.unwrap_or_else(gixd::config::default_token_file);
     let store = gixd::auth::TokenStore::load(&tokens)?;
-    let gixd = std::env::current_exe()?;
     let wanted = typed.map(|(kind, blob)| format!("{kind} {blob}"));
-    let mut out = String::new();
-    for key in store.keys.iter().filter(|k| wanted.as_ref().is_none_or(|w| *w == k.key)) {
-        out.push_str(&gixd::transport::shell::authorized_key_line(&gixd, &config_path, &key.id, &key.key));
-        out.push('\n');
-    }
-    // A key nobody added: no line, and sshd refuses it.
-    print!("{out}");
+    let gixd = std::env::current_exe()?;
+    print!("{}", gixd::transport::shell::authorized_keys(&store, &gixd, &config_path, wanted.as_deref()));
     Ok(())
 }
 

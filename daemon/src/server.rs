@@ -118,7 +118,7 @@ impl Server {
             https,
             ssh,
             metrics_listener,
-            state: Arc::new(state(config, repos, options.tap, maintenance)?),
+            state: Arc::new(State::new(config, repos, options.tap, maintenance)?),
         })
     }
 
@@ -553,38 +553,6 @@ impl Drop for ConnectionCount {
     fn drop(&mut self) {
         self.open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
-}
-
-/// What every transfer of a server shares, for `config`: the repositories, access, transfer
-/// slots and shares, the caches and buffers, the metrics and the access log; pushes ask for
-/// maintenance on `maintenance` when given.
-pub fn state(
-    config: Config,
-    repos: Repos,
-    tap: Option<Arc<dyn crate::tap::Tap>>,
-    maintenance: Option<tokio::sync::mpsc::UnboundedSender<std::path::PathBuf>>,
-) -> std::io::Result<State> {
-    let access_log = match &config.access_log {
-        Some(path) => Some(crate::access_log::AccessLog::open(path)?),
-        None => None,
-    };
-    let (buffers, io_timeout) = (config.buffers(), config.io_timeout);
-    Ok(State {
-        repos,
-        caches: Default::default(),
-        access: crate::auth::Access::new(config.token_file.clone(), config.anonymous_read),
-        transfers: Arc::new(tokio::sync::Semaphore::new(config.max_transfers.max(1))),
-        shares: Arc::new(crate::session::Shares::new(&config)),
-        tap,
-        metrics: Arc::new(crate::metrics::Metrics::new()),
-        access_log,
-        pack_cache: config.pack_cache.clone().map(crate::pack_cache::PackCache::new),
-        buffers: crate::pack_cache::PackCache::with_stall(buffers, io_timeout),
-        queued: Default::default(),
-        maintenance,
-        life: Life::new(),
-        config,
-    })
 }
 
 /// The runtime gixd serves on, sized explicitly (never `#[tokio::main]`'s defaults): the

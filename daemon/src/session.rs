@@ -61,6 +61,38 @@ pub enum NoSlot {
 }
 
 impl State {
+    /// What every transfer of a server shares, for `config`: the repositories, access, transfer
+    /// slots and shares, the caches and buffers, the metrics and the access log; pushes ask for
+    /// maintenance on `maintenance` when given.
+    pub fn new(
+        config: Config,
+        repos: Repos,
+        tap: Option<Arc<dyn Tap>>,
+        maintenance: Option<tokio::sync::mpsc::UnboundedSender<std::path::PathBuf>>,
+    ) -> std::io::Result<State> {
+        let access_log = match &config.access_log {
+            Some(path) => Some(crate::access_log::AccessLog::open(path)?),
+            None => None,
+        };
+        let (buffers, io_timeout) = (config.buffers(), config.io_timeout);
+        Ok(State {
+            repos,
+            caches: Default::default(),
+            access: crate::auth::Access::new(config.token_file.clone(), config.anonymous_read),
+            transfers: Arc::new(tokio::sync::Semaphore::new(config.max_transfers.max(1))),
+            shares: Arc::new(crate::session::Shares::new(&config)),
+            tap,
+            metrics: Arc::new(crate::metrics::Metrics::new()),
+            access_log,
+            pack_cache: config.pack_cache.clone().map(crate::pack_cache::PackCache::new),
+            buffers: crate::pack_cache::PackCache::with_stall(buffers, io_timeout),
+            queued: Default::default(),
+            maintenance,
+            life: crate::lifecycle::Life::new(),
+            config,
+        })
+    }
+
     /// A transfer slot, after a place in the queue: waiting as long as the caller waits (a
     /// transport drops this future when its client goes), up to `transfer_queue_wait` when that
     /// is set; refused at once when the queue is full.

@@ -46,6 +46,23 @@ pub fn authorized_key_line(gixd: &std::path::Path, config: &std::path::Path, id:
     format!("command=\"{command}\",restrict {key}")
 }
 
+/// What `gixd keys` prints: the authorized_keys line of each key in `store` (or only of `wanted`,
+/// `type base64` as sshd's `%t %k` give it), forcing `gixd shell --config config` for it. A key
+/// nobody added gets no line, and sshd refuses it.
+pub fn authorized_keys(
+    store: &crate::auth::TokenStore,
+    gixd: &std::path::Path,
+    config: &std::path::Path,
+    wanted: Option<&str>,
+) -> String {
+    let mut out = String::new();
+    for key in store.keys.iter().filter(|k| wanted.is_none_or(|w| w == k.key)) {
+        out.push_str(&authorized_key_line(gixd, config, &key.id, &key.key));
+        out.push('\n');
+    }
+    out
+}
+
 /// Serve the command sshd was asked for, for the key `key_id`, on stdin and stdout; returns the
 /// exit status.
 pub fn run(mut config: Config, key_id: &str) -> Result<u8, ShellError> {
@@ -62,7 +79,7 @@ pub fn run(mut config: Config, key_id: &str) -> Result<u8, ShellError> {
     let repos = crate::repo::Repos::new(&config.base_path, config.exports.clone())?.with_rules(config.paths.clone())?;
     let auto_maintenance = config.auto_maintenance;
     let (asks, mut asked) = service::maintenance::channel();
-    let state = Arc::new(crate::server::state(config, repos, None, auto_maintenance.then_some(asks))?);
+    let state = Arc::new(crate::session::State::new(config, repos, None, auto_maintenance.then_some(asks))?);
     let identity = state.access.identify_key_id(key_id);
     let user = identity.user().map(str::to_owned);
     let Some(line) = std::env::var_os("SSH_ORIGINAL_COMMAND") else {
