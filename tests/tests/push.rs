@@ -880,7 +880,15 @@ fn refused_ref_updates_say_which_rule_they_broke() {
         assert!(report[1].starts_with(expected), "{command:?}: {report:?}");
     }
     assert_eq!(refs(&f.repo(), "refs"), before, "nothing moved");
-    let _ = c1;
+    // Two commands in one push, one of which the ref transaction refuses (a directory/file
+    // conflict): the other still lands (the push's one transaction failed, then each was tried
+    // on its own), and the refused one says why.
+    let both = [(zero.clone(), c1.clone(), "refs/heads/lands"), (zero.clone(), c2.clone(), "refs/heads/main/sub")];
+    let report = post_push(&f.server, &secret, &push_body(&both, &empty));
+    assert_eq!(report[1], "ok refs/heads/lands", "{report:?}");
+    assert!(report[2].starts_with("ng refs/heads/main/sub directory/file conflict"), "{report:?}");
+    assert_eq!(server_ref(&f.repo(), "refs/heads/lands"), Some(c1));
+    assert_eq!(server_ref(&f.repo(), "refs/heads/main/sub"), None);
     assert_server_clean(&f.repo());
 }
 

@@ -227,6 +227,7 @@ pub fn apply(
         }
     };
     let mut complete = true;
+    let started = std::time::Instant::now();
     if req.updates.iter().any(|c| !c.is_delete()) {
         match receive(ctx, &repo, &mut quarantine, input)? {
             Ok(all_present) => complete = all_present,
@@ -237,9 +238,11 @@ pub fn apply(
         }
     }
     let received = quarantine.odb(hash)?;
+    let unpacked = started.elapsed();
 
     // 2. Each command on its own.
     check_commands(&repo, &received, req, complete, &mut results)?;
+    let checked = started.elapsed();
     if req.atomic && results.iter().any(Result::is_err) {
         fail_all(&mut results, Refusal::Atomic);
         return Ok(Outcome { unpack_error: None, results, objects: quarantine.objects });
@@ -261,7 +264,18 @@ pub fn apply(
         quarantine.migrate(&objects_dir)?;
     }
     let who = ctx.pusher.unwrap_or("anonymous");
+    let migrated = started.elapsed();
     update_refs(&repo, &quarantine, req, who, &mut results);
+    // Where a push's time went (the pack's arrival with its indexing and object checks, the
+    // commands' checks, the hooks and the objects made visible, the ref updates).
+    tracing::debug!(
+        repo = %ctx.served.name,
+        unpack_ms = unpacked.as_millis() as u64,
+        commands_ms = (checked - unpacked).as_millis() as u64,
+        visible_ms = (migrated - checked).as_millis() as u64,
+        refs_ms = (started.elapsed() - migrated).as_millis() as u64,
+        "push phases"
+    );
 
     // 5. Hooks after.
     let updated = hooks_after(&repo, &git_dir, req, &env, &results, bands)?;
@@ -417,8 +431,8 @@ fn hooks_before(
     Ok(None)
 }
 
-/// The refs of the commands not refused moved (one transaction when atomic, else one each), each
-/// failure recorded as its command's refusal.
+/// The refs of the commands not refused moved (one transaction when atomic; else one for all,
+/// and one each when that fails), each failure recorded as its command's refusal.
 fn update_refs(
     repo: &gix::Repository,
     quarantine: &Quarantine,
@@ -442,13 +456,34 @@ fn update_refs(
             }
         }
     } else {
+        // One transaction for every command still standing, so a mirror push of hundreds of refs
+        // takes and notes its locks once. When it fails, each command is tried on its own (its
+        // refusal then names its rule); a command whose ref already holds its new value was
+        // made by the transaction's commit before it failed.
+        let standing: Vec<&RefUpdate> =
+            req.updates.iter().zip(results.iter()).filter(|(_, r)| r.is_ok()).map(|(c, _)| c).collect();
+        if standing.len() > 1
+            && edit_refs(repo, quarantine, standing.into_iter().map(edit).collect(), committer).is_ok()
+        {
+            return;
+        }
         for (command, result) in req.updates.iter().zip(results.iter_mut()) {
             if result.is_ok()
+                && !holds_new_value(repo, command)
                 && let Err(err) = edit_refs(repo, quarantine, vec![edit(command)], committer)
             {
                 *result = Err(ref_refusal(repo, command).unwrap_or_else(|| Refusal::Update(error_chain(&err))));
             }
         }
+    }
+}
+
+/// Whether the ref `command` names is already where the command moves it.
+fn holds_new_value(repo: &gix::Repository, command: &RefUpdate) -> bool {
+    let current = repo.try_find_reference(command.name.as_str()).ok().flatten();
+    match current {
+        None => command.is_delete(),
+        Some(r) => !command.is_delete() && r.target().try_id().is_some_and(|id| id == command.new),
     }
 }
 
