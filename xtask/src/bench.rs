@@ -249,10 +249,18 @@ pub(crate) fn serve_gixd(
         .env("GIXD_LOG", "warn")
         .stdout(std::process::Stdio::piped())
         .spawn()?;
-    let mut first = String::new();
-    std::io::BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut first)?;
-    let addr =
-        first.split("http://").nth(1).and_then(|r| r.split('/').next()).context("gixd's address line")?.to_owned();
+    // The HTTP line (a git:// line may come first).
+    let mut lines = std::io::BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let addr = lines
+        .by_ref()
+        .take(4)
+        .map_while(Result::ok)
+        .find_map(|line| line.split("http://").nth(1).and_then(|r| r.split('/').next()).map(str::to_owned));
+    let Some(addr) = addr else {
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!("gixd printed no address line");
+    };
     Ok((child, addr))
 }
 

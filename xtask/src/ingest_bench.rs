@@ -1,7 +1,9 @@
 //! `cargo xtask bench ingest --repo PATH…`: a whole history pushed into an empty repository, as a
 //! new user's first push is — gixd over HTTP (a fresh process, a write token, maintenance after
-//! pushes off so only the push is measured) against git receive-pack over file:// under
-//! `xtask rusage` (receive-pack and the index-pack it runs, its connectivity check). Per push:
+//! pushes off so only the push is measured), and the same gixd over git:// (`--enable
+//! receive-pack`: git's client then pushes as it does over file://, where over HTTP its
+//! stateless send-pack first spends time on every local ref), against git receive-pack over
+//! file:// under `xtask rusage` (receive-pack and the index-pack it runs, its connectivity check). Per push:
 //! the server's CPU, the push's wall time and the server's peak memory. Every branch and tag is
 //! pushed, each push into a fresh empty repository. Run by hand on real repositories; not in CI.
 
@@ -44,7 +46,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
         serde_json::json!({
             "rounds": rounds,
             "repos": described,
-            "gixd": format!("{} serve over HTTP with a write token, --auto-maintenance=false, a fresh process and a fresh empty repository per push; CPU of every thread of the process, peak memory its VmHWM", gixd.display()),
+            "gixd": format!("{} serve over HTTP with a write token (arm `gixd`) and over git:// with --enable receive-pack (arm `gixd git://`, the client's native push as over file://), --auto-maintenance=false, a fresh process and a fresh empty repository per push; CPU of every thread of the process, peak memory its VmHWM", gixd.display()),
             "git_arm": "git receive-pack over file:// with what it runs (index-pack, the connectivity check), a fresh empty repository per push; CPU and peak memory from getrusage of its process tree",
             "pushed": "every branch and tag (git push URL 'refs/heads/*:refs/heads/*' 'refs/tags/*:refs/tags/*')",
         }),
@@ -52,12 +54,13 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
     let mut runs = Vec::new();
     for round in 0..rounds {
         for (name, client) in &sources {
-            for arm in crate::bench::round_order(2, round).into_iter().map(|i| ["gixd", "git"][i]) {
-                let base = scratch.0.join(format!("base-{name}-{round}-{arm}"));
+            for arm in crate::bench::round_order(3, round).into_iter().map(|i| ["gixd", "gixd git://", "git"][i]) {
+                let base = scratch.0.join(format!("base-{name}-{round}-{}", arm.replace([' ', ':', '/'], "")));
                 std::fs::create_dir_all(&base)?;
                 git(&base, &["init", "-q", "--bare", "r.git"])?;
                 let (cpu_us, wall_ms, peak_kb) = match arm {
-                    "gixd" => push_gixd(&gixd, &base, client)?,
+                    "gixd" => push_gixd(&gixd, &base, client, false)?,
+                    "gixd git://" => push_gixd(&gixd, &base, client, true)?,
                     _ => push_git(&xtask, &base.join("r.git"), client, &scratch.0)?,
                 };
                 let listing = |dir: &Path| {
@@ -101,9 +104,17 @@ fn peak_kb(pid: u32) -> Result<i64> {
     Ok(line.split_whitespace().nth(1).context("VmHWM value")?.parse()?)
 }
 
-fn push_gixd(gixd: &Path, base: &Path, client: &Path) -> Result<(i64, i64, i64)> {
-    let (mut child, server) =
-        crate::bench::serve_gixd_taking_pushes(gixd, base, &["--auto-maintenance=false".as_ref()])?;
+fn push_gixd(gixd: &Path, base: &Path, client: &Path, git_protocol: bool) -> Result<(i64, i64, i64)> {
+    let port = crate::bench::free_port()?;
+    let listen = format!("127.0.0.1:{port}");
+    let mut extra: Vec<&std::ffi::OsStr> = vec!["--auto-maintenance=false".as_ref()];
+    if git_protocol {
+        let more: [&std::ffi::OsStr; 4] =
+            ["--git-listen".as_ref(), listen.as_ref(), "--enable".as_ref(), "receive-pack".as_ref()];
+        extra.extend(more);
+    }
+    let (mut child, http) = crate::bench::serve_gixd_taking_pushes(gixd, base, &extra)?;
+    let server = if git_protocol { format!("git://{listen}") } else { http };
     let pid = child.id();
     let before = crate::bench::proc_cpu_us(pid)?;
     let started = Instant::now();

@@ -487,7 +487,7 @@ fn ingest(root: &Path) -> Result<String> {
         c["gixd"].as_str().unwrap_or("?"),
         c["git_arm"].as_str().unwrap_or("?"),
     ));
-    out.push_str("| repository | objects | refs | CPU s: gixd | git | ÷ | wall s: gixd | git | ÷ | peak MiB: gixd | git | ÷ |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| repository | objects | refs | CPU s: gixd | git | ÷ | wall s: gixd | git | ÷ | wall s: gixd git:// | ÷ | peak MiB: gixd | git | ÷ |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut rows = Vec::new();
     for repo in c["repos"].as_array().context("repos")? {
         let name = repo["repo"].as_str().context("repo")?;
@@ -499,12 +499,16 @@ fn ingest(root: &Path) -> Result<String> {
         let (cg, ct) = (med("gixd", "cpu_us") / 1e6, med("git", "cpu_us") / 1e6);
         let (wg, wt) = (med("gixd", "wall_ms") / 1e3, med("git", "wall_ms") / 1e3);
         let (pg, pt) = (med("gixd", "peak_kb") / 1024.0, med("git", "peak_kb") / 1024.0);
+        // Runs of before the git:// arm have none: a dash.
+        let wn = med("gixd git://", "wall_ms") / 1e3;
         let row = format!(
-            "| {name} | {} | {} | {cg:.1} | {ct:.1} | {} | {wg:.1} | {wt:.1} | {} | {pg:.0} | {pt:.0} | {} |\n",
+            "| {name} | {} | {} | {cg:.1} | {ct:.1} | {} | {wg:.1} | {wt:.1} | {} | {} | {} | {pg:.0} | {pt:.0} | {} |\n",
             repo["objects"],
             repo["refs"],
             ratio(ct, cg),
             ratio(wt, wg),
+            if wn.is_finite() { format!("{wn:.1}") } else { "—".into() },
+            ratio(wt, wn),
             ratio(pt, pg)
         );
         rows.push((cg / ct, row));
