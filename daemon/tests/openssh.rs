@@ -20,12 +20,7 @@ fn all_objects(dir: &Path) -> String {
 /// `grant` (repositories, write) when given.
 fn key(dir: &Path, config: &Path, name: &str, user: &str, grant: Option<(&str, bool)>) -> PathBuf {
     let key = dir.join(name);
-    let out = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", &format!("{user}@test"), "-f"])
-        .arg(&key)
-        .output()
-        .expect("ssh-keygen runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    bench_support::sshd::keygen(&key, "ed25519", &["-C", &format!("{user}@test")]).expect("ssh-keygen runs");
     if let Some((repos, write)) = grant {
         let mut add = Command::new(GIXD);
         add.args(["key", "add", "--user", user, "--repo", repos, "--config"]).arg(config);

@@ -118,12 +118,7 @@ fn every_client_that_works_against_stock_git_works_against_gixd() {
     // SSH: one client key (ECDSA P-256 in PEM, which JSch reads too), added for gixd with a write
     // grant and to the control sshd's authorized_keys.
     let ssh_key = tmp.path().join("client_key");
-    let keygen = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ecdsa", "-b", "256", "-m", "PEM", "-N", "", "-f"])
-        .arg(&ssh_key)
-        .output()
-        .expect("ssh-keygen runs");
-    assert!(keygen.status.success(), "{}", String::from_utf8_lossy(&keygen.stderr));
+    bench_support::sshd::keygen(&ssh_key, "ecdsa", &["-b", "256", "-m", "PEM"]).expect("ssh-keygen runs");
     let public = std::fs::read_to_string(ssh_key.with_extension("pub")).unwrap();
     store.add_key("matrix", "*", true, public.trim()).unwrap();
     store.save().unwrap();

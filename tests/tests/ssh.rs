@@ -56,12 +56,7 @@ impl Fixture {
     /// A new key pair of the test's own (`ssh-keygen`), added for `user` with `grant` when given.
     fn key(&self, name: &str, user: &str, grant: Option<(&str, bool)>) -> PathBuf {
         let key = self.tmp.path().join(name);
-        let out = std::process::Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-C", &format!("{user}@test"), "-f"])
-            .arg(&key)
-            .output()
-            .expect("ssh-keygen runs");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        bench_support::sshd::keygen(&key, "ed25519", &["-C", &format!("{user}@test")]).expect("ssh-keygen runs");
         if let Some((repos, write)) = grant {
             let mut store = gixd::auth::TokenStore::load(&self.tokens).unwrap();
             let line = std::fs::read_to_string(key.with_extension("pub")).unwrap();

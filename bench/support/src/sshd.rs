@@ -14,6 +14,16 @@ pub fn available() -> bool {
     root && Path::new("/usr/sbin/sshd").exists()
 }
 
+/// A new key pair made by `ssh-keygen` at `path` (the public half at `path.pub`): `kind` as
+/// `-t` takes it, then any further arguments (`-b 256`, `-m PEM`, `-C comment`); no passphrase.
+pub fn keygen(path: &Path, kind: &str, more: &[&str]) -> std::io::Result<()> {
+    let out = Command::new("ssh-keygen").args(["-q", "-t", kind, "-N", ""]).args(more).arg("-f").arg(path).output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(String::from_utf8_lossy(&out.stderr).into_owned()));
+    }
+    Ok(())
+}
+
 /// A running sshd.
 pub struct Sshd {
     child: Child,
@@ -32,15 +42,7 @@ impl Sshd {
         for (kind, bits) in [("ed25519", None), ("ecdsa", Some("256"))] {
             let key = dir.join(format!("ssh_host_{kind}_key"));
             if !key.exists() {
-                let mut keygen = Command::new("ssh-keygen");
-                keygen.args(["-q", "-t", kind, "-N", ""]);
-                if let Some(bits) = bits {
-                    keygen.args(["-b", bits]);
-                }
-                let out = keygen.arg("-f").arg(&key).output()?;
-                if !out.status.success() {
-                    return Err(std::io::Error::other(String::from_utf8_lossy(&out.stderr).into_owned()));
-                }
+                keygen(&key, kind, bits.map(|b| vec!["-b", b]).as_deref().unwrap_or_default())?;
             }
             host_keys.push(key);
         }
