@@ -458,18 +458,17 @@ fn update_refs(
     } else {
         // One transaction for every command still standing, so a mirror push of hundreds of refs
         // takes and notes its locks once. When it fails, each command is tried on its own (its
-        // refusal then names its rule); a command whose ref already holds its new value was
-        // made by the transaction's commit before it failed.
+        // refusal then names its rule); an update whose ref already holds its new value was made
+        // by that transaction's commit before it failed.
         let standing: Vec<&RefUpdate> =
             req.updates.iter().zip(results.iter()).filter(|(_, r)| r.is_ok()).map(|(c, _)| c).collect();
-        if standing.len() > 1
-            && edit_refs(repo, quarantine, standing.into_iter().map(edit).collect(), committer).is_ok()
-        {
+        let batched = standing.len() > 1;
+        if batched && edit_refs(repo, quarantine, standing.into_iter().map(edit).collect(), committer).is_ok() {
             return;
         }
         for (command, result) in req.updates.iter().zip(results.iter_mut()) {
             if result.is_ok()
-                && !holds_new_value(repo, command)
+                && !(batched && holds_new_value(repo, command))
                 && let Err(err) = edit_refs(repo, quarantine, vec![edit(command)], committer)
             {
                 *result = Err(ref_refusal(repo, command).unwrap_or_else(|| Refusal::Update(error_chain(&err))));
@@ -478,13 +477,15 @@ fn update_refs(
     }
 }
 
-/// Whether the ref `command` names is already where the command moves it.
+/// Whether the ref an update (not a delete: a ref that is missing may have been missing all
+/// along) names already holds the update's new value.
 fn holds_new_value(repo: &gix::Repository, command: &RefUpdate) -> bool {
-    let current = repo.try_find_reference(command.name.as_str()).ok().flatten();
-    match current {
-        None => command.is_delete(),
-        Some(r) => !command.is_delete() && r.target().try_id().is_some_and(|id| id == command.new),
-    }
+    !command.is_delete()
+        && repo
+            .try_find_reference(command.name.as_str())
+            .ok()
+            .flatten()
+            .is_some_and(|r| r.target().try_id().is_some_and(|id| id == command.new))
 }
 
 /// post-receive and post-update, when a ref moved; how many did.
