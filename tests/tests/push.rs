@@ -1181,3 +1181,25 @@ fn objects_moved_by_git_gc_behind_the_server_are_still_served() {
     );
     assert_eq!(clone("after.git"), git_out(&work, &["rev-parse", "main"]));
 }
+
+/// A refused update of an annotated tag is described by the tag's own id, not by the commit it
+/// peels to: with the tag's lock held by someone else, a push naming the right old value is told
+/// the update failed, not "stale info". Red while the refusal peeled the ref (it said stale).
+#[test]
+fn a_tag_update_refused_by_a_held_lock_is_not_called_stale() {
+    let f = Fixture::new();
+    let secret = f.token("*", true);
+    let work = f.work("work", 2);
+    git_ok(&work, &["tag", "-a", "-m", "a tag", "v1", "HEAD~1"]);
+    let (ok, err) = push(&work, &[&f.url(Some(&secret)), "main", "refs/tags/v1"]);
+    assert!(ok, "{err}");
+    let (tag, tip) = (git_out(&work, &["rev-parse", "v1"]), git_out(&work, &["rev-parse", "main"]));
+    let lock = f.repo().join("refs/tags/v1.lock");
+    std::fs::write(&lock, "held by someone else\n").unwrap();
+    let empty = pack_of_objects(&work, &[]);
+    let report = post_push(&f.server, &secret, &push_body(&[(tag.clone(), tip, "refs/tags/v1")], &empty));
+    std::fs::remove_file(&lock).unwrap();
+    assert!(report[1].starts_with("ng refs/tags/v1 failed to update ref"), "{report:?}");
+    assert_eq!(server_ref(&f.repo(), "refs/tags/v1"), Some(tag));
+    assert_server_clean(&f.repo());
+}

@@ -555,8 +555,12 @@ fn edit_refs(
 /// compare-and-swap refused it): the words git's users know.
 fn ref_refusal(repo: &gix::Repository, command: &RefUpdate) -> Option<Refusal> {
     let name = command.name.as_str();
-    let current =
-        repo.try_find_reference(name).ok().flatten().and_then(|mut r| r.peel_to_id().ok().map(|id| id.detach()));
+    // What the ref holds, as the command's old value names it (an annotated tag's own id, not
+    // the commit it peels to).
+    let current = repo.try_find_reference(name).ok().flatten().and_then(|mut r| match r.target().try_id() {
+        Some(id) => Some(id.to_owned()),
+        None => r.peel_to_id().ok().map(|id| id.detach()),
+    });
     match current {
         Some(_) if command.old.is_null() => return Some(Refusal::AlreadyExists),
         Some(current) if current != command.old => return Some(Refusal::Stale { current, expected: command.old }),
