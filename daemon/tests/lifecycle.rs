@@ -1,5 +1,5 @@
 //! The binary's life as a service manager sees it: SIGTERM drains (the listeners close at once,
-//! a clone in flight finishes within the grace, gixd exits 0; past the grace what is left is
+//! a clone or a push in flight finishes within the grace, gixd exits 0; past the grace what is left is
 //! cancelled, a push leaving nothing), SIGHUP re-reads tokens and the certificate while a clone
 //! runs, systemd is told READY, RELOADING and STOPPING, and with socket activation a restart while
 //! clones run back to back fails none of them.
@@ -175,6 +175,54 @@ fn sigterm_drains_a_clone_in_flight_to_its_end_closes_the_listener_and_exits_0()
     git_ok(&dest, &["fsck", "--no-progress"]);
     let status = gixd.exits_within(Duration::from_secs(30)).expect("gixd exits once drained");
     assert!(status.success(), "exit status {status}");
+}
+
+/// SIGTERM while a push is being sent (a new 4 MiB blob at 1 MiB/s) with a grace long enough: the
+/// push lands whole (its ref moved, its objects there, fsck clean, no quarantine left) and gixd
+/// exits 0 once it is done.
+#[test]
+fn sigterm_lets_a_push_in_flight_land_whole_within_the_grace_and_exits_0() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    let work = big_repo(&base, "repo", 1);
+    let token_file = tmp.path().join("tokens.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_gixd"))
+        .args(["token", "add", "--user", "alice", "--write", "--token-file"])
+        .arg(&token_file)
+        .output()
+        .unwrap();
+    let secret = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let base_arg = base.to_str().unwrap();
+    let token_arg = token_file.to_str().unwrap();
+    let mut gixd = Gixd::start(
+        &["--listen", "127.0.0.1:0", "--shutdown-grace", "60", "--token-file", token_arg, "--base-path", base_arg],
+        &[],
+    );
+    std::fs::write(work.join("more.bin"), noise(4 << 20).into_iter().rev().collect::<Vec<u8>>()).unwrap();
+    git_ok(&work, &["add", "."]);
+    git_ok(&work, &["commit", "-q", "-m", "more"]);
+    let pushed = git_ok(&work, &["rev-parse", "main"]);
+    let uphill = bench_support::relay::slow_both_ways(gixd.http, 1 << 20);
+    let push_url = format!("http://alice:{secret}@{uphill}/repo.git");
+    let pushing = {
+        let work = work.clone();
+        std::thread::spawn(move || git(&work, &["push", "-q", &push_url, "main"]))
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    gixd.signal(libc::SIGTERM);
+    let out = pushing.join().unwrap();
+    assert!(out.status.success(), "the push in flight lands: {}", String::from_utf8_lossy(&out.stderr));
+    let status = gixd.exits_within(Duration::from_secs(30)).expect("gixd exits once drained");
+    assert!(status.success(), "exit status {status}");
+    let repo = base.join("repo.git");
+    assert_eq!(git_ok(&repo, &["rev-parse", "main"]), pushed, "the ref moved");
+    git_ok(&repo, &["fsck", "--no-progress"]);
+    let left = std::fs::read_dir(repo.join("objects"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("gixd-quarantine-"))
+        .count();
+    assert_eq!(left, 0, "no quarantine left");
 }
 
 /// A grace shorter than the transfer: at its end the clone is cancelled (the client sees its
