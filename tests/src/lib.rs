@@ -183,6 +183,17 @@ pub fn parse_strace_summary(text: &str) -> BTreeMap<String, u64> {
 
 pub use bench_support::noise;
 
+/// This process's peak resident memory so far (`VmHWM`), in KiB: a test's in-process server
+/// counts in it.
+pub fn peak_rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        })
+        .expect("VmHWM in /proc/self/status")
+}
+
 /// The files of `objects/pack` (`objects`: an objects directory), sorted.
 pub fn pack_files(objects: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(objects.join("pack"))

@@ -274,6 +274,7 @@ const HEADERS: u8 = 0x1;
 #[test]
 fn http2_rapid_reset_stream_limits_and_oversized_headers_are_cut_off_and_others_are_served() {
     let f = Fixture::new(|_| {});
+    let before = gixd_tests::peak_rss_kb();
 
     // Rapid reset: 2000 streams opened and reset at once.
     let mut raw = RawH2::connect(&f);
@@ -332,6 +333,10 @@ fn http2_rapid_reset_stream_limits_and_oversized_headers_are_cut_off_and_others_
     assert!(refused || answered, "the oversized header list is ended: {frames:?}");
     assert_eq!(f.server_requests_served_ok(), 0, "nothing with an oversized header list was served");
 
+    // The floods cost the server bounded memory (its peak, in this process, grows < 64 MiB).
+    let grown = gixd_tests::peak_rss_kb().saturating_sub(before);
+    assert!(grown < 64 << 10, "the floods grew the peak memory by {grown} KiB");
+
     let dest = f.tmp.path().join("after");
     std::fs::create_dir_all(&dest).unwrap();
     f.git_ok(&dest, "HTTP/2", 2, &["clone", "-q", "--bare", &f.url(), "c.git"]);
@@ -368,7 +373,10 @@ fn an_http2_response_longer_than_the_io_timeout_is_not_taken_for_idleness() {
     let started = Instant::now();
     let dest = f.tmp.path().join("slow");
     std::fs::create_dir_all(&dest).unwrap();
-    f.git_ok(&dest, "HTTP/2", 2, &["clone", "-q", "--bare", &url, "c.git"]);
+    // A transfer that stalls fails within a minute rather than waiting for ever (the clone hung
+    // once, with two whole test suites running at once on the machine).
+    let stall = ["-c", "http.lowSpeedLimit=1024", "-c", "http.lowSpeedTime=60"];
+    f.git_ok(&dest, "HTTP/2", 2, &[&stall[..], &["clone", "-q", "--bare", &url, "c.git"]].concat());
     assert!(started.elapsed() > Duration::from_secs(6), "the clone outlasted the I/O timeout: {:?}", started.elapsed());
     assert_eq!(all_objects(&dest.join("c.git")), all_objects(&f.tmp.path().join("base/repo.git")));
 }

@@ -258,16 +258,6 @@ fn garbage_silent_and_half_connections_are_closed_passwords_refused_and_others_s
     assert!(String::from_utf8_lossy(&password.stderr).contains("Permission denied (publickey)"));
 }
 
-/// The process's peak resident memory so far (`VmHWM`), in KiB: the server runs in it.
-fn peak_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
-        .unwrap()
-}
-
 /// Floods, each cut off where the server says: 200 connections that stop after their version line
 /// (past 64 unauthenticated at once the rest are closed at once, and all within the init
 /// timeout); a client offering ten keys nobody added (disconnected after six attempts); one
@@ -281,7 +271,7 @@ fn connection_auth_and_channel_floods_are_cut_off_with_memory_bounded_and_others
     let f = Fixture::with(|c| c.init_timeout = std::time::Duration::from_secs(3));
     let key = f.key("alice", "alice", Some(("*", false)));
     let addr = f.server.ssh_addr.unwrap();
-    let before = peak_kb();
+    let before = gixd_tests::peak_rss_kb();
 
     let mut flood: Vec<std::net::TcpStream> = (0..200)
         .map(|_| {
@@ -365,7 +355,7 @@ fn connection_auth_and_channel_floods_are_cut_off_with_memory_bounded_and_others
     let _ = master.wait();
     assert_eq!(outcomes, [true, true, true, true, false, false], "four channels served, then refused");
 
-    let grown = peak_kb().saturating_sub(before);
+    let grown = gixd_tests::peak_rss_kb().saturating_sub(before);
     assert!(grown < 64 << 10, "the floods grew the server's peak memory by {grown} KiB");
     let dest = f.tmp.path().join("after.git");
     f.git_ok(f.tmp.path(), &key, &["clone", "-q", "--bare", &f.url(), dest.to_str().unwrap()]);
