@@ -147,6 +147,28 @@ fn refused_within(addr: SocketAddr, limit: Duration) -> bool {
     false
 }
 
+/// A token for `user` added to `token_file` by `gixd token add` (with `--write` when `write`): its
+/// secret.
+fn add_token(token_file: &Path, user: &str, write: bool) -> String {
+    let mut add = Command::new(env!("CARGO_BIN_EXE_gixd"));
+    add.args(["token", "add", "--user", user]);
+    if write {
+        add.arg("--write");
+    }
+    let out = add.arg("--token-file").arg(token_file).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The push quarantines left in the repository at `repo`.
+fn quarantines(repo: &Path) -> Vec<String> {
+    std::fs::read_dir(repo.join("objects"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("gixd-quarantine-"))
+        .collect()
+}
+
 /// SIGTERM while a clone is being read (8 MiB at 2 MiB/s): the listener closes at once, systemd
 /// is told STOPPING, the clone completes, and gixd exits 0. Red before the drain: SIGTERM ended
 /// gixd at once, the clone with it.
@@ -187,12 +209,7 @@ fn sigterm_lets_a_push_in_flight_land_whole_within_the_grace_and_exits_0() {
     std::fs::create_dir_all(&base).unwrap();
     let work = big_repo(&base, "repo", 1);
     let token_file = tmp.path().join("tokens.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_gixd"))
-        .args(["token", "add", "--user", "alice", "--write", "--token-file"])
-        .arg(&token_file)
-        .output()
-        .unwrap();
-    let secret = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let secret = add_token(&token_file, "alice", true);
     let base_arg = base.to_str().unwrap();
     let token_arg = token_file.to_str().unwrap();
     let mut gixd = Gixd::start(
@@ -218,11 +235,7 @@ fn sigterm_lets_a_push_in_flight_land_whole_within_the_grace_and_exits_0() {
     let repo = base.join("repo.git");
     assert_eq!(git_ok(&repo, &["rev-parse", "main"]), pushed, "the ref moved");
     git_ok(&repo, &["fsck", "--no-progress"]);
-    let left = std::fs::read_dir(repo.join("objects"))
-        .unwrap()
-        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("gixd-quarantine-"))
-        .count();
-    assert_eq!(left, 0, "no quarantine left");
+    assert_eq!(quarantines(&repo), Vec::<String>::new(), "no quarantine left");
 }
 
 /// A grace shorter than the transfer: at its end the clone is cancelled (the client sees its
@@ -236,12 +249,7 @@ fn past_a_short_grace_a_clone_and_a_push_are_cancelled_cleanly_and_gixd_exits_0(
     let work = big_repo(&base, "repo", 8);
     let before = git_ok(&base.join("repo.git"), &["rev-parse", "main"]);
     let token_file = tmp.path().join("tokens.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_gixd"))
-        .args(["token", "add", "--user", "alice", "--write", "--token-file"])
-        .arg(&token_file)
-        .output()
-        .unwrap();
-    let secret = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let secret = add_token(&token_file, "alice", true);
     let mut gixd = Gixd::start(
         &[
             "--listen",
@@ -278,11 +286,7 @@ fn past_a_short_grace_a_clone_and_a_push_are_cancelled_cleanly_and_gixd_exits_0(
     assert!(!pushing.join().unwrap().status.success(), "the push was cut off");
     let repo = base.join("repo.git");
     assert_eq!(git_ok(&repo, &["rev-parse", "main"]), before, "no ref moved");
-    let left: Vec<String> = std::fs::read_dir(repo.join("objects"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("gixd-quarantine-"))
-        .collect();
+    let left = quarantines(&repo);
     assert!(left.is_empty(), "the quarantine went: {left:?}");
     git_ok(&repo, &["fsck", "--no-progress"]);
 }
@@ -316,12 +320,7 @@ fn sighup_reloads_the_certificate_and_keeps_what_does_not_parse_while_a_clone_ru
     };
     certificate(&old_ca);
     let token_file = tmp.path().join("gixd-tokens.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_gixd"))
-        .args(["token", "add", "--user", "alice", "--token-file"])
-        .arg(&token_file)
-        .output()
-        .unwrap();
-    let secret = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let secret = add_token(&token_file, "alice", false);
     // A private repository (no git-daemon-export-ok, no --export-all): the token reads it.
     let config = tmp.path().join("gixd.toml");
     let config_text = format!(
@@ -367,12 +366,7 @@ fn sighup_reloads_the_certificate_and_keeps_what_does_not_parse_while_a_clone_ru
     assert!(!ls(&old_ca).status.success(), "the old certificate is no longer presented");
 
     // A new token file: bob's token in, alice's revoked; after SIGHUP the next request sees it.
-    let out = Command::new(env!("CARGO_BIN_EXE_gixd"))
-        .args(["token", "add", "--user", "bob", "--token-file"])
-        .arg(&token_file)
-        .output()
-        .unwrap();
-    let bob = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let bob = add_token(&token_file, "bob", false);
     let alice_id = std::fs::read_to_string(&token_file)
         .unwrap()
         .lines()
