@@ -186,6 +186,11 @@ pub enum Service {
 }
 
 impl Service {
+    /// The service a program name names (`git-upload-pack`), if any.
+    pub fn from_name(name: &str) -> Option<Service> {
+        [Service::UploadPack, Service::ReceivePack, Service::UploadArchive].into_iter().find(|s| s.name() == name)
+    }
+
     /// The program's name, as git spells it (`git-upload-pack`).
     pub fn name(self) -> &'static str {
         match self {

@@ -6,7 +6,6 @@
 //! SSH server ([`super::ssh`]) and `gixd shell` under OpenSSH ([`super::shell`]) differ only in
 //! where the bytes come from and go to, and how the exit status and a refusal reach the client.
 
-use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -14,6 +13,7 @@ use crate::auth::{Decision, Identity};
 use crate::protocol::Version;
 use crate::service;
 use crate::session::State;
+use crate::transport::TimedRead;
 use crate::transport::pace::Paced;
 
 /// A command an exec request may run.
@@ -32,12 +32,7 @@ pub fn parse_command(line: &str) -> Option<Command> {
         ("git", Some((sub, rest))) => (format!("git-{sub}"), rest),
         _ => (program.to_owned(), argument),
     };
-    let service = match program.as_str() {
-        "git-upload-pack" => service::Service::UploadPack,
-        "git-receive-pack" => service::Service::ReceivePack,
-        "git-upload-archive" => service::Service::UploadArchive,
-        _ => return None,
-    };
+    let service = service::Service::from_name(&program)?;
     let path = dequote(argument.trim())?;
     (!path.is_empty() && !path.contains('\0')).then_some(Command { service, path })
 }
@@ -112,19 +107,14 @@ pub struct Origin {
     pub version: Version,
 }
 
-/// Run the command `line` for `origin`: `input(timeout)` gives the client's bytes (each read
-/// within `timeout`, the pace's window or the I/O timeout), `outlet` takes what is sent back.
+/// Run the command `line` for `origin`: `input` gives the client's bytes (read on the blocking
+/// thread, each read within the pace's window or the I/O timeout), `outlet` takes what is sent
+/// back.
 /// Returns how it ended and the outlet, once everything written was sent (or the client went);
 /// the request's record is written then.
-pub async fn run<R, O>(
-    state: Arc<State>,
-    origin: Origin,
-    line: &str,
-    input: impl FnOnce(std::time::Duration) -> R + Send + 'static,
-    mut outlet: O,
-) -> (Ended, O)
+pub async fn run<I, O>(state: Arc<State>, origin: Origin, line: &str, input: I, mut outlet: O) -> (Ended, O)
 where
-    R: Read + Send + 'static,
+    I: tokio::io::AsyncRead + Unpin + Send + 'static,
     O: service::buffer::Outlet,
 {
     let Origin { transport, peer, identity, version } = origin;
@@ -182,7 +172,7 @@ where
     let (outbox, queue) = service::buffer::Outbox::new(state.clone());
     let sending = service::buffer::send(queue, &mut outlet);
     let serving = {
-        let state = state.clone();
+        let (state, runtime) = (state.clone(), tokio::runtime::Handle::current());
         let pusher = identity.user().map(str::to_owned);
         tokio::task::spawn_blocking(move || {
             let _slot = slot;
@@ -197,7 +187,8 @@ where
                 }
             };
             let pace = if write { state.config.push_pace() } else { state.config.pace() };
-            let input = input(pace.window.min(state.config.io_timeout));
+            let timeout = pace.window.min(state.config.io_timeout);
+            let input = TimedRead { read: input, runtime, life: state.life.clone(), timeout };
             let asked = service::Asked { service: command.service, version, pusher: pusher.as_deref() };
             let (log, outcome) = service::connection(&state, &served, asked, Paced::new(input, pace), &mut out, log);
             drop(share);

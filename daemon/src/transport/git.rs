@@ -254,15 +254,15 @@ fn serve_blocking(
         return refused(log, &mut out, "malformed request line: expected 'git-upload-pack /path\\0host=…\\0'");
     };
     let services = &state.config.services;
-    let service = match request.service.as_str() {
-        "git-upload-pack" if services.upload_pack => service::Service::UploadPack,
-        "git-upload-archive" if services.upload_archive => service::Service::UploadArchive,
-        // git daemon's push: no authentication on git://, so only with --enable=receive-pack.
-        "git-receive-pack" if services.receive_pack => service::Service::ReceivePack,
-        other => {
-            let message = format!("service '{}' is not enabled", crate::error::quoted(other, 64));
-            return refused(log, &mut out, &message);
-        }
+    // git daemon's push: no authentication on git://, so only with --enable=receive-pack.
+    let enabled = |service: &service::Service| match service {
+        service::Service::UploadPack => services.upload_pack,
+        service::Service::UploadArchive => services.upload_archive,
+        service::Service::ReceivePack => services.receive_pack,
+    };
+    let Some(service) = service::Service::from_name(&request.service).filter(enabled) else {
+        let message = format!("service '{}' is not enabled", crate::error::quoted(&request.service, 64));
+        return refused(log, &mut out, &message);
     };
     let served = match state.repos.resolve(&request.path) {
         Ok(served) => served,

@@ -32,3 +32,18 @@ pub fn read_within(
         }
     })
 }
+
+/// An async reader for the blocking thread that serves a stateful transport's client: each read
+/// through [`read_within`].
+pub struct TimedRead<T> {
+    pub read: T,
+    pub runtime: tokio::runtime::Handle,
+    pub life: std::sync::Arc<crate::lifecycle::Life>,
+    pub timeout: std::time::Duration,
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> std::io::Read for TimedRead<T> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        read_within(&self.runtime, &self.life, self.timeout, tokio::io::AsyncReadExt::read(&mut self.read, buf))
+    }
+}

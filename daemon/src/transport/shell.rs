@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 use crate::auth::Identity;
 use crate::config::Config;
@@ -103,10 +103,8 @@ pub fn run(mut config: Config, key_id: &str) -> Result<u8, ShellError> {
     let ended = rt.block_on({
         let state = state.clone();
         async move {
-            let (runtime, life) = (tokio::runtime::Handle::current(), state.life.clone());
-            let input = move |timeout| Stdin { stdin: tokio::io::stdin(), runtime, life, timeout };
             let outlet = Stdout { stdout: tokio::io::stdout(), stall: state.config.io_timeout };
-            let (ended, mut outlet) = exec::run(state, origin, &line, input, outlet).await;
+            let (ended, mut outlet) = exec::run(state, origin, &line, tokio::io::stdin(), outlet).await;
             let _ = outlet.stdout.shutdown().await;
             ended
         }
@@ -127,20 +125,6 @@ fn peer(connection: &str) -> Option<SocketAddr> {
     let mut fields = connection.split_whitespace();
     let ip: std::net::IpAddr = fields.next()?.parse().ok()?;
     Some(SocketAddr::new(ip, fields.next()?.parse().ok()?))
-}
-
-/// stdin, read on the blocking thread that serves the command.
-struct Stdin {
-    stdin: tokio::io::Stdin,
-    runtime: tokio::runtime::Handle,
-    life: Arc<crate::lifecycle::Life>,
-    timeout: std::time::Duration,
-}
-
-impl std::io::Read for Stdin {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        crate::transport::read_within(&self.runtime, &self.life, self.timeout, self.stdin.read(buf))
-    }
 }
 
 /// stdout, as the sending side sees it: each chunk taken within `stall`.

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use russh::keys::{Algorithm, EcdsaCurve, HashAlg, PrivateKey, PublicKey};
 use russh::server::{Auth, ChannelOpenHandle, Handle, Msg, PublicKeyOffer, Session, VerifiedPublicKey};
 use russh::{Channel, ChannelId, ChannelOpenFailure, ChannelStream};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncWriteExt, WriteHalf};
 
 use crate::auth::Identity;
 use crate::protocol::Version;
@@ -328,12 +328,10 @@ fn refuse_request(channel: ChannelId, session: &mut Session, why: &str) -> Resul
 async fn run_exec(state: Arc<State>, origin: exec::Origin, channel: Channel<Msg>, handle: Handle, command: &str) {
     let id = channel.id();
     let (read, write) = tokio::io::split(channel.into_stream());
-    let (runtime, life) = (tokio::runtime::Handle::current(), state.life.clone());
-    let input = move |timeout| ChannelRead { read, runtime, timeout, life };
     let outlet = ChannelOutlet { write, stall: state.config.io_timeout };
     // The outlet comes back with what was sent: dropping the channel's stream closes the channel,
     // which must wait until the exit status went.
-    let (ended, outlet) = exec::run(state, origin, command, input, outlet).await;
+    let (ended, outlet) = exec::run(state, origin, command, read, outlet).await;
     if let Some(refusal) = ended.refusal {
         let _ = handle.extended_data(id, 1, Bytes::from(format!("{refusal}\n"))).await;
     }
@@ -357,20 +355,5 @@ impl service::buffer::Outlet for ChannelOutlet {
     fn max_chunk(&self) -> usize {
         // russh splits what it is given into packets of the channel's size anyway.
         256 << 10
-    }
-}
-
-/// Reads of the channel for the blocking part: each within `timeout`, failing once the server's
-/// stop cancelled what was in flight.
-struct ChannelRead {
-    read: ReadHalf<ChannelStream<Msg>>,
-    runtime: tokio::runtime::Handle,
-    timeout: std::time::Duration,
-    life: Arc<crate::lifecycle::Life>,
-}
-
-impl std::io::Read for ChannelRead {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        crate::transport::read_within(&self.runtime, &self.life, self.timeout, self.read.read(buf))
     }
 }
