@@ -46,3 +46,40 @@ fn a_pack_deleted_after_its_index_was_read_is_a_miss_not_an_error() {
         .unwrap_or_else(|err| panic!("a vanished pack is an error: {err:?}"));
     assert!(found.is_none(), "the object is gone with its pack");
 }
+
+/// What a server's object database sees over its life: every push adds a pack and every
+/// maintenance run replaces the packs with one, while readers (pack writers, which pin pack ids
+/// so a pack they read from is not unloaded) hold handles. gix-odb gives each index a slot and
+/// declares a new generation when it reuses an occupied one. Once every slot had been used, the
+/// new pack went into the very slot its predecessor was vacating: the slot list stayed equal, the
+/// generation changed, and `consolidate_with_disk_state` asserted ("if the generation changed, the
+/// slot index must have changed for sure") — a panic in the request that looked, and the slot's
+/// new pack then put on the removal list with the old one.
+#[test]
+fn packs_replaced_one_at_a_time_while_a_reader_pins_pack_ids_are_always_found() {
+    let (_tmp, repo) = gixd_tests::temp_repo(false);
+    let objects = repo.join(".git/objects");
+    let store = gix_odb::at(&objects, gix_hash::Kind::Sha1).unwrap();
+    let mut pinned = store.clone();
+    pinned.prevent_pack_unload();
+    // gix-odb starts with at least 32 slots; go around them more than once.
+    for round in 0..80 {
+        let content = format!("round {round}\n");
+        commit_files(&repo, &[("file.txt", content.as_bytes())], &format!("round {round}"));
+        git(&repo, &["repack", "-adq"]);
+        let blob = gix_hash::ObjectId::from_hex(git_out(&repo, &["rev-parse", "HEAD:file.txt"]).as_bytes()).unwrap();
+        for handle in [&store, &pinned] {
+            let mut buf = Vec::new();
+            let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                gix::prelude::Find::try_find(handle, &blob, &mut buf).map(|data| data.map(|data| data.data.to_vec()))
+            }));
+            let found = found.unwrap_or_else(|_| panic!("round {round}: looking up the new pack's object panicked"));
+            let data = found.unwrap_or_else(|err| panic!("round {round}: the read failed: {err:?}"));
+            assert_eq!(
+                data.as_deref(),
+                Some(content.as_bytes()),
+                "round {round}: the object of the pack that replaced the last one is not found"
+            );
+        }
+    }
+}
