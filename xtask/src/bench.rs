@@ -26,7 +26,7 @@ fn build_arm(root: &Path, arm: &str, queue: &Queue) -> Result<(PathBuf, Vec<Stri
         .arg(dir.join("target"));
     if arm == "patched" {
         cmd.args(["--features", "patched"]);
-        for (krate, _) in queue.crates() {
+        for (krate, _) in queue.published_crates() {
             let path = root.join("vendor").join(&krate);
             cmd.arg("--config").arg(format!("patch.crates-io.{krate}.path={:?}", path.display().to_string()));
         }
@@ -40,7 +40,7 @@ fn build_arm(root: &Path, arm: &str, queue: &Queue) -> Result<(PathBuf, Vec<Stri
     let lock: toml_edit::DocumentMut = std::fs::read_to_string(src.join("Cargo.lock"))?.parse()?;
     let packages = lock["package"].as_array_of_tables().context("arm lock packages")?;
     let mut built = Vec::new();
-    for (krate, version) in queue.crates() {
+    for (krate, version) in queue.published_crates() {
         let found: Vec<_> = packages.iter().filter(|p| p["name"].as_str() == Some(&krate)).collect();
         let [p] = found.as_slice() else {
             bail!("the {arm} arm holds {} versions of {krate}", found.len());

@@ -77,7 +77,7 @@ fn nextest(dir: &Path, tests: &[String], target: Option<&Path>) -> Result<(bool,
 
 /// A copy of the workspace (no target/) whose `[patch.crates-io]` takes `krate` from `tree`.
 /// Every workspace member is copied (as the root manifest lists them), and vendor/.
-fn workspace_without(root: &Path, ws: &Path, krate: &str, tree_dir: &Path) -> Result<()> {
+fn workspace_without(root: &Path, ws: &Path, krate: &str, unpublished: bool, tree_dir: &Path) -> Result<()> {
     let mut doc: toml_edit::DocumentMut = std::fs::read_to_string(root.join("Cargo.toml"))?.parse()?;
     let members: Vec<String> = doc["workspace"]["members"]
         .as_array()
@@ -95,7 +95,12 @@ fn workspace_without(root: &Path, ws: &Path, krate: &str, tree_dir: &Path) -> Re
     std::fs::copy(root.join("Cargo.lock"), ws.join("Cargo.lock"))?;
     let mut inline = toml_edit::InlineTable::new();
     inline.insert("path", tree_dir.display().to_string().into());
-    doc["patch"]["crates-io"][krate] = toml_edit::value(inline);
+    if unpublished {
+        // Not a patch of a registry crate: the workspace's own path dependency moves.
+        doc["workspace"]["dependencies"][krate] = toml_edit::value(inline);
+    } else {
+        doc["patch"]["crates-io"][krate] = toml_edit::value(inline);
+    }
     std::fs::write(ws.join("Cargo.toml"), doc.to_string())?;
     Ok(())
 }
@@ -150,7 +155,7 @@ pub fn run(root: &Path, only: Option<&str>) -> Result<()> {
             let verb = if dropped.len() == 1 { "builds" } else { "build" };
             label.push_str(&format!(" (also without {}, which {verb} on it)", dropped.join(", ")));
         }
-        workspace_without(root, &ws, &p.krate, &without)?;
+        workspace_without(root, &ws, &p.krate, p.version == crate::queue::UNPUBLISHED, &without)?;
         println!("{}: guard {} on {label} (without the patch)…", p.file, tests.join(", "));
         let (ok, text) = nextest(&ws, &tests, Some(&base.join("target")))?;
         let lines = evidence(&text);

@@ -950,7 +950,7 @@ fn stray_vendor_dirs(root: &Path, queue: &Queue) -> Result<Vec<String>> {
 }
 
 fn patch_table_wanted(queue: &Queue) -> Vec<(String, String)> {
-    let mut v: Vec<_> = queue.crates().into_iter().map(|(k, _)| (k.clone(), format!("vendor/{k}"))).collect();
+    let mut v: Vec<_> = queue.published_crates().into_iter().map(|(k, _)| (k.clone(), format!("vendor/{k}"))).collect();
     v.sort();
     v
 }
@@ -1002,12 +1002,12 @@ fn resolved_versions(root: &Path) -> Result<Vec<(String, String)>> {
     let deps = doc["workspace"]["dependencies"].as_table().context("[workspace.dependencies]")?;
     let entries: Vec<(String, String)> = deps
         .iter()
-        .filter(|(k, _)| k.starts_with("gix"))
+        .filter(|(k, v)| k.starts_with("gix") && v.get("path").is_none())
         .map(|(k, v)| (k.to_owned(), v.to_string().trim().to_owned()))
         .collect();
     let resolved = sync::resolve(&entries)?;
     let mut out = Vec::new();
-    for (krate, _) in queue.crates() {
+    for (krate, _) in queue.published_crates() {
         match resolved.get(&krate).map(Vec::as_slice) {
             Some([v]) => out.push((krate.clone(), v.clone())),
             None | Some([]) => bail!("{krate} is not in the resolved graph any more: remove its patches by hand"),

@@ -7,6 +7,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
+/// The version of a crate upstream has not published: its patch applies to an empty tree (the
+/// whole crate is the patch), the workspace depends on `vendor/<crate>` by path, and there is no
+/// stock arm to measure it against or release to rebase it onto.
+pub const UNPUBLISHED: &str = "0.0.0";
+
 /// One patch of the series.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Patch {
@@ -105,6 +110,12 @@ impl Queue {
             }
         }
         Ok(())
+    }
+
+    /// The patched crates that upstream has published (everything but [`UNPUBLISHED`] ones): the
+    /// ones reached through `[patch.crates-io]`, measured against a stock arm, rebased.
+    pub fn published_crates(&self) -> Vec<(String, String)> {
+        self.crates().into_iter().filter(|(_, v)| v != UNPUBLISHED).collect()
     }
 
     /// The patched crates with their version, in order of first appearance.

@@ -118,7 +118,7 @@ fn measured_behind(root: &Path, queue: &crate::queue::Queue) -> Result<Vec<Strin
     let Ok(Ok(doc)) = load(root, crate::bench::RESULTS, "") else { return Ok(Vec::new()) };
     let measured = measured_versions(&doc["conditions"]);
     let mut out = Vec::new();
-    for (krate, version) in queue.crates() {
+    for (krate, version) in queue.published_crates() {
         match measured.iter().find(|(k, _)| *k == krate) {
             Some((_, v)) if *v == version => {}
             Some((_, v)) => out.push(format!(

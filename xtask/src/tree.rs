@@ -39,6 +39,14 @@ pub fn pristine(cache: &Path, krate: &str, version: &str) -> Result<PathBuf> {
     if dest.join("Cargo.toml").is_file() {
         return Ok(dest);
     }
+    if version == crate::queue::UNPUBLISHED {
+        // Not on the registry: the crate's first patch creates every file of it.
+        if dest.exists() {
+            std::fs::remove_dir_all(&dest)?;
+        }
+        std::fs::create_dir_all(&dest)?;
+        return Ok(dest);
+    }
     let scratch = Scratch::new(&format!("fetch-{krate}-{version}"))?;
     let manifest = scratch.0.join("Cargo.toml");
     std::fs::create_dir_all(scratch.0.join("src"))?;
