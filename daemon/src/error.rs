@@ -87,6 +87,9 @@ pub enum ServeError {
     Disconnected,
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    /// The reftable stack could not be read (a damaged table, a `tables.list` that kept changing).
+    #[error("refs: {0}")]
+    Reftable(#[from] gix_reftable::Error),
 }
 
 /// Writing a pack (or an archive, or a repack) failed below the protocol: an error of the
@@ -130,7 +133,7 @@ pub use crate::client_text::{for_client, quoted};
 pub enum Unsupported {
     #[error("its core.repositoryformatversion is {0}; gixd reads versions 0 and 1")]
     Version(i64),
-    #[error("it stores refs in {0} (extensions.refStorage); gixd reads the files backend only")]
+    #[error("it stores refs in {0} (extensions.refStorage); gixd reads the files and reftable backends")]
     RefStorage(String),
     #[error("its object format is {0} (extensions.objectFormat); gixd knows sha1 and sha256")]
     ObjectFormat(String),

@@ -2,6 +2,7 @@
 //! process's own thread count, and syscall counts of a test re-run under strace.
 
 pub mod corpus;
+pub mod reftable_corpus;
 pub mod server;
 pub mod tls;
 

@@ -1,5 +1,6 @@
-//! A repository gixd cannot read is refused with the reason, never served as empty: reftable refs
-//! (`git init --ref-format=reftable`), an extension gixd does not know, and
+//! A repository gixd cannot read is refused with the reason, never served as empty: a ref storage
+//! backend gixd does not know (`extensions.refStorage`; files and reftable are read), an extension
+//! gixd does not know, and
 //! `core.repositoryformatversion = 2`. Clone, fetch, ls-remote and push over HTTP and git://,
 //! and archive over git://, each fail with a message naming the reason; maintenance leaves the
 //! repository untouched. Stock git's own answer on the same directory is shown beside each.
@@ -14,18 +15,14 @@ use gixd_tests::{commit_files, git, git_command};
 /// refusal must say).
 fn repositories(base: &Path) -> Vec<(&'static str, &'static str)> {
     let kinds = [
-        ("reftable", "refs in reftable"),
+        ("unknown-ref-storage", "refs in lmdb"),
         ("unknown-extension", "extensions.frobnicate"),
         ("format-version-2", "repositoryformatversion is 2"),
     ];
     for (name, _) in kinds {
         let dir = base.join(name);
         std::fs::create_dir_all(&dir).unwrap();
-        if name == "reftable" {
-            git(&dir, &["init", "-q", "--ref-format=reftable"]);
-        } else {
-            git(&dir, &["init", "-q"]);
-        }
+        git(&dir, &["init", "-q"]);
         commit_files(&dir, &[("README", b"history\n")], "first");
         let config = dir.join(".git/config");
         let config = config.to_str().unwrap();
@@ -33,6 +30,10 @@ fn repositories(base: &Path) -> Vec<(&'static str, &'static str)> {
             "unknown-extension" => {
                 git(&dir, &["config", "--file", config, "core.repositoryformatversion", "1"]);
                 git(&dir, &["config", "--file", config, "extensions.frobnicate", "true"]);
+            }
+            "unknown-ref-storage" => {
+                git(&dir, &["config", "--file", config, "core.repositoryformatversion", "1"]);
+                git(&dir, &["config", "--file", config, "extensions.refStorage", "lmdb"]);
             }
             "format-version-2" => {
                 git(&dir, &["config", "--file", config, "core.repositoryformatversion", "2"]);
@@ -99,12 +100,7 @@ fn repositories_gixd_cannot_read_are_refused_with_the_reason_on_every_service_an
     for (name, reason) in kinds {
         let (git_ok, git_says) = stock_git(&base.join(name));
         println!("{name}: stock git ls-remote {}: {git_says}", if git_ok { "lists" } else { "refuses" });
-        if name == "reftable" {
-            assert!(
-                git_ok && git_says.contains("refs/heads/main"),
-                "git reads a reftable repository's refs: {git_says}"
-            );
-        }
+        assert!(!git_ok, "stock git refuses {name} too: {git_says}");
         let http = format!("http://{}/{name}", server.addr);
         let http_push = format!("http://alice:{secret}@{}/{name}", server.addr);
         let git_url = format!("git://{git_addr}/{name}");
@@ -146,9 +142,9 @@ fn a_private_repository_gixd_cannot_read_is_not_found_to_those_who_may_not_read_
         c.exports = Exports::DaemonExportOk;
         c.git_listen = Some("127.0.0.1:0".parse().unwrap());
     });
-    let said = failing(tmp.path(), &["ls-remote", &format!("http://{}/reftable", server.addr)]);
-    assert!(!said.contains("reftable") || said.contains("'reftable' not found"), "{said}");
+    let said = failing(tmp.path(), &["ls-remote", &format!("http://{}/unknown-ref-storage", server.addr)]);
+    assert!(!said.contains("lmdb"), "{said}");
     assert!(said.contains("not found"), "{said}");
-    let said = failing(tmp.path(), &["ls-remote", &format!("git://{}/reftable", server.git_addr.unwrap())]);
-    assert!(!said.contains("refs in reftable"), "{said}");
+    let said = failing(tmp.path(), &["ls-remote", &format!("git://{}/unknown-ref-storage", server.git_addr.unwrap())]);
+    assert!(!said.contains("refs in lmdb"), "{said}");
 }

@@ -285,9 +285,14 @@ fn fetch_behind(recorder: &Recorder, repo: &Path, hash: Hash, urls: (&str, &str)
 }
 
 fn run_repository(hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String {
+    run_repository_in(&corpus::dir(), hashes, path_of)
+}
+
+/// [`run_repository`] with the repositories served from `base`.
+fn run_repository_in(base: &Path, hashes: &[Hash], path_of: impl Fn(Hash) -> PathBuf) -> String {
     let recorder = Arc::new(Recorder::default());
     let tap = recorder.clone();
-    let base = corpus::dir();
+    let base = base.to_owned();
     // Served before its repositories are built: the directory must be there (a fresh checkout).
     std::fs::create_dir_all(&base).unwrap();
     let server = serve_tapped(&base, Some(tap), |_| {});
@@ -493,7 +498,12 @@ fn bitmapped_copy(dir: &Path, repo: &Path) -> PathBuf {
     }
     let scratch = dir.join(format!(".build-{}-{}", repo.file_name().unwrap().to_string_lossy(), std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
-    git_ok(dir, &["clone", "-q", "--mirror", "--no-local", repo.to_str().unwrap(), scratch.to_str().unwrap()]);
+    // A reftable repository's copy keeps its refs in reftable.
+    let ref_format = if repo.join("reftable").is_dir() { "--ref-format=reftable" } else { "--ref-format=files" };
+    git_ok(
+        dir,
+        &["clone", "-q", "--mirror", "--no-local", ref_format, repo.to_str().unwrap(), scratch.to_str().unwrap()],
+    );
     if repo.join("objects/pack/multi-pack-index").is_file() {
         // git's answer from a MIDX bitmap differs from run to run (three clones of the midx
         // corpus, three packs): the copy's deltas are searched anew on one thread and every object
@@ -554,6 +564,30 @@ corpus_cases! {
     wire_real_shapes => "real-shapes",
     wire_pushed_packs => "pushed-packs",
     wire_midx => "midx",
+}
+
+/// Reftable twins of corpus repositories (annotated tags, many refs, HEAD on another branch, an
+/// unborn HEAD): served from their own base under the same names, each is held to its
+/// files-backend twin's snapshot — the same bytes for every case — and to git's advertisements.
+macro_rules! reftable_cases {
+    ($($test:ident => $name:literal),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                let base = gixd_tests::reftable_corpus::dir();
+                std::fs::create_dir_all(&base).unwrap();
+                let snapshot = run_repository_in(&base, &Hash::ALL, |hash| gixd_tests::reftable_corpus::ensure($name, hash));
+                insta::assert_snapshot!($name, snapshot);
+            }
+        )*
+    };
+}
+
+reftable_cases! {
+    wire_reftable_empty => "empty",
+    wire_reftable_tags => "tags",
+    wire_reftable_many_refs => "many-refs",
+    wire_reftable_head_elsewhere => "head-elsewhere",
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Whether gixd can read a repository at all: git's repository format (`core.repositoryformatversion`
 //! and the `extensions.*` that version 1 makes binding). gixd reads refs and objects itself, so a
-//! repository that keeps them where gixd does not look (reftable refs, a promisor's missing
+//! repository that keeps them where gixd does not look (a ref backend other than files and
+//! reftable, a promisor's missing
 //! objects, a second hash) would be served as empty or incomplete; such a repository is refused
 //! with the reason instead, on every service and in maintenance.
 
@@ -56,7 +57,8 @@ pub fn check(git_dir: &Path) -> Result<Format, Unsupported> {
                         _ => return Err(Unsupported::ObjectFormat(value)),
                     }
                 }
-                "refstorage" if value.eq_ignore_ascii_case("files") => {}
+                // Both backends are read through the ref-storage seam (`ref_store`).
+                "refstorage" if value.eq_ignore_ascii_case("files") || value.eq_ignore_ascii_case("reftable") => {}
                 "refstorage" => return Err(Unsupported::RefStorage(value)),
                 // A partial clone names its promisor remote; the extension with no value is no promise.
                 "partialclone" if !value.is_empty() => return Err(Unsupported::PartialClone),
@@ -107,7 +109,11 @@ mod tests {
         );
         assert_eq!(
             with_config("[core]\n\trepositoryformatversion = 1\n[extensions]\n\trefstorage = reftable\n"),
-            Err(Unsupported::RefStorage("reftable".into()))
+            Ok(Format::default())
+        );
+        assert_eq!(
+            with_config("[core]\n\trepositoryformatversion = 1\n[extensions]\n\trefstorage = lmdb\n"),
+            Err(Unsupported::RefStorage("lmdb".into()))
         );
         assert_eq!(with_config("[core]\n\trepositoryformatversion = 2\n"), Err(Unsupported::Version(2)));
         assert_eq!(

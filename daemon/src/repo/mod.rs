@@ -17,6 +17,7 @@ pub mod listing;
 mod loose;
 pub mod midx;
 mod paths;
+pub mod ref_store;
 mod refs;
 
 pub use listing::repositories_below;

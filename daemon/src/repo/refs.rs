@@ -7,6 +7,7 @@ use std::hash::{Hash, Hasher};
 use gix::bstr::{BString, ByteSlice};
 use gix_hash::ObjectId;
 
+use super::ref_store::{RefStore, StoredHead};
 use super::*;
 use crate::error::ServeError;
 
@@ -112,22 +113,24 @@ pub(super) fn stored_refs(repo: &gix::Repository) -> Result<Vec<(BString, Stored
 }
 
 /// A fingerprint of everything [`RefSnapshot::load`] reads but the objects (an id fixes what a
-/// tag peels to): packed-refs by its stat, as git and gix trust it (a rewrite is a new file:
+/// tag peels to): a reftable stack by its `tables.list`; else packed-refs by its stat, as git and gix trust it (a rewrite is a new file:
 /// new inode, size or times); every loose ref's path and bytes ([`loose_refs_state`]); HEAD;
 /// and the settings that hide refs or widen wants. What a request is answered from is
 /// keyed by it (the ref snapshot, the pack cache).
 pub fn upload_ref_state(repo: &gix::Repository) -> Result<u64, ServeError> {
     use std::os::unix::fs::MetadataExt;
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    match std::fs::metadata(repo.common_dir().join("packed-refs")) {
-        Ok(m) => (m.dev(), m.ino(), m.len(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()).hash(&mut h),
-        Err(_) => "no packed-refs".hash(&mut h),
-    }
-    loose_refs_state(&repo.common_dir().join("refs")).map_err(ServeError::Io)?.hash(&mut h);
-    match repo.head_name() {
-        Ok(Some(name)) => name.as_bstr().hash(&mut h),
-        Ok(None) => repo.head_id().ok().map(|id| id.detach()).hash(&mut h),
-        Err(_) => "no HEAD".hash(&mut h),
+    if !RefStore::of(repo).hash_state(&mut h)? {
+        match std::fs::metadata(repo.common_dir().join("packed-refs")) {
+            Ok(m) => (m.dev(), m.ino(), m.len(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()).hash(&mut h),
+            Err(_) => "no packed-refs".hash(&mut h),
+        }
+        loose_refs_state(&repo.common_dir().join("refs")).map_err(ServeError::Io)?.hash(&mut h);
+        match repo.head_name() {
+            Ok(Some(name)) => name.as_bstr().hash(&mut h),
+            Ok(None) => repo.head_id().ok().map(|id| id.detach()).hash(&mut h),
+            Err(_) => "no HEAD".hash(&mut h),
+        }
     }
     hide_refs_patterns(repo, "uploadpack.hideRefs").hash(&mut h);
     WantPolicy::read(repo).hash(&mut h);
@@ -225,12 +228,18 @@ impl RefSnapshot {
     }
 
     fn load_hiding(repo: &gix::Repository, service_key: Option<&str>) -> Result<RefSnapshot, ServeError> {
-        let stored = stored_refs(repo)?;
+        let store = RefStore::of(repo);
+        let (stored, stored_head) = store.stored(repo)?;
+        let follow = |target: &gix::bstr::BStr| match store {
+            RefStore::Files => follow_symbolic(repo, target),
+            RefStore::Reftable(_) => follow_in(&stored, target),
+        };
         let mut refs = Vec::with_capacity(stored.len());
-        for (name, stored) in stored {
-            let (id, symref_target) = match stored.target {
-                gix::refs::Target::Object(id) => (id, None),
-                gix::refs::Target::Symbolic(target) => match follow_symbolic(repo, target.as_bstr()) {
+        for (name, stored) in &stored {
+            let name = name.clone();
+            let (id, symref_target) = match &stored.target {
+                gix::refs::Target::Object(id) => (*id, None),
+                gix::refs::Target::Symbolic(target) => match follow(target.as_bstr()) {
                     Some(id) => (id, Some(target.as_bstr().to_owned())),
                     None => continue,
                 },
@@ -249,16 +258,13 @@ impl RefSnapshot {
             let hidden = hide_refs_patterns(repo, key);
             refs.retain(|r| !is_hidden(&r.name, &hidden));
         }
-        let head = match repo.head_name() {
-            Ok(Some(target)) => match refs.iter().find(|r| r.name == target.as_bstr()) {
-                Some(r) => HeadState::Symbolic { target: target.as_bstr().to_owned(), id: r.id },
-                None => HeadState::Unborn { target: target.as_bstr().to_owned() },
+        let head = match stored_head {
+            StoredHead::Symbolic(target) => match refs.iter().find(|r| r.name == target) {
+                Some(r) => HeadState::Symbolic { id: r.id, target },
+                None => HeadState::Unborn { target },
             },
-            Ok(None) => match repo.head_id() {
-                Ok(id) => HeadState::Detached { id: id.detach() },
-                Err(_) => HeadState::Missing,
-            },
-            Err(_) => HeadState::Missing,
+            StoredHead::Detached(id) => HeadState::Detached { id },
+            StoredHead::Missing => HeadState::Missing,
         };
         Ok(RefSnapshot { head, refs, object_hash: repo.object_hash(), wants: WantPolicy::read(repo) })
     }
@@ -358,6 +364,19 @@ pub fn is_hidden(name: &[u8], patterns: &[BString]) -> bool {
         }
     }
     false
+}
+
+/// Follow a symbolic ref to an object through `stored` (a few levels, as git does).
+fn follow_in(stored: &[(BString, StoredRef)], target: &gix::bstr::BStr) -> Option<ObjectId> {
+    let mut target: BString = target.to_owned();
+    for _ in 0..5 {
+        let at = stored.binary_search_by(|(name, _)| name.as_bstr().cmp(target.as_bstr())).ok()?;
+        match &stored[at].1.target {
+            gix::refs::Target::Object(id) => return Some(*id),
+            gix::refs::Target::Symbolic(next) => target = next.as_bstr().to_owned(),
+        }
+    }
+    None
 }
 
 /// Follow a symbolic ref to an object (a few levels, as git does).
