@@ -52,7 +52,8 @@
 //!   which objects a client may read; [`shallow`] — where a shallow request cuts history;
 //!   [`bitmap`] — git's pack bitmaps, for selection without a walk.
 //! - [`repo`] — repository access: URL path to repository under the base path, export rules,
-//!   the ref snapshot, per-repository caches (`repo::cache`), git's commit-graph read and
+//!   the ref snapshot, where refs are kept (`repo::ref_store`: the files backend or a reftable
+//!   stack, and a reftable transaction), per-repository caches (`repo::cache`), git's commit-graph read and
 //!   verified for walks (`repo::commit_graph`); [`packs`] — the pack files, so an entry is copied
 //!   without being inflated to find its end; [`ref_locks`] — the ref lock files a push or a
 //!   maintenance run holds, noted so that a kill does not leave them for good.

@@ -205,6 +205,9 @@ enum RepoCmd {
         path: String,
         #[arg(long, value_parser = ["sha1", "sha256"], default_value = "sha1")]
         object_format: String,
+        /// Where its refs are kept: loose files and packed-refs, or reftable (git 3.0's default).
+        #[arg(long, value_parser = ["files", "reftable"], default_value = "files")]
+        ref_format: String,
         /// Anyone may read it (writes git daemon's export marker).
         #[arg(long)]
         public: bool,
@@ -352,9 +355,10 @@ fn main() -> std::process::ExitCode {
 /// `gixd repo create|list`.
 fn repo(command: RepoCmd) -> Result<(), Box<dyn std::error::Error>> {
     match command {
-        RepoCmd::Create { path, object_format, public, description, base } => {
+        RepoCmd::Create { path, object_format, ref_format, public, description, base } => {
             let object_hash = if object_format == "sha256" { gix_hash::Kind::Sha256 } else { gix_hash::Kind::Sha1 };
-            let options = gixd::repo::create::Options { object_hash, public, description };
+            let reftable = ref_format == "reftable";
+            let options = gixd::repo::create::Options { object_hash, public, description, reftable };
             let made = gixd::repo::create::create(&base.path()?, &path, &options)?;
             println!("{}", made.display());
         }

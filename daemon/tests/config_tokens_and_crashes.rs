@@ -235,6 +235,45 @@ fn a_push_killed_holding_its_ref_locks_leaves_none_after_the_next_start() {
     assert!(fsck.status.success() && fsck.stdout.is_empty(), "{}", String::from_utf8_lossy(&fsck.stdout));
 }
 
+/// The same on a reftable repository: the one lock of a reftable transaction is
+/// `reftable/tables.list.lock`; killed while holding it, the next start removes it (and only a
+/// lock that is still the killed push's), the stack is as before, and the push then lands as
+/// one more table that git verifies.
+#[test]
+fn a_push_to_a_reftable_repository_killed_holding_tables_list_lock_leaves_none_after_the_next_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, config, work, secret) = setup(tmp.path());
+    git_ok(&repo, &["refs", "migrate", "--ref-format=reftable"]);
+    let server = serve(&config);
+    git_ok(&work, &["push", "-q", &format!("http://ci:{secret}@{}/r.git", server.addr), "main"]);
+    drop(server);
+    let old = git_ok(&repo, &["rev-parse", "main"]);
+    let list = std::fs::read(repo.join("reftable/tables.list")).unwrap();
+    std::fs::write(work.join("b"), "b\n").unwrap();
+    git_ok(&work, &["add", "b"]);
+    git_ok(&work, &["commit", "-q", "-m", "two"]);
+    let new = git_ok(&work, &["rev-parse", "main"]);
+    let lock = repo.join("reftable/tables.list.lock");
+
+    let mut server = serve_with(&config, &[("GIXD_TEST_KILL_AT", "push-refs-locked")]);
+    let pushed = git(&work, &["push", &format!("http://ci:{secret}@{}/r.git", server.addr), "main"]);
+    assert!(!pushed.status.success(), "the server died inside the push");
+    let status = server.child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "killed at its kill point: {status:?}");
+    assert!(lock.is_file(), "killed inside the lock window: tables.list.lock is there");
+    assert_eq!(git_ok(&repo, &["rev-parse", "main"]), old, "the ref did not move");
+    assert_eq!(std::fs::read(repo.join("reftable/tables.list")).unwrap(), list, "no table was added");
+
+    let server = serve(&config);
+    assert!(!lock.exists(), "the next start removed the killed push's tables.list.lock");
+    git_ok(&work, &["push", "-q", &format!("http://ci:{secret}@{}/r.git", server.addr), "main"]);
+    assert_eq!(git_ok(&repo, &["rev-parse", "main"]), new, "the push goes through");
+    git_ok(&repo, &["refs", "verify", "--strict"]);
+    let fsck = git(&repo, &["fsck", "--full", "--strict", "--no-dangling"]);
+    assert!(fsck.status.success() && fsck.stdout.is_empty(), "{}", String::from_utf8_lossy(&fsck.stdout));
+}
+
 /// What the configuration file says stands unless a flag says otherwise: a boolean flag that is
 /// not given (`--strict-paths`) or an optional one (`--user-path`) must not reset the file's
 /// value to the flag's default.

@@ -1,5 +1,5 @@
 //! Making repositories on a gixd server, both ways: `gixd repo create` (SHA-1 and SHA-256,
-//! public or private), then clone and push with stock git; `gixd repo list`; and push-to-create,
+//! files or reftable refs, public or private), then clone and push with stock git; `gixd repo list`; and push-to-create,
 //! off by default: a push to a missing path creates the repository for a token made with
 //! `--create` whose glob matches it, and for no one else (anonymous, a write token without
 //! `--create`, a path outside its glob, a path outside the base); a second creator racing the first
@@ -73,6 +73,15 @@ fn repo_create_makes_sha1_and_sha256_repositories_stock_git_clones_and_pushes_an
     let made = gixd_ok(&["repo", "create", "team/one", "--public", "--description", "the first", &base_arg]);
     assert_eq!(PathBuf::from(&made), base.canonicalize().unwrap().join("team/one.git"));
     gixd_ok(&["repo", "create", "team/two.git", "--object-format", "sha256", &base_arg]);
+    gixd_ok(&["repo", "create", "team/three", "--ref-format", "reftable", &base_arg]);
+    let three = base.join("team/three.git");
+    assert_eq!(git_ok(&three, &["rev-parse", "--show-ref-format"]), "reftable");
+    assert_eq!(
+        git_ok(&three, &["symbolic-ref", "HEAD"]),
+        git_ok(&base.join("team/one.git"), &["symbolic-ref", "HEAD"]),
+        "HEAD names the branch a files repository's does"
+    );
+    git_ok(&three, &["refs", "verify", "--strict"]);
     let again = gixd(&["repo", "create", "team/one", &base_arg]);
     assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("exists already"));
     for bad in ["../escape", "team/one.git/inner", ".hidden"] {
@@ -94,7 +103,7 @@ fn repo_create_makes_sha1_and_sha256_repositories_stock_git_clones_and_pushes_an
     let tokens = tmp.path().join("tokens.toml");
     let secret = token(&tokens, "team/*", &["--write"]);
     let server = serve(&base, &tokens, &[], &[]);
-    for (name, format) in [("one", "sha1"), ("two", "sha256")] {
+    for (name, format) in [("one", "sha1"), ("two", "sha256"), ("three", "sha1")] {
         let work = work(tmp.path(), name, format);
         let url = format!("http://alice:{secret}@{}/team/{name}.git", server.addr);
         git_ok(&work, &["push", "-q", &url, "main"]);
@@ -103,6 +112,9 @@ fn repo_create_makes_sha1_and_sha256_repositories_stock_git_clones_and_pushes_an
         assert_eq!(git_ok(&clone, &["rev-parse", "HEAD"]), git_ok(&work, &["rev-parse", "HEAD"]), "{name}");
         assert_eq!(git_ok(&clone, &["rev-parse", "--show-object-format"]), format);
     }
+    git_ok(&three, &["refs", "verify", "--strict"]);
+    let fsck = git(&three, &["fsck", "--full", "--strict", "--no-dangling"]);
+    assert!(fsck.status.success() && fsck.stdout.is_empty(), "{}", String::from_utf8_lossy(&fsck.stdout));
     let list = gixd_ok(&["repo", "list", &base_arg]);
     assert!(!list.contains(" 0\n") && !list.trim_end().ends_with(" 0"), "sizes grew with the pushes: {list}");
 }

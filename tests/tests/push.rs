@@ -1041,9 +1041,24 @@ fn two_replicas_on_one_filesystem_agree_on_every_ref_through_racing_pushes_and_m
 /// the repository's refs.
 #[test]
 fn a_soak_of_two_replicas_and_stock_git_loses_no_update_and_fails_no_operation() {
+    soak(false);
+}
+
+/// The same soak on a repository whose refs are in reftable: gixd's transactions and git's
+/// append tables to one stack under `tables.list.lock` (and compact it) at once.
+#[test]
+fn a_soak_of_two_replicas_and_stock_git_on_a_reftable_repository_loses_no_update() {
+    soak(true);
+}
+
+fn soak(reftable: bool) {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let seconds: u64 = std::env::var("GIXD_SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
     let f = Fixture::new();
+    if reftable {
+        git(&f.repo(), &["refs", "migrate", "--ref-format=reftable"]);
+        assert!(f.repo().join("reftable/tables.list").is_file());
+    }
     let replica = f.replica();
     let secret = f.token("*", true);
     let seed = f.work("seed", 3);

@@ -34,7 +34,10 @@ pub fn write(repo: &gix::Repository, objects_dir: &Path, tips: &[ObjectId]) -> R
     let git_dir = repo.git_dir();
     let declined = git_dir.join("shallow").exists()
         || info.join("grafts").exists()
-        || repo.refs.iter()?.prefixed(b"refs/replace/".try_into().expect("valid"))?.next().is_some();
+        || match crate::repo::ref_store::RefStore::of(repo).reftable_has_prefix("refs/replace/")? {
+            Some(has) => has,
+            None => repo.refs.iter()?.prefixed(b"refs/replace/".try_into().expect("valid"))?.next().is_some(),
+        };
     let commits = if declined { None } else { commits(repo, tips)? };
     let Some(mut commits) = commits else {
         remove(&info);

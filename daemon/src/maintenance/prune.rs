@@ -207,6 +207,7 @@ fn live_roots(
     let refs = crate::repo::RefSnapshot::load_hiding_nothing(repo)?;
     roots.extend(refs.tips());
     roots.extend(reflog_values(&repo.git_dir().join("logs")));
+    roots.extend(crate::repo::ref_store::RefStore::of(repo).reftable_log_values()?);
     Ok(Roots { ids: roots, quarantines })
 }
 

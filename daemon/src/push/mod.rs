@@ -20,7 +20,8 @@ use gix_hash::ObjectId;
 use gix_object::Kind;
 
 use crate::error::ServeError;
-use crate::repo::RefSnapshot;
+use crate::repo::ref_store::{Edit, LogEntry, RefStore, reftable_transaction};
+use crate::repo::{HeadState, RefSnapshot};
 use crate::session::Context;
 use commands::{Connectivity, check_command};
 use objects::{LimitedRead, check_objects};
@@ -342,7 +343,10 @@ fn check_commands(
     let refs = RefSnapshot::load_for_push(repo)?;
     let all_refs = RefSnapshot::load_hiding_nothing(repo)?;
     let rules = Rules::read(repo);
-    let head_target = repo.head_name().ok().flatten().map(|n| n.as_bstr().to_string());
+    let head_target = match &all_refs.head {
+        HeadState::Symbolic { target, .. } | HeadState::Unborn { target } => Some(target.to_string()),
+        _ => None,
+    };
     let mut named = std::collections::HashSet::new();
     let mut known = Connectivity::new(repo);
     known.received_complete = received_complete;
@@ -443,16 +447,15 @@ fn update_refs(
     let committer_email = format!("{who}@gixd");
     let time = gix::date::Time::now_local_or_utc().to_string();
     let committer = gix::actor::SignatureRef { name: who.into(), email: committer_email.as_str().into(), time: &time };
-    let edit = |command: &RefUpdate| edit_for(command, who);
     if req.atomic {
-        let edits: Vec<_> = req.updates.iter().map(edit).collect();
-        if let Err(err) = edit_refs(repo, quarantine, edits, committer) {
+        let edits: Vec<_> = req.updates.iter().collect();
+        if let Err(err) = edit_refs(repo, quarantine, &edits, committer) {
             // The commands that broke a rule say which; the others failed with them.
             for (command, result) in req.updates.iter().zip(results.iter_mut()) {
                 *result = Err(ref_refusal(repo, command).unwrap_or(Refusal::Atomic));
             }
             if results.iter().all(|r| r == &Err(Refusal::Atomic)) {
-                results.iter_mut().for_each(|r| *r = Err(Refusal::Transaction(error_chain(&err))));
+                results.iter_mut().for_each(|r| *r = Err(Refusal::Transaction(error_chain(err.as_ref()))));
             }
         }
     } else {
@@ -463,15 +466,15 @@ fn update_refs(
         let standing: Vec<&RefUpdate> =
             req.updates.iter().zip(results.iter()).filter(|(_, r)| r.is_ok()).map(|(c, _)| c).collect();
         let batched = standing.len() > 1;
-        if batched && edit_refs(repo, quarantine, standing.into_iter().map(edit).collect(), committer).is_ok() {
+        if batched && edit_refs(repo, quarantine, &standing, committer).is_ok() {
             return;
         }
         for (command, result) in req.updates.iter().zip(results.iter_mut()) {
             if result.is_ok()
                 && !(batched && holds_new_value(repo, command))
-                && let Err(err) = edit_refs(repo, quarantine, vec![edit(command)], committer)
+                && let Err(err) = edit_refs(repo, quarantine, &[command], committer)
             {
-                *result = Err(ref_refusal(repo, command).unwrap_or_else(|| Refusal::Update(error_chain(&err))));
+                *result = Err(ref_refusal(repo, command).unwrap_or_else(|| Refusal::Update(error_chain(err.as_ref()))));
             }
         }
     }
@@ -480,12 +483,7 @@ fn update_refs(
 /// Whether the ref an update (not a delete: a ref that is missing may have been missing all
 /// along) names already holds the update's new value.
 fn holds_new_value(repo: &gix::Repository, command: &RefUpdate) -> bool {
-    !command.is_delete()
-        && repo
-            .try_find_reference(command.name.as_str())
-            .ok()
-            .flatten()
-            .is_some_and(|r| r.target().try_id().is_some_and(|id| id == command.new))
+    !command.is_delete() && RefStore::of(repo).value(repo, &command.name) == Some(command.new)
 }
 
 /// post-receive and post-update, when a ref moved; how many did.
@@ -514,13 +512,24 @@ fn hooks_after(
 
 /// One ref transaction: every lock taken (with the compare-and-swap checked under it), then all
 /// changes made. Between the two the quarantine records which lock files are this push's, so a
-/// start after this process was killed there removes them (and no one else's).
+/// start after this process was killed there removes them (and no one else's). A reftable
+/// repository's transaction is one table ([`crate::repo::ref_store::reftable_transaction`]).
 fn edit_refs(
     repo: &gix::Repository,
     quarantine: &Quarantine,
-    edits: Vec<gix::refs::transaction::RefEdit>,
+    commands: &[&RefUpdate],
     committer: gix::actor::SignatureRef<'_>,
-) -> Result<(), gix_error::Error> {
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    if let RefStore::Reftable(dir) = RefStore::of(repo) {
+        let edits: Vec<Edit<'_>> =
+            commands.iter().map(|c| Edit { name: c.name.as_str(), old: c.old, new: c.new }).collect();
+        let message = format!("push by {}", committer.name);
+        let (name, email) = (committer.name.to_str_lossy(), committer.email.to_str_lossy());
+        let log = LogEntry { name: &name, email: &email, message: &message };
+        return Ok(reftable_transaction(repo, &dir, &edits, &log, quarantine)?);
+    }
+    let who = committer.name.to_string();
+    let edits = commands.iter().map(|c| edit_for(c, &who)).collect::<Vec<_>>();
     let timeout = |key: &str, default_ms: u64| {
         use gix::lock::acquire::Fail;
         match repo.config_snapshot().integer(key) {
@@ -541,14 +550,14 @@ fn edit_refs(
         Ok(locked) => locked,
         Err(err) => {
             quarantine.forget_ref_locks(); // it took none: gix-ref let go of what it had
-            return Err(err);
+            return Err(err.into());
         }
     };
     quarantine.note_ref_locks(&crate::ref_locks::held_for(repo, &names, false));
     crate::kill_point("push-refs-locked");
     let committed = locked.commit(Some(committer));
     quarantine.forget_ref_locks();
-    committed.map(drop)
+    Ok(committed.map(drop)?)
 }
 
 /// Which rule a refused ref update broke, read from the refs as they are now (the transaction's
@@ -557,10 +566,8 @@ fn ref_refusal(repo: &gix::Repository, command: &RefUpdate) -> Option<Refusal> {
     let name = command.name.as_str();
     // What the ref holds, as the command's old value names it (an annotated tag's own id, not
     // the commit it peels to).
-    let current = repo.try_find_reference(name).ok().flatten().and_then(|mut r| match r.target().try_id() {
-        Some(id) => Some(id.to_owned()),
-        None => r.peel_to_id().ok().map(|id| id.detach()),
-    });
+    let store = RefStore::of(repo);
+    let current = store.value(repo, name);
     match current {
         Some(_) if command.old.is_null() => return Some(Refusal::AlreadyExists),
         Some(current) if current != command.old => return Some(Refusal::Stale { current, expected: command.old }),
@@ -568,8 +575,7 @@ fn ref_refusal(repo: &gix::Repository, command: &RefUpdate) -> Option<Refusal> {
         _ => {}
     }
     // A directory/file conflict: `refs/heads/a` blocks `refs/heads/a/b` and the other way round.
-    let refs = repo.references().ok()?;
-    let existing = refs.all().ok()?.flatten().map(|r| r.name().as_bstr().to_string()).find(|other| {
+    let existing = store.names(repo).into_iter().find(|other| {
         other != name && (name.starts_with(&format!("{other}/")) || other.starts_with(&format!("{name}/")))
     })?;
     Some(Refusal::DirectoryFile { existing, name: name.to_owned() })

@@ -184,6 +184,20 @@ pub fn clean_stale(objects_dir: &Path) -> usize {
     removed
 }
 
+impl crate::repo::ref_store::LockNotes for Quarantine {
+    fn intend(&self, paths: &[PathBuf]) {
+        self.intend_ref_locks(paths);
+    }
+
+    fn note(&self, paths: &[PathBuf]) {
+        self.note_ref_locks(paths);
+    }
+
+    fn forget(&self) {
+        self.forget_ref_locks();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,11 +18,13 @@ pub struct Options {
     /// Exported: anyone may read it (the `git-daemon-export-ok` marker).
     pub public: bool,
     pub description: Option<String>,
+    /// Refs in reftable (`git init --ref-format=reftable`) instead of files.
+    pub reftable: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { object_hash: gix_hash::Kind::Sha1, public: false, description: None }
+        Options { object_hash: gix_hash::Kind::Sha1, public: false, description: None, reftable: false }
     }
 }
 
@@ -181,12 +183,41 @@ fn init(dir: &Path, options: &Options) -> Result<(), String> {
     std::fs::create_dir(&hooks).map_err(|err| err.to_string())?;
     let mut config = std::fs::read_to_string(dir.join("config")).map_err(|err| err.to_string())?;
     config.push_str("[receive]\n\tfsckObjects = true\n");
+    if options.reftable {
+        config = config.replace("repositoryformatversion = 0", "repositoryformatversion = 1");
+        config.push_str("[extensions]\n\trefStorage = reftable\n");
+        to_reftable(dir, options.object_hash)?;
+    }
     write(dir.join("config"), &config)?;
     let description = options.description.as_deref().unwrap_or("Unnamed repository; edit this file to name it.");
     write(dir.join("description"), &format!("{}\n", description.trim_end()))?;
     if options.public {
         write(dir.join(super::EXPORT_OK), "")?;
     }
+    Ok(())
+}
+
+/// The ref storage of a new repository made reftable, as `git init --ref-format=reftable` lays
+/// it out: HEAD a symref record of the stack's first table, the `HEAD` file and `refs/heads` the
+/// placeholders that keep older git from taking the directory for something else.
+fn to_reftable(dir: &Path, object_hash: gix_hash::Kind) -> Result<(), String> {
+    let text = |err: &dyn std::fmt::Display| err.to_string();
+    let head = std::fs::read_to_string(dir.join("HEAD")).map_err(|e| text(&e))?;
+    let target = head.trim_end().strip_prefix("ref: ").ok_or("a new repository's HEAD is symbolic")?.to_owned();
+    let tables = dir.join("reftable");
+    std::fs::create_dir(&tables).map_err(|e| text(&e))?;
+    let record = gix_reftable::RefRecord {
+        name: "HEAD".into(),
+        update_index: 0,
+        value: gix_reftable::RefValue::Symref(target.into()),
+    };
+    let lock = gix_reftable::Stack::lock(&tables, std::time::Duration::ZERO).map_err(|e| text(&e))?;
+    lock.commit(vec![record], Vec::new(), gix_reftable::Options::new(object_hash)).map_err(|e| text(&e))?;
+    std::fs::write(dir.join("HEAD"), "ref: refs/heads/.invalid\n").map_err(|e| text(&e))?;
+    let refs = dir.join("refs");
+    std::fs::remove_dir_all(&refs).map_err(|e| text(&e))?;
+    std::fs::create_dir(&refs).map_err(|e| text(&e))?;
+    std::fs::write(refs.join("heads"), "this repository uses the reftable format\n").map_err(|e| text(&e))?;
     Ok(())
 }
 

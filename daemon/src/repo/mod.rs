@@ -281,7 +281,7 @@ mod tests {
     use gix::bstr::BString;
     use gix_hash::ObjectId;
 
-    use super::refs::{Peel, stored_refs};
+    use super::ref_store::{Peel, files_refs as stored_refs};
     use super::*;
 
     fn with_packed_refs(header: &str) -> (tempfile::TempDir, gix::Repository, Vec<ObjectId>, ObjectId) {

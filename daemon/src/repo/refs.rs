@@ -7,7 +7,7 @@ use std::hash::{Hash, Hasher};
 use gix::bstr::{BString, ByteSlice};
 use gix_hash::ObjectId;
 
-use super::ref_store::{RefStore, StoredHead};
+use super::ref_store::{Peel, RefStore, StoredHead, StoredRef};
 use super::*;
 use crate::error::ServeError;
 
@@ -42,76 +42,6 @@ pub enum HeadState {
     Missing,
 }
 
-/// Every ref as stored: the packed ones (with what packed-refs knows of their peeled value)
-/// overridden by loose ones of the same name, sorted by name. packed-refs is decoded once (the
-/// merged iterator of gix-ref decodes it too, so reading it for its peel knowledge as well
-/// decoded it twice — a fifth of a no-op fetch on git.git's thousand tags). packed-refs is
-/// sorted already (git writes it so), the loose refs are few: a merge of two sorted lists, where
-/// inserting every ref into a map was a seventh of that no-op fetch.
-pub(super) fn stored_refs(repo: &gix::Repository) -> Result<Vec<(BString, StoredRef)>, ServeError> {
-    let mut packed: Vec<(BString, StoredRef)> = Vec::new();
-    if let Ok(Some(buffer)) = repo.refs.cached_packed_buffer() {
-        // Under the `fully-peeled` trait (every git since 1.8 writes it), a packed ref without a
-        // `^` line is known to peel to itself, and git trusts that instead of reading the object.
-        let fully_peeled = (|| -> Option<bool> {
-            use std::io::Read;
-            let mut head = [0u8; 1024];
-            let n = std::fs::File::open(repo.common_dir().join("packed-refs")).ok()?.read(&mut head).ok()?;
-            let first = head[..n].split(|b| *b == b'\n').next()?;
-            let traits = first.strip_prefix(b"# pack-refs with:")?;
-            Some(traits.split(|b| b.is_ascii_whitespace()).any(|t| t == b"fully-peeled"))
-        })() == Some(true);
-        // One line per ref at most (peeled values take a second): sized once, not grown.
-        packed.reserve(AsRef::<[u8]>::as_ref(&**buffer).iter().filter(|b| **b == b'\n').count());
-        if let Ok(iter) = buffer.iter() {
-            for reference in iter.flatten() {
-                let peeled = match reference.object {
-                    Some(_) => Peel::To(reference.object()),
-                    None if fully_peeled => Peel::Itself,
-                    None => Peel::Unknown,
-                };
-                packed.push((
-                    reference.name.as_bstr().to_owned(),
-                    StoredRef { target: gix::refs::Target::Object(reference.target()), peel: peeled },
-                ));
-            }
-        }
-    }
-    let mut loose: Vec<(BString, StoredRef)> = Vec::new();
-    for reference in repo.refs.loose_iter().map_err(ServeError::Io)?.flatten() {
-        loose.push((reference.name.as_bstr().to_owned(), StoredRef { target: reference.target, peel: Peel::Unknown }));
-    }
-    for list in [&mut packed, &mut loose] {
-        if !list.is_sorted_by(|a, b| a.0 < b.0) {
-            list.sort_by(|a, b| a.0.cmp(&b.0));
-            list.dedup_by(|later, earlier| later.0 == earlier.0);
-        }
-    }
-    if loose.is_empty() {
-        return Ok(packed);
-    }
-    // Merge by name; a loose ref overrides the packed one of the same name.
-    let mut out = Vec::with_capacity(packed.len() + loose.len());
-    let (mut packed, mut loose) = (packed.into_iter().peekable(), loose.into_iter().peekable());
-    loop {
-        let order = match (packed.peek(), loose.peek()) {
-            (None, None) => break,
-            (Some(_), None) => std::cmp::Ordering::Less,
-            (None, Some(_)) => std::cmp::Ordering::Greater,
-            (Some(p), Some(l)) => p.0.cmp(&l.0),
-        };
-        match order {
-            std::cmp::Ordering::Less => out.extend(packed.next()),
-            std::cmp::Ordering::Equal => {
-                packed.next();
-                out.extend(loose.next());
-            }
-            std::cmp::Ordering::Greater => out.extend(loose.next()),
-        }
-    }
-    Ok(out)
-}
-
 /// A fingerprint of everything [`RefSnapshot::load`] reads but the objects (an id fixes what a
 /// tag peels to): a reftable stack by its `tables.list`; else packed-refs by its stat, as git and gix trust it (a rewrite is a new file:
 /// new inode, size or times); every loose ref's path and bytes ([`loose_refs_state`]); HEAD;
@@ -135,22 +65,6 @@ pub fn upload_ref_state(repo: &gix::Repository) -> Result<u64, ServeError> {
     hide_refs_patterns(repo, "uploadpack.hideRefs").hash(&mut h);
     WantPolicy::read(repo).hash(&mut h);
     Ok(h.finish())
-}
-
-/// A ref as the ref store holds it.
-pub(super) struct StoredRef {
-    pub(super) target: gix::refs::Target,
-    pub(super) peel: Peel,
-}
-
-/// What the ref store knows of a ref's peeled value.
-pub(super) enum Peel {
-    /// packed-refs' `^` line: an annotated tag, peeling to this.
-    To(ObjectId),
-    /// packed-refs under `fully-peeled` without a `^` line: no tag.
-    Itself,
-    /// Nothing (a loose ref): the object database is asked.
-    Unknown,
 }
 
 /// The refs one request sees, read once, sorted by name like git's.

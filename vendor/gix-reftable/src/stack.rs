@@ -135,7 +135,24 @@ impl Stack {
         let stack = lock.stack().clone();
         let sizes: Vec<u64> = stack.tables.iter().map(|t| (t.len() as u64).saturating_sub(overhead(t))).collect();
         let Some(segment) = suggest_compaction_segment(&sizes, 2) else { return Ok(false) };
-        lock.compact(segment, options).map(|_| true)
+        lock.compact(segment, options, timeout)
+    }
+}
+
+impl Stack {
+    /// Compact every table into one (git's `pack-refs` on a reftable repository), deletion
+    /// records dropped. `Ok(false)`: one table or none already, or another process holds a lock.
+    pub fn compact_all(dir: &Path, options: Options, timeout: Duration) -> Result<bool, Error> {
+        let lock = match Stack::lock(dir, timeout) {
+            Ok(lock) => lock,
+            Err(Error::Locked(_)) => return Ok(false),
+            Err(err) => return Err(err),
+        };
+        let n = lock.stack().tables.len();
+        if n < 2 {
+            return Ok(false);
+        }
+        lock.compact(0..n, options, timeout)
     }
 }
 
@@ -240,19 +257,24 @@ impl Lock {
         Stack::open(&stack.dir)
     }
 
-    /// Merge the tables of `segment` into one (deletions dropped when it starts at the base),
-    /// holding each one's `<name>.lock` as git does, and replace them in `tables.list`.
-    fn compact(mut self, segment: Range<usize>, options: Options) -> Result<(), Error> {
+    /// Merge the tables of `segment` into one (deletions dropped when it starts at the base) as
+    /// git does, so that writers wait for `tables.list.lock` only while the list is replaced:
+    /// each table's `<name>.lock` taken, the list lock released, the merged table written, the
+    /// list lock taken again, the segment found where it was (writers only append meanwhile,
+    /// and other compactions cannot take these tables) and replaced by the new table.
+    /// `Ok(false)` when another process holds a lock it needs.
+    fn compact(mut self, segment: Range<usize>, options: Options, timeout: Duration) -> Result<bool, Error> {
         let stack = self.stack.take().expect("read when locked");
         let mut table_locks = Vec::new();
         for name in &stack.names[segment.clone()] {
             let path = stack.dir.join(format!("{name}.lock"));
             match create_lock(&path, Duration::ZERO) {
                 Ok(_) => table_locks.push(LockFile(path)),
-                Err(Error::Locked(_)) => return Ok(()),
+                Err(Error::Locked(_)) => return Ok(false),
                 Err(err) => return Err(err),
             }
         }
+        drop(self);
         let tables = &stack.tables[segment.clone()];
         let refs = merged_refs(tables, segment.start == 0)?;
         let mut logs: Vec<(Vec<u8>, usize, LogRecord)> = Vec::new();
@@ -266,15 +288,35 @@ impl Lock {
         let (min, max) = (tables[0].min_update_index(), tables[tables.len() - 1].max_update_index());
         let data = write_table(options, min, max, &refs, &logs)?;
         let name = write_table_file(&stack.dir, min, max, &data)?;
-        let mut names = stack.names[..segment.start].to_vec();
+        let new_path = stack.dir.join(&name);
+        let discard = |err: Error| {
+            let _ = std::fs::remove_file(&new_path);
+            err
+        };
+        let mut relocked = match Stack::lock(&stack.dir, timeout) {
+            Ok(lock) => lock,
+            Err(Error::Locked(_)) => {
+                let _ = std::fs::remove_file(&new_path);
+                return Ok(false);
+            }
+            Err(err) => return Err(discard(err)),
+        };
+        let old = &stack.names[segment];
+        let current = relocked.stack().names.clone();
+        let Some(at) = current.windows(old.len()).position(|w| w == old) else {
+            let _ = std::fs::remove_file(&new_path);
+            return Ok(false);
+        };
+        let mut names = current[..at].to_vec();
         names.push(name);
-        names.extend_from_slice(&stack.names[segment.end..]);
-        self.replace_list(&names)?;
-        for old in &stack.names[segment] {
-            let _ = std::fs::remove_file(stack.dir.join(old));
+        names.extend_from_slice(&current[at + old.len()..]);
+        relocked.stack = None;
+        relocked.replace_list(&names).map_err(discard)?;
+        for table in old {
+            let _ = std::fs::remove_file(stack.dir.join(table));
         }
         drop(table_locks);
-        Ok(())
+        Ok(true)
     }
 
     /// Write `names` into the lock file and rename it over `tables.list`.
