@@ -39,6 +39,8 @@ pub const ALL: &[Target] = &[
     Target { name: "multi-pack-index-file", seeds: midx_seeds, run: midx_file, max_len: 1 << 14 },
     Target { name: "midx-bitmap-file", seeds: midx_bitmap_seeds, run: midx_bitmap_file, max_len: 1 << 14 },
     Target { name: "commit-graph-file", seeds: commit_graph_seeds, run: commit_graph_file, max_len: 1 << 14 },
+    Target { name: "reftable-file", seeds: reftable_seeds, run: reftable_file, max_len: 1 << 14 },
+    Target { name: "reftable-tables-list", seeds: tables_list_seeds, run: tables_list, max_len: 1024 },
 ];
 
 /// The target named `name`.
@@ -887,5 +889,88 @@ fn commit_graph_file(f: &Fixture, input: &[u8]) -> Result<(), String> {
         let _ = gixd::select::select_by_walking(&repo, &request);
     }
     let _ = std::fs::remove_dir_all(objects.parent().unwrap_or(&objects));
+    Ok(())
+}
+
+/// A copy of r.git with its refs migrated to reftable by git, made once per process; its
+/// `tables.list` and the one table it names (after `git pack-refs`).
+fn reftable_copy(f: &Fixture) -> &'static (PathBuf, PathBuf) {
+    static COPY: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    COPY.get_or_init(|| {
+        let copy = f.base.join("reftable-r.git");
+        let copied = Command::new("cp").args(["-a"]).arg(&f.served.git_dir).arg(&copy).status();
+        assert!(copied.is_ok_and(|s| s.success()), "a copy of r.git");
+        git(&copy, &["refs", "migrate", "--ref-format=reftable"]);
+        git(&copy, &["pack-refs"]);
+        let list = std::fs::read_to_string(copy.join("reftable/tables.list")).unwrap();
+        let table = copy.join("reftable").join(list.lines().next().expect("one table"));
+        (copy, table)
+    })
+}
+
+/// r.git's refs as one reftable table git wrote (HEAD, main, an annotated tag, a hidden ref).
+fn reftable_seeds(f: &Fixture) -> Vec<Vec<u8>> {
+    vec![std::fs::read(&reftable_copy(f).1).unwrap()]
+}
+
+/// `input` as the reftable copy's one table, its footer CRC made right (so the parser, not the
+/// checksum, meets damaged block lengths, restart offsets, varints and truncations): read by
+/// gix-reftable and served as gixd serves refs. An error or refs, never a panic or an unbounded
+/// read; whatever the table says, a hidden ref stays hidden.
+fn reftable_file(f: &Fixture, input: &[u8]) -> Result<(), String> {
+    let (copy, table) = reftable_copy(f);
+    let mut data = input.to_vec();
+    let footer = match data.get(4) {
+        Some(1) => 68,
+        _ => 72,
+    };
+    if data.len() >= footer {
+        let at = data.len() - footer;
+        let crc = crc32fast::hash(&data[at..data.len() - 4]);
+        let end = data.len();
+        data[end - 4..].copy_from_slice(&crc.to_be_bytes());
+    }
+    std::fs::write(table, &data).map_err(|e| e.to_string())?;
+    if let Ok(t) = gix_reftable::Table::from_bytes(data) {
+        let _ = t.refs();
+        let _ = t.logs();
+    }
+    // A fresh repository object: no cached ref state between cases.
+    let repo = gix::open(copy).map_err(|e| e.to_string())?;
+    if let Ok(refs) = gixd::repo::RefSnapshot::load(&repo) {
+        if refs.refs.iter().any(|r| r.name.starts_with(b"refs/hidden/")) {
+            return Err("a hidden ref was advertised".into());
+        }
+    }
+    Ok(())
+}
+
+/// The reftable copy's `tables.list`, and one naming what is not there or is not a table name.
+fn tables_list_seeds(f: &Fixture) -> Vec<Vec<u8>> {
+    let list = std::fs::read(reftable_copy(f).0.join("reftable/tables.list")).unwrap();
+    vec![list, b"0x000000000001-0x000000000001-00000000.ref\n../../config\n".to_vec()]
+}
+
+/// `input` as a `tables.list` beside r.git's table: names that are missing (read again a
+/// bounded number of times, then an error), that climb out of the directory (refused), or that
+/// name the table twice, never a panic, a hang or a read outside the stack's directory.
+fn tables_list(f: &Fixture, input: &[u8]) -> Result<(), String> {
+    let n = f.scratch.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = f.base.join(format!("tables-{n}"));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let table = &reftable_copy(f).1;
+    std::fs::copy(table, dir.join(table.file_name().unwrap())).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("tables.list"), input).map_err(|e| e.to_string())?;
+    let started = std::time::Instant::now();
+    if let Ok(stack) = gix_reftable::Stack::open(&dir) {
+        let _ = stack.refs();
+        if stack.names().iter().any(|name| name.contains('/')) {
+            return Err(format!("a table name with a path in it was read: {:?}", stack.names()));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    if started.elapsed() > Duration::from_secs(2) {
+        return Err(format!("reading the stack took {:?}", started.elapsed()));
+    }
     Ok(())
 }

@@ -17,6 +17,7 @@ mod push_bench;
 mod queue;
 mod real_bench;
 mod refs_bench;
+mod reftable_bench;
 mod report;
 mod ssh_bench;
 mod sync;
@@ -188,6 +189,25 @@ enum BenchCmd {
         #[arg(long)]
         gixd: Option<PathBuf>,
     },
+    /// Requests that read every ref (ls-remote, a no-op fetch), gixd against git upload-pack,
+    /// refs in packed-refs and in reftable, on a synthetic repository of `--refs` refs and real
+    /// ones (`--repo`). By hand; not in CI.
+    Reftable {
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Bare repositories to copy (each twice: packed refs, reftable).
+        #[arg(long)]
+        repo: Vec<PathBuf>,
+        /// Refs of the synthetic repository.
+        #[arg(long, default_value_t = 100_000)]
+        refs: usize,
+        /// Requests per arm and round.
+        #[arg(long, default_value_t = 20)]
+        requests: usize,
+        /// Measure this gixd binary instead of a release build of the committed tree.
+        #[arg(long)]
+        gixd: Option<PathBuf>,
+    },
     /// Bursts of concurrent distinct clones of real repositories (with and without a bitmap):
     /// gixd at its defaults (HTTP, git://) vs git http-backend and git daemon — refused clones,
     /// server CPU, wall, peak memory (cgroup and RSS). Run by hand, as root; not in CI.
@@ -345,6 +365,9 @@ fn run(cli: Cli) -> Result<()> {
             maintenance_bench::run(&root, rounds, repo, pushes, gixd)
         }
         Top::Bench { command: BenchCmd::Real { rounds, repo, gixd } } => real_bench::run(&root, rounds, repo, gixd),
+        Top::Bench { command: BenchCmd::Reftable { rounds, repo, refs, requests, gixd } } => {
+            reftable_bench::run(&root, rounds, repo, refs, requests, gixd)
+        }
         Top::Bench { command: BenchCmd::Refs { rounds, repo, requests, gixd } } => {
             refs_bench::run(&root, rounds, repo, requests, gixd)
         }

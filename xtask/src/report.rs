@@ -29,6 +29,7 @@ const TARGETS: &[(&str, &str)] = &[
     ("bench/README.md", "bursts"),
     ("bench/README.md", "tls"),
     ("bench/README.md", "ssh"),
+    ("bench/README.md", "reftable"),
 ];
 
 pub fn run(root: &Path, check: bool) -> Result<()> {
@@ -60,6 +61,7 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             "bursts" => bursts(root)?,
             "tls" => tls(root)?,
             "ssh" => ssh(root)?,
+            "reftable" => reftable(root)?,
             other => bail!("no renderer for block {other}"),
         };
         let path = root.join(doc);
@@ -1025,6 +1027,52 @@ fn ssh(root: &Path) -> Result<String> {
                     ratio(git, shell),
                 ),
             ));
+        }
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    rows.into_iter().for_each(|(_, row)| out.push_str(&row));
+    Ok(out)
+}
+
+fn reftable(root: &Path) -> Result<String> {
+    let doc = match load(
+        root,
+        crate::reftable_bench::REFTABLE_RESULTS,
+        "`cargo xtask bench reftable --repo PATH…` (by hand: it needs the repositories)",
+    )? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench reftable")?;
+    out.push_str(&format!(" gixd: {}. {} Medians of the rounds, per request.\n\n", c["gixd"].as_str().unwrap_or("?"), c["how"].as_str().unwrap_or("?")));
+    out.push_str("| repository | refs | request | state | refs in | server CPU ms: gixd | git | gixd ÷ git | reftable ÷ files (gixd) |\n|---|---|---|---|---|---|---|---|---|\n");
+    let mut rows = Vec::new();
+    for repo in c["repos"].as_array().context("repos")? {
+        let name = repo["repo"].as_str().context("repo")?;
+        for request in crate::reftable_bench::REQUESTS {
+            for state in crate::reftable_bench::STATES {
+                let med = |format: &str, server: &str| {
+                    median(
+                        runs.iter()
+                            .filter(|r| r["repo"] == name && r["request"] == request && r["state"] == state)
+                            .filter(|r| r["format"] == format && r["server"] == server)
+                            .filter_map(|r| Some(r["cpu_us"].as_f64()? / r["requests"].as_f64()?))
+                            .collect(),
+                    ) / 1000.0
+                };
+                for format in crate::reftable_bench::FORMATS {
+                    let (ours, theirs) = (med(format, "gixd"), med(format, "git upload-pack"));
+                    let vs_files = if format == "reftable" { ratio(med("files", "gixd"), ours) } else { "—".into() };
+                    rows.push((
+                        ours / theirs,
+                        format!(
+                            "| {name} | {} | {request} | {state} | {format} | {ours:.2} | {theirs:.2} | {} | {vs_files} |\n",
+                            repo["refs"],
+                            ratio(theirs, ours),
+                        ),
+                    ));
+                }
+            }
         }
     }
     rows.sort_by(|a, b| b.0.total_cmp(&a.0));
