@@ -937,10 +937,10 @@ fn reftable_file(f: &Fixture, input: &[u8]) -> Result<(), String> {
     }
     // A fresh repository object: no cached ref state between cases.
     let repo = gix::open(copy).map_err(|e| e.to_string())?;
-    if let Ok(refs) = gixd::repo::RefSnapshot::load(&repo) {
-        if refs.refs.iter().any(|r| r.name.starts_with(b"refs/hidden/")) {
-            return Err("a hidden ref was advertised".into());
-        }
+    if let Ok(refs) = gixd::repo::RefSnapshot::load(&repo)
+        && refs.refs.iter().any(|r| r.name.starts_with(b"refs/hidden/"))
+    {
+        return Err("a hidden ref was advertised".into());
     }
     Ok(())
 }

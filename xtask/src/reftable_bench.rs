@@ -138,7 +138,8 @@ fn synthetic(dir: &Path, n: usize) -> Result<PathBuf> {
             i % 200 + 1
         ));
     }
-    let mut child = Command::new("git").current_dir(&repo).args(["fast-import", "--quiet"]).stdin(Stdio::piped()).spawn()?;
+    let mut child =
+        Command::new("git").current_dir(&repo).args(["fast-import", "--quiet"]).stdin(Stdio::piped()).spawn()?;
     child.stdin.take().context("stdin")?.write_all(stream.as_bytes())?;
     if !child.wait()?.success() {
         bail!("fast-import");
@@ -162,7 +163,14 @@ fn synthetic(dir: &Path, n: usize) -> Result<PathBuf> {
     Ok(repo)
 }
 
-pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, refs: usize, requests: usize, gixd: Option<PathBuf>) -> Result<()> {
+pub fn run(
+    root: &Path,
+    rounds: usize,
+    repos: Vec<PathBuf>,
+    refs: usize,
+    requests: usize,
+    gixd: Option<PathBuf>,
+) -> Result<()> {
     let gixd = crate::bench::gixd_or_build(root, gixd)?;
     let scratch = crate::tree::Scratch::new("bench-reftable")?;
     let base = scratch.0.join("base");
@@ -182,7 +190,10 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, refs: usize, request
         };
         for format in FORMATS {
             let dest = base.join(format!("{name}-{format}.git"));
-            git(&scratch.0, &["clone", "-q", "--mirror", "--no-local", source.to_str().unwrap(), dest.to_str().unwrap()])?;
+            git(
+                &scratch.0,
+                &["clone", "-q", "--mirror", "--no-local", source.to_str().unwrap(), dest.to_str().unwrap()],
+            )?;
             git(&dest, &["pack-refs", "--all"])?;
             if format == "reftable" {
                 git(&dest, &["refs", "migrate", "--ref-format=reftable"])?;
@@ -220,14 +231,22 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, refs: usize, request
                     let (theirs, _) = git_answer(&repo, &body)?;
                     let ours = gixd_answer(&addr, &repo_name, &body)?;
                     if ours != theirs {
-                        bail!("{repo_name} {request}: gixd's answer differs from git's ({} vs {} bytes)", ours.len(), theirs.len());
+                        bail!(
+                            "{repo_name} {request}: gixd's answer differs from git's ({} vs {} bytes)",
+                            ours.len(),
+                            theirs.len()
+                        );
                     }
                 }
             }
             for round in 0..rounds {
                 let arms: Vec<(&str, &str, &str, &str)> = FORMATS
                     .iter()
-                    .flat_map(|f| SERVERS.iter().flat_map(move |s| STATES.iter().flat_map(move |st| REQUESTS.iter().map(move |r| (*f, *s, *st, *r)))))
+                    .flat_map(|f| {
+                        SERVERS.iter().flat_map(move |s| {
+                            STATES.iter().flat_map(move |st| REQUESTS.iter().map(move |r| (*f, *s, *st, *r)))
+                        })
+                    })
                     .collect();
                 for i in crate::bench::round_order(arms.len(), round) {
                     let (format, server, state, request) = arms[i];

@@ -1044,7 +1044,11 @@ fn reftable(root: &Path) -> Result<String> {
         Err(not_measured) => return Ok(not_measured),
     };
     let (runs, c, mut out) = measured(&doc, "cargo xtask bench reftable")?;
-    out.push_str(&format!(" gixd: {}. {} Medians of the rounds, per request.\n\n", c["gixd"].as_str().unwrap_or("?"), c["how"].as_str().unwrap_or("?")));
+    out.push_str(&format!(
+        " gixd: {}. {} Medians of the rounds, per request.\n\n",
+        c["gixd"].as_str().unwrap_or("?"),
+        c["how"].as_str().unwrap_or("?")
+    ));
     out.push_str("| repository | refs | request | state | refs in | server CPU ms: gixd | git | gixd ÷ git | reftable ÷ files (gixd) |\n|---|---|---|---|---|---|---|---|---|\n");
     let mut rows = Vec::new();
     for repo in c["repos"].as_array().context("repos")? {
