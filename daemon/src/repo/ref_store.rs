@@ -142,8 +142,9 @@ impl RefStore {
             }
             RefStore::Reftable(dir) => {
                 let mut head = StoredHead::Missing;
-                let mut refs = Vec::new();
-                for r in Stack::open(dir)?.refs()? {
+                let records = Stack::open(dir)?.refs()?;
+                let mut refs = Vec::with_capacity(records.len());
+                for r in records {
                     let (target, peel) = match r.value {
                         // git writes an annotated tag as a value and its peeled object, everything
                         // else as one value: a one-value record is known not to be a tag.

@@ -144,16 +144,24 @@ impl RefSnapshot {
     fn load_hiding(repo: &gix::Repository, service_key: Option<&str>) -> Result<RefSnapshot, ServeError> {
         let store = RefStore::of(repo);
         let (stored, stored_head) = store.stored(repo)?;
-        let follow = |target: &gix::bstr::BStr| match store {
-            RefStore::Files => follow_symbolic(repo, target),
-            RefStore::Reftable(_) => follow_in(&stored, target),
-        };
+        // Symbolic refs are few: each one's object, found before the list is consumed (a
+        // reftable symref is followed within the list, which holds every ref).
+        let followed: Vec<Option<ObjectId>> = stored
+            .iter()
+            .filter_map(|(_, s)| match &s.target {
+                gix::refs::Target::Symbolic(target) => Some(match store {
+                    RefStore::Files => follow_symbolic(repo, target.as_bstr()),
+                    RefStore::Reftable(_) => follow_in(&stored, target.as_bstr()),
+                }),
+                gix::refs::Target::Object(_) => None,
+            })
+            .collect();
+        let mut followed = followed.into_iter();
         let mut refs = Vec::with_capacity(stored.len());
-        for (name, stored) in &stored {
-            let name = name.clone();
-            let (id, symref_target) = match &stored.target {
-                gix::refs::Target::Object(id) => (*id, None),
-                gix::refs::Target::Symbolic(target) => match follow(target.as_bstr()) {
+        for (name, stored) in stored {
+            let (id, symref_target) = match stored.target {
+                gix::refs::Target::Object(id) => (id, None),
+                gix::refs::Target::Symbolic(target) => match followed.next().flatten() {
                     Some(id) => (id, Some(target.as_bstr().to_owned())),
                     None => continue,
                 },
