@@ -107,6 +107,7 @@ impl Fixture {
         git(&base, &["clone", "-q", "--mirror", work.to_str().unwrap(), r.to_str().unwrap()]);
         git(&r, &["config", "uploadpack.hideRefs", "refs/hidden"]);
         git(&r, &["config", "uploadpack.allowFilter", "true"]);
+        git(&r, &["config", "transfer.advertiseObjectInfo", "true"]);
         let p = base.join("p.git");
         git(&base, &["clone", "-q", "--bare", "--no-local", r.to_str().unwrap(), p.to_str().unwrap()]);
         let visible_repo = base.join("visible.git");
@@ -271,6 +272,7 @@ fn v2_seeds(f: &Fixture) -> Vec<Vec<u8>> {
         v2_request("fetch", &s(&["thin-pack", &format!("want {}", f.hidden), "done"])),
         v2_request("fetch", &s(&["thin-pack", &format!("want {}", f.main), &format!("have {}", f.hidden), "done"])),
         v2_request("object-info", &s(&["size", &format!("oid {}", f.main)])),
+        v2_request("object-info", &s(&["size", &format!("oid {}", f.hidden), &format!("oid {}", f.first)])),
     ]
     .into_iter()
     .chain(f.recorded().iter().filter(|(v, _)| *v == Version::V2).map(|(_, r)| r.clone()))
@@ -509,6 +511,24 @@ fn pkt_section(_: &Fixture, input: &[u8]) -> Result<(), String> {
 fn upload(f: &Fixture, version: Version, input: Input<'_, &[u8]>) -> Result<(), String> {
     let mut out = Vec::new();
     let _ = gixd::service::upload::run(&f.ctx(&f.served), version, input, &mut out);
+    // object-info gives no size of what only the hidden ref reaches: no packet of the answer is
+    // `<hidden commit> <size>`.
+    let hidden = format!("{} ", f.hidden);
+    let mut rest = &out[..];
+    while rest.len() >= 4 {
+        let Some(len) = std::str::from_utf8(&rest[..4]).ok().and_then(|h| usize::from_str_radix(h, 16).ok()) else {
+            break;
+        };
+        let end = len.max(4).min(rest.len());
+        let payload = &rest[4..end];
+        if let Some(size) = payload.strip_prefix(hidden.as_bytes())
+            && !size.is_empty()
+            && size.iter().all(u8::is_ascii_digit)
+        {
+            return Err("object-info gave the size of an object only a hidden ref reaches".into());
+        }
+        rest = &rest[end..];
+    }
     check_answer(f, &out)
 }
 

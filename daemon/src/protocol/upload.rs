@@ -109,6 +109,8 @@ pub trait Upload {
     fn common(&mut self) -> Vec<ObjectId>;
     /// Select and write the pack into `out` (the codec's framing).
     fn pack(&mut self, request: &PackRequest<'_>, out: &mut dyn pack::Sink) -> Result<pack::Stats, ServeError>;
+    /// Each object's size, `None` for one the repository lacks or this client may not read.
+    fn object_sizes(&mut self, ids: &[ObjectId]) -> Result<Vec<Option<u64>>, ServeError>;
 }
 
 /// What a request may say in a repository, all the parsers know of it (no refs, no objects):

@@ -3,7 +3,7 @@
 //! (ref-prefix, symrefs, peel, unborn) and `fetch` (want, have, done, thin-pack, no-progress,
 //! include-tag, ofs-delta, wait-for-done, shallow/deepen*, filter and want-ref where the
 //! repository allows them; acknowledgments with ACK/NAK/ready; wanted-refs, shallow-info and
-//! packfile sections).
+//! packfile sections); `object-info` (`size`) where `transfer.advertiseObjectInfo` turns it on.
 
 use std::io::Write;
 
@@ -28,12 +28,15 @@ pub struct Capability {
     pub value: fn(&RefSnapshot) -> Option<String>,
     /// For a command: how to run it.
     pub run: Option<Run>,
+    /// Whether the repository's settings turn it on: advertised, and (a command) served, only
+    /// then — as git refuses a command it did not advertise.
+    pub on: fn(&RefSnapshot) -> bool,
 }
 
 /// The v2 capabilities, in git's advertisement order.
 pub const COMMANDS: &[Capability] = &[
-    Capability { name: "agent", value: |_| Some(crate::agent()), run: None },
-    Capability { name: "ls-refs", value: |_| Some("unborn".into()), run: Some(ls_refs) },
+    Capability { name: "agent", value: |_| Some(crate::agent()), run: None, on: |_| true },
+    Capability { name: "ls-refs", value: |_| Some("unborn".into()), run: Some(ls_refs), on: |_| true },
     Capability {
         name: "fetch",
         value: |refs| {
@@ -47,15 +50,22 @@ pub const COMMANDS: &[Capability] = &[
             Some(features)
         },
         run: Some(fetch),
+        on: |_| true,
     },
-    Capability { name: "server-option", value: |_| None, run: None },
-    Capability { name: "object-format", value: |refs| Some(hash_name(refs.object_hash).into()), run: None },
+    Capability { name: "server-option", value: |_| None, run: None, on: |_| true },
+    Capability {
+        name: "object-format",
+        value: |refs| Some(hash_name(refs.object_hash).into()),
+        run: None,
+        on: |_| true,
+    },
+    Capability { name: "object-info", value: |_| None, run: Some(object_info), on: |refs| refs.wants.object_info },
 ];
 
 /// `version 2` and the capability lines, ending in a flush.
 pub fn advertise(refs: &RefSnapshot, out: &mut pkt::Writer) {
     out.text("version 2");
-    for cap in COMMANDS {
+    for cap in COMMANDS.iter().filter(|cap| (cap.on)(refs)) {
         match (cap.value)(refs) {
             Some(value) => out.text(format!("{}={value}", cap.name)),
             None => out.text(cap.name),
@@ -124,6 +134,7 @@ pub fn serve_request<W: Write>(
     mut out: W,
 ) -> Result<Option<Stats>, ServeError> {
     let hash = upload.refs().object_hash;
+    let refs = upload.refs();
     let run = || -> Result<(Run, &[Line<'_>]), ServeError> {
         let command = lines[0]
             .as_text()
@@ -131,7 +142,7 @@ pub fn serve_request<W: Write>(
             .ok_or_else(|| ProtocolError::Unexpected("expected 'command=<name>'".into()))?;
         let row = COMMANDS
             .iter()
-            .find(|c| c.name == command && c.run.is_some())
+            .find(|c| c.name == command && c.run.is_some() && (c.on)(refs))
             .ok_or_else(|| ProtocolError::UnknownCommand(crate::error::quoted(command, 64)))?;
         // Capability lines up to the delimiter (or the end when there are no arguments).
         let mut i = 1;
@@ -247,6 +258,63 @@ fn ls_refs(
             out.write_all(&w.buf)?;
             w.buf.clear();
         }
+    }
+    w.flush();
+    out.write_all(&w.buf)?;
+    Ok(None)
+}
+
+/// `object-info`: with `size`, each `oid` line's object and its size, as git answers
+/// (`<oid> <size>`; `<oid> ` for an object it does not have). An object this client may not read
+/// (no visible ref reaches it) is answered exactly as a missing one.
+fn object_info(
+    ctx: &Context<'_>,
+    upload: &mut dyn Upload,
+    args: &[Line<'_>],
+    out: &mut dyn Write,
+) -> Result<Option<Stats>, ServeError> {
+    let hash = upload.refs().object_hash;
+    let mut size = false;
+    let mut asked: Vec<&str> = Vec::new();
+    for line in args {
+        let text = match arg_text(line) {
+            Ok(t) => t.trim_end_matches('\n'),
+            Err(err) => return upload::reply_err(out, err.into()),
+        };
+        if text == "size" {
+            size = true;
+        } else if let Some(oid) = text.strip_prefix("oid ") {
+            if asked.len() == ctx.config.max_wants {
+                let err = ProtocolError::TooMany { what: "object-info oid", limit: ctx.config.max_wants };
+                return upload::reply_err(out, err.into());
+            }
+            asked.push(oid);
+        } else {
+            return upload::reply_err(out, ProtocolError::UnknownArgument(crate::error::quoted(text, 64)).into());
+        }
+    }
+    let ids: Vec<Option<ObjectId>> = asked.iter().map(|oid| upload::parse_oid(oid, hash).ok()).collect();
+    let sizes =
+        if size { upload.object_sizes(&ids.iter().flatten().copied().collect::<Vec<_>>())? } else { Vec::new() };
+    let mut sizes = sizes.into_iter();
+    let mut w = pkt::Writer { buf: Vec::new() };
+    if size {
+        w.data(b"size");
+    }
+    for (oid, id) in asked.iter().zip(&ids) {
+        if id.is_none() {
+            // git goes on after a line that is not an id, with an error packet in its place.
+            w.data(format!("ERR object-info: protocol error, expected to get oid, not '{oid}'").as_bytes());
+            continue;
+        }
+        let mut line = (*oid).to_owned();
+        if size {
+            match sizes.next().flatten() {
+                Some(n) => line.push_str(&format!(" {n}")),
+                None => line.push(' '),
+            }
+        }
+        w.data(line.as_bytes());
     }
     w.flush();
     out.write_all(&w.buf)?;

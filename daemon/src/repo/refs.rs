@@ -92,6 +92,8 @@ pub struct WantPolicy {
     pub filter: bool,
     /// `uploadpack.allowRefInWant`: v2 `want-ref` is advertised and accepted.
     pub ref_in_want: bool,
+    /// `transfer.advertiseObjectInfo`: v2 `object-info` is advertised and served.
+    pub object_info: bool,
 }
 
 impl WantPolicy {
@@ -104,6 +106,7 @@ impl WantPolicy {
             reachable: flag("uploadpack.allowReachableSHA1InWant") || any,
             filter: flag("uploadpack.allowFilter"),
             ref_in_want: flag("uploadpack.allowRefInWant"),
+            object_info: flag("transfer.advertiseObjectInfo"),
         }
     }
 }

@@ -56,6 +56,46 @@ impl Upload for Session<'_> {
         &self.refs
     }
 
+    fn object_sizes(&mut self, ids: &[ObjectId]) -> Result<Vec<Option<u64>>, ServeError> {
+        // What a client may read decides, as for a want by id: a visible tip or what one peels
+        // to, a commit a visible ref reaches, any other object a visible ref reaches.
+        let mut headers = Vec::with_capacity(ids.len());
+        let (mut commits, mut others) = (Vec::new(), Vec::new());
+        for id in ids {
+            let header = self.repo.find_header(*id).ok();
+            match &header {
+                Some(_) if self.refs.is_tip(id) || self.refs.is_peeled_tip(id) => {}
+                Some(h) if h.kind() == gix_object::Kind::Commit => commits.push(*id),
+                Some(_) => others.push(*id),
+                None => {}
+            }
+            headers.push(header.map(|h| h.size()));
+        }
+        let readable_commits = self.readable_commits(&commits)?;
+        let readable_others = if others.is_empty() {
+            None
+        } else {
+            Some(crate::select::readable_objects(
+                self.ctx.caches,
+                self.ctx.repos,
+                self.ctx.served,
+                &self.repo,
+                &self.refs,
+            )?)
+        };
+        Ok(ids
+            .iter()
+            .zip(headers)
+            .map(|(id, size)| {
+                let readable = self.refs.is_tip(id)
+                    || self.refs.is_peeled_tip(id)
+                    || readable_commits.contains(id)
+                    || readable_others.as_ref().is_some_and(|set| others.contains(id) && set.contains(id));
+                size.filter(|_| readable)
+            })
+            .collect())
+    }
+
     fn check_wants(&mut self, wants: &[ObjectId], rule: WantRule) -> Result<(), ServeError> {
         let max_wants = self.ctx.config.max_wants;
         if wants.len() > max_wants {
