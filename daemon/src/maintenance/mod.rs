@@ -18,6 +18,7 @@ use gix_hash::ObjectId;
 use crate::bitmap::write::{pack_order, write_bitmap, write_rev};
 use crate::error::{PackError, RepoError, ServeError};
 
+pub mod bundles;
 pub mod commit_graph;
 pub mod geometric;
 pub mod midx;
@@ -84,12 +85,17 @@ pub struct Report {
     pub pruned: usize,
     /// Commits in the commit-graph it wrote (none when the history cannot have one).
     pub commit_graph: Option<usize>,
+    /// The bytes of the bundle it wrote for bundle-uri ([`bundles`]; none unless the repository
+    /// asks for bundles and has new tips).
+    pub bundle: Option<u64>,
 }
 
 /// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`, with a delta search among the
 /// objects stored whole.
 pub fn run(git_dir: &Path) -> Result<Report, MaintenanceError> {
-    full(git_dir, Bases::Search)
+    let mut report = full(git_dir, Bases::Search)?;
+    report.bundle = bundles::write(git_dir)?;
+    Ok(report)
 }
 
 /// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`; `bases` says whether objects
@@ -163,6 +169,7 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
         unreachable_kept: unreachable.kept.len(),
         pruned: unreachable.expired,
         commit_graph,
+        bundle: None,
         ..Report::default()
     };
     // A multi-pack-index (git's, or a geometric run's) would name packs about to go: the one
@@ -212,6 +219,7 @@ fn bitmap_in_place(
             pack: pack.index.with_extension("pack"),
             bitmaps,
             commit_graph: graph(repo, objects_dir, tips),
+            bundle: None,
             ..Report::default()
         })),
         // Something reachable is not in it: the repack puts it in.

@@ -111,6 +111,8 @@ pub trait Upload {
     fn pack(&mut self, request: &PackRequest<'_>, out: &mut dyn pack::Sink) -> Result<pack::Stats, ServeError>;
     /// Each object's size, `None` for one the repository lacks or this client may not read.
     fn object_sizes(&mut self, ids: &[ObjectId]) -> Result<Vec<Option<u64>>, ServeError>;
+    /// The repository's bundle list (bundle-uri) as `bundle.*` keys and values, in order.
+    fn bundle_list(&mut self) -> Result<Vec<(String, String)>, ServeError>;
 }
 
 /// What a request may say in a repository, all the parsers know of it (no refs, no objects):

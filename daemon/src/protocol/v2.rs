@@ -60,6 +60,7 @@ pub const COMMANDS: &[Capability] = &[
         on: |_| true,
     },
     Capability { name: "object-info", value: |_| None, run: Some(object_info), on: |refs| refs.wants.object_info },
+    Capability { name: "bundle-uri", value: |_| None, run: Some(bundle_uri), on: |refs| refs.wants.bundle_uri },
 ];
 
 /// `version 2` and the capability lines, ending in a flush.
@@ -136,16 +137,12 @@ pub fn serve_request<W: Write>(
     let hash = upload.refs().object_hash;
     let refs = upload.refs();
     let run = || -> Result<(Run, &[Line<'_>]), ServeError> {
-        let command = lines[0]
-            .as_text()
-            .and_then(|l| l.strip_prefix("command="))
-            .ok_or_else(|| ProtocolError::Unexpected("expected 'command=<name>'".into()))?;
-        let row = COMMANDS
-            .iter()
-            .find(|c| c.name == command && c.run.is_some() && (c.on)(refs))
-            .ok_or_else(|| ProtocolError::UnknownCommand(crate::error::quoted(command, 64)))?;
+        // The command line comes first from most clients, but git's serve takes it anywhere among
+        // the capability lines (git's own bundle-uri request sends agent and object-format
+        // before it), once.
+        let mut command = None;
         // Capability lines up to the delimiter (or the end when there are no arguments).
-        let mut i = 1;
+        let mut i = 0;
         while let Some(line) = lines.get(i) {
             match line {
                 Line::Delim => break,
@@ -153,6 +150,10 @@ pub fn serve_request<W: Write>(
                     let text = line.as_text().unwrap_or_default();
                     let (key, value) = text.split_once('=').unwrap_or((text, ""));
                     match key {
+                        "command" if command.is_some() => {
+                            return Err(ProtocolError::Unexpected("a second 'command=' line".into()).into());
+                        }
+                        "command" => command = Some(value),
                         "agent" | "server-option" | "session-id" => {}
                         "object-format" => upload::check_object_format(value, hash)?,
                         other => return Err(ProtocolError::UnknownCapability(crate::error::quoted(other, 64)).into()),
@@ -163,6 +164,11 @@ pub fn serve_request<W: Write>(
             }
             i += 1;
         }
+        let command = command.ok_or_else(|| ProtocolError::Unexpected("expected 'command=<name>'".into()))?;
+        let row = COMMANDS
+            .iter()
+            .find(|c| c.name == command && c.run.is_some() && (c.on)(refs))
+            .ok_or_else(|| ProtocolError::UnknownCommand(crate::error::quoted(command, 64)))?;
         let args = lines.get(i + 1..).unwrap_or_default();
         Ok((row.run.expect("a command"), args))
     };
@@ -315,6 +321,27 @@ fn object_info(
             }
         }
         w.data(line.as_bytes());
+    }
+    w.flush();
+    out.write_all(&w.buf)?;
+    Ok(None)
+}
+
+/// `bundle-uri`: the repository's bundle list as `key=value` packets, as git sends its `bundle.*`
+/// settings (keys lowercased as git's config reader has them); no arguments.
+fn bundle_uri(
+    _ctx: &Context<'_>,
+    upload: &mut dyn Upload,
+    args: &[Line<'_>],
+    out: &mut dyn Write,
+) -> Result<Option<Stats>, ServeError> {
+    if let Some(line) = args.first() {
+        let text = line.as_text().unwrap_or_default();
+        return upload::reply_err(out, ProtocolError::UnknownArgument(crate::error::quoted(text, 64)).into());
+    }
+    let mut w = pkt::Writer { buf: Vec::new() };
+    for (key, value) in upload.bundle_list()? {
+        w.data(format!("{key}={value}").as_bytes());
     }
     w.flush();
     out.write_all(&w.buf)?;

@@ -94,6 +94,8 @@ pub struct WantPolicy {
     pub ref_in_want: bool,
     /// `transfer.advertiseObjectInfo`: v2 `object-info` is advertised and served.
     pub object_info: bool,
+    /// `uploadpack.advertiseBundleURIs`: v2 `bundle-uri` is advertised and served.
+    pub bundle_uri: bool,
 }
 
 impl WantPolicy {
@@ -107,6 +109,7 @@ impl WantPolicy {
             filter: flag("uploadpack.allowFilter"),
             ref_in_want: flag("uploadpack.allowRefInWant"),
             object_info: flag("transfer.advertiseObjectInfo"),
+            bundle_uri: flag("uploadpack.advertiseBundleURIs"),
         }
     }
 }

@@ -56,6 +56,11 @@ impl Upload for Session<'_> {
         &self.refs
     }
 
+    fn bundle_list(&mut self) -> Result<Vec<(String, String)>, ServeError> {
+        let listed = crate::maintenance::bundles::read_list(&self.ctx.served.git_dir);
+        Ok(crate::maintenance::bundles::advertised(&listed))
+    }
+
     fn object_sizes(&mut self, ids: &[ObjectId]) -> Result<Vec<Option<u64>>, ServeError> {
         // What a client may read decides, as for a want by id: a visible tip or what one peels
         // to, a commit a visible ref reaches, any other object a visible ref reaches.

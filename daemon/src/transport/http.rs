@@ -39,6 +39,8 @@ enum Route<'a> {
     InfoRefs(&'a str),
     UploadPack(&'a str),
     ReceivePack(&'a str),
+    /// `<repo>/gixd-bundles/<file>`: the bundle list or a bundle (bundle-uri), static files.
+    Bundle(&'a str, &'a str),
     /// A path only a dumb-HTTP client asks for.
     Dumb,
     NotFound,
@@ -51,6 +53,10 @@ fn route(path: &str) -> Route<'_> {
         Route::UploadPack(repo)
     } else if let Some(repo) = path.strip_suffix("/git-receive-pack") {
         Route::ReceivePack(repo)
+    } else if let Some((repo, file)) = path.rsplit_once(&format!("/{}/", crate::maintenance::bundles::DIR))
+        && (file == crate::maintenance::bundles::LIST || crate::maintenance::bundles::is_bundle_name(file))
+    {
+        Route::Bundle(repo, file)
     } else if path.ends_with("/HEAD") || path.contains("/objects/") || path.ends_with("/info/alternates") {
         Route::Dumb
     } else {
@@ -125,6 +131,7 @@ pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>)
         Route::InfoRefs(repo) => ("info/refs", Some(repo)),
         Route::UploadPack(repo) => ("git-upload-pack", Some(repo)),
         Route::ReceivePack(repo) => ("git-receive-pack", Some(repo)),
+        Route::Bundle(repo, _) => ("bundle", Some(repo)),
         Route::Dumb | Route::NotFound => ("other", None),
     };
     let repository = repository.map(|r| r.trim_matches('/').to_owned());
@@ -144,6 +151,11 @@ pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>)
         (Route::UploadPack(repo), &Method::POST) => upload_pack(state.clone(), peer, repo.to_owned(), req).await,
         (Route::ReceivePack(repo), &Method::POST) => receive_pack(state.clone(), peer, repo.to_owned(), req).await,
         (Route::ReceivePack(_), _) => text(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed here")),
+        (Route::Bundle(_, _), _) if upload_pack_off => {
+            text(StatusCode::FORBIDDEN, "fetch (git-upload-pack) is not enabled on this server")
+        }
+        (Route::Bundle(repo, file), &Method::GET | &Method::HEAD) => bundle_file(&state, repo, file, &req).await,
+        (Route::Bundle(_, _), _) => text(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed here")),
         (Route::Dumb, _) => {
             text(StatusCode::FORBIDDEN, "gixd serves the smart HTTP protocol only; dumb HTTP is not supported")
         }
@@ -301,6 +313,33 @@ async fn info_refs(state: &Arc<State>, repo_path: &str, req: &Request<Incoming>)
             text(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
         }
     }
+}
+
+/// A bundle-uri file of a repository (its bundle list, or a bundle the list names), to whoever
+/// may clone it: the mapped file as the body, no per-object work.
+async fn bundle_file(state: &Arc<State>, repo_path: &str, file: &str, req: &Request<Incoming>) -> Response<Body> {
+    let (served, _) = match authorize(state, req.headers(), repo_path, false).await {
+        Ok(allowed) => allowed,
+        Err(response) => return response,
+    };
+    let dir = served.git_dir.join(crate::maintenance::bundles::DIR);
+    let listed = file == crate::maintenance::bundles::LIST
+        || crate::maintenance::bundles::read_list(&served.git_dir).iter().any(|l| l.file == file);
+    let opened = listed.then(|| std::fs::File::open(dir.join(file))).and_then(Result::ok);
+    let Some(opened) = opened else {
+        return text(StatusCode::NOT_FOUND, format!("no bundle '{file}' in '{}'", served.name));
+    };
+    // SAFETY: bundles and their list are never rewritten in place (written aside, renamed in).
+    let body = match unsafe { memmap2::Mmap::map(&opened) } {
+        Ok(map) => Bytes::from_owner(map),
+        Err(_) => Bytes::new(), // an empty file cannot be mapped
+    };
+    let content_type = if file == crate::maintenance::bundles::LIST {
+        "text/plain; charset=utf-8"
+    } else {
+        "application/x-git-bundle"
+    };
+    git_response(content_type, Full::new(body).map_err(|never: Infallible| match never {}).boxed())
 }
 
 /// A request's body must be of `expected` type.
