@@ -209,3 +209,36 @@ fn the_bundle_uri_command_lists_the_bundles_and_git_clones_from_them() {
     );
     git(&clone, &["fsck", "--no-progress"]);
 }
+
+/// A SHA-256 repository's bundles are format v3 with `@object-format=sha256`, and git takes them.
+#[test]
+fn sha256_bundles_are_format_v3_and_git_clones_with_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (base, work) = (tmp.path().join("base"), tmp.path().join("work"));
+    std::fs::create_dir_all(&base).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "-b", "main", "--object-format=sha256"]);
+    commit_files(&work, &[("a.txt", b"sha256\n")], "one");
+    let repo = base.join("repo.git");
+    git(tmp.path(), &["clone", "-q", "--bare", work.to_str().unwrap(), repo.to_str().unwrap()]);
+    git(&repo, &["config", "gixd.bundles", "true"]);
+    gixd::maintenance::run(&repo).unwrap();
+    let bundle = repo.join("gixd-bundles").join(bundle_files(&repo).remove(0));
+    let data = std::fs::read(&bundle).unwrap();
+    assert!(
+        data.starts_with(b"# v3 git bundle\n@object-format=sha256\n"),
+        "{:?}",
+        String::from_utf8_lossy(&data[..40])
+    );
+    let empty = tmp.path().join("empty");
+    git(tmp.path(), &["init", "-q", "--object-format=sha256", empty.to_str().unwrap()]);
+    git(&empty, &["bundle", "verify", "-q", bundle.to_str().unwrap()]);
+    let server = serve_with(&base, |c| c.exports = Exports::All);
+    let url = format!("http://{}/repo.git", server.addr);
+    let clone = tmp.path().join("clone");
+    let list = format!("--bundle-uri={url}/gixd-bundles/list");
+    let out = git_client(tmp.path(), &["clone", "-q", "--bare", &list, &url, clone.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!git_out(&clone, &["for-each-ref", "refs/bundles/"]).is_empty());
+    assert_eq!(git_out(&clone, &["rev-parse", "main"]), git_out(&work, &["rev-parse", "main"]));
+}
