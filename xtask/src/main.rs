@@ -8,6 +8,7 @@
 mod appliance;
 mod bench;
 mod bitmaps_bench;
+mod bundle_bench;
 mod bursts_bench;
 mod guards;
 mod ingest_bench;
@@ -189,6 +190,17 @@ enum BenchCmd {
         #[arg(long)]
         gixd: Option<PathBuf>,
     },
+    /// What bundle-uri saves the server: plain clones against `--bundle-uri` clones of real
+    /// repositories (server CPU, bytes, client wall), and maintenance with and without bundles.
+    Bundles {
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        #[arg(long, required = true)]
+        repo: Vec<PathBuf>,
+        /// Measure this gixd binary instead of a release build of the committed tree.
+        #[arg(long)]
+        gixd: Option<PathBuf>,
+    },
     /// Requests that read every ref (ls-remote, a no-op fetch), gixd against git upload-pack,
     /// refs in packed-refs and in reftable, on a synthetic repository of `--refs` refs and real
     /// ones (`--repo`). By hand; not in CI.
@@ -365,6 +377,9 @@ fn run(cli: Cli) -> Result<()> {
             maintenance_bench::run(&root, rounds, repo, pushes, gixd)
         }
         Top::Bench { command: BenchCmd::Real { rounds, repo, gixd } } => real_bench::run(&root, rounds, repo, gixd),
+        Top::Bench { command: BenchCmd::Bundles { rounds, repo, gixd } } => {
+            bundle_bench::run(&root, rounds, repo, gixd)
+        }
         Top::Bench { command: BenchCmd::Reftable { rounds, repo, refs, requests, gixd } } => {
             reftable_bench::run(&root, rounds, repo, refs, requests, gixd)
         }
