@@ -4,7 +4,7 @@
 //! into a bundle, new history becomes an incremental bundle with a higher creation token that a
 //! later `git fetch` downloads alone, and a private repository's bundles need its credentials.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use gixd::config::Exports;
 use gixd_tests::server::{git_client, http, serve_with};
@@ -110,18 +110,25 @@ fn maintenance_writes_bundles_git_verifies_and_clones_with_and_fetches_only_the_
     assert_eq!(format!("{token}.bundle"), second[1], "the client took the newer bundle's token");
 }
 
+/// `base/<name>` (bare) cloned from a one-commit work repository in `format`, with
+/// `gixd.bundles` on and one maintenance run done: (base, work, repository).
+fn bundled_repository(tmp: &Path, name: &str, format: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let (base, work) = (tmp.join("base"), tmp.join("work"));
+    std::fs::create_dir_all(&base).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "-b", "main", &format!("--object-format={format}")]);
+    commit_files(&work, &[("a.txt", b"first\n")], "one");
+    let repo = base.join(name);
+    git(tmp, &["clone", "-q", "--bare", work.to_str().unwrap(), repo.to_str().unwrap()]);
+    git(&repo, &["config", "gixd.bundles", "true"]);
+    gixd::maintenance::run(&repo).unwrap();
+    (base, work, repo)
+}
+
 #[test]
 fn a_private_repository_s_bundles_need_its_credentials() {
     let tmp = tempfile::tempdir().unwrap();
-    let (base, work) = (tmp.path().join("base"), tmp.path().join("work"));
-    std::fs::create_dir_all(&base).unwrap();
-    std::fs::create_dir_all(&work).unwrap();
-    git(&work, &["init", "-q", "-b", "main"]);
-    commit_files(&work, &[("a.txt", b"private\n")], "one");
-    let repo = base.join("private.git");
-    git(tmp.path(), &["clone", "-q", "--bare", work.to_str().unwrap(), repo.to_str().unwrap()]);
-    git(&repo, &["config", "gixd.bundles", "true"]);
-    gixd::maintenance::run(&repo).unwrap();
+    let (base, _work, repo) = bundled_repository(tmp.path(), "private.git", "sha1");
     let bundle = bundle_files(&repo).remove(0);
     let token_file = tmp.path().join("tokens.toml");
     let mut store = gixd::auth::TokenStore::load(&token_file).unwrap();
@@ -149,15 +156,7 @@ fn a_private_repository_s_bundles_need_its_credentials() {
 #[test]
 fn the_bundle_uri_command_lists_the_bundles_and_git_clones_from_them() {
     let tmp = tempfile::tempdir().unwrap();
-    let (base, work) = (tmp.path().join("base"), tmp.path().join("work"));
-    std::fs::create_dir_all(&base).unwrap();
-    std::fs::create_dir_all(&work).unwrap();
-    git(&work, &["init", "-q", "-b", "main"]);
-    commit_files(&work, &[("a.txt", b"first\n")], "one");
-    let repo = base.join("repo.git");
-    git(tmp.path(), &["clone", "-q", "--bare", work.to_str().unwrap(), repo.to_str().unwrap()]);
-    git(&repo, &["config", "gixd.bundles", "true"]);
-    gixd::maintenance::run(&repo).unwrap();
+    let (base, _work, repo) = bundled_repository(tmp.path(), "repo.git", "sha1");
     let log = tmp.path().join("access.log");
     let server = serve_with(&base, |c| {
         c.exports = Exports::All;
@@ -214,15 +213,7 @@ fn the_bundle_uri_command_lists_the_bundles_and_git_clones_from_them() {
 #[test]
 fn sha256_bundles_are_format_v3_and_git_clones_with_them() {
     let tmp = tempfile::tempdir().unwrap();
-    let (base, work) = (tmp.path().join("base"), tmp.path().join("work"));
-    std::fs::create_dir_all(&base).unwrap();
-    std::fs::create_dir_all(&work).unwrap();
-    git(&work, &["init", "-q", "-b", "main", "--object-format=sha256"]);
-    commit_files(&work, &[("a.txt", b"sha256\n")], "one");
-    let repo = base.join("repo.git");
-    git(tmp.path(), &["clone", "-q", "--bare", work.to_str().unwrap(), repo.to_str().unwrap()]);
-    git(&repo, &["config", "gixd.bundles", "true"]);
-    gixd::maintenance::run(&repo).unwrap();
+    let (base, work, repo) = bundled_repository(tmp.path(), "repo.git", "sha256");
     let bundle = repo.join("gixd-bundles").join(bundle_files(&repo).remove(0));
     let data = std::fs::read(&bundle).unwrap();
     assert!(

@@ -18,6 +18,22 @@ fn push(work: &Path, args: &[&str]) -> (bool, String) {
     (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
+/// gixd serving `base` (every repository exported) with pushes on, and a write token for alice;
+/// the server and the push URL of `base/repo.git`.
+fn serve_for_pushes(tmp: &Path, base: &Path) -> (gixd::server::Running, String) {
+    let token_file = tmp.join("tokens.toml");
+    let mut store = gixd::auth::TokenStore::load(&token_file).unwrap();
+    let (_, secret) = store.add("alice", "*", true).unwrap();
+    store.save().unwrap();
+    let server = serve_with(base, |c| {
+        c.exports = Exports::All;
+        c.token_file = Some(token_file.clone());
+        c.services.receive_pack = true;
+    });
+    let url = format!("http://alice:{secret}@{}/repo.git", server.addr);
+    (server, url)
+}
+
 #[test]
 fn pushes_to_a_reftable_repository_are_one_table_each_and_git_reads_verifies_and_logs_them() {
     for format in ["sha1", "sha256"] {
@@ -33,16 +49,7 @@ fn pushes_to_a_reftable_repository_are_one_table_each_and_git_reads_verifies_and
         // reflogs on (a bare repository has none by default).
         git(&repo, &["config", "reftable.autoCompaction", "false"]);
         git(&repo, &["config", "core.logAllRefUpdates", "true"]);
-        let token_file = tmp.path().join("tokens.toml");
-        let mut store = gixd::auth::TokenStore::load(&token_file).unwrap();
-        let (_, secret) = store.add("alice", "*", true).unwrap();
-        store.save().unwrap();
-        let server = serve_with(&base, |c| {
-            c.exports = Exports::All;
-            c.token_file = Some(token_file.clone());
-            c.services.receive_pack = true;
-        });
-        let url = format!("http://alice:{secret}@{}/repo.git", server.addr);
+        let (_server, url) = serve_for_pushes(tmp.path(), &base);
         let work = tmp.path().join("work");
         std::fs::create_dir_all(&work).unwrap();
         git(&work, &["init", "-q", "-b", "main", &format!("--object-format={format}")]);
@@ -103,16 +110,7 @@ fn many_pushes_to_a_reftable_repository_keep_its_stack_compacted() {
     let repo = base.join("repo.git");
     std::fs::create_dir_all(&repo).unwrap();
     git(&repo, &["init", "-q", "--bare", "-b", "main", "--ref-format=reftable"]);
-    let token_file = tmp.path().join("tokens.toml");
-    let mut store = gixd::auth::TokenStore::load(&token_file).unwrap();
-    let (_, secret) = store.add("alice", "*", true).unwrap();
-    store.save().unwrap();
-    let server = serve_with(&base, |c| {
-        c.exports = Exports::All;
-        c.token_file = Some(token_file.clone());
-        c.services.receive_pack = true;
-    });
-    let url = format!("http://alice:{secret}@{}/repo.git", server.addr);
+    let (_server, url) = serve_for_pushes(tmp.path(), &base);
     let work = tmp.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
     git(&work, &["init", "-q", "-b", "main"]);
