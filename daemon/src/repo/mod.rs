@@ -273,6 +273,7 @@ pub fn fixture_refs() -> RefSnapshot {
         ],
         object_hash: gix_hash::Kind::Sha1,
         wants: WantPolicy::default(),
+        tip_index: Default::default(),
     }
 }
 

@@ -75,6 +75,17 @@ pub struct RefSnapshot {
     pub object_hash: gix_hash::Kind,
     /// Which wants beyond the ref tips the repository allows.
     pub wants: WantPolicy,
+    /// The refs' objects and peeled objects as sets, built at the first question
+    /// ([`RefSnapshot::is_tip`]): a fetch of every branch and tag asks once per want, and a scan
+    /// of the list each time was wants × refs (a bundle-uri clone of tokio: half its server CPU).
+    pub tip_index: std::sync::OnceLock<TipIndex>,
+}
+
+/// [`RefSnapshot::tip_index`].
+#[derive(Debug, Clone, Default)]
+pub struct TipIndex {
+    tips: gix::hashtable::HashSet<ObjectId>,
+    peeled: gix::hashtable::HashSet<ObjectId>,
 }
 
 /// What the repository's `uploadpack.*` settings allow a request: wants by id
@@ -135,7 +146,13 @@ impl RefSnapshot {
     /// repository's want settings, no ref read (v2's capability advertisement lists no refs).
     /// The refs of a repository that does not exist yet (push-to-create advertises it).
     pub fn empty(object_hash: gix_hash::Kind) -> RefSnapshot {
-        RefSnapshot { head: HeadState::Missing, refs: Vec::new(), object_hash, wants: WantPolicy::default() }
+        RefSnapshot {
+            head: HeadState::Missing,
+            refs: Vec::new(),
+            object_hash,
+            wants: WantPolicy::default(),
+            tip_index: Default::default(),
+        }
     }
 
     pub fn settings_only(repo: &gix::Repository) -> RefSnapshot {
@@ -144,6 +161,7 @@ impl RefSnapshot {
             refs: Vec::new(),
             object_hash: repo.object_hash(),
             wants: WantPolicy::read(repo),
+            tip_index: Default::default(),
         }
     }
 
@@ -194,7 +212,13 @@ impl RefSnapshot {
             StoredHead::Detached(id) => HeadState::Detached { id },
             StoredHead::Missing => HeadState::Missing,
         };
-        Ok(RefSnapshot { head, refs, object_hash: repo.object_hash(), wants: WantPolicy::read(repo) })
+        Ok(RefSnapshot {
+            head,
+            refs,
+            object_hash: repo.object_hash(),
+            wants: WantPolicy::read(repo),
+            tip_index: Default::default(),
+        })
     }
 
     /// HEAD's object, if it has one.
@@ -240,12 +264,19 @@ impl RefSnapshot {
     }
 
     pub fn is_tip(&self, id: &ObjectId) -> bool {
-        self.head_id().as_ref() == Some(id) || self.refs.iter().any(|r| r.id == *id)
+        self.head_id().as_ref() == Some(id) || self.index().tips.contains(id)
     }
 
     /// Is `id` what an advertised annotated tag peels to (a `^{}` line)?
     pub fn is_peeled_tip(&self, id: &ObjectId) -> bool {
-        self.refs.iter().any(|r| r.peeled.as_ref() == Some(id))
+        self.index().peeled.contains(id)
+    }
+
+    fn index(&self) -> &TipIndex {
+        self.tip_index.get_or_init(|| TipIndex {
+            tips: self.refs.iter().map(|r| r.id).collect(),
+            peeled: self.refs.iter().filter_map(|r| r.peeled).collect(),
+        })
     }
 
     /// Changes whenever a ref is added, removed or moved.
