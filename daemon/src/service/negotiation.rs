@@ -41,6 +41,26 @@ impl<'a> Session<'a> {
         crate::select::readable_commits(ctx.caches, ctx.repos, ctx.served, &self.repo, &self.refs, commits)
     }
 
+    /// Whether each of `ids` (object, is a commit; each present) is reachable from a ref this
+    /// request may read: commits decided at commit level, any other object by the readable set
+    /// of objects, computed only when one is asked about.
+    fn reachable(&self, ids: &[(ObjectId, bool)]) -> Result<Vec<bool>, ServeError> {
+        let commits: Vec<ObjectId> = ids.iter().filter(|(_, commit)| *commit).map(|(id, _)| *id).collect();
+        let readable_commits = self.readable_commits(&commits)?;
+        let ctx = self.ctx;
+        let objects = match ids.iter().any(|(_, commit)| !commit) {
+            true => Some(crate::select::readable_objects(ctx.caches, ctx.repos, ctx.served, &self.repo, &self.refs)?),
+            false => None,
+        };
+        Ok(ids
+            .iter()
+            .map(|(id, commit)| match commit {
+                true => readable_commits.contains(id),
+                false => objects.as_ref().is_some_and(|set| set.contains(id)),
+            })
+            .collect())
+    }
+
     /// The haves so far, and the repository to ask about more (two fields borrowed at once).
     fn negotiation(&mut self) -> (&mut Common, &gix::Repository) {
         let (ctx, repo) = (self.ctx, &self.repo);
@@ -63,42 +83,18 @@ impl Upload for Session<'_> {
 
     fn object_sizes(&mut self, ids: &[ObjectId]) -> Result<Vec<Option<u64>>, ServeError> {
         // What a client may read decides, as for a want by id: a visible tip or what one peels
-        // to, a commit a visible ref reaches, any other object a visible ref reaches.
-        let mut headers = Vec::with_capacity(ids.len());
-        let (mut commits, mut others) = (Vec::new(), Vec::new());
-        for id in ids {
-            let header = self.repo.find_header(*id).ok();
-            match &header {
-                Some(_) if self.refs.is_tip(id) || self.refs.is_peeled_tip(id) => {}
-                Some(h) if h.kind() == gix_object::Kind::Commit => commits.push(*id),
-                Some(_) => others.push(*id),
-                None => {}
-            }
-            headers.push(header.map(|h| h.size()));
-        }
-        let readable_commits = self.readable_commits(&commits)?;
-        let readable_others = if others.is_empty() {
-            None
-        } else {
-            Some(crate::select::readable_objects(
-                self.ctx.caches,
-                self.ctx.repos,
-                self.ctx.served,
-                &self.repo,
-                &self.refs,
-            )?)
-        };
-        Ok(ids
+        // to, else what a visible ref reaches.
+        let headers: Vec<_> = ids.iter().map(|id| self.repo.find_header(*id).ok()).collect();
+        let candidates: Vec<(ObjectId, bool)> = ids
             .iter()
-            .zip(headers)
-            .map(|(id, size)| {
-                let readable = self.refs.is_tip(id)
-                    || self.refs.is_peeled_tip(id)
-                    || readable_commits.contains(id)
-                    || readable_others.as_ref().is_some_and(|set| others.contains(id) && set.contains(id));
-                size.filter(|_| readable)
-            })
-            .collect())
+            .zip(&headers)
+            .filter(|(id, h)| h.is_some() && !self.refs.is_tip(id) && !self.refs.is_peeled_tip(id))
+            .map(|(id, h)| (*id, h.as_ref().is_some_and(|h| h.kind() == gix_object::Kind::Commit)))
+            .collect();
+        let reachable = self.reachable(&candidates)?;
+        let unreadable: std::collections::HashSet<ObjectId> =
+            candidates.iter().zip(&reachable).filter(|(_, ok)| !**ok).map(|((id, _), _)| *id).collect();
+        Ok(ids.iter().zip(headers).map(|(id, h)| h.filter(|_| !unreadable.contains(id)).map(|h| h.size())).collect())
     }
 
     fn check_wants(&mut self, wants: &[ObjectId], rule: WantRule) -> Result<(), ServeError> {
@@ -111,10 +107,8 @@ impl Upload for Session<'_> {
             WantRule::Advertised => self.refs.wants.reachable || self.refs.wants.filter,
         };
         // Tips, and the peeled targets of advertised tags (a client that wants every `^{}` line
-        // asks for these), need no look-up; commits are decided at commit level; only a tree or a
-        // blob wanted by id needs the readable set of objects.
-        let mut commits = Vec::new();
-        let mut others = Vec::new();
+        // asks for these), need no look-up; the rest must be reachable from a visible ref.
+        let mut candidates = Vec::new();
         for want in wants {
             if self.refs.is_tip(want) || (by_id && self.refs.is_peeled_tip(want)) {
                 continue;
@@ -123,28 +117,23 @@ impl Upload for Session<'_> {
                 return Err(ProtocolError::WantNotAdvertised(*want).into());
             }
             match self.repo.find_header(*want) {
-                Ok(h) if h.kind() == gix_object::Kind::Commit => commits.push(*want),
-                Ok(_) => others.push(*want),
+                Ok(h) => candidates.push((*want, h.kind() == gix_object::Kind::Commit)),
                 Err(_) => return Err(ProtocolError::WantNotAdvertised(*want).into()),
             }
         }
-        let readable = self.readable_commits(&commits)?;
-        if let Some(want) = commits.iter().find(|c| !readable.contains(*c)) {
-            return Err(ProtocolError::WantNotAdvertised(*want).into());
+        let reachable = self.reachable(&candidates)?;
+        // The first commit refused, else the first other object.
+        let refused = |commits: bool| {
+            candidates
+                .iter()
+                .zip(&reachable)
+                .find(|((_, commit), ok)| *commit == commits && !**ok)
+                .map(|((id, _), _)| *id)
+        };
+        match refused(true).or_else(|| refused(false)) {
+            Some(want) => Err(ProtocolError::WantNotAdvertised(want).into()),
+            None => Ok(()),
         }
-        if !others.is_empty() {
-            let set = crate::select::readable_objects(
-                self.ctx.caches,
-                self.ctx.repos,
-                self.ctx.served,
-                &self.repo,
-                &self.refs,
-            )?;
-            if let Some(want) = others.iter().find(|o| !set.contains(o)) {
-                return Err(ProtocolError::WantNotAdvertised(*want).into());
-            }
-        }
-        Ok(())
     }
 
     fn boundary(&mut self, wants: &[ObjectId], extras: &mut Extras) -> Result<Option<Boundary>, ServeError> {
