@@ -1,6 +1,6 @@
 //! Refs hidden by `transfer.hideRefs` / `uploadpack.hideRefs` are not served: not advertised
 //! (byte-identical to git upload-pack under the same config), not wantable, and what only they
-//! reach is never sent, not even as a delta base.
+//! reach is never sent, not even as a delta base. Files and reftable ref storage alike.
 
 use std::collections::BTreeSet;
 
@@ -21,10 +21,20 @@ fn git_upload_pack(repo: &std::path::Path, args: &[&str], v2: bool, stdin: &[u8]
 
 #[test]
 fn hidden_refs_are_neither_advertised_nor_wantable_nor_sent() {
+    hidden_refs("files");
+}
+
+/// The same with the refs in reftable: hiding is decided above the ref storage.
+#[test]
+fn hidden_refs_of_a_reftable_repository_are_neither_advertised_nor_wantable_nor_sent() {
+    hidden_refs("reftable");
+}
+
+fn hidden_refs(ref_format: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("repo");
     std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "-q"]);
+    git(&repo, &["init", "-q", &format!("--ref-format={ref_format}")]);
     let shared: String = (0..200).map(|n| format!("shared line {n}\n")).collect();
     commit_files(&repo, &[("data.txt", shared.as_bytes())], "public");
     git(&repo, &["checkout", "-q", "-b", "secret"]);
