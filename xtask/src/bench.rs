@@ -639,3 +639,23 @@ pub fn ramp(root: &Path, rounds: usize, rungs: Vec<usize>) -> Result<()> {
     let _ = std::fs::remove_dir(&cgroup);
     finish(root, RAMP_RESULTS, conditions, runs)
 }
+
+/// A repository's name for results: its directory's, or for a `fetch` mirror (`owner+name/repo`)
+/// the owner and name.
+pub(crate) fn repo_name(repo: &Path) -> String {
+    let name = repo.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    // A `fetch` mirror is `owner+name/repo`: the owner and name say more than `repo`.
+    match repo.parent().and_then(Path::file_name) {
+        Some(parent) if name == "repo" => parent.to_string_lossy().into_owned(),
+        _ => name.trim_end_matches(".git").to_owned(),
+    }
+}
+
+/// CPU of every child this process has reaped so far, in µs (getrusage).
+pub(crate) fn children_cpu_us() -> i64 {
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct it is given.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    let us = |t: libc::timeval| t.tv_sec * 1_000_000 + t.tv_usec;
+    us(usage.ru_utime) + us(usage.ru_stime)
+}

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
 pub const BUNDLE_RESULTS: &str = "bench/results/bundles.json";
 pub const ARMS: [&str; 2] = ["plain clone", "bundle-uri clone"];
@@ -20,15 +20,9 @@ fn git(dir: &Path, args: &[&str]) -> Result<String> {
 
 /// CPU of `gixd maintenance <repo>` (µs, from getrusage of the child).
 fn maintenance_cpu_us(gixd: &Path, repo: &Path) -> Result<i64> {
-    let usage = || {
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: getrusage fills the struct it is given.
-        unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
-        (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1_000_000 + usage.ru_utime.tv_usec + usage.ru_stime.tv_usec
-    };
-    let before = usage();
+    let before = crate::bench::children_cpu_us();
     crate::bench::output(Command::new(gixd).arg("maintenance").arg(repo))?;
-    Ok(usage() - before)
+    Ok(crate::bench::children_cpu_us() - before)
 }
 
 /// The bytes gixd's access log records after line `from`.
@@ -52,12 +46,8 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
     let mut names = Vec::new();
     for source in &repos {
         let source = source.canonicalize()?;
-        let name = source.file_name().context("name")?.to_string_lossy().trim_end_matches(".git").to_owned();
-        let name = if name == "repo" {
-            source.parent().and_then(|p| p.file_name()).context("name")?.to_string_lossy().replace('+', "-")
-        } else {
-            name
-        };
+        // Named in URLs and directories: `+` of a mirror's name becomes `-`.
+        let name = crate::bench::repo_name(&source).replace('+', "-");
         let with = base.join(format!("{name}.git"));
         let without = scratch.0.join(format!("{name}-without.git"));
         for dest in [&with, &without] {

@@ -29,7 +29,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
     let mut described = Vec::new();
     let mut sources = Vec::new();
     for repo in &repos {
-        let name = repo_name(repo);
+        let name = crate::bench::repo_name(repo);
         // The client: a bare copy holding every branch and tag (the source is never written).
         let client = scratch.0.join(format!("client-{name}.git"));
         git(
@@ -80,15 +80,6 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
     }
     eprintln!();
     crate::bench::finish(root, INGEST_RESULTS, conditions, runs)
-}
-
-fn repo_name(repo: &Path) -> String {
-    let name = repo.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    // A `fetch` mirror is `owner+name/repo`: the owner and name say more than `repo`.
-    match repo.parent().and_then(Path::file_name) {
-        Some(parent) if name == "repo" => parent.to_string_lossy().into_owned(),
-        _ => name.trim_end_matches(".git").to_owned(),
-    }
 }
 
 fn push_args(url: &str) -> Vec<String> {

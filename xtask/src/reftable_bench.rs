@@ -52,18 +52,9 @@ fn git(dir: &Path, args: &[&str]) -> Result<String> {
     crate::bench::output(Command::new("git").current_dir(dir).args(args))
 }
 
-/// CPU of every child this process reaped so far, µs.
-fn children_cpu_us() -> i64 {
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage fills the struct it is given.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
-    let us = |t: libc::timeval| t.tv_sec * 1_000_000 + t.tv_usec;
-    us(usage.ru_utime) + us(usage.ru_stime)
-}
-
 /// git's answer: `git upload-pack --stateless-rpc` with `body` on stdin; (answer, its CPU µs).
 fn git_answer(repo: &Path, body: &[u8]) -> Result<(Vec<u8>, i64)> {
-    let before = children_cpu_us();
+    let before = crate::bench::children_cpu_us();
     let mut child = Command::new("git")
         .args(["upload-pack", "--stateless-rpc"])
         .arg(repo)
@@ -76,7 +67,7 @@ fn git_answer(repo: &Path, body: &[u8]) -> Result<(Vec<u8>, i64)> {
     if !out.status.success() {
         bail!("git upload-pack failed on {}", repo.display());
     }
-    Ok((out.stdout, children_cpu_us() - before))
+    Ok((out.stdout, crate::bench::children_cpu_us() - before))
 }
 
 /// gixd's answer to the same request over HTTP (the body of the response).
@@ -182,12 +173,8 @@ pub fn run(
     let mut repos_meta = Vec::new();
     let mut names = Vec::new();
     for source in &sources {
-        let name = source.file_name().context("name")?.to_string_lossy().trim_end_matches(".git").to_owned();
-        let name = if name == "repo" {
-            source.parent().and_then(|p| p.file_name()).context("name")?.to_string_lossy().replace('+', "-")
-        } else {
-            name
-        };
+        // Named in URLs and directories: `+` of a mirror's name becomes `-`.
+        let name = crate::bench::repo_name(source).replace('+', "-");
         for format in FORMATS {
             let dest = base.join(format!("{name}-{format}.git"));
             git(
