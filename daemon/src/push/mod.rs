@@ -575,9 +575,7 @@ fn ref_refusal(repo: &gix::Repository, command: &RefUpdate) -> Option<Refusal> {
         _ => {}
     }
     // A directory/file conflict: `refs/heads/a` blocks `refs/heads/a/b` and the other way round.
-    let existing = store.names(repo).into_iter().find(|other| {
-        other != name && (name.starts_with(&format!("{other}/")) || other.starts_with(&format!("{name}/")))
-    })?;
+    let existing = crate::repo::ref_store::conflicting(name, store.names(repo))?;
     Some(Refusal::DirectoryFile { existing, name: name.to_owned() })
 }
 

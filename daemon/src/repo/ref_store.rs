@@ -383,13 +383,14 @@ pub fn reftable_transaction(
 
 /// An existing ref that `name` cannot live beside: `refs/heads/a` blocks `refs/heads/a/b` and the
 /// other way round.
-fn conflicting<'a>(name: &str, existing: impl Iterator<Item = std::borrow::Cow<'a, str>>) -> Option<String> {
+pub fn conflicting<S: AsRef<str>>(name: &str, existing: impl IntoIterator<Item = S>) -> Option<String> {
     existing
-        .filter(|other| {
+        .into_iter()
+        .find(|other| {
+            let other = other.as_ref();
             other != name && (name.starts_with(&format!("{other}/")) || other.starts_with(&format!("{name}/")))
         })
-        .map(|other| other.into_owned())
-        .next()
+        .map(|other| other.as_ref().to_owned())
 }
 
 /// The reflog records of a transaction: one per edit when `core.logAllRefUpdates` is `true` or

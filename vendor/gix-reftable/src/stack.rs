@@ -104,13 +104,7 @@ impl Stack {
     /// Every log record of every table, newest table's record of each key, in key order (by
     /// name, newest entry first); deletion records left out with what they delete.
     pub fn logs(&self) -> Result<Vec<LogRecord>, Error> {
-        let mut all: Vec<(Vec<u8>, usize, LogRecord)> = Vec::new();
-        for (i, table) in self.tables.iter().enumerate() {
-            all.extend(table.logs()?.into_iter().map(|l| (l.key(), i, l)));
-        }
-        all.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-        all.dedup_by(|later, earlier| later.0 == earlier.0);
-        Ok(all.into_iter().map(|(_, _, l)| l).filter(|l| l.update.is_some()).collect())
+        merged_logs(&self.tables, true)
     }
 
     /// Take `tables.list.lock`, waiting up to `timeout` for another writer, and read the stack
@@ -181,6 +175,18 @@ fn merged_refs(tables: &[Table], drop_deletions: bool) -> Result<Vec<RefRecord>,
         refs.retain(|r| r.value != RefValue::Deletion);
     }
     Ok(refs)
+}
+
+/// The log records of `tables` merged: the newest table's record of each key, in key order;
+/// deletion records dropped with `drop_deletions` (else kept, to hide older tables' entries).
+fn merged_logs(tables: &[Table], drop_deletions: bool) -> Result<Vec<LogRecord>, Error> {
+    let mut all: Vec<(Vec<u8>, usize, LogRecord)> = Vec::new();
+    for (i, table) in tables.iter().enumerate() {
+        all.extend(table.logs()?.into_iter().map(|l| (l.key(), i, l)));
+    }
+    all.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    all.dedup_by(|later, earlier| later.0 == earlier.0);
+    Ok(all.into_iter().map(|(_, _, l)| l).filter(|l| !drop_deletions || l.update.is_some()).collect())
 }
 
 /// git's `suggest_compaction_segment`: walking from the newest table, the segment ends at the
@@ -277,14 +283,7 @@ impl Lock {
         drop(self);
         let tables = &stack.tables[segment.clone()];
         let refs = merged_refs(tables, segment.start == 0)?;
-        let mut logs: Vec<(Vec<u8>, usize, LogRecord)> = Vec::new();
-        for (i, table) in tables.iter().enumerate() {
-            logs.extend(table.logs()?.into_iter().map(|l| (l.key(), i, l)));
-        }
-        logs.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-        logs.dedup_by(|later, earlier| later.0 == earlier.0);
-        let logs: Vec<LogRecord> =
-            logs.into_iter().map(|(_, _, l)| l).filter(|l| segment.start != 0 || l.update.is_some()).collect();
+        let logs = merged_logs(tables, segment.start == 0)?;
         let (min, max) = (tables[0].min_update_index(), tables[tables.len() - 1].max_update_index());
         let data = write_table(options, min, max, &refs, &logs)?;
         let name = write_table_file(&stack.dir, min, max, &data)?;
