@@ -464,27 +464,29 @@ pub mod search {
         let mut window: std::collections::VecDeque<(usize, Option<Index<'_>>)> = std::collections::VecDeque::new();
         for &target in &order {
             let t = &objects[target];
+            // The best delta so far: its base's place in the window, the base, the delta, and
+            // the depth the target would have through it.
+            let mut best: Option<(usize, usize, Vec<u8>, usize)> = None;
             if !t.preferred_base {
-                let mut best: Option<(usize, Vec<u8>)> = None;
                 let mut tried = false;
-                for (base, index) in window.iter_mut().rev() {
+                for (at, (base, index)) in window.iter_mut().enumerate().rev() {
                     let b = &objects[*base];
-                    if b.kind != t.kind || depth[*base] >= options.max_depth {
+                    let base_depth = depth[*base];
+                    if b.kind != t.kind || base_depth >= options.max_depth {
                         continue;
                     }
-                    // A base far smaller than the target leaves most of it to insert.
-                    if b.data.len() < t.data.len() / 32 {
+                    // A target far smaller than the base uses little of it.
+                    if t.data.len() < b.data.len() / 32 {
                         continue;
                     }
-                    // git's limit: a first delta under half the object, then under the best so far;
-                    // a base deep in its chain must do better still.
+                    // git's limit: a first delta under half the object, then under the best so
+                    // far; both scaled by how deep the base is, so that a shallower base may
+                    // win with a delta a little larger (it leaves room for longer chains).
                     let hash_len = 20;
+                    let room = options.max_depth - base_depth;
                     let limit = match &best {
-                        Some((_, d)) => d.len().saturating_sub(1),
-                        None => {
-                            let half = (t.data.len() / 2).saturating_sub(hash_len);
-                            half * (options.max_depth - depth[*base]) / options.max_depth.max(1)
-                        }
+                        Some((_, _, d, best_depth)) => d.len() * room / (options.max_depth - best_depth + 1),
+                        None => (t.data.len() / 2).saturating_sub(hash_len) * room / options.max_depth.max(1),
                     };
                     // A base shorter than the target by the limit leaves more than that to insert.
                     if limit < 8 || t.data.len().saturating_sub(b.data.len()) >= limit {
@@ -499,26 +501,44 @@ pub mod search {
                     let index = index.get_or_insert_with(|| Index::new(b.data));
                     tried = true;
                     stats.pairs += 1;
-                    if let Some(delta) = index.encode(t.data, limit) {
-                        best = Some((*base, delta));
+                    let Some(delta) = index.encode(t.data, limit) else { continue };
+                    // Of deltas of one size, only a shallower one replaces the best.
+                    if best
+                        .as_ref()
+                        .is_some_and(|(_, _, d, best_depth)| d.len() == delta.len() && base_depth + 1 >= *best_depth)
+                    {
+                        continue;
                     }
+                    best = Some((at, *base, delta, base_depth + 1));
                 }
                 if tried {
                     stats.targets += 1;
                 }
-                if let Some((base, data)) = best {
-                    depth[target] = depth[base] + 1;
-                    out.push(Delta { target, base, data });
-                }
                 looked_at += 1;
                 progress(looked_at, total);
-                if stats.budget_exhausted {
-                    break;
-                }
             }
-            window.push_back((target, None));
-            if window.len() > options.window {
+            match best {
+                // At the greatest depth it can be no base: it takes no place in the window.
+                Some((_, base, data, target_depth)) if target_depth >= options.max_depth => {
+                    depth[target] = target_depth;
+                    out.push(Delta { target, base, data });
+                }
+                // git keeps the base that served longer: it moves to the window's newest place,
+                // after the target, and is the first tried for the next object.
+                Some((at, base, data, target_depth)) => {
+                    depth[target] = target_depth;
+                    out.push(Delta { target, base, data });
+                    let kept = window.remove(at).expect("the base is in the window");
+                    window.push_back((target, None));
+                    window.push_back(kept);
+                }
+                None => window.push_back((target, None)),
+            }
+            while window.len() > options.window {
                 window.pop_front();
+            }
+            if stats.budget_exhausted {
+                break;
             }
         }
         (out, stats)
