@@ -84,6 +84,10 @@ enum Command {
         /// runs after pushes); the big pack and its bitmap stay.
         #[arg(long)]
         geometric: bool,
+        /// Search every delta anew (git's `gc --aggressive`, `repack -adf`) with the repository's
+        /// `pack.window` and `pack.depth` (10 and 50): a smaller pack, for more CPU.
+        #[arg(long, conflicts_with = "geometric")]
+        aggressive: bool,
     },
 }
 
@@ -316,27 +320,21 @@ fn main() -> std::process::ExitCode {
         Command::Keys { config, key_type, blob } => keys(&config, key_type.zip(blob)),
         Command::Repo { command } => repo(command),
         Command::CheckConfig { file } => check_config(&file),
-        Command::Maintenance { repo, geometric } => {
+        Command::Maintenance { repo, geometric, aggressive } => {
             let git_dir = if repo.join(".git").is_dir() { repo.join(".git") } else { repo };
             let report = if geometric {
                 gixd::maintenance::geometric::run(&git_dir).map(|r| r.unwrap_or_default())
+            } else if aggressive {
+                gixd::maintenance::aggressive(&git_dir)
             } else {
                 gixd::maintenance::run(&git_dir)
             };
             report
                 .map(|r| {
+                    let (dir, pack) = (git_dir.display(), r.pack.display());
                     println!(
-                        "{}: {} objects in {} ({} stored whole before, now deltas), {} commit bitmaps; removed {} pack(s) and {} loose object(s) now in it; {} loose ref(s) packed; {} unreachable object(s) kept, {} expired",
-                        git_dir.display(),
-                        r.objects,
-                        r.pack.display(),
-                        r.deltas_computed,
-                        r.bitmaps,
-                        r.packs_removed,
-                        r.loose_removed,
-                        r.refs_packed,
-                        r.unreachable_kept,
-                        r.pruned
+                        "{dir}: {} objects in {pack} ({} deltas found by the search), {} commit bitmaps; removed {} pack(s) and {} loose object(s) now in it; {} loose ref(s) packed; {} unreachable object(s) kept, {} expired",
+                        r.objects, r.deltas_computed, r.bitmaps, r.packs_removed, r.loose_removed, r.refs_packed, r.unreachable_kept, r.pruned
                     )
                 })
                 .map_err(Into::into)

@@ -593,3 +593,70 @@ fn a_repository_of_one_pushed_pack_gets_its_bitmap_without_a_repack() {
     let fsck = git_client(&repo, &["fsck", "--full", "--strict", "--no-dangling"]);
     assert!(fsck.status.success() && fsck.stdout.is_empty(), "{}", String::from_utf8_lossy(&fsck.stdout));
 }
+
+/// Bytes of the repository's one `.pack` file (after the replaced ones expired).
+fn pack_bytes(repo: &Path) -> u64 {
+    let packs: Vec<u64> = std::fs::read_dir(repo.join("objects/pack"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "pack"))
+        .map(|e| e.metadata().unwrap().len())
+        .collect();
+    assert_eq!(packs.len(), 1, "{}: one pack", repo.display());
+    packs[0]
+}
+
+#[test]
+fn an_aggressive_run_searches_every_delta_anew_and_its_pack_is_within_five_percent_of_git_repack_adf() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["linear", "real-shapes", "merges"] {
+        for hash in Hash::ALL {
+            let src = corpus::ensure(name, hash);
+            // Stored as a careless packer left it: deltas against one neighbour, chains of one.
+            let poor = tmp.path().join(format!("{name}-{}-poor.git", hash.name()));
+            git_ok(
+                tmp.path(),
+                &["clone", "-q", "--mirror", "--no-local", src.to_str().unwrap(), poor.to_str().unwrap()],
+            );
+            git_ok(&poor, &["-c", "pack.threads=1", "repack", "-q", "-adf", "--window=1", "--depth=1"]);
+            let copy = |arm: &str| {
+                let to = tmp.path().join(format!("{name}-{}-{arm}.git", hash.name()));
+                git_ok(
+                    tmp.path(),
+                    &["clone", "-q", "--mirror", "--no-hardlinks", poor.to_str().unwrap(), to.to_str().unwrap()],
+                );
+                git_ok(&to, &["-c", "pack.threads=1", "repack", "-q", "-ad"]);
+                to
+            };
+            let (plain, aggressive, git) = (copy("plain"), copy("aggressive"), copy("git"));
+            let reachable = rev_list_objects(&poor, &["--all"]);
+
+            gixd::maintenance::run(&plain).unwrap();
+            let report = gixd::maintenance::aggressive(&aggressive).unwrap();
+            git_ok(&git, &["-c", "pack.threads=1", "repack", "-q", "-adf", "--window=10"]);
+            for repo in [&plain, &aggressive] {
+                gixd::maintenance::expire(repo, std::time::Duration::ZERO);
+            }
+            let (plain_bytes, ours, theirs) = (pack_bytes(&plain), pack_bytes(&aggressive), pack_bytes(&git));
+            eprintln!(
+                "{name} {}: plain {plain_bytes} aggressive {ours} git -adf {theirs} ({:.3})",
+                hash.name(),
+                ours as f64 / theirs as f64
+            );
+            assert!(
+                ours as f64 <= theirs as f64 * 1.05,
+                "{name} {}: aggressive {ours} bytes, git repack -adf --window=10 {theirs}",
+                hash.name()
+            );
+            assert!(
+                ours < plain_bytes,
+                "{name} {}: the stored deltas were searched anew ({ours} vs {plain_bytes})",
+                hash.name()
+            );
+            assert!(report.deltas_computed > 0, "{report:?}");
+            assert_eq!(rev_list_objects(&aggressive, &["--all"]), reachable, "{name}");
+            assert_fsck_clean(&aggressive);
+            test_bitmap(&aggressive);
+        }
+    }
+}

@@ -3,7 +3,8 @@
 //! a thin pack from stock git, completed by gixd as it is stored), then copies of that
 //! repository are repacked by `gixd maintenance`, by `git repack -adf --window=10` (every delta
 //! searched anew: what the issue compares against) and by `git repack -ad` (stored deltas reused,
-//! git gc's default): pack bytes, objects and CPU (of the repacking process and its children,
+//! git gc's default), and by `gixd maintenance --aggressive` (every delta searched anew, against
+//! `-adf`): pack bytes, objects and CPU (of the repacking process and its children,
 //! `xtask rusage`). Run by hand on real repositories; not in CI.
 
 use std::path::{Path, PathBuf};
@@ -14,7 +15,8 @@ use anyhow::{Context, Result, bail};
 pub const MAINTENANCE_RESULTS: &str = "bench/results/maintenance.json";
 
 /// The repacking arms, by the name the report shows.
-pub const ARMS: [&str; 3] = ["gixd maintenance", "git repack -adf --window=10", "git repack -ad"];
+pub const ARMS: [&str; 4] =
+    ["gixd maintenance", "git repack -adf --window=10", "git repack -ad", "gixd maintenance --aggressive"];
 
 fn git(dir: &Path, args: &[&str]) -> Result<String> {
     crate::bench::output(Command::new("git").current_dir(dir).args(["-c", "pack.threads=1"]).args(args))
@@ -79,6 +81,12 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, pushes: usize, gixd:
                     "gixd maintenance" => {
                         vec![gixd.display().to_string(), "maintenance".into(), copy.display().to_string()]
                     }
+                    "gixd maintenance --aggressive" => vec![
+                        gixd.display().to_string(),
+                        "maintenance".into(),
+                        "--aggressive".into(),
+                        copy.display().to_string(),
+                    ],
                     "git repack -adf --window=10" => [
                         "git",
                         "-C",

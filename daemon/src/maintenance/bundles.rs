@@ -201,6 +201,7 @@ pub fn write(git_dir: &Path) -> Result<Option<u64>, MaintenanceError> {
             include_unselected_bases: false,
             packs: &|| None,
             deltify: false,
+            search_anew: None,
             progress_every: Duration::from_secs(1),
         };
         // A delta whose base is not selected is stored whole: nothing outside goes in.

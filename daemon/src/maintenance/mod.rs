@@ -98,6 +98,15 @@ pub fn run(git_dir: &Path) -> Result<Report, MaintenanceError> {
     Ok(report)
 }
 
+/// [`run`] with every delta searched anew, as `git gc --aggressive` / `git repack -adf` do: a
+/// smaller pack for the CPU of decoding and searching every object (stored deltas are kept by
+/// [`run`]).
+pub fn aggressive(git_dir: &Path) -> Result<Report, MaintenanceError> {
+    let mut report = full(git_dir, Bases::Anew)?;
+    report.bundle = bundles::write(git_dir)?;
+    Ok(report)
+}
+
 /// Repack `git_dir` into one pack with a `.rev` and a `.bitmap`; `bases` says whether objects
 /// stored whole are searched for deltas (a run by hand or on the clock) or kept as they are (the
 /// automatic run after pushes: memory bounded by the entries, not by the objects' data).
@@ -511,6 +520,9 @@ pub enum Bases {
     /// Only the selection is written: a delta whose base is not in it is stored whole, and the
     /// whole objects are searched among themselves (a roll-up of some packs).
     StoreWhole,
+    /// Every base is written and no stored delta is reused: every object is searched anew (git's
+    /// `repack -adf`), with the repository's `pack.window` and `pack.depth` (git's 10 and 50).
+    Anew,
 }
 
 fn write_pack(
@@ -540,6 +552,7 @@ fn write_pack(
         include_unselected_bases: bases != Bases::StoreWhole,
         packs: &|| packs.clone(),
         deltify: bases != Bases::Keep,
+        search_anew: (bases == Bases::Anew).then(|| search_limits(repo)),
         progress_every: std::time::Duration::from_secs(1),
     };
     let (stats, noted) = crate::pack::write_indexed(repo, selection, options, |_| true, &mut file)?;
@@ -553,6 +566,21 @@ fn write_pack(
         None => index_by_decoding(&tmp_pack, out, hash)?,
     };
     Ok((index, data, stats.deltas_computed))
+}
+
+/// The delta search's window and depth from the repository's `pack.window` and `pack.depth`, as
+/// git's `pack-objects` reads them (10 and 50 when unset; a depth past git's 4095 is cut to it).
+fn search_limits(repo: &gix::Repository) -> gix_pack::data::delta::search::Options {
+    let config = repo.config_snapshot();
+    let mut limits = gix_pack::data::delta::search::Options { budget: usize::MAX, ..Default::default() };
+    let positive = |key: &str| config.integer(key).and_then(|v| usize::try_from(v).ok());
+    if let Some(window) = positive("pack.window") {
+        limits.window = window;
+    }
+    if let Some(depth) = positive("pack.depth") {
+        limits.max_depth = depth.min(4095);
+    }
+    limits
 }
 
 /// Move the pack at `tmp_pack` into `out` under its name (its checksum) and write its index from

@@ -206,12 +206,7 @@ impl<'a> DeltaSearch<'a> {
         let mut deflated = vec![false; entries.len()];
         let mut rest = &order[..];
         while !rest.is_empty() {
-            let mut bytes = 0;
-            let take = rest.iter().enumerate().take_while(|(k, (.., i))| {
-                bytes += entries[*i].decompressed_size;
-                bytes <= Self::REPACK_BATCH_BYTES || *k < Self::REPACK_BATCH_OBJECTS
-            });
-            let len = take.count().max(1);
+            let len = batch_len(rest.iter().map(|(.., i)| entries[*i].decompressed_size));
             let (batch, next) = rest.split_at(len);
             rest = next;
             let inflated: Vec<(usize, Vec<u8>)> =
@@ -252,6 +247,97 @@ impl<'a> DeltaSearch<'a> {
         searched
     }
 
+    /// git's `repack -f` (no delta reused): every object of the selection is decoded and searched
+    /// anew, in git's search order (kind, name hash, largest first) and in consecutive batches of
+    /// at most [`Self::REPACK_BATCH_BYTES`] decoded, as [`Self::repack_window`] searches the
+    /// whole ones; `search` gives the window and depth. Every object becomes an entry of its own
+    /// (a delta against another entry, or whole, deflated), in selection order. `tell` hears how
+    /// many it has searched, of how many.
+    pub(super) fn anew(
+        &mut self,
+        search: gix_pack::data::delta::search::Options,
+        tell: &mut dyn FnMut(usize, usize),
+    ) -> Result<Vec<output::Entry>, ServeError> {
+        use gix_pack::data::delta::search as find;
+        let ids = &self.selection.objects;
+        let mut entries = Vec::with_capacity(ids.len());
+        for id in ids {
+            let header = self.repo.find_header(*id).map_err(|_| ServeError::MissingObject(*id))?;
+            entries.push(output::Entry {
+                id: *id,
+                kind: output::entry::Kind::Base(header.kind()),
+                decompressed_size: header.size() as usize,
+                compressed_data: Vec::new(),
+            });
+        }
+        let name_hash = |id: &ObjectId| self.selection.name_hash.get(id).copied().unwrap_or(0);
+        let searchable = |e: &output::Entry| (search.min_size..=search.max_size).contains(&e.decompressed_size);
+        let mut order: Vec<(u8, u32, std::cmp::Reverse<usize>, usize)> = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| searchable(e))
+            .map(|(i, e)| {
+                let output::entry::Kind::Base(kind) = e.kind else { unreachable!("every entry is whole so far") };
+                (kind as u8, name_hash(&e.id), std::cmp::Reverse(e.decompressed_size), i)
+            })
+            .collect();
+        order.sort();
+        // Too small to be worth a delta, or too large to search: whole (decided before the
+        // search, which gives its deltas their own sizes).
+        let unsearched: Vec<usize> = (0..entries.len()).filter(|i| !searchable(&entries[*i])).collect();
+        let mut searched = 0;
+        let mut rest = &order[..];
+        while !rest.is_empty() {
+            let len = batch_len(rest.iter().map(|(.., i)| entries[*i].decompressed_size));
+            let (batch, next) = rest.split_at(len);
+            rest = next;
+            let mut decoded = Vec::with_capacity(batch.len());
+            for (.., i) in batch {
+                decoded.push(self.decode(&mut entries[*i])?);
+            }
+            let objects: Vec<find::Object<'_>> = batch
+                .iter()
+                .zip(&decoded)
+                .map(|((.., i), data)| {
+                    let output::entry::Kind::Base(kind) = entries[*i].kind else { unreachable!("whole so far") };
+                    find::Object { kind, name_hash: name_hash(&entries[*i].id), data, preferred_base: false }
+                })
+                .collect();
+            let (deltas, _stats) =
+                find::find_with_progress(&objects, search, &mut |done, _| tell(searched + done, order.len()));
+            let mut whole = vec![true; batch.len()];
+            for delta in deltas {
+                let (target, base) = (batch[delta.target].3, batch[delta.base].3);
+                let entry = &mut entries[target];
+                entry.kind = output::entry::Kind::DeltaOid { id: ids[base] };
+                entry.decompressed_size = delta.data.len();
+                entry.compressed_data = deflated(&delta.data)?;
+                whole[delta.target] = false;
+                self.found += 1;
+            }
+            for (((.., i), data), whole) in batch.iter().zip(&decoded).zip(whole) {
+                if whole {
+                    entries[*i].compressed_data = deflated(data)?;
+                }
+            }
+            searched += batch.len();
+        }
+        for i in unsearched {
+            let data = self.decode(&mut entries[i])?;
+            entries[i].compressed_data = deflated(&data)?;
+        }
+        Ok(entries)
+    }
+
+    /// The object of a whole `entry`, decoded from the repository; its size is set from it.
+    fn decode(&mut self, entry: &mut output::Entry) -> Result<Vec<u8>, ServeError> {
+        let object = gix_object::Find::try_find(&self.repo.objects, &entry.id, &mut self.base)
+            .map_err(ServeError::pack)?
+            .ok_or(ServeError::MissingObject(entry.id))?;
+        entry.decompressed_size = object.data.len();
+        Ok(object.data.to_vec())
+    }
+
     /// A thin delta of `target` against the client's version at its path, within the budget:
     /// worth it only well below the whole object (git asks a first delta for under half).
     pub(super) fn same_path_delta(&mut self, target: &[u8], held: &[u8]) -> Option<Vec<u8>> {
@@ -266,12 +352,7 @@ impl<'a> DeltaSearch<'a> {
     /// entry is now; true if it was. An entry stored for the search (not deflated yet) takes the
     /// delta as git takes what its search found: the delta is under half the object already.
     pub(super) fn replace_with_delta(&mut self, entry: &mut output::Entry, base: ObjectId, delta: &[u8]) -> bool {
-        let mut z =
-            flate2::write::ZlibEncoder::new(Vec::with_capacity(delta.len() / 2 + 16), flate2::Compression::default());
-        if z.write_all(delta).is_err() {
-            return false;
-        }
-        let Ok(compressed) = z.finish() else { return false };
+        let Ok(compressed) = deflated(delta) else { return false };
         if !is_stored(entry) && compressed.len() >= entry.compressed_data.len() {
             return false;
         }
@@ -303,6 +384,26 @@ impl<'a> DeltaSearch<'a> {
     }
 }
 
+/// How many of the objects of these sizes (in search order) a repack's batch takes: at most
+/// [`DeltaSearch::REPACK_BATCH_BYTES`] of them, and at least [`DeltaSearch::REPACK_BATCH_OBJECTS`]
+/// (a window's worth, however large they are).
+fn batch_len(sizes: impl Iterator<Item = usize>) -> usize {
+    let mut bytes = 0;
+    let take = sizes.enumerate().take_while(|(k, size)| {
+        bytes += size;
+        bytes <= DeltaSearch::REPACK_BATCH_BYTES || *k < DeltaSearch::REPACK_BATCH_OBJECTS
+    });
+    take.count().max(1)
+}
+
+/// `data` deflated at zlib's default level (git's `core.compression` default).
+fn deflated(data: &[u8]) -> Result<Vec<u8>, ServeError> {
+    let mut z =
+        flate2::write::ZlibEncoder::new(Vec::with_capacity(data.len() / 2 + 16), flate2::Compression::default());
+    z.write_all(data)?;
+    Ok(z.finish()?)
+}
+
 /// Deflate a whole entry whose data is stored rather than compressed (gix-pack re-deflated it at
 /// level 0 for a search: a stored stream is longer than its content), from `data` (the object)
 /// or by inflating it; kept as it is unless the deflated form is smaller.
@@ -321,12 +422,7 @@ pub(super) fn deflate_stored(entry: &mut output::Entry, data: Option<&[u8]>) {
             None => return,
         },
     };
-    let mut z =
-        flate2::write::ZlibEncoder::new(Vec::with_capacity(data.len() / 2 + 16), flate2::Compression::default());
-    if z.write_all(data).is_err() {
-        return;
-    }
-    if let Ok(compressed) = z.finish()
+    if let Ok(compressed) = deflated(data)
         && compressed.len() < entry.compressed_data.len()
     {
         entry.compressed_data = compressed;

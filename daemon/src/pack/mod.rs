@@ -72,6 +72,9 @@ pub struct Options<'a> {
     /// (a repack: [`crate::maintenance`]). Without it the search runs only for fetches answered
     /// by walking — a clone's whole objects are its stored pack's delta bases already.
     pub deltify: bool,
+    /// Reuse no stored delta: every object is decoded and searched anew with these limits
+    /// (git's `repack -f`; [`crate::maintenance::Bases::Anew`]). Implies `deltify`.
+    pub search_anew: Option<gix_pack::data::delta::search::Options>,
     /// The pace of running progress lines ([`Throttle`]).
     pub progress_every: std::time::Duration,
 }
@@ -169,6 +172,9 @@ fn write_noting<W: Sink>(
         if may_send(id) { wanted } else { DeltaBase::Recompress }
     };
     let mut search = DeltaSearch::new(repo, selection, &options);
+    if let Some(limits) = options.search_anew {
+        return write_searched_anew(&mut search, limits, &options, out, note_index);
+    }
     // An object gix-pack re-deflates whole is, when a search follows, inflated again at once and
     // often made a delta: it is stored (level 0) for now, and deflated for the wire only if it
     // stays whole ([`deflate_stored`]).
@@ -267,6 +273,43 @@ fn write_noting<W: Sink>(
     Ok((stats, written.index))
 }
 
+/// [`write_noting`] with every delta searched anew ([`Options::search_anew`]): the entries come
+/// from the search, not from gix-pack, and go out each base before its deltas.
+fn write_searched_anew<W: Sink>(
+    search: &mut DeltaSearch<'_>,
+    limits: gix_pack::data::delta::search::Options,
+    options: &Options<'_>,
+    out: &mut W,
+    note_index: bool,
+) -> Result<(Stats, Option<Vec<IndexEntry>>), ServeError> {
+    let num_entries = search.selection.objects.len();
+    let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::too_many_objects())?;
+    let mut answer = Hashed::new(out, search.repo.object_hash());
+    answer.emit(&gix_pack::data::header::encode(gix_pack::data::Version::V2, num_entries_u32))?;
+    let mut compressing = Phase::new("Compressing objects", 0, options.progress_every);
+    let mut told = Ok(());
+    let mut tell = |done: usize, total: usize| {
+        if told.is_ok() {
+            told = compressing.at(done, total, &mut answer);
+        }
+    };
+    let entries = search.anew(limits, &mut tell)?;
+    told?;
+    compressing.finish(&mut answer)?;
+    let mut written = EntryOffsets { index: note_index.then(Vec::new), ..EntryOffsets::default() };
+    written.emit_in_base_order(&entries, options.ofs_delta, &mut answer)?;
+    drop(entries);
+    let bytes = answer.finish()?;
+    let stats = Stats {
+        entries: num_entries,
+        re_deflated: num_entries - search.found,
+        bytes,
+        deltas_computed: search.found,
+        ..Stats::default()
+    };
+    Ok((stats, written.index))
+}
+
 /// The entry of this pack (by index) a delta's base is, once the search may have made deltas of
 /// any entry; `None` for a whole object and for a thin delta (its base is the client's).
 fn base_in_pack(entry: &output::Entry, by_id: &HashMap<ObjectId, usize>) -> Option<usize> {
@@ -339,6 +382,7 @@ mod tests {
             include_unselected_bases: false,
             packs: &|| None,
             deltify: false,
+            search_anew: None,
             progress_every: std::time::Duration::from_secs(1),
         };
         write(&repo, &selection, options, |_| false, out)

@@ -122,6 +122,10 @@ struct Walker<'r> {
     /// What the client holds, by the hash of its path in an edge commit's tree (the first edge's
     /// object where edges differ).
     held_by_path: HashMap<u64, ObjectId>,
+    /// Commits newest first by commit time, as git's `rev-list` walks (not gix's breadth-first):
+    /// a repack's delta search breaks ties in this order, so versions of a path made one after
+    /// another sit next to each other in its window.
+    by_commit_time: bool,
 }
 
 /// `id`'s kind and data, read into `buf`.
@@ -178,6 +182,7 @@ impl<'r> Walker<'r> {
             filter: Filter::default(),
             tree_depths: Default::default(),
             held_by_path: HashMap::new(),
+            by_commit_time: false,
         }
     }
 
@@ -388,12 +393,16 @@ impl<'r> Walker<'r> {
             let mut commits = Vec::new();
             if !commit_tips.is_empty() {
                 // gix reads the commit-graph for the walk's parents only where ours verified.
-                let walk = self
+                let mut walk = self
                     .repo
                     .rev_walk(commit_tips)
                     .with_hidden(hidden.iter().copied())
-                    .use_commit_graph(self.commit_graph.is_some())
-                    .all()?;
+                    .use_commit_graph(self.commit_graph.is_some());
+                if self.by_commit_time {
+                    use gix::traverse::commit::simple::CommitTimeOrder;
+                    walk = walk.sorting(gix::revision::walk::Sorting::ByCommitTime(CommitTimeOrder::NewestFirst));
+                }
+                let walk = walk.all()?;
                 for info in walk {
                     let info = info?;
                     commits.push((info.id, info.parent_ids.iter().copied().collect::<Vec<_>>()));
@@ -636,7 +645,11 @@ fn include_tags(repo: &gix::Repository, refs: &RefSnapshot, selection: &mut Sele
 
 /// Everything reachable from `tips` as a selection for a client that has nothing: in walk order
 /// (commits, then trees and blobs as met), with the name hash of each tree's and blob's path —
-/// what a repack writes and searches for deltas.
+/// what a repack writes and searches for deltas. Commits newest first by commit time, as git's
+/// repack walks them.
 pub fn everything_reachable(repo: &gix::Repository, tips: &[ObjectId]) -> Result<Selection, ServeError> {
-    Walker::new(&crate::repo::with_walk_cache(repo)).run(tips, &[], None)
+    let walk_repo = crate::repo::with_walk_cache(repo);
+    let mut walker = Walker::new(&walk_repo);
+    walker.by_commit_time = true;
+    walker.run(tips, &[], None)
 }

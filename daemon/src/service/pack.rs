@@ -78,6 +78,7 @@ pub fn select_and_write(
             include_unselected_bases: request.common.is_empty() && plain,
             packs: &|| crate::packs::of(&ctx.caches.packs, ctx.served, repo),
             deltify: false,
+            search_anew: None,
             progress_every: ctx.config.progress_interval,
         },
         |id| {
