@@ -98,6 +98,15 @@ impl Packs {
         }
         smallest_delta.or(first)
     }
+
+    /// The pack `id` is stored whole in, if it is in one and in none as a delta ([`Self::locate`]
+    /// would give that delta): its writer tried it against the other whole objects there.
+    pub fn stored_whole_in(&self, id: &gix_hash::oid) -> Option<u32> {
+        let location = self.locate(id)?;
+        let file = &self.files[location.pack_id as usize];
+        let whole = file.data.entry(location.pack_offset).is_ok_and(|entry| !entry.header.is_delta());
+        whole.then_some(location.pack_id)
+    }
 }
 
 /// Each entry's size by index position: the distance to the next entry in pack order (the

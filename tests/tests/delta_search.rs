@@ -56,11 +56,18 @@ fn versions_of_one_file_become_deltas_of_each_other_and_each_applies_back() {
                 name_hash: search::name_hash(format!("src/file{f}.rs").as_bytes()),
                 data,
                 preferred_base: false,
+                stored_whole_in: None,
             });
         }
     }
     let random = noise(99, 50_000);
-    objects.push(search::Object { kind: gix::objs::Kind::Blob, name_hash: 7, data: &random, preferred_base: false });
+    objects.push(search::Object {
+        kind: gix::objs::Kind::Blob,
+        name_hash: 7,
+        data: &random,
+        preferred_base: false,
+        stored_whole_in: None,
+    });
     let options = search::Options::default();
     let (deltas, stats) = search::find(&objects, options);
     check(&objects, &deltas, options);
@@ -70,11 +77,48 @@ fn versions_of_one_file_become_deltas_of_each_other_and_each_applies_back() {
 }
 
 #[test]
+fn objects_stored_whole_in_one_pack_are_not_tried_against_each_other_but_across_packs_they_are() {
+    let file = versions(6, 3);
+    let object = |data, stored_whole_in| search::Object {
+        kind: gix::objs::Kind::Blob,
+        name_hash: 1,
+        data,
+        preferred_base: false,
+        stored_whole_in,
+    };
+    let options = search::Options::default();
+    // All three whole in pack 4: its writer kept them whole, so no pair is tried.
+    let same: Vec<_> = file.iter().map(|data| object(data, Some(4))).collect();
+    let (deltas, stats) = search::find(&same, options);
+    assert!(deltas.is_empty() && stats.pairs == 0, "{stats:?}");
+    // One of them in another pack (or loose): it is tried against the others and they against it.
+    let mixed = [object(&file[0], Some(4)), object(&file[1], Some(5)), object(&file[2], Some(4))];
+    let (deltas, stats) = search::find(&mixed, options);
+    check(&mixed, &deltas, options);
+    assert_eq!(deltas.len(), 2, "{stats:?}");
+    assert!(deltas.iter().all(|d| mixed[d.target].stored_whole_in != mixed[d.base].stored_whole_in));
+    let loose = [object(&file[0], Some(4)), object(&file[1], None), object(&file[2], Some(4))];
+    assert_eq!(search::find(&loose, options).0.len(), 2);
+}
+
+#[test]
 fn a_preferred_base_is_used_but_never_given_a_delta() {
     let file = versions(5, 2);
     let objects = [
-        search::Object { kind: gix::objs::Kind::Blob, name_hash: 1, data: &file[0], preferred_base: true },
-        search::Object { kind: gix::objs::Kind::Blob, name_hash: 1, data: &file[1], preferred_base: false },
+        search::Object {
+            kind: gix::objs::Kind::Blob,
+            name_hash: 1,
+            data: &file[0],
+            preferred_base: true,
+            stored_whole_in: None,
+        },
+        search::Object {
+            kind: gix::objs::Kind::Blob,
+            name_hash: 1,
+            data: &file[1],
+            preferred_base: false,
+            stored_whole_in: None,
+        },
     ];
     let options = search::Options::default();
     let (deltas, _) = search::find(&objects, options);
@@ -87,9 +131,21 @@ fn chains_stop_at_the_depth_limit_and_kinds_never_mix() {
     let file = versions(11, 12);
     let mut objects: Vec<search::Object<'_>> = file
         .iter()
-        .map(|data| search::Object { kind: gix::objs::Kind::Blob, name_hash: 3, data, preferred_base: false })
+        .map(|data| search::Object {
+            kind: gix::objs::Kind::Blob,
+            name_hash: 3,
+            data,
+            preferred_base: false,
+            stored_whole_in: None,
+        })
         .collect();
-    objects.push(search::Object { kind: gix::objs::Kind::Tree, name_hash: 3, data: &file[5], preferred_base: false });
+    objects.push(search::Object {
+        kind: gix::objs::Kind::Tree,
+        name_hash: 3,
+        data: &file[5],
+        preferred_base: false,
+        stored_whole_in: None,
+    });
     let options = search::Options { max_depth: 2, window: 3, ..Default::default() };
     let (deltas, _) = search::find(&objects, options);
     check(&objects, &deltas, options);
@@ -102,14 +158,26 @@ fn no_budget_means_no_search_and_tiny_objects_are_left_alone() {
     let file = versions(21, 4);
     let objects: Vec<search::Object<'_>> = file
         .iter()
-        .map(|data| search::Object { kind: gix::objs::Kind::Blob, name_hash: 3, data, preferred_base: false })
+        .map(|data| search::Object {
+            kind: gix::objs::Kind::Blob,
+            name_hash: 3,
+            data,
+            preferred_base: false,
+            stored_whole_in: None,
+        })
         .collect();
     let (deltas, stats) = search::find(&objects, search::Options { budget: 0, ..Default::default() });
     assert!(deltas.is_empty() && stats.budget_exhausted, "{stats:?}");
     let tiny = [b"abc".as_slice(), b"abcd".as_slice()];
     let objects: Vec<search::Object<'_>> = tiny
         .iter()
-        .map(|data| search::Object { kind: gix::objs::Kind::Blob, name_hash: 3, data, preferred_base: false })
+        .map(|data| search::Object {
+            kind: gix::objs::Kind::Blob,
+            name_hash: 3,
+            data,
+            preferred_base: false,
+            stored_whole_in: None,
+        })
         .collect();
     assert!(search::find(&objects, search::Options::default()).0.is_empty());
 }
@@ -136,11 +204,23 @@ fn the_search_tells_each_object_it_may_give_a_delta_once_in_order_of_all_of_them
     let file = versions(31, 5);
     let mut objects: Vec<search::Object<'_>> = file
         .iter()
-        .map(|data| search::Object { kind: gix::objs::Kind::Blob, name_hash: 3, data, preferred_base: false })
+        .map(|data| search::Object {
+            kind: gix::objs::Kind::Blob,
+            name_hash: 3,
+            data,
+            preferred_base: false,
+            stored_whole_in: None,
+        })
         .collect();
     objects[0].preferred_base = true;
     let tiny = b"abc".to_vec();
-    objects.push(search::Object { kind: gix::objs::Kind::Blob, name_hash: 3, data: &tiny, preferred_base: false });
+    objects.push(search::Object {
+        kind: gix::objs::Kind::Blob,
+        name_hash: 3,
+        data: &tiny,
+        preferred_base: false,
+        stored_whole_in: None,
+    });
     let mut told = Vec::new();
     let (deltas, _) =
         search::find_with_progress(&objects, search::Options::default(), &mut |done, total| told.push((done, total)));

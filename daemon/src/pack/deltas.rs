@@ -140,6 +140,7 @@ impl<'a> DeltaSearch<'a> {
                 name_hash: c.name_hash,
                 data: &c.data,
                 preferred_base: c.entry.is_none(),
+                stored_whole_in: None,
             })
             .collect();
         let options = search::Options {
@@ -187,11 +188,18 @@ impl<'a> DeltaSearch<'a> {
     /// A repack's search: every whole tree and blob, in git's search order (kind, name hash,
     /// largest first), searched in consecutive batches of at most [`Self::REPACK_BATCH_BYTES`]
     /// inflated, so a repository of any size is searched whole with bounded memory (a window
-    /// spans a batch, not the boundary between two) and no byte budget. Nothing is thin. `tell`
+    /// spans a batch, not the boundary between two) and no byte budget. Nothing is thin. Two
+    /// objects stored whole in one of `packs` are not tried against each other (its writer did). `tell`
     /// hears how many it has searched, of how many, as it goes. Returns how many it searched.
-    pub(super) fn repack_window(&mut self, entries: &mut [output::Entry], tell: &mut dyn FnMut(usize, usize)) -> usize {
+    pub(super) fn repack_window(
+        &mut self,
+        entries: &mut [output::Entry],
+        packs: Option<&crate::packs::Packs>,
+        tell: &mut dyn FnMut(usize, usize),
+    ) -> usize {
         use gix_pack::data::delta::search;
         let name_hash = |e: &output::Entry| self.selection.name_hash.get(&e.id).copied().unwrap_or(0);
+        let stored_whole_in = |id: &ObjectId| packs.and_then(|packs| packs.stored_whole_in(id));
         let mut order: Vec<(u8, u32, std::cmp::Reverse<usize>, usize)> = entries
             .iter()
             .enumerate()
@@ -220,7 +228,8 @@ impl<'a> DeltaSearch<'a> {
                     let gix_pack::data::output::entry::Kind::Base(kind) = entries[*i].kind else {
                         unreachable!("whole entries only")
                     };
-                    search::Object { kind, name_hash: name_hash(&entries[*i]), data, preferred_base: false }
+                    let (name_hash, stored_whole_in) = (name_hash(&entries[*i]), stored_whole_in(&entries[*i].id));
+                    search::Object { kind, name_hash, data, preferred_base: false, stored_whole_in }
                 })
                 .collect();
             let options = search::Options {
@@ -308,7 +317,8 @@ impl<'a> DeltaSearch<'a> {
                 .zip(&decoded)
                 .map(|((.., i), data)| {
                     let output::entry::Kind::Base(kind) = entries[*i].kind else { unreachable!("whole so far") };
-                    find::Object { kind, name_hash: name_hash(&entries[*i].id), data, preferred_base: false }
+                    let name_hash = name_hash(&entries[*i].id);
+                    find::Object { kind, name_hash, data, preferred_base: false, stored_whole_in: None }
                 })
                 .collect();
             let (deltas, _stats) =

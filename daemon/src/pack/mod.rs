@@ -179,14 +179,9 @@ fn write_noting<W: Sink>(
     // often made a delta: it is stored (level 0) for now, and deflated for the wire only if it
     // stays whole ([`deflate_stored`]).
     let compression = if search.enabled { gix::zlib::Compression::NONE } else { gix::zlib::Compression::DEFAULT };
-    let (num_entries, mut chunks) = gix_entries(
-        repo,
-        selection.objects.iter().copied(),
-        options.thin_pack,
-        compression,
-        (options.packs)(),
-        decide,
-    )?;
+    let packs = (options.packs)();
+    let (num_entries, mut chunks) =
+        gix_entries(repo, selection.objects.iter().copied(), options.thin_pack, compression, packs.clone(), decide)?;
     let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::too_many_objects())?;
 
     // Without ofs-delta, a delta refers to its base by id; keep the ids written so far for that.
@@ -218,7 +213,7 @@ fn write_noting<W: Sink>(
             }
         };
         let searched = if search.deltify {
-            search.repack_window(&mut entries, &mut tell)
+            search.repack_window(&mut entries, packs.as_deref(), &mut tell)
         } else {
             search.window(&mut entries, &mut tell)
         };

@@ -368,6 +368,10 @@ pub mod search {
         pub data: &'a [u8],
         /// A base only: never given a delta (the receiver has it).
         pub preferred_base: bool,
+        /// The pack this object is stored whole in, if it is: two objects stored whole in one
+        /// pack are not tried against each other, as that pack's writer tried them and kept
+        /// both whole (git's rule when it reuses stored deltas).
+        pub stored_whole_in: Option<u32>,
     }
 
     /// Limits of a search.
@@ -473,6 +477,9 @@ pub mod search {
                     let b = &objects[*base];
                     let base_depth = depth[*base];
                     if b.kind != t.kind || base_depth >= options.max_depth {
+                        continue;
+                    }
+                    if t.stored_whole_in.is_some() && t.stored_whole_in == b.stored_whole_in && !b.preferred_base {
                         continue;
                     }
                     // A target far smaller than the base uses little of it.
