@@ -23,6 +23,9 @@ struct PackFile {
 /// The packs of one repository, in gix-odb's look-up order.
 pub struct Packs {
     files: Vec<PackFile>,
+    /// Bytes of entries copied out of the maps since their pages were last let go
+    /// ([`Packs::copied`]).
+    copied: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Packs {
@@ -68,8 +71,34 @@ impl Packs {
                 .ok_or_else(|| error(&"entries overlap or run past the pack's end"))?;
             files.push(PackFile { index, data, sizes });
         }
-        Ok(Packs { files })
+        Ok(Packs { files, copied: Default::default() })
     }
+
+    /// Note `bytes` of entries copied out of the maps; every [`Self::RESIDENT_BYTES`] of them, let
+    /// the maps' resident pages go. A pack written from these packs copies nearly every entry,
+    /// once: without this every page of every pack stayed resident until the writer was done
+    /// (counted in the process's peak beside the copies themselves), where git's pack-objects
+    /// holds no copies. The pages stay in the page cache; one read again faults back in.
+    fn copied(&self, bytes: usize) {
+        use std::sync::atomic::Ordering;
+        if self.copied.fetch_add(bytes, Ordering::Relaxed) + bytes < Self::RESIDENT_BYTES {
+            return;
+        }
+        self.copied.store(0, Ordering::Relaxed);
+        #[cfg(target_os = "linux")]
+        for file in &self.files {
+            let Some(map) = file.data.entry_slice(0..file.data.data_len() as u64) else { continue };
+            // SAFETY: the map is a private, read-only mapping of a pack file, which is never
+            // written: MADV_DONTNEED drops its page-table entries, and a later read of any byte
+            // faults the same byte in from the file. No reference into it changes.
+            unsafe {
+                libc::madvise(map.as_ptr() as *mut libc::c_void, map.len(), libc::MADV_DONTNEED);
+            }
+        }
+    }
+
+    /// Bytes copied out of the maps between two releases of their resident pages.
+    const RESIDENT_BYTES: usize = 8 << 20;
 
     /// Where `id`'s entry is and how long it is: the smallest copy stored as a delta (pushes store
     /// an object against whatever base the pusher had; the smallest delta is most often against
@@ -287,6 +316,7 @@ impl gix_pack::Find for Locating {
         };
         let file = packs.files.get(location.pack_id as usize)?;
         let data = file.data.entry_slice(location.entry_range(location.pack_offset))?;
+        packs.copied(data.len());
         Some(gix_pack::find::Entry { data: data.to_owned(), version: file.data.version() })
     }
 }
@@ -334,6 +364,57 @@ mod tests {
         git(d, &["pack-objects", "-q", ".git/objects/pack/pack"], Some(&some));
         git(d, &["hash-object", "-w", "--stdin"], Some("loose\n"));
         dir
+    }
+
+    /// Resident kilobytes of the maps of `path` in this process, by /proc/self/smaps.
+    fn resident_kb(path: &Path) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut in_map = false;
+        let mut kb = 0;
+        for line in smaps.lines() {
+            if line.contains(" /") || line.ends_with(']') || line.split_whitespace().count() == 5 {
+                in_map = line.ends_with(&*path.to_string_lossy());
+            } else if in_map && let Some(rss) = line.strip_prefix("Rss:") {
+                kb += rss.trim().trim_end_matches(" kB").parse::<u64>().unwrap();
+            }
+        }
+        kb
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn copying_entries_lets_the_maps_resident_pages_go_every_few_megabytes_and_they_read_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        git(d, &["init", "-q"], None);
+        // Incompressible content: the pack is as large as it.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let noise: Vec<u8> = (0..(3 * Packs::RESIDENT_BYTES / 2))
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        std::fs::write(d.join("noise"), &noise).unwrap();
+        git(d, &["add", "."], None);
+        git(d, &["commit", "-qm", "noise"], None);
+        git(d, &["repack", "-adq"], None);
+        let packs = Packs::open(&d.join(".git/objects/pack"), gix_hash::Kind::Sha1).unwrap();
+        let file = &packs.files[0];
+        let path = file.data.path().canonicalize().unwrap();
+        let whole = file.data.entry_slice(0..file.data.data_len() as u64).unwrap();
+        let before: u64 = whole.iter().step_by(4096).map(|b| u64::from(*b)).sum();
+        let touched = resident_kb(&path);
+        assert!(touched * 1024 >= Packs::RESIDENT_BYTES as u64, "every page read: {touched} kB resident");
+        packs.copied(Packs::RESIDENT_BYTES / 2);
+        assert_eq!(resident_kb(&path), touched, "below the threshold nothing is let go");
+        packs.copied(Packs::RESIDENT_BYTES / 2);
+        let after = resident_kb(&path);
+        assert!(after * 8 < touched, "past it the pages go: {touched} kB resident before, {after} kB after");
+        // What the map holds reads the same, faulted in again from the file.
+        assert_eq!(whole.iter().step_by(4096).map(|b| u64::from(*b)).sum::<u64>(), before);
     }
 
     #[test]
