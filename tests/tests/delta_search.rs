@@ -20,6 +20,11 @@ fn versions(seed: u64, versions: usize) -> Vec<Vec<u8>> {
     out
 }
 
+/// A blob at a path of `name_hash`, to be sent (no preferred base), not stored whole anywhere.
+fn blob(name_hash: u32, data: &[u8]) -> search::Object<'_> {
+    search::Object { kind: gix::objs::Kind::Blob, name_hash, data, preferred_base: false, stored_whole_in: None }
+}
+
 fn check(objects: &[search::Object<'_>], deltas: &[search::Delta], options: search::Options) {
     let mut base_of = vec![None; objects.len()];
     for d in deltas {
@@ -51,23 +56,11 @@ fn versions_of_one_file_become_deltas_of_each_other_and_each_applies_back() {
     let mut objects = Vec::new();
     for (f, file) in files.iter().enumerate() {
         for data in file {
-            objects.push(search::Object {
-                kind: gix::objs::Kind::Blob,
-                name_hash: search::name_hash(format!("src/file{f}.rs").as_bytes()),
-                data,
-                preferred_base: false,
-                stored_whole_in: None,
-            });
+            objects.push(blob(search::name_hash(format!("src/file{f}.rs").as_bytes()), data));
         }
     }
     let random = noise(99, 50_000);
-    objects.push(search::Object {
-        kind: gix::objs::Kind::Blob,
-        name_hash: 7,
-        data: &random,
-        preferred_base: false,
-        stored_whole_in: None,
-    });
+    objects.push(blob(7, &random));
     let options = search::Options::default();
     let (deltas, stats) = search::find(&objects, options);
     check(&objects, &deltas, options);
@@ -112,13 +105,7 @@ fn a_preferred_base_is_used_but_never_given_a_delta() {
             preferred_base: true,
             stored_whole_in: None,
         },
-        search::Object {
-            kind: gix::objs::Kind::Blob,
-            name_hash: 1,
-            data: &file[1],
-            preferred_base: false,
-            stored_whole_in: None,
-        },
+        blob(1, &file[1]),
     ];
     let options = search::Options::default();
     let (deltas, _) = search::find(&objects, options);
@@ -129,16 +116,7 @@ fn a_preferred_base_is_used_but_never_given_a_delta() {
 #[test]
 fn chains_stop_at_the_depth_limit_and_kinds_never_mix() {
     let file = versions(11, 12);
-    let mut objects: Vec<search::Object<'_>> = file
-        .iter()
-        .map(|data| search::Object {
-            kind: gix::objs::Kind::Blob,
-            name_hash: 3,
-            data,
-            preferred_base: false,
-            stored_whole_in: None,
-        })
-        .collect();
+    let mut objects: Vec<search::Object<'_>> = file.iter().map(|data| blob(3, data)).collect();
     objects.push(search::Object {
         kind: gix::objs::Kind::Tree,
         name_hash: 3,
@@ -156,29 +134,11 @@ fn chains_stop_at_the_depth_limit_and_kinds_never_mix() {
 #[test]
 fn no_budget_means_no_search_and_tiny_objects_are_left_alone() {
     let file = versions(21, 4);
-    let objects: Vec<search::Object<'_>> = file
-        .iter()
-        .map(|data| search::Object {
-            kind: gix::objs::Kind::Blob,
-            name_hash: 3,
-            data,
-            preferred_base: false,
-            stored_whole_in: None,
-        })
-        .collect();
+    let objects: Vec<search::Object<'_>> = file.iter().map(|data| blob(3, data)).collect();
     let (deltas, stats) = search::find(&objects, search::Options { budget: 0, ..Default::default() });
     assert!(deltas.is_empty() && stats.budget_exhausted, "{stats:?}");
     let tiny = [b"abc".as_slice(), b"abcd".as_slice()];
-    let objects: Vec<search::Object<'_>> = tiny
-        .iter()
-        .map(|data| search::Object {
-            kind: gix::objs::Kind::Blob,
-            name_hash: 3,
-            data,
-            preferred_base: false,
-            stored_whole_in: None,
-        })
-        .collect();
+    let objects: Vec<search::Object<'_>> = tiny.iter().map(|data| blob(3, data)).collect();
     assert!(search::find(&objects, search::Options::default()).0.is_empty());
 }
 
@@ -202,25 +162,10 @@ fn the_name_hash_is_gits() {
 #[test]
 fn the_search_tells_each_object_it_may_give_a_delta_once_in_order_of_all_of_them() {
     let file = versions(31, 5);
-    let mut objects: Vec<search::Object<'_>> = file
-        .iter()
-        .map(|data| search::Object {
-            kind: gix::objs::Kind::Blob,
-            name_hash: 3,
-            data,
-            preferred_base: false,
-            stored_whole_in: None,
-        })
-        .collect();
+    let mut objects: Vec<search::Object<'_>> = file.iter().map(|data| blob(3, data)).collect();
     objects[0].preferred_base = true;
     let tiny = b"abc".to_vec();
-    objects.push(search::Object {
-        kind: gix::objs::Kind::Blob,
-        name_hash: 3,
-        data: &tiny,
-        preferred_base: false,
-        stored_whole_in: None,
-    });
+    objects.push(blob(3, &tiny));
     let mut told = Vec::new();
     let (deltas, _) =
         search::find_with_progress(&objects, search::Options::default(), &mut |done, total| told.push((done, total)));
