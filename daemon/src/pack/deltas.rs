@@ -200,19 +200,10 @@ impl<'a> DeltaSearch<'a> {
         use gix_pack::data::delta::search;
         let name_hash = |e: &output::Entry| self.selection.name_hash.get(&e.id).copied().unwrap_or(0);
         let stored_whole_in = |id: &ObjectId| packs.and_then(|packs| packs.stored_whole_in(id));
-        let mut order: Vec<(u8, u32, std::cmp::Reverse<usize>, usize)> = entries
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| match e.kind {
-                output::entry::Kind::Base(kind @ (gix_object::Kind::Blob | gix_object::Kind::Tree))
-                    if (Self::MIN_OBJECT..=Self::MAX_OBJECT).contains(&e.decompressed_size) =>
-                {
-                    Some((kind as u8, name_hash(e), std::cmp::Reverse(e.decompressed_size), i))
-                }
-                _ => None,
-            })
-            .collect();
-        order.sort();
+        let order = self.search_order(entries, |kind, e| {
+            matches!(kind, gix_object::Kind::Blob | gix_object::Kind::Tree)
+                && (Self::MIN_OBJECT..=Self::MAX_OBJECT).contains(&e.decompressed_size)
+        });
         let mut searched = 0;
         let mut deflated = vec![false; entries.len()];
         let mut rest = &order[..];
@@ -263,13 +254,13 @@ impl<'a> DeltaSearch<'a> {
     /// anew, in git's search order (kind, name hash, largest first) and in consecutive batches of
     /// at most [`Self::REPACK_BATCH_BYTES`] decoded, as [`Self::repack_window`] searches the
     /// whole ones; `search` gives the window and depth. Every object becomes an entry of its own
-    /// (a delta against another entry, or whole, deflated), in selection order. `tell` hears how
-    /// many it has searched, of how many.
+    /// (a delta against another entry, or whole, deflated), in selection order; returned with how
+    /// many were searched. `tell` hears how many it has searched, of how many.
     pub(super) fn anew(
         &mut self,
         search: gix_pack::data::delta::search::Options,
         tell: &mut dyn FnMut(usize, usize),
-    ) -> Result<Vec<output::Entry>, ServeError> {
+    ) -> Result<(Vec<output::Entry>, usize), ServeError> {
         use gix_pack::data::delta::search as find;
         let ids = &self.selection.objects;
         // Decoded without a delta cache: in search order the versions of a path come largest
@@ -289,16 +280,7 @@ impl<'a> DeltaSearch<'a> {
         }
         let name_hash = |id: &ObjectId| self.selection.name_hash.get(id).copied().unwrap_or(0);
         let searchable = |e: &output::Entry| (search.min_size..=search.max_size).contains(&e.decompressed_size);
-        let mut order: Vec<(u8, u32, std::cmp::Reverse<usize>, usize)> = entries
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| searchable(e))
-            .map(|(i, e)| {
-                let output::entry::Kind::Base(kind) = e.kind else { unreachable!("every entry is whole so far") };
-                (kind as u8, name_hash(&e.id), std::cmp::Reverse(e.decompressed_size), i)
-            })
-            .collect();
-        order.sort();
+        let order = self.search_order(&entries, |_, e| searchable(e));
         // Too small to be worth a delta, or too large to search: whole (decided before the
         // search, which gives its deltas their own sizes).
         let unsearched: Vec<usize> = (0..entries.len()).filter(|i| !searchable(&entries[*i])).collect();
@@ -344,7 +326,29 @@ impl<'a> DeltaSearch<'a> {
             let data = decode(&odb, &mut entries[i], &mut self.base)?;
             entries[i].compressed_data = self.zlib.deflate(&data)?;
         }
-        Ok(entries)
+        Ok((entries, searched))
+    }
+
+    /// git's search order (kind, name hash, largest first; ties in selection order) of the whole
+    /// entries `searched` takes: each one's sort key and its index, the index last.
+    fn search_order(
+        &self,
+        entries: &[output::Entry],
+        searched: impl Fn(gix_object::Kind, &output::Entry) -> bool,
+    ) -> Vec<(u8, u32, std::cmp::Reverse<usize>, usize)> {
+        let name_hash = |id: &ObjectId| self.selection.name_hash.get(id).copied().unwrap_or(0);
+        let mut order: Vec<_> = entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match e.kind {
+                output::entry::Kind::Base(kind) if searched(kind, e) => {
+                    Some((kind as u8, name_hash(&e.id), std::cmp::Reverse(e.decompressed_size), i))
+                }
+                _ => None,
+            })
+            .collect();
+        order.sort();
+        order
     }
 
     /// A thin delta of `target` against the client's version at its path, within the budget:

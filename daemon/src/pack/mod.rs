@@ -203,23 +203,14 @@ fn write_noting<W: Sink>(
         if entries.iter().any(|e| e.is_invalid()) {
             return Err(ServeError::corrupt_pack("an object to send is missing from the repository"));
         }
-        // git's "Compressing objects: P% (n/N)" while the search runs, then its final line. A
-        // line that cannot be sent (the client went away) ends the pack after the search.
-        let mut compressing = Phase::new("Compressing objects", 0, options.progress_every);
-        let mut told = Ok(());
-        let mut tell = |done: usize, total: usize| {
-            if told.is_ok() {
-                told = compressing.at(done, total, &mut answer);
-            }
-        };
-        let searched = if search.deltify {
-            search.repack_window(&mut entries, packs.as_deref(), &mut tell)
-        } else {
-            search.window(&mut entries, &mut tell)
-        };
-        told?;
-        compressing.total = searched;
-        compressing.finish(&mut answer)?;
+        progress::compressing(&mut answer, options.progress_every, |tell| {
+            let searched = if search.deltify {
+                search.repack_window(&mut entries, packs.as_deref(), tell)
+            } else {
+                search.window(&mut entries, tell)
+            };
+            Ok(((), searched))
+        })?;
         written.emit_in_base_order(&entries, options.ofs_delta, &mut answer)?;
     }
     for chunk in chunks.by_ref() {
@@ -281,16 +272,7 @@ fn write_searched_anew<W: Sink>(
     let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::too_many_objects())?;
     let mut answer = Hashed::new(out, search.repo.object_hash());
     answer.emit(&gix_pack::data::header::encode(gix_pack::data::Version::V2, num_entries_u32))?;
-    let mut compressing = Phase::new("Compressing objects", 0, options.progress_every);
-    let mut told = Ok(());
-    let mut tell = |done: usize, total: usize| {
-        if told.is_ok() {
-            told = compressing.at(done, total, &mut answer);
-        }
-    };
-    let entries = search.anew(limits, &mut tell)?;
-    told?;
-    compressing.finish(&mut answer)?;
+    let entries = progress::compressing(&mut answer, options.progress_every, |tell| search.anew(limits, tell))?;
     let mut written = EntryOffsets { index: note_index.then(Vec::new), ..EntryOffsets::default() };
     written.emit_in_base_order(&entries, options.ofs_delta, &mut answer)?;
     drop(entries);

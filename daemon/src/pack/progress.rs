@@ -64,3 +64,25 @@ impl Phase {
         out.out.progress(&self.line(", done.\n")).map_err(gone)
     }
 }
+
+/// git's "Compressing objects: P% (n/N)" while `search` runs (it hears how many objects have been
+/// looked at, of how many), then the final line with the count `search` returns beside its
+/// result. A line that cannot be sent (the client went away) ends the pack once the search is
+/// done.
+pub(super) fn compressing<W: Sink, R>(
+    answer: &mut Hashed<'_, W>,
+    every: std::time::Duration,
+    search: impl FnOnce(&mut dyn FnMut(usize, usize)) -> Result<(R, usize), ServeError>,
+) -> Result<R, ServeError> {
+    let mut phase = Phase::new("Compressing objects", 0, every);
+    let mut told = Ok(());
+    let (result, searched) = search(&mut |done, total| {
+        if told.is_ok() {
+            told = phase.at(done, total, answer);
+        }
+    })?;
+    told?;
+    phase.total = searched;
+    phase.finish(answer)?;
+    Ok(result)
+}
