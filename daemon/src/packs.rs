@@ -322,11 +322,12 @@ impl gix_pack::Find for Locating {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::process::Command;
 
-    fn git(dir: &Path, args: &[&str], input: Option<&str>) -> String {
+    /// git with a fixed identity and no automatic gc, in `dir`, `input` on its stdin; its stdout.
+    pub(crate) fn git(dir: &Path, args: &[&str], input: Option<&str>) -> String {
         use std::io::Write;
         let mut child = Command::new("git")
             .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "gc.auto=0"])

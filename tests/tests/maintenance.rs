@@ -594,6 +594,72 @@ fn a_repository_of_one_pushed_pack_gets_its_bitmap_without_a_repack() {
     assert!(fsck.status.success() && fsck.stdout.is_empty(), "{}", String::from_utf8_lossy(&fsck.stdout));
 }
 
+#[test]
+fn by_hand_one_pack_holding_only_reachable_objects_gets_its_bitmap_in_place_and_one_holding_more_is_repacked() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    for hash in Hash::ALL {
+        let src = corpus::ensure("merges", hash);
+        let mirror = |arm: &str| {
+            let to = tmp.path().join(format!("{}-{arm}.git", hash.name()));
+            git_ok(tmp.path(), &["clone", "-q", "--mirror", "--no-local", src.to_str().unwrap(), to.to_str().unwrap()]);
+            // One pack as git writes it, with its bitmap, and a ref left loose.
+            git_ok(&to, &["-c", "pack.threads=1", "repack", "-q", "-adb"]);
+            let head = gixd_tests::git_out(&to, &["rev-parse", "HEAD"]);
+            git_ok(&to, &["update-ref", "refs/heads/loose", &head]);
+            to
+        };
+        let inode = |repo: &Path| {
+            let pack = &pack_files(repo)[0];
+            std::fs::metadata(repo.join("objects/pack").join(pack)).unwrap().ino()
+        };
+
+        // Everything in it reachable: a repack would write the same objects; the pack stays the
+        // one git wrote, its bitmap is rewritten for today's tips, the loose ref is packed.
+        let whole = mirror("reachable");
+        let (before, inode_before) = (pack_files(&whole), inode(&whole));
+        let report = gixd::maintenance::run(&whole).unwrap();
+        assert!(report.bitmaps > 0 && report.refs_packed > 0, "{report:?}");
+        assert_eq!((pack_files(&whole), inode(&whole)), (before, inode_before), "the pack is not rewritten");
+        test_bitmap(&whole);
+        test_bitmap_at(&whole, "refs/heads/loose");
+        assert!(report.commit_graph.is_some(), "{report:?}");
+        git_ok(&whole, &["commit-graph", "verify"]);
+        assert_fsck_clean(&whole);
+
+        // A commit and blob only a since-deleted branch reached, inside the one pack: the run
+        // repacks, and they leave the pack that serves (kept apart as cruft: they are young).
+        let more = mirror("unreachable");
+        let work = tmp.path().join(format!("{}-work", hash.name()));
+        git_ok(tmp.path(), &["clone", "-q", more.to_str().unwrap(), work.to_str().unwrap()]);
+        gixd_tests::commit_files(&work, &[("orphan.txt", b"only a deleted branch reached this\n")], "orphan");
+        let orphan = gixd_tests::git_out(&work, &["rev-parse", "HEAD"]);
+        git_ok(&work, &["push", "-q", "origin", "HEAD:refs/heads/doomed"]);
+        git_ok(&more, &["-c", "pack.threads=1", "repack", "-q", "-adb"]);
+        git_ok(&more, &["update-ref", "-d", "refs/heads/doomed"]);
+        assert_eq!(pack_files(&more).len(), 1);
+        let report = gixd::maintenance::run(&more).unwrap();
+        assert!(report.unreachable_kept >= 2, "the orphan commit and blob kept as cruft: {report:?}");
+        let serving: Vec<String> = packs(&more)
+            .into_iter()
+            .filter(|n| n.ends_with(".idx") && more.join("objects/pack").join(n).with_extension("bitmap").exists())
+            .collect();
+        assert_eq!(
+            serving.len(),
+            1,
+            "one bitmapped pack serves (the replaced one goes after a grace): {:?}",
+            packs(&more)
+        );
+        let index = more.join("objects/pack").join(&serving[0]);
+        let ids = gixd_tests::git_out(&more, &["verify-pack", "-v", index.to_str().unwrap()]);
+        assert!(!ids.contains(&orphan), "the unreachable commit is not in the pack that serves");
+        test_bitmap(&more);
+        // Clean but for the orphan, which is dangling on purpose.
+        let fsck = git_client(&more, &["fsck", "--full", "--strict", "--no-dangling"]);
+        assert!(fsck.status.success() && fsck.stdout.is_empty(), "{}", String::from_utf8_lossy(&fsck.stdout));
+    }
+}
+
 /// Bytes of the repository's one `.pack` file (after the replaced ones expired).
 fn pack_bytes(repo: &Path) -> u64 {
     let packs: Vec<u64> = std::fs::read_dir(repo.join("objects/pack"))

@@ -301,7 +301,7 @@ pub fn run(git_dir: &Path) -> Result<Option<Report>, MaintenanceError> {
             &index_path.with_extension("bitmap"),
             hash,
         ) {
-            Ok(bitmaps) => report.bitmaps = bitmaps,
+            Ok(written) => report.bitmaps = written.commits,
             // An object reachable from a ref is not in it (written loose meanwhile): no bitmap.
             Err(err) => tracing::info!(repo = %git_dir.display(), %err, "rolled-up pack left without a bitmap"),
         }

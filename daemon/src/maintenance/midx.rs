@@ -108,8 +108,8 @@ fn write_midx(
         lookup: &|id| midx.lookup(id),
         checksum,
     };
-    match crate::bitmap::write::write_bitmap_over(repo, &over, &order, tips, &name("bitmap"), hash) {
-        Ok(bitmaps) => Ok((checksum, bitmaps)),
+    match crate::bitmap::write::write_bitmap_over(repo, &over, &order, None, tips, &name("bitmap"), hash) {
+        Ok(written) => Ok((checksum, written.commits)),
         // An object reachable from a ref is in none of the packs (written loose meanwhile): the
         // MIDX goes without a bitmap.
         Err(err) => {

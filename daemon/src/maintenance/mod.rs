@@ -117,6 +117,7 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
     let pack_dir = objects_dir.join("pack");
     std::fs::create_dir_all(&pack_dir)?;
     let _lock = Lock::take(&objects_dir)?;
+    let scratch = objects_dir.join(format!("gixd-maintenance-{}", std::process::id()));
     let leftovers_removed = remove_leftovers(&objects_dir, &pack_dir);
     expire_rolled(&objects_dir, geometric::GRACE);
 
@@ -126,12 +127,20 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
     let before = prune::Before::list(&objects_dir);
     let refs = crate::repo::RefSnapshot::load_hiding_nothing(&repo)?;
     let tips = refs.tips();
-    // After pushes, a repository of one pack with no bitmap (a whole history pushed at once)
-    // needs no repack for its bitmap: the pack gets one as it is.
-    if bases == Bases::Keep
-        && let Some(mut report) = bitmap_in_place(&repo, &objects_dir, &tips)?
+    // A repository of one pack and nothing loose needs no repack for its bitmap: the pack gets
+    // one as it is — after pushes (a whole history pushed at once) whatever it holds; by hand or
+    // on the clock when all it holds is reachable (nothing to prune) and no cruft pack waits to
+    // expire, where a repack would write the same objects (the search tries none: objects
+    // stored whole in one pack are not tried against each other). Not when every delta is to be
+    // searched anew.
+    if bases != Bases::Anew
+        && let Some(mut report) = bitmap_in_place(&repo, &objects_dir, &tips, bases)?
     {
         report.leftovers_removed = leftovers_removed;
+        std::fs::create_dir_all(&scratch)?;
+        let packed = pack_refs(&repo, &scratch);
+        let _ = std::fs::remove_dir_all(&scratch);
+        report.refs_packed = packed?;
         return Ok(report);
     }
     // Through a handle of its own: its packs' maps and caches go with it, before the pack writer
@@ -145,7 +154,6 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
     // 2. A pack of them, indexed into place: stored deltas kept (their bases are in it too),
     //    and a delta search among the objects stored whole (loose, or pushed as a thin pack's
     //    completed bases), so versions of a file pushed apart become deltas of each other.
-    let scratch = objects_dir.join(format!("gixd-maintenance-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
     let result = write_pack(&repo, &selection, &scratch, &pack_dir, &pack_dir, hash, bases);
     let _ = std::fs::remove_dir_all(&scratch);
@@ -156,7 +164,7 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
     let index = gix_pack::index::File::at(&index_path, hash).map_err(MaintenanceError::pack)?;
     let order = pack_order(&index);
     write_rev(&index_path.with_extension("rev"), &index, &order, hash)?;
-    let bitmaps = write_bitmap(&repo, &index, &order, &tips, &index_path.with_extension("bitmap"), hash)?;
+    let bitmaps = write_bitmap(&repo, &index, &order, &tips, &index_path.with_extension("bitmap"), hash)?.commits;
     let commit_graph = graph(&repo, &objects_dir, &tips);
 
     // 4. What no ref reached: kept in a cruft pack while young or needed, else left out.
@@ -203,17 +211,25 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
     Ok(report)
 }
 
-/// When `objects_dir` holds one pack (not kept), without a bitmap, and no loose object: its `.rev`
-/// and `.bitmap` written beside it, if every object reachable from `tips` is in it (else `None`,
-/// and a repack follows). Costs a walk of the history, not a rewrite of the pack.
+/// When `objects_dir` holds one pack (not kept) and no loose object: its `.rev` and `.bitmap`
+/// written beside it, if every object reachable from `tips` is in it (else `None`, and a repack
+/// follows). After pushes ([`Bases::Keep`]) only a pack without a bitmap; else ([`Bases::Search`])
+/// only when every object in it is reachable and there is no cruft pack. Costs a walk of the
+/// history, not a rewrite of the pack.
 fn bitmap_in_place(
     repo: &gix::Repository,
     objects_dir: &Path,
     tips: &[ObjectId],
+    bases: Bases,
 ) -> Result<Option<Report>, MaintenanceError> {
-    let packs: Vec<_> = geometric::packs(&objects_dir.join("pack")).into_iter().filter(|p| !p.cruft).collect();
+    let after_pushes = bases == Bases::Keep;
+    let all = geometric::packs(&objects_dir.join("pack"));
+    if !after_pushes && all.iter().any(|p| p.cruft) {
+        return Ok(None);
+    }
+    let packs: Vec<_> = all.into_iter().filter(|p| !p.cruft).collect();
     let [pack] = packs.as_slice() else { return Ok(None) };
-    if pack.bitmap || pack.kept || !loose_objects(objects_dir).is_empty() {
+    if (after_pushes && pack.bitmap) || pack.kept || !loose_objects(objects_dir).is_empty() {
         return Ok(None);
     }
     let hash = repo.object_hash();
@@ -223,10 +239,15 @@ fn bitmap_in_place(
     // The reverse index first: the bitmap's presence is what readers go by.
     write_rev(&pack.index.with_extension("rev"), &index, &order, hash)?;
     match write_bitmap(repo, &index, &order, tips, &bitmap_path, hash) {
-        Ok(bitmaps) => Ok(Some(Report {
+        // Something in it is unreachable: the repack leaves it out (or keeps it as cruft).
+        Ok(written) if !after_pushes && written.reachable < index.num_objects() as usize => {
+            let _ = std::fs::remove_file(&bitmap_path);
+            Ok(None)
+        }
+        Ok(written) => Ok(Some(Report {
             objects: index.num_objects() as usize,
             pack: pack.index.with_extension("pack"),
-            bitmaps,
+            bitmaps: written.commits,
             commit_graph: graph(repo, objects_dir, tips),
             bundle: None,
             ..Report::default()
