@@ -171,6 +171,10 @@ enum BenchCmd {
         /// How many pushes the history arrives in.
         #[arg(long, default_value_t = 40)]
         pushes: usize,
+        /// Start from the repository as `git clone --bare --no-local` leaves it (one pack git
+        /// wrote, no bitmap) instead of pushes; results in their own file.
+        #[arg(long)]
+        as_cloned: bool,
         /// Measure this gixd binary instead of a release build of the committed tree.
         #[arg(long)]
         gixd: Option<PathBuf>,
@@ -373,8 +377,10 @@ fn run(cli: Cli) -> Result<()> {
         Top::Bench { command: BenchCmd::Push { rounds, repo } } => push_bench::run(&root, rounds, repo),
         Top::Bench { command: BenchCmd::Bitmaps { rounds } } => bitmaps_bench::run(&root, rounds),
         Top::Bench { command: BenchCmd::Ingest { rounds, repo, gixd } } => ingest_bench::run(&root, rounds, repo, gixd),
-        Top::Bench { command: BenchCmd::Maintenance { rounds, repo, pushes, gixd } } => {
-            maintenance_bench::run(&root, rounds, repo, pushes, gixd)
+        Top::Bench { command: BenchCmd::Maintenance { rounds, repo, pushes, as_cloned, gixd } } => {
+            let state =
+                if as_cloned { maintenance_bench::State::AsCloned } else { maintenance_bench::State::Pushed(pushes) };
+            maintenance_bench::run(&root, rounds, repo, state, gixd)
         }
         Top::Bench { command: BenchCmd::Real { rounds, repo, gixd } } => real_bench::run(&root, rounds, repo, gixd),
         Top::Bench { command: BenchCmd::Bundles { rounds, repo, gixd } } => {

@@ -5,7 +5,9 @@
 //! searched anew: what the issue compares against) and by `git repack -ad` (stored deltas reused,
 //! git gc's default), and by `gixd maintenance --aggressive` (every delta searched anew, against
 //! `-adf`): pack bytes, objects and CPU (of the repacking process and its children,
-//! `xtask rusage`). Run by hand on real repositories; not in CI.
+//! `xtask rusage`). With `--as-cloned` the repository is instead as `git clone --bare
+//! --no-local` leaves it: one pack git wrote, without a bitmap (a repository brought in from
+//! elsewhere). Run by hand on real repositories; not in CI.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,6 +15,16 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 pub const MAINTENANCE_RESULTS: &str = "bench/results/maintenance.json";
+pub const MAINTENANCE_AS_CLONED_RESULTS: &str = "bench/results/maintenance-as-cloned.json";
+
+/// The state the arms start from.
+#[derive(Debug, Clone, Copy)]
+pub enum State {
+    /// The default branch's first-parent history pushed in this many pushes.
+    Pushed(usize),
+    /// One pack as git's clone writes it, no bitmap.
+    AsCloned,
+}
 
 /// The repacking arms, by the name the report shows.
 pub const ARMS: [&str; 4] =
@@ -43,7 +55,7 @@ fn pack_bytes(repo: &Path) -> Result<(u64, usize, usize)> {
     Ok((bytes, packs, loose))
 }
 
-pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, pushes: usize, gixd: Option<PathBuf>) -> Result<()> {
+pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, state: State, gixd: Option<PathBuf>) -> Result<()> {
     let gixd = crate::bench::gixd_or_build(root, gixd)?;
     let xtask = std::env::current_exe()?;
     let scratch = crate::tree::Scratch::new("bench-maintenance")?;
@@ -51,9 +63,12 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, pushes: usize, gixd:
         root,
         serde_json::json!({
             "rounds": rounds,
-            "pushes": pushes,
+            "pushes": match state { State::Pushed(n) => serde_json::json!(n), State::AsCloned => serde_json::Value::Null },
             "gixd": format!("release build {}", gixd.display()),
-            "how": "the default branch's first-parent history pushed to gixd over HTTP by stock git in equal steps (a thin pack each, completed as gixd stores it; its maintenance after pushes off, so one pack per push), then each arm on a fresh copy of that repository; git with pack.threads=1",
+            "how": match state {
+                State::Pushed(_) => "the default branch's first-parent history pushed to gixd over HTTP by stock git in equal steps (a thin pack each, completed as gixd stores it; its maintenance after pushes off, so one pack per push), then each arm on a fresh copy of that repository; git with pack.threads=1",
+                State::AsCloned => "every branch and tag as `git clone --bare --no-local` of the repository leaves them (one pack git wrote, no bitmap), then each arm on a fresh copy of that repository; git with pack.threads=1",
+            },
         }),
     )?;
     let mut repos_meta = Vec::new();
@@ -62,10 +77,20 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, pushes: usize, gixd:
         // Named as given (a link named for the project), not as it resolves.
         let name = source.file_name().context("repository name")?.to_string_lossy().trim_end_matches(".git").to_owned();
         let source = source.canonicalize()?;
-        let pushed = push_history(&gixd, &source, &scratch.0.join(&name), pushes)?;
+        let pushed = match state {
+            State::Pushed(pushes) => push_history(&gixd, &source, &scratch.0.join(&name), pushes)?,
+            State::AsCloned => {
+                let to = scratch.0.join(&name).join("r.git");
+                git(
+                    &scratch.0,
+                    &["clone", "-q", "--bare", "--no-local", &source.display().to_string(), &to.display().to_string()],
+                )?;
+                to
+            }
+        };
         let (bytes, packs, loose) = pack_bytes(&pushed)?;
         let objects: u64 = git(&pushed, &["rev-list", "--objects", "--all", "--count"])?.parse()?;
-        eprintln!("{name}: {objects} objects pushed in {pushes} pushes: {packs} packs, {bytes} bytes, {loose} loose");
+        eprintln!("{name}: {objects} objects ({state:?}): {packs} packs, {bytes} bytes, {loose} loose");
         repos_meta.push(serde_json::json!({ "repo": name, "objects": objects, "as_pushed": { "pack_bytes": bytes, "packs": packs, "loose": loose } }));
         for round in 0..rounds {
             for arm in crate::bench::round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
@@ -130,7 +155,11 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, pushes: usize, gixd:
         eprintln!();
     }
     conditions["repos"] = repos_meta.into();
-    crate::bench::finish(root, MAINTENANCE_RESULTS, conditions, runs)
+    let results = match state {
+        State::Pushed(_) => MAINTENANCE_RESULTS,
+        State::AsCloned => MAINTENANCE_AS_CLONED_RESULTS,
+    };
+    crate::bench::finish(root, results, conditions, runs)
 }
 
 /// A bare repository under `dir` that received the first-parent history of `source`'s default
