@@ -85,15 +85,8 @@ impl Packs {
             return;
         }
         self.copied.store(0, Ordering::Relaxed);
-        #[cfg(target_os = "linux")]
         for file in &self.files {
-            let Some(map) = file.data.entry_slice(0..file.data.data_len() as u64) else { continue };
-            // SAFETY: the map is a private, read-only mapping of a pack file, which is never
-            // written: MADV_DONTNEED drops its page-table entries, and a later read of any byte
-            // faults the same byte in from the file. No reference into it changes.
-            unsafe {
-                libc::madvise(map.as_ptr() as *mut libc::c_void, map.len(), libc::MADV_DONTNEED);
-            }
+            let_resident_pages_go(&file.data, 0..file.data.data_len() as u64);
         }
     }
 
@@ -142,6 +135,27 @@ impl Packs {
 /// `.rev` file's `order` when there is one, else the index's offsets sorted), the last one's to
 /// the pack's trailer. `None` if two entries start at one offset or one starts past
 /// `entries_end`.
+/// Let the resident pages of `pack`'s map within `range` go (the whole pages in it, and the one
+/// it ends in): they stay in the page cache, and a later read faults them back in. What a pass
+/// over a pack has read no longer counts in the process's resident set.
+pub fn let_resident_pages_go(pack: &gix_pack::data::File, range: std::ops::Range<u64>) {
+    #[cfg(target_os = "linux")]
+    if let Some(map) = pack.entry_slice(0..pack.data_len() as u64) {
+        const PAGE: usize = 4096;
+        let start = (usize::try_from(range.start).unwrap_or(usize::MAX).div_ceil(PAGE) * PAGE).min(map.len());
+        let end = usize::try_from(range.end).unwrap_or(usize::MAX).min(map.len());
+        if start < end {
+            // SAFETY: the map is a private, read-only mapping of a pack file, which is never
+            // written, and `start` is page-aligned within it: MADV_DONTNEED drops page-table
+            // entries, and a later read of any byte faults the same byte in from the file. No
+            // reference into it changes.
+            unsafe {
+                libc::madvise(map[start..].as_ptr() as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+            }
+        }
+    }
+}
+
 fn entry_sizes(index: &gix_pack::index::File, entries_end: u64, order: Option<Vec<u32>>) -> Option<Vec<u64>> {
     let n = index.num_objects();
     let order: Vec<(u64, u32)> = match order {

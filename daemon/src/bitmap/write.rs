@@ -9,6 +9,7 @@ use std::path::Path;
 
 use gix_hash::ObjectId;
 use gix_object::{Find, Kind};
+use gix_pack::data::decode::entry::ResolvedBase;
 
 use super::Bits;
 use crate::error::ServeError;
@@ -73,21 +74,28 @@ pub fn write_rev_for(
 }
 
 /// Each object's kind by pack position (`order`: index positions in pack order), from its
-/// entry's header — a delta takes its base's kind — read through a map of its own that goes when
-/// this returns: one pass over the headers, nothing inflated, no id looked up but a ref-delta's
-/// base. (Through the object database, each delta's kind was its chain's walk to the base, and
+/// entry's header — a delta takes its base's kind — read through letting go of the pages it read as it goes: one pass over the headers, nothing
+/// inflated, no id looked up but a ref-delta's base. (Through the object database, each delta's kind was its chain's walk to the base, and
 /// every page of the pack stayed resident.)
-fn kinds_in_pack(index: &gix_pack::index::File, order: &[u32], hash: gix_hash::Kind) -> Result<Vec<Kind>, ServeError> {
+fn kinds_in_pack(
+    pack: &gix_pack::data::File,
+    index: &gix_pack::index::File,
+    offsets: &[u64],
+) -> Result<Vec<Kind>, ServeError> {
     use gix_pack::data::entry::Header;
-    let pack = gix_pack::data::File::at(index.path().with_extension("pack"), hash).map_err(ServeError::pack)?;
-    let offsets: Vec<u64> = order.iter().map(|i| index.pack_offset_at_index(*i)).collect();
     let corrupt = || ServeError::corrupt_pack("a delta's base is not an entry of its pack");
     let pos_at = |offset: u64| offsets.binary_search(&offset).map_err(|_| corrupt());
     let n = offsets.len();
     let mut kinds: Vec<Option<Kind>> = vec![None; n];
     // The pack position of each delta's base (ref-deltas may name a base stored after them).
     let mut base_of: Vec<usize> = vec![usize::MAX; n];
+    // The pages read are let go as the pass moves on: every header is read once.
+    let mut released = 0;
     for (pos, offset) in offsets.iter().enumerate() {
+        if *offset - released >= 8 << 20 {
+            crate::packs::let_resident_pages_go(pack, released..*offset);
+            released = *offset;
+        }
         let entry = pack.entry(*offset).map_err(ServeError::pack)?;
         let base = match entry.header {
             Header::OfsDelta { base_distance } => {
@@ -153,16 +161,17 @@ fn select_commits(repo: &gix::Repository, tips: &[ObjectId]) -> Result<Vec<Objec
 
 /// A commit's committer time, read once (`times` keeps it).
 fn commit_time(
-    objects: &gix_odb::Handle,
+    objects: &Objects<'_>,
     times: &mut gix::hashtable::HashMap<ObjectId, i64>,
     id: &ObjectId,
+    pos: Option<usize>,
     buf: &mut Vec<u8>,
 ) -> Result<i64, ServeError> {
     if let Some(t) = times.get(id) {
         return Ok(*t);
     }
-    let data = objects.try_find(id, buf)?.ok_or(ServeError::MissingObject(*id))?;
-    let time = gix_object::CommitRefIter::from_bytes(data.data, id.kind())
+    let (_, data) = objects.find(id, pos, buf)?;
+    let time = gix_object::CommitRefIter::from_bytes(data, id.kind())
         .committer()
         .map_or(0, |c| c.time().map_or(0, |t| t.seconds));
     times.insert(*id, time);
@@ -173,8 +182,72 @@ fn commit_time(
 /// (each meets the trees its predecessor did not hold) a decoded tree or commit is seldom asked
 /// for again: no object cache, and a small delta cache: on cargo as one git-written pack, 8 MiB
 /// of delta cache and no object cache cost the same CPU as 32 and 16 MiB (whole-process CPU,
-/// seven paired runs: 1.02x) at 107 MiB peak instead of 169; 16 leaves room for longer chains.
-const CLOSURE_DELTA_CACHE: usize = 16 << 20;
+/// seven paired runs: 1.02x) at 107 MiB peak instead of 169.
+const CLOSURE_DELTA_CACHE: usize = 8 << 20;
+
+/// Where the bitmap writer reads commits, trees and tags: its one pack itself, by position,
+/// through a map of its own whose pages it lets go every few megabytes read (the object
+/// database's maps keep every page read resident, counted in the run's peak); or the object
+/// database (a multi-pack-index's packs).
+enum Objects<'a> {
+    Pack {
+        pack: &'a gix_pack::data::File,
+        index: &'a gix_pack::index::File,
+        /// Entry offsets by pack position.
+        offsets: &'a [u64],
+        /// The inflate stream, the delta cache and the bytes read since the pages last went.
+        state: std::cell::RefCell<(gix::zlib::Inflate, gix_pack::cache::lru::MemoryCappedHashmap, usize)>,
+    },
+    Odb(gix::OdbHandle),
+}
+
+impl Objects<'_> {
+    /// `id` (at pack position `pos`, where known): its kind and data, in `buf`.
+    fn find<'b>(
+        &self,
+        id: &ObjectId,
+        pos: Option<usize>,
+        buf: &'b mut Vec<u8>,
+    ) -> Result<(Kind, &'b [u8]), ServeError> {
+        let missing = || ServeError::MissingObject(*id);
+        match self {
+            Objects::Odb(objects) => {
+                let data = objects.try_find(id, buf)?.ok_or_else(missing)?;
+                Ok((data.kind, data.data))
+            }
+            Objects::Pack { pack, index, offsets, state } => {
+                let offset = *offsets.get(pos.ok_or_else(missing)?).ok_or_else(missing)?;
+                let entry = pack.entry(offset).map_err(ServeError::pack)?;
+                let resolve = |base: &gix_hash::oid, _: &mut Vec<u8>| -> gix_error::Result<Option<ResolvedBase>> {
+                    match index.lookup(base) {
+                        Some(i) => Ok(Some(ResolvedBase::InPack(pack.entry(index.pack_offset_at_index(i))?))),
+                        None => Ok(None),
+                    }
+                };
+                let (inflate, cache, read) = &mut *state.borrow_mut();
+                let outcome = pack.decode_entry(entry, buf, inflate, &resolve, cache).map_err(ServeError::pack)?;
+                *read += outcome.compressed_size;
+                if *read >= Self::RESIDENT_BYTES {
+                    *read = 0;
+                    crate::packs::let_resident_pages_go(pack, 0..pack.data_len() as u64);
+                }
+                Ok((outcome.kind, &buf[..]))
+            }
+        }
+    }
+
+    /// Compressed bytes read between two releases of the pack's resident pages: small, as the
+    /// objects read are small and far apart (each touches a page or two of the map).
+    const RESIDENT_BYTES: usize = 1 << 20;
+}
+
+/// One pack a bitmap is written for, read directly ([`Objects::Pack`]).
+pub struct OnePack<'a> {
+    pack: &'a gix_pack::data::File,
+    index: &'a gix_pack::index::File,
+    offsets: Vec<u64>,
+    kinds: Vec<Kind>,
+}
 
 /// What a bitmap written says of its pack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,17 +273,20 @@ pub fn write_bitmap(
         lookup: &|id| index.lookup(id),
         checksum: index.pack_checksum(),
     };
-    let kinds = kinds_in_pack(index, order, hash)?;
-    write_bitmap_over(repo, &over, order, Some(kinds), tips, path, hash)
+    let pack = gix_pack::data::File::at(index.path().with_extension("pack"), hash).map_err(ServeError::pack)?;
+    let offsets: Vec<u64> = order.iter().map(|i| index.pack_offset_at_index(*i)).collect();
+    let kinds = kinds_in_pack(&pack, index, &offsets)?;
+    write_bitmap_over(repo, &over, order, Some(OnePack { pack: &pack, index, offsets, kinds }), tips, path, hash)
 }
 
 /// [`write_bitmap`] over any ids: a pack's, or a multi-pack-index's (`order` its pseudo-pack
-/// order); `kinds` each object's kind by position, if known (else looked up).
+/// order); `one` the pack when it is one (read directly, its objects' kinds known), else objects
+/// are read through the object database.
 pub fn write_bitmap_over(
     repo: &gix::Repository,
     index: &Over<'_>,
     order: &[u32],
-    kinds: Option<Vec<Kind>>,
+    one: Option<OnePack<'_>>,
     tips: &[ObjectId],
     path: &Path,
     hash: gix_hash::Kind,
@@ -229,8 +305,8 @@ pub fn write_bitmap_over(
     // Type bitmaps, from each object's header (a blob is not inflated to learn it is one).
     let mut types = [Bits::new(n), Bits::new(n), Bits::new(n), Bits::new(n)];
     for (pack_pos, idx_pos) in order.iter().enumerate() {
-        let kind = match &kinds {
-            Some(kinds) => kinds[pack_pos],
+        let kind = match &one {
+            Some(one) => one.kinds[pack_pos],
             None => {
                 let id = (index.id_at)(*idx_pos);
                 repo.find_header(id).map_err(|_| ServeError::MissingObject(id))?.kind()
@@ -246,15 +322,27 @@ pub fn write_bitmap_over(
     }
     // Each commit's closure walks the trees its older closures do not hold; the bases of the
     // delta chains they decode stay in a delta cache.
-    let mut objects = repo.objects.clone();
-    objects.set_pack_cache(|| Box::new(gix_pack::cache::lru::MemoryCappedHashmap::new(CLOSURE_DELTA_CACHE)));
-    objects.unset_object_cache();
+    let delta_cache = || gix_pack::cache::lru::MemoryCappedHashmap::new(CLOSURE_DELTA_CACHE);
+    let objects = match &one {
+        Some(one) => Objects::Pack {
+            pack: one.pack,
+            index: one.index,
+            offsets: &one.offsets,
+            state: std::cell::RefCell::new((gix::zlib::Inflate::default(), delta_cache(), 0)),
+        },
+        None => {
+            let mut objects = repo.objects.clone();
+            objects.set_pack_cache(move || Box::new(delta_cache()));
+            objects.unset_object_cache();
+            Objects::Odb(objects)
+        }
+    };
     // Commit times, read once for the order of the closures and for every walk below.
     let mut times: gix::hashtable::HashMap<ObjectId, i64> = gix::hashtable::HashMap::default();
     // Commit closures, oldest chosen commit first so later ones reuse earlier closures.
     let mut chosen: Vec<(i64, ObjectId)> = select_commits(repo, tips)?
         .into_iter()
-        .map(|id| Ok((commit_time(&objects, &mut times, &id, &mut buf)?, id)))
+        .map(|id| Ok((commit_time(&objects, &mut times, &id, pos_of(&id), &mut buf)?, id)))
         .collect::<Result<_, ServeError>>()?;
     chosen.sort_by_key(|(time, _)| *time); // stable: equal times keep their order
     let chosen: Vec<ObjectId> = chosen.into_iter().map(|(_, id)| id).collect();
@@ -272,8 +360,8 @@ pub fn write_bitmap_over(
             if types[2].get(pos) {
                 continue; // a blob has nothing below it: not read
             }
-            let data = objects.try_find(&id, &mut tree_buf)?.ok_or(ServeError::MissingObject(id))?;
-            crate::graph::push_children(id, data.kind, data.data, &mut stack)?;
+            let (kind, data) = objects.find(&id, Some(pos), &mut tree_buf)?;
+            crate::graph::push_children(id, kind, data, &mut stack)?;
         }
         Ok(())
     };
@@ -284,7 +372,7 @@ pub fn write_bitmap_over(
         //    newer closure that holds it, not walked again below it (depth first, git.git's
         //    merges of topics forked long ago had every bitmap walk thousands of commits).
         let mut queue = std::collections::BinaryHeap::new();
-        queue.push((commit_time(&objects, &mut times, commit, &mut buf)?, *commit));
+        queue.push((commit_time(&objects, &mut times, commit, pos_of(commit), &mut buf)?, *commit));
         let mut trees = Vec::new();
         while let Some((_, id)) = queue.pop() {
             let pos = pos_of(&id).ok_or(ServeError::MissingObject(id))?;
@@ -298,12 +386,12 @@ pub fn write_bitmap_over(
                 continue;
             }
             bits.set(pos);
-            let data = objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
-            let parsed = gix_object::CommitRefIter::from_bytes(data.data, hash);
+            let (_, data) = objects.find(&id, Some(pos), &mut buf)?;
+            let parsed = gix_object::CommitRefIter::from_bytes(data, hash);
             trees.push(parsed.clone().tree_id().map_err(|_| ServeError::MissingObject(id))?);
             let parents: Vec<ObjectId> = parsed.parent_ids().collect();
             for parent in parents {
-                queue.push((commit_time(&objects, &mut times, &parent, &mut buf)?, parent));
+                queue.push((commit_time(&objects, &mut times, &parent, pos_of(&parent), &mut buf)?, parent));
             }
         }
         // 2. The trees of the commits it walked, against everything the closures it met hold.
@@ -319,8 +407,8 @@ pub fn write_bitmap_over(
             let pos = pos_of(&id).ok_or(ServeError::MissingObject(id))?;
             if types[3].get(pos) {
                 reach.set(pos);
-                let data = objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
-                id = gix_object::TagRefIter::from_bytes(data.data, hash)
+                let (_, data) = objects.find(&id, Some(pos), &mut buf)?;
+                id = gix_object::TagRefIter::from_bytes(data, hash)
                     .target_id()
                     .map_err(|_| ServeError::MissingObject(id))?;
             } else if let Some(closure) = closures.get(&id) {
@@ -394,7 +482,9 @@ mod tests {
                 .unwrap();
             let index = gix_pack::index::File::at(&index_path, gix_hash::Kind::Sha1).unwrap();
             let order = pack_order(&index);
-            let kinds = kinds_in_pack(&index, &order, gix_hash::Kind::Sha1).unwrap();
+            let pack = gix_pack::data::File::at(index_path.with_extension("pack"), gix_hash::Kind::Sha1).unwrap();
+            let at: Vec<u64> = order.iter().map(|i| index.pack_offset_at_index(*i)).collect();
+            let kinds = kinds_in_pack(&pack, &index, &at).unwrap();
             let found: Vec<Kind> =
                 order.iter().map(|i| repo.find_header(index.oid_at_index(*i)).unwrap().kind()).collect();
             assert_eq!(kinds, found, "useDeltaBaseOffset={offsets}");
