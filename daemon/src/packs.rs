@@ -93,6 +93,12 @@ impl Packs {
     /// Bytes copied out of the maps between two releases of their resident pages.
     const RESIDENT_BYTES: usize = 8 << 20;
 
+    /// What reading an entry's header counts for: what a read fault of a file mapping makes
+    /// resident — the kernel maps the cached pages around it too (fault-around, 64 KiB by
+    /// default). A repack locates every object in every pack holding it, and those reads, not
+    /// the copies, kept most of a pushed repository's packs resident.
+    const HEADER_READ: usize = 64 << 10;
+
     /// Where `id`'s entry is and how long it is: the smallest copy stored as a delta (pushes store
     /// an object against whatever base the pusher had; the smallest delta is most often against
     /// the closest version), else the first copy. After pushes an object is often in two packs: as the delta it came as, and whole in
@@ -110,6 +116,8 @@ impl Packs {
                 pack_offset: file.index.pack_offset_at_index(i),
                 entry_size: usize::try_from(file.sizes[i as usize]).ok()?,
             };
+            // A header read touches a page of the map, as a copy does: counted alike.
+            self.copied(Self::HEADER_READ);
             if file.data.entry(location.pack_offset).is_ok_and(|entry| entry.header.is_delta()) {
                 if smallest_delta.as_ref().is_none_or(|s| location.entry_size < s.entry_size) {
                     smallest_delta = Some(location);
@@ -126,15 +134,12 @@ impl Packs {
     pub fn stored_whole_in(&self, id: &gix_hash::oid) -> Option<u32> {
         let location = self.locate(id)?;
         let file = &self.files[location.pack_id as usize];
+        self.copied(Self::HEADER_READ);
         let whole = file.data.entry(location.pack_offset).is_ok_and(|entry| !entry.header.is_delta());
         whole.then_some(location.pack_id)
     }
 }
 
-/// Each entry's size by index position: the distance to the next entry in pack order (the
-/// `.rev` file's `order` when there is one, else the index's offsets sorted), the last one's to
-/// the pack's trailer. `None` if two entries start at one offset or one starts past
-/// `entries_end`.
 /// Let the resident pages of `pack`'s map within `range` go (the whole pages in it, and the one
 /// it ends in): they stay in the page cache, and a later read faults them back in. What a pass
 /// over a pack has read no longer counts in the process's resident set.
@@ -156,6 +161,10 @@ pub fn let_resident_pages_go(pack: &gix_pack::data::File, range: std::ops::Range
     }
 }
 
+/// Each entry's size by index position: the distance to the next entry in pack order (the
+/// `.rev` file's `order` when there is one, else the index's offsets sorted), the last one's to
+/// the pack's trailer. `None` if two entries start at one offset or one starts past
+/// `entries_end`.
 fn entry_sizes(index: &gix_pack::index::File, entries_end: u64, order: Option<Vec<u32>>) -> Option<Vec<u64>> {
     let n = index.num_objects();
     let order: Vec<(u64, u32)> = match order {
@@ -430,6 +439,45 @@ pub(crate) mod tests {
         assert!(after * 8 < touched, "past it the pages go: {touched} kB resident before, {after} kB after");
         // What the map holds reads the same, faulted in again from the file.
         assert_eq!(whole.iter().step_by(4096).map(|b| u64::from(*b)).sum::<u64>(), before);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn locating_every_object_lets_the_pages_its_header_reads_touched_go_as_copies_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        git(d, &["init", "-q"], None);
+        // Incompressible blobs of a page each: every header read touches a page of its own.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let files = 2 * Packs::RESIDENT_BYTES / 4096;
+        for i in 0..files {
+            let blob: Vec<u8> = (0..4096)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state as u8
+                })
+                .collect();
+            std::fs::write(d.join(format!("f{i}")), blob).unwrap();
+        }
+        git(d, &["add", "."], None);
+        git(d, &["commit", "-qm", "blobs"], None);
+        git(d, &["repack", "-adq"], None);
+        let repo = gix::open(d).unwrap();
+        let packs = Packs::open(&d.join(".git/objects/pack"), gix_hash::Kind::Sha1).unwrap();
+        let path = packs.files[0].data.path().canonicalize().unwrap();
+        let pack_kb = std::fs::metadata(&path).unwrap().len() / 1024;
+        let ids: Vec<gix_hash::ObjectId> = packs.files[0].index.iter().map(|e| e.oid).collect();
+        for id in &ids {
+            assert!(packs.locate(id).is_some());
+        }
+        assert!(ids.len() > files && repo.find_header(ids[0]).is_ok());
+        let resident = resident_kb(&path);
+        assert!(
+            resident * 1024 <= (Packs::RESIDENT_BYTES + Packs::HEADER_READ) as u64 && resident * 3 < pack_kb * 2,
+            "the headers read went on letting their pages go: {resident} of {pack_kb} kB resident"
+        );
     }
 
     #[test]
