@@ -558,7 +558,7 @@ fn write_pack(
     // Every object is in: a base outside the selection is never met. Stored entries are located
     // in the pack files as read now (not inflated to find their ends); one that does not read
     // leaves it to gix-odb.
-    let packs = match crate::packs::Packs::open(pack_dir, hash) {
+    let packs = match crate::packs::Packs::open(pack_dir, hash).map(crate::packs::Packs::letting_pages_go) {
         Ok(packs) => Some(std::sync::Arc::new(packs)),
         Err(err) => {
             tracing::warn!(%err, "maintenance locates entries through the object database");
