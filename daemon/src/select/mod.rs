@@ -126,6 +126,8 @@ struct Walker<'r> {
     /// a repack's delta search breaks ties in this order, so versions of a path made one after
     /// another sit next to each other in its window.
     by_commit_time: bool,
+    /// The root tree of each commit the walk decoded ([`crate::graph::walk_noting_trees`]).
+    commit_trees: gix::hashtable::HashMap<ObjectId, ObjectId>,
 }
 
 /// `id`'s kind and data, read into `buf`.
@@ -183,6 +185,7 @@ impl<'r> Walker<'r> {
             tree_depths: Default::default(),
             held_by_path: HashMap::new(),
             by_commit_time: false,
+            commit_trees: Default::default(),
         }
     }
 
@@ -340,6 +343,9 @@ impl<'r> Walker<'r> {
         if let Some(tree) = self.commit_graph.and_then(|graph| crate::repo::commit_graph::root_tree(graph, commit)) {
             return Ok(tree);
         }
+        if let Some(tree) = self.commit_trees.get(commit) {
+            return Ok(*tree);
+        }
         let (kind, data) = self.find(commit)?;
         if kind != Kind::Commit {
             return Err(ServeError::MissingObject(*commit));
@@ -391,7 +397,16 @@ impl<'r> Walker<'r> {
         };
         let commits = if grafts.is_empty() {
             let mut commits = Vec::new();
-            if !commit_tips.is_empty() {
+            let noted = match self.commit_graph {
+                None if !commit_tips.is_empty() => {
+                    crate::graph::walk_noting_trees(self.repo, commit_tips.clone(), &hidden, self.by_commit_time)?
+                }
+                _ => None,
+            };
+            if let Some((walked, trees)) = noted {
+                commits = walked;
+                self.commit_trees = trees;
+            } else if !commit_tips.is_empty() {
                 // gix reads the commit-graph for the walk's parents only where ours verified.
                 let mut walk = self
                     .repo
