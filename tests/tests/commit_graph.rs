@@ -78,6 +78,50 @@ fn a_walk_with_the_commit_graph_selects_what_a_walk_without_it_selects() {
 }
 
 #[test]
+fn without_a_commit_graph_a_walk_reads_each_commit_once_its_tree_noted_as_it_is_decoded() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let read = || select::COMMITS_READ_FOR_THEIR_TREE.load(Relaxed);
+    let tmp = tempfile::tempdir().unwrap();
+    for hash in Hash::ALL {
+        let src = corpus::ensure("merges", hash);
+        let path = tmp.path().join(format!("merges-{}.git", hash.name()));
+        git_ok(tmp.path(), &["clone", "-q", "--mirror", "--no-local", src.to_str().unwrap(), path.to_str().unwrap()]);
+        let repo = gix::open(&path).unwrap();
+        let refs = RefSnapshot::load(&repo).unwrap();
+        let wants = refs.tips();
+        let head = repo.head_id().unwrap().detach();
+        let old: ObjectId = gixd_tests::git_out(&path, &["rev-list", "--skip=5", "-1", "HEAD"]).trim().parse().unwrap();
+        let request = |common: &'static [ObjectId]| Request {
+            wants: &wants,
+            common,
+            include_tag: false,
+            refs: &refs,
+            filter: Filter::default(),
+            boundary: None,
+            progress: None,
+            commit_graph: None,
+        };
+        // A clone: every commit walked, none read again for its tree.
+        let before = read();
+        let clone = select::select_by_walking(&repo, &request(&[])).unwrap();
+        assert!(clone.commits > 10, "{} commits", clone.commits);
+        assert_eq!(read() - before, 0, "{} commits read again for their tree", read() - before);
+        // A fetch: the edge commits' trees (parents of what is sent, held by the client) were
+        // noted too, as the walk decoded them on the hidden side.
+        let common: &'static [ObjectId] = Box::leak(vec![old].into_boxed_slice());
+        let before = read();
+        let fetch = select::select_by_walking(&repo, &request(common)).unwrap();
+        let edges = fetch
+            .client_has
+            .iter()
+            .filter(|id| repo.find_header(**id).unwrap().kind() == gix_object::Kind::Commit)
+            .count();
+        assert!(fetch.commits > 0 && edges > 0 && fetch.objects.contains(&head));
+        assert_eq!(read() - before, 0, "{} commits read again for their tree ({edges} edges)", read() - before);
+    }
+}
+
+#[test]
 fn a_damaged_commit_graph_is_refused_when_read() {
     let tmp = tempfile::tempdir().unwrap();
     for split in [false, true] {

@@ -130,6 +130,11 @@ struct Walker<'r> {
     commit_trees: gix::hashtable::HashMap<ObjectId, ObjectId>,
 }
 
+/// Commits a selection read for their root tree (not walked, or walked without noting it): in
+/// this process, for tests to count. A test hook (feature `test-hooks`).
+#[cfg(feature = "test-hooks")]
+pub static COMMITS_READ_FOR_THEIR_TREE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// `id`'s kind and data, read into `buf`.
 fn find_into<'b>(repo: &gix::Repository, id: &ObjectId, buf: &'b mut Vec<u8>) -> Result<(Kind, &'b [u8]), ServeError> {
     match repo.objects.try_find(id, buf)? {
@@ -346,6 +351,8 @@ impl<'r> Walker<'r> {
         if let Some(tree) = self.commit_trees.get(commit) {
             return Ok(*tree);
         }
+        #[cfg(feature = "test-hooks")]
+        COMMITS_READ_FOR_THEIR_TREE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (kind, data) = self.find(commit)?;
         if kind != Kind::Commit {
             return Err(ServeError::MissingObject(*commit));
