@@ -326,10 +326,47 @@ mod bases {
     const MAX_ENTRY_HEADER_LEN: usize = 64;
 
     /// Thin-pack bases by `(pack_id, pack_offset)`.
-    pub type ThinBases = HashMap<(u32, data::Offset), ObjectId>;
+    pub type ThinBases = HashMap<(u32, data::Offset), ObjectId, BuildLocationHasher>;
 
     /// Stored ref-deltas kept as deltas: delta id to base id.
-    pub type RefBases = HashMap<ObjectId, ObjectId>;
+    pub type RefBases = gix_hashtable::HashMap<ObjectId, ObjectId>;
+
+    /// Entries by `(pack_id, pack_offset)`.
+    type LocationSet = HashSet<(u32, data::Offset), BuildLocationHasher>;
+
+    /// Hashes `(pack_id, pack_offset)` keys by multiplying, as ids are hashed by their first bytes
+    /// (`gix_hashtable`): SipHash of every count's id and location was a tenth of the entries'
+    /// generation for a clone.
+    #[derive(Default, Clone, Copy)]
+    pub struct BuildLocationHasher;
+
+    impl std::hash::BuildHasher for BuildLocationHasher {
+        type Hasher = LocationHasher;
+        fn build_hasher(&self) -> LocationHasher {
+            LocationHasher(0)
+        }
+    }
+
+    /// See [`BuildLocationHasher`].
+    pub struct LocationHasher(u64);
+
+    impl std::hash::Hasher for LocationHasher {
+        fn finish(&self) -> u64 {
+            let h = self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            h ^ (h >> 29)
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for b in bytes {
+                self.write_u64(u64::from(*b));
+            }
+        }
+        fn write_u32(&mut self, n: u32) {
+            self.write_u64(u64::from(n));
+        }
+        fn write_u64(&mut self, n: u64) {
+            self.0 = (self.0.rotate_left(23) ^ n).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
 
     /// Ask `decide` about every ofs-delta base in the pack of a selected delta that is not itself
     /// selected, appending the bases it includes to `counts` (and then their bases, in turn).
@@ -346,21 +383,21 @@ mod bases {
         db: &impl crate::Find,
         decide: &mut impl FnMut(&gix_hash::oid) -> DeltaBase,
         allow_thin_pack: bool,
-    ) -> Result<(usize, ThinBases, HashSet<ObjectId>, RefBases)> {
-        let mut present: HashSet<(u32, data::Offset)> = counts
+    ) -> Result<(usize, ThinBases, gix_hashtable::HashSet<ObjectId>, RefBases)> {
+        let mut present: LocationSet = counts
             .iter()
             .filter_map(|c| c.entry_pack_location.as_ref())
             .map(|l| (l.pack_id, l.pack_offset))
             .collect();
         // An object can sit in two packs (a completed thin pack repeats its bases): one already
         // selected from elsewhere must not be added again, or the pack would hold it twice.
-        let mut selected_ids: HashSet<ObjectId> = counts.iter().map(|c| c.id).collect();
-        let mut selected_at: HashMap<ObjectId, data::entry::Location> =
+        let mut selected_ids: gix_hashtable::HashSet<ObjectId> = counts.iter().map(|c| c.id).collect();
+        let mut selected_at: gix_hashtable::HashMap<ObjectId, data::entry::Location> =
             counts.iter().filter_map(|c| Some((c.id, c.entry_pack_location.as_ref()?.clone()))).collect();
-        let mut decided: HashSet<(u32, data::Offset)> = HashSet::new();
-        let mut thin = ThinBases::new();
-        let mut looping = HashSet::new();
-        let mut ref_bases = RefBases::new();
+        let mut decided = LocationSet::default();
+        let mut thin = ThinBases::default();
+        let mut looping = gix_hashtable::HashSet::default();
+        let mut ref_bases = RefBases::default();
         let mut offsets_by_pack: HashMap<u32, Vec<(data::Offset, ObjectId)>> = HashMap::new();
         let mut buf = Vec::new();
         let mut included = 0;
@@ -510,8 +547,8 @@ mod bases {
     fn leads_to(
         target: ObjectId,
         base: ObjectId,
-        selected_at: &HashMap<ObjectId, data::entry::Location>,
-        present: &HashSet<(u32, data::Offset)>,
+        selected_at: &gix_hashtable::HashMap<ObjectId, data::entry::Location>,
+        present: &LocationSet,
         thin: &ThinBases,
         ref_bases: &RefBases,
         db: &impl crate::Find,
