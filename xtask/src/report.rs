@@ -17,6 +17,7 @@ const TARGETS: &[(&str, &str)] = &[
     ("upstream/delta-search.md", "real-fetches"),
     ("upstream/delta-search.md", "maintenance"),
     ("bench/README.md", "clone-cost"),
+    ("bench/README.md", "clone-commit-graph"),
     ("bench/README.md", "writes"),
     ("bench/README.md", "ramp"),
     ("bench/README.md", "narrow"),
@@ -50,7 +51,12 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             "index-costs" => index_costs(root)?,
             "decode-costs" => decode_costs(root)?,
             "real-fetches" => real_fetches(root)?,
-            "clone-cost" => clone_cost(root)?,
+            "clone-cost" => clone_cost(root, crate::bench::CLONE_RESULTS, "cargo xtask bench clone")?,
+            "clone-commit-graph" => clone_cost(
+                root,
+                CLONE_COMMIT_GRAPH_RESULTS,
+                "cargo xtask bench clone --repo …; then move bench/results/clone-cost.json there",
+            )?,
             "writes" => writes(root)?,
             "ramp" => ramp(root)?,
             "narrow" => narrow(root)?,
@@ -298,20 +304,25 @@ fn patch_costs(root: &Path) -> Result<String> {
     Ok(out)
 }
 
-fn clone_cost(root: &Path) -> Result<String> {
-    let doc = match load(root, crate::bench::CLONE_RESULTS, "`cargo xtask bench clone`")? {
+/// Clone cost rows, worst first (gixd's CPU over git's): of the corpus (`CLONE_RESULTS`), or of
+/// real repositories without a bitmap, with and without a commit-graph (kept apart in
+/// [`CLONE_COMMIT_GRAPH_RESULTS`]).
+fn clone_cost(root: &Path, results: &str, command: &str) -> Result<String> {
+    let doc = match load(root, results, &format!("`{command}`"))? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
     let (runs, c, mut out) = measured(&doc, "cargo xtask bench clone")?;
     out.push_str(&format!(
-        " gixd: {}. git: {}. Medians per repository.\n\n",
+        " gixd: {}. git: {}. Medians per repository, worst first.\n\n",
         c["gixd"].as_str().unwrap_or("?"),
         c["git_arm"].as_str().unwrap_or("?"),
     ));
     out.push_str("| repository | objects | server CPU per clone, gixd (ms) | git (ms) | gixd ÷ git | peak RSS, gixd (MiB) | git (MiB) | gixd ÷ git |\n|---|---|---|---|---|---|---|---|\n");
     let mut repos: Vec<&str> = runs.iter().filter_map(|r| r["repo"].as_str()).collect();
+    repos.sort();
     repos.dedup();
+    let mut rows = Vec::new();
     for repo in repos {
         let of = |arm: &str, key: &str| {
             median(
@@ -321,14 +332,21 @@ fn clone_cost(root: &Path) -> Result<String> {
         let objects = runs.iter().find(|r| r["repo"] == repo).and_then(|r| r["objects"].as_u64()).unwrap_or(0);
         let (cg, ct) = (of("gixd", "cpu_us") / 1000.0, of("git", "cpu_us") / 1000.0);
         let (rg, rt) = (of("gixd", "peak_rss_kb") / 1024.0, of("git", "peak_rss_kb") / 1024.0);
-        out.push_str(&format!(
+        let row = format!(
             "| {repo} | {objects} | {cg:.1} | {ct:.1} | {} | {rg:.1} | {rt:.1} | {} |\n",
             ratio(ct, cg),
             ratio(rt, rg)
-        ));
+        );
+        rows.push((cg / ct, row));
     }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    rows.into_iter().for_each(|(_, row)| out.push_str(&row));
     Ok(out)
 }
+
+/// Where `cargo xtask bench clone --repo` results on real repositories without a bitmap are kept
+/// (moved there by hand from `CLONE_RESULTS`, which holds the corpus's).
+const CLONE_COMMIT_GRAPH_RESULTS: &str = "bench/results/clone-commit-graph.json";
 
 /// The results of `cargo xtask bench patches` if they hold `key` (a measurement added after the
 /// first runs): the document, or the NOT MEASURED text to render instead.
