@@ -28,18 +28,25 @@ fn hash_id(hash: gix_hash::Kind) -> u32 {
     }
 }
 
-/// Write `bytes` followed by their checksum to `path`, through a temporary file.
+/// Write `bytes` followed by their checksum to `path`, through a temporary file (removed if the
+/// write fails).
 fn write_checksummed(path: &Path, bytes: &[u8], hash: gix_hash::Kind) -> Result<(), ServeError> {
     let mut hasher = gix_hash::hasher(hash);
     hasher.update(bytes);
     let digest = hasher.try_finalize().map_err(ServeError::pack)?;
     let tmp = path.with_extension("tmp");
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(bytes)?;
-    file.write_all(digest.as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    Ok(())
+    let written = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.write_all(digest.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    // A write that failed (a full disk) leaves no temporary file beside the pack.
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    Ok(written?)
 }
 
 /// `technical/pack-format`'s reverse index: `RIDX`, version 1, hash id, index positions in pack
