@@ -420,6 +420,18 @@ pub(crate) mod tests {
         kb
     }
 
+    /// `len` bytes no compressor makes smaller (xorshift from `state`).
+    fn noise(state: &mut u64, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|_| {
+                *state ^= *state << 13;
+                *state ^= *state >> 7;
+                *state ^= *state << 17;
+                *state as u8
+            })
+            .collect()
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     fn copying_entries_lets_the_maps_resident_pages_go_every_few_megabytes_and_they_read_the_same() {
@@ -428,15 +440,7 @@ pub(crate) mod tests {
         git(d, &["init", "-q"], None);
         // Incompressible content: the pack is as large as it.
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let noise: Vec<u8> = (0..(3 * Packs::RESIDENT_BYTES / 2))
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                state as u8
-            })
-            .collect();
-        std::fs::write(d.join("noise"), &noise).unwrap();
+        std::fs::write(d.join("noise"), noise(&mut state, 3 * Packs::RESIDENT_BYTES / 2)).unwrap();
         git(d, &["add", "."], None);
         git(d, &["commit", "-qm", "noise"], None);
         git(d, &["repack", "-adq"], None);
@@ -466,15 +470,7 @@ pub(crate) mod tests {
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let files = 2 * Packs::RESIDENT_BYTES / 4096;
         for i in 0..files {
-            let blob: Vec<u8> = (0..4096)
-                .map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    state as u8
-                })
-                .collect();
-            std::fs::write(d.join(format!("f{i}")), blob).unwrap();
+            std::fs::write(d.join(format!("f{i}")), noise(&mut state, 4096)).unwrap();
         }
         git(d, &["add", "."], None);
         git(d, &["commit", "-qm", "blobs"], None);
