@@ -3,8 +3,11 @@
 //! pushes off so only the push is measured), and the same gixd over git:// (`--enable
 //! receive-pack`: git's client then pushes as it does over file://, where over HTTP its
 //! stateless send-pack first spends time on every local ref), against git receive-pack over
-//! file:// under `xtask rusage` (receive-pack and the index-pack it runs, its connectivity check). Per push:
-//! the server's CPU, the push's wall time and the server's peak memory. Every branch and tag is
+//! file:// under `xtask rusage` (receive-pack and the index-pack it runs, its connectivity check),
+//! and git's own smart HTTP (git http-backend behind lighttpd, `http.receivepack`: the wall time a
+//! push over HTTP takes with git's server, the client's stateless send-pack included). Per push:
+//! the server's CPU, the push's wall time and the server's peak memory (the http-backend arm: wall
+//! time only). Every branch and tag is
 //! pushed, each push into a fresh empty repository. Run by hand on real repositories; not in CI.
 
 use std::path::{Path, PathBuf};
@@ -14,6 +17,9 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 
 pub const INGEST_RESULTS: &str = "bench/results/ingest.json";
+
+/// The arms, in the order a round starts from.
+const ARMS: [&str; 4] = ["gixd", "gixd git://", "git", "git http-backend"];
 
 /// What every arm pushes: every branch and tag.
 const REFSPECS: [&str; 2] = ["refs/heads/*:refs/heads/*", "refs/tags/*:refs/tags/*"];
@@ -47,20 +53,21 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
             "rounds": rounds,
             "repos": described,
             "gixd": format!("{} serve over HTTP with a write token (arm `gixd`) and over git:// with --enable receive-pack (arm `gixd git://`, the client's native push as over file://), --auto-maintenance=false, a fresh process and a fresh empty repository per push; CPU of every thread of the process, peak memory its VmHWM", gixd.display()),
-            "git_arm": "git receive-pack over file:// with what it runs (index-pack, the connectivity check), a fresh empty repository per push; CPU and peak memory from getrusage of its process tree",
+            "git_arm": "git receive-pack over file:// with what it runs (index-pack, the connectivity check), a fresh empty repository per push; CPU and peak memory from getrusage of its process tree; and git http-backend behind lighttpd with http.receivepack (arm `git http-backend`, wall time only)",
             "pushed": "every branch and tag (git push URL 'refs/heads/*:refs/heads/*' 'refs/tags/*:refs/tags/*')",
         }),
     )?;
     let mut runs = Vec::new();
     for round in 0..rounds {
         for (name, client) in &sources {
-            for arm in crate::bench::round_order(3, round).into_iter().map(|i| ["gixd", "gixd git://", "git"][i]) {
+            for arm in crate::bench::round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
                 let base = scratch.0.join(format!("base-{name}-{round}-{}", arm.replace([' ', ':', '/'], "")));
                 std::fs::create_dir_all(&base)?;
                 git(&base, &["init", "-q", "--bare", "r.git"])?;
                 let (cpu_us, wall_ms, peak_kb) = match arm {
                     "gixd" => push_gixd(&gixd, &base, client, false)?,
                     "gixd git://" => push_gixd(&gixd, &base, client, true)?,
+                    "git http-backend" => push_http_backend(&base, client, &scratch.0)?,
                     _ => push_git(&xtask, &base.join("r.git"), client, &scratch.0)?,
                 };
                 let listing = |dir: &Path| {
@@ -135,4 +142,35 @@ fn push_git(xtask: &Path, repo: &Path, client: &Path, scratch: &Path) -> Result<
     }
     let row: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out)?)?;
     Ok((row["cpu_us"].as_i64().context("cpu_us")?, wall, row["peak_rss_kb"].as_i64().context("peak_rss_kb")?))
+}
+
+/// A push through git's own smart HTTP: git http-backend under lighttpd (CGI), receive-pack
+/// allowed by the repository's `http.receivepack`. Wall time only (CPU and memory: -1, the CGI
+/// processes are not followed).
+fn push_http_backend(base: &Path, client: &Path, scratch: &Path) -> Result<(i64, i64, i64)> {
+    git(&base.join("r.git"), &["config", "http.receivepack", "true"])?;
+    let port = crate::bench::free_port()?;
+    let dir = scratch.join(format!("lighttpd-{port}"));
+    std::fs::create_dir_all(&dir)?;
+    let conf = dir.join("lighttpd.conf");
+    let backend = Path::new("/usr/lib/git-core/git-http-backend");
+    std::fs::write(&conf, bench_support::http_backend_conf(&dir, base, backend, port, false))?;
+    let mut child = Command::new("lighttpd").arg("-D").arg("-f").arg(&conf).spawn().context("lighttpd")?;
+    let result = (|| {
+        crate::bench::wait_for_port(port)?;
+        let started = Instant::now();
+        let status = Command::new("git")
+            .current_dir(client)
+            .args(push_args(&format!("http://127.0.0.1:{port}/git/r.git")))
+            .status()?;
+        let wall = started.elapsed().as_millis() as i64;
+        if !status.success() {
+            bail!("push to git http-backend failed");
+        }
+        Ok((-1, wall, -1))
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }

@@ -513,7 +513,7 @@ fn ingest(root: &Path) -> Result<String> {
         c["gixd"].as_str().unwrap_or("?"),
         c["git_arm"].as_str().unwrap_or("?"),
     ));
-    out.push_str("| repository | objects | refs | CPU s: gixd | git | ÷ | wall s: gixd | git | ÷ | wall s: gixd git:// | ÷ | peak MiB: gixd | git | ÷ |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| repository | objects | refs | CPU s: gixd | git | ÷ | wall s: gixd | git | ÷ | wall s: gixd git:// | ÷ | wall s: git http-backend | gixd ÷ it | peak MiB: gixd | git | ÷ |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut rows = Vec::new();
     for repo in c["repos"].as_array().context("repos")? {
         let name = repo["repo"].as_str().context("repo")?;
@@ -527,14 +527,18 @@ fn ingest(root: &Path) -> Result<String> {
         let (pg, pt) = (med("gixd", "peak_kb") / 1024.0, med("git", "peak_kb") / 1024.0);
         // Runs of before the git:// arm have none: a dash.
         let wn = med("gixd git://", "wall_ms") / 1e3;
+        let wh = med("git http-backend", "wall_ms") / 1e3;
+        let seconds = |s: f64| if s.is_finite() { format!("{s:.1}") } else { "—".into() };
         let row = format!(
-            "| {name} | {} | {} | {cg:.1} | {ct:.1} | {} | {wg:.1} | {wt:.1} | {} | {} | {} | {pg:.0} | {pt:.0} | {} |\n",
+            "| {name} | {} | {} | {cg:.1} | {ct:.1} | {} | {wg:.1} | {wt:.1} | {} | {} | {} | {} | {} | {pg:.0} | {pt:.0} | {} |\n",
             repo["objects"],
             repo["refs"],
             ratio(ct, cg),
             ratio(wt, wg),
-            if wn.is_finite() { format!("{wn:.1}") } else { "—".into() },
+            seconds(wn),
             ratio(wt, wn),
+            seconds(wh),
+            ratio(wh, wg),
             ratio(pt, pg)
         );
         rows.push((cg / ct, row));
