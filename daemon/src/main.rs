@@ -77,6 +77,8 @@ enum Command {
     /// Repack a repository into one pack with a reverse index and a bitmap (what git's
     /// `repack -adb` gives), in-process; what no ref reaches goes into a cruft pack (git's, with
     /// `.mtimes`) and is removed once older than the repository's `gc.pruneExpire` (two weeks).
+    /// A repository that is one pack holding only reachable objects keeps it (its bitmap is
+    /// written beside it).
     Maintenance {
         /// The repository (its git directory or work tree).
         repo: PathBuf,

@@ -131,7 +131,7 @@ impl Packs {
                 pack_offset: file.index.pack_offset_at_index(i),
                 entry_size: usize::try_from(file.sizes[i as usize]).ok()?,
             };
-            // A header read touches a page of the map, as a copy does: counted alike.
+            // A header read makes its page and its neighbours resident ([`Self::HEADER_READ`]).
             self.copied(Self::HEADER_READ);
             if file.data.entry(location.pack_offset).is_ok_and(|entry| entry.header.is_delta()) {
                 if smallest_delta.as_ref().is_none_or(|s| location.entry_size < s.entry_size) {
@@ -162,7 +162,7 @@ pub fn let_resident_pages_go(pack: &gix_pack::data::File, range: std::ops::Range
     #[cfg(target_os = "linux")]
     if let Some(map) = pack.entry_slice(0..pack.data_len() as u64) {
         const PAGE: usize = 4096;
-        let start = (usize::try_from(range.start).unwrap_or(usize::MAX).div_ceil(PAGE) * PAGE).min(map.len());
+        let start = usize::try_from(range.start).unwrap_or(usize::MAX).min(map.len()).div_ceil(PAGE) * PAGE;
         let end = usize::try_from(range.end).unwrap_or(usize::MAX).min(map.len());
         if start < end {
             // SAFETY: the map is a private, read-only mapping of a pack file, which is never

@@ -80,10 +80,11 @@ pub fn write_rev_for(
     write_checksummed(path, &out, hash)
 }
 
-/// Each object's kind by pack position (`order`: index positions in pack order), from its
-/// entry's header — a delta takes its base's kind — read through letting go of the pages it read as it goes: one pass over the headers, nothing
-/// inflated, no id looked up but a ref-delta's base. (Through the object database, each delta's kind was its chain's walk to the base, and
-/// every page of the pack stayed resident.)
+/// Each object's kind by pack position (`offsets`: its entries' offsets in pack order), from its
+/// entry's header — a delta takes its base's kind — in one pass over the headers that lets go of
+/// the pages it read as it goes: nothing inflated, no id looked up but a ref-delta's base.
+/// (Through the object database each delta's kind was its chain's walk to the base, and every
+/// page of the pack stayed resident.)
 fn kinds_in_pack(
     pack: &gix_pack::data::File,
     index: &gix_pack::index::File,
