@@ -38,6 +38,11 @@ pub struct Record {
     /// Where its response waited for the client: `memory` or `disk` (the spill directory), or
     /// `null` (not sent from the transfer buffers).
     pub buffer: Option<&'static str>,
+    /// Bytes of the response written to the spill directory (`null`: not sent from the transfer
+    /// buffers).
+    pub spill_bytes: Option<u64>,
+    /// Bytes of the response sent as ranges of pack files, never copied (`null` likewise).
+    pub ranged_bytes: Option<u64>,
     /// How it ended, in the same words on every transport: `ok`, `disconnected`, `failed`,
     /// `refused` (before it was served; a push: some ref refused), `busy`.
     pub status: String,

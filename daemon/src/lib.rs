@@ -55,7 +55,8 @@
 //!   the ref snapshot, where refs are kept (`repo::ref_store`: the files backend or a reftable
 //!   stack, and a reftable transaction), per-repository caches (`repo::cache`), git's commit-graph read and
 //!   verified for walks (`repo::commit_graph`); [`packs`] — the pack files, so an entry is copied
-//!   without being inflated to find its end; [`ref_locks`] — the ref lock files a push or a
+//!   without being inflated to find its end; [`pack_ranges`] — a pack file mapped with its
+//!   descriptor, so that its bytes travel up the layers as ranges of the file, not copies; [`ref_locks`] — the ref lock files a push or a
 //!   maintenance run holds, noted so that a kill does not leave them for good.
 //! - [`graph`] — the object graph: an object's children, peeling.
 //! - [`config`] — every limit, with why it exists; [`error`] — the typed errors, each reported
@@ -78,6 +79,7 @@ pub mod maintenance;
 pub mod metrics;
 pub mod pack;
 pub mod pack_cache;
+pub mod pack_ranges;
 pub mod packs;
 pub mod protocol;
 pub mod push;

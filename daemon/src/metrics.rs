@@ -61,6 +61,8 @@ pub struct Metrics {
     transfers_waited: Counter,
     queue_wait: Histogram,
     buffer_bytes: Family<HeldLabel, Gauge>,
+    spill_bytes: Counter,
+    ranged_bytes: Counter,
     pushes: Family<OutcomeLabel, Counter>,
     maintenance_runs: Family<OutcomeLabel, Counter>,
     repository_requests: Family<RepositoryLabels, Counter>,
@@ -90,6 +92,8 @@ impl Metrics {
             // 1 ms to about 9 minutes.
             queue_wait: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
             buffer_bytes: Family::default(),
+            spill_bytes: Counter::default(),
+            ranged_bytes: Counter::default(),
             pushes: Family::default(),
             maintenance_runs: Family::default(),
             repository_requests: Family::default(),
@@ -129,6 +133,16 @@ impl Metrics {
             "transfer_buffer_bytes",
             "Bytes of responses written and not yet sent, by where they are held (memory, disk)",
             m.buffer_bytes.clone(),
+        );
+        registry.register(
+            "transfer_spill_bytes",
+            "Bytes of responses written to the spill directory since the start",
+            m.spill_bytes.clone(),
+        );
+        registry.register(
+            "transfer_ranged_bytes",
+            "Bytes of responses kept as ranges of pack files since the start (sent from the files, never copied)",
+            m.ranged_bytes.clone(),
         );
         registry.register("pushes", "Pushes, by outcome (ok, refused, failed)", m.pushes.clone());
         registry.register(
@@ -190,10 +204,14 @@ impl Metrics {
         self.queue_wait.observe(waited.as_secs_f64());
     }
 
-    /// What the transfer buffers hold now.
-    pub fn buffered(&self, memory: u64, disk: u64) {
+    /// What the transfer buffers hold now, and what they spilled and kept as ranges since the
+    /// start (totals: the counters move to them).
+    pub fn buffered(&self, memory: u64, disk: u64, spilled: u64, ranged: u64) {
         for (held, bytes) in [("memory", memory), ("disk", disk)] {
             self.buffer_bytes.get_or_create(&HeldLabel { held: held.into() }).set(bytes as i64);
+        }
+        for (counter, total) in [(&self.spill_bytes, spilled), (&self.ranged_bytes, ranged)] {
+            counter.inc_by(total.saturating_sub(counter.get()));
         }
     }
 

@@ -34,6 +34,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use crate::pack_ranges::Range;
+
 /// How much the cache keeps, and where (`[pack_cache]`, `--pack-cache-*`).
 pub type Settings = crate::config::PackCache;
 
@@ -82,8 +84,14 @@ const TELL_EVERY: u64 = 256 * 1024;
 const SHORT_WRITE: usize = 1024;
 
 struct Data {
+    /// The response's length: stored bytes and ranges together.
     len: u64,
-    /// The entry's bytes while it is in memory: window `i` holds `i * CHUNK..`; a private
+    /// Bytes written into the entry's own store (memory windows, then its file): generated ones.
+    stored: u64,
+    /// Where each part of the response is, once a range of a pack file is part of it: empty
+    /// while the response is stored bytes only (then a response offset is a store offset).
+    spans: Vec<Span>,
+    /// The entry's stored bytes while it is in memory: window `i` holds `i * CHUNK..`; a private
     /// entry's windows its reader has passed are given back (`None`).
     memory: Vec<Option<Arc<MemoryWindow>>>,
     /// Once the entry moved to `dir`.
@@ -91,6 +99,19 @@ struct Data {
     /// Bytes of this entry counted in the cache's memory use, and in its disk use.
     held_memory: u64,
     held_disk: u64,
+    /// Bytes written to the entry's file (moved there from memory, or appended): what spilled.
+    spilled: u64,
+    /// Bytes of the response that are ranges of pack files (kept as ranges, not stored).
+    ranged: u64,
+}
+
+/// A part of a response: stored bytes from `stored_at` in the store, or a range of a pack file
+/// (then `stored_at` is where the store stood when it was added).
+struct Span {
+    at: u64,
+    len: u64,
+    stored_at: u64,
+    range: Option<Range>,
 }
 
 struct Disk {
@@ -102,21 +123,62 @@ struct Disk {
 
 impl Data {
     fn new() -> Data {
-        Data { len: 0, memory: Vec::new(), disk: None, held_memory: 0, held_disk: 0 }
+        Data {
+            len: 0,
+            stored: 0,
+            spans: Vec::new(),
+            memory: Vec::new(),
+            disk: None,
+            held_memory: 0,
+            held_disk: 0,
+            spilled: 0,
+            ranged: 0,
+        }
     }
 
     fn on_disk(&self) -> bool {
         self.disk.is_some()
     }
 
-    /// Append `bytes` at `self.len` (the caller moves `len`).
-    fn append(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+    /// Append `bytes` to the store and to the response.
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.store(bytes)?;
+        let n = bytes.len() as u64;
+        match self.spans.last_mut() {
+            None => {}
+            Some(last) if last.range.is_none() => last.len += n,
+            Some(_) => self.spans.push(Span { at: self.len, len: n, stored_at: self.stored, range: None }),
+        }
+        (self.len, self.stored) = (self.len + n, self.stored + n);
+        Ok(())
+    }
+
+    /// Append a range of a pack file to the response: kept as the range, nothing stored.
+    fn append_range(&mut self, range: Range) {
+        if self.spans.is_empty() && self.len > 0 {
+            self.spans.push(Span { at: 0, len: self.len, stored_at: 0, range: None });
+        }
+        let n = range.len() as u64;
+        match self.spans.last_mut() {
+            Some(Span { range: Some(last), len, .. }) if last.continued_by(&range) => {
+                last.extend(range.len());
+                *len += n;
+            }
+            _ => self.spans.push(Span { at: self.len, len: n, stored_at: self.stored, range: Some(range) }),
+        }
+        self.len += n;
+        self.ranged += n;
+    }
+
+    /// Write `bytes` at the end of the store (the caller moves `stored`).
+    fn store(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
         if let Some(disk) = &mut self.disk {
-            disk.file.write_all_at(bytes, self.len)?;
-            disk.size = disk.size.max(self.len + bytes.len() as u64);
+            disk.file.write_all_at(bytes, self.stored)?;
+            disk.size = disk.size.max(self.stored + bytes.len() as u64);
+            self.spilled += bytes.len() as u64;
             return Ok(());
         }
-        let mut at = self.len as usize;
+        let mut at = self.stored as usize;
         while !bytes.is_empty() {
             let (index, within) = (at / CHUNK, at % CHUNK);
             if self.memory.len() <= index {
@@ -134,27 +196,59 @@ impl Data {
         Ok(())
     }
 
-    /// Move the entry to a new file in `dir`: what is in memory is copied over; readers
+    /// Move the entry's store to a new file in `dir`: what is in memory is copied over; readers
     /// holding memory slices read on from those.
     fn spill(&mut self, dir: &std::path::Path) -> std::io::Result<()> {
         let file = crate::unlinked_file(dir, "pack-cache")?;
         let mut at = 0u64;
         for window in &self.memory {
-            let n = (self.len - at).min(CHUNK as u64) as usize;
+            let n = (self.stored - at).min(CHUNK as u64) as usize;
             // A window given back was read: the file keeps a hole there.
             if let Some(window) = window {
                 // SAFETY: the window's first `n` bytes were written and never change.
                 file.write_all_at(unsafe { std::slice::from_raw_parts(window.map.as_ptr(), n) }, at)?;
+                self.spilled += n as u64;
             }
             at += n as u64;
         }
         self.memory = Vec::new();
-        self.disk = Some(Disk { file: Arc::new(file), size: self.len, windows: Vec::new() });
+        self.disk = Some(Disk { file: Arc::new(file), size: self.stored, windows: Vec::new() });
         Ok(())
     }
 
-    /// `n` (≥ 1, written) bytes from `offset` (within one window: a reader asks again for the rest).
+    /// The span holding response offset `offset` (< `len`), when there are spans.
+    fn span_at(&self, offset: u64) -> Option<&Span> {
+        let i = self.spans.partition_point(|s| s.at <= offset).checked_sub(1)?;
+        Some(&self.spans[i])
+    }
+
+    /// Where the store stands at response offset `offset`: the stored bytes before it.
+    fn stored_before(&self, offset: u64) -> u64 {
+        match self.span_at(offset) {
+            None if self.spans.is_empty() => offset.min(self.stored),
+            None => 0,
+            Some(span) if span.range.is_some() => span.stored_at,
+            Some(span) => span.stored_at + (offset - span.at).min(span.len),
+        }
+    }
+
+    /// `n` (≥ 1, there) bytes of the response from `offset`, up to the end of their span or window
+    /// (a reader asks again for the rest).
     fn read(&mut self, offset: u64, n: usize) -> std::io::Result<Bytes> {
+        let Some(span) = self.span_at(offset) else { return self.read_stored(offset, n) };
+        let within = offset - span.at;
+        let n = n.min((span.len - within) as usize);
+        match &span.range {
+            Some(range) => Ok(range.sub(within as usize, n).bytes()),
+            None => {
+                let at = span.stored_at + within;
+                self.read_stored(at, n)
+            }
+        }
+    }
+
+    /// `n` (≥ 1, written) stored bytes from store offset `offset` (within one window).
+    fn read_stored(&mut self, offset: u64, n: usize) -> std::io::Result<Bytes> {
         let (index, within) = ((offset / CHUNK as u64) as usize, (offset % CHUNK as u64) as usize);
         let n = n.min(CHUNK - within);
         let Some(disk) = &mut self.disk else {
@@ -261,15 +355,24 @@ fn map(file: &Arc<std::fs::File>, offset: u64) -> std::io::Result<Bytes> {
 }
 
 /// Where `bytes` lie, when they are a slice of an entry's window (a reader's
-/// [`Entry::read_at`] still held by the one writing it out).
+/// [`Entry::read_at`] still held by the one writing it out), or of a pack file's map (a range
+/// the entry kept: in that file).
 pub fn mapped_at(bytes: &[u8]) -> Option<Mapped> {
     let at = bytes.as_ptr() as usize;
     let mapped = MAPPED.read().expect("not poisoned");
-    let (start, (len, file)) = mapped.range(..=at).next_back()?;
-    (at + bytes.len() <= start + len).then(|| match file {
-        None => Mapped::Memory,
-        Some((file, offset)) => Mapped::File(file.clone(), offset + (at - start) as u64),
-    })
+    if let Some((start, (len, file))) = mapped.range(..=at).next_back()
+        && at + bytes.len() <= start + len
+    {
+        return Some(match file {
+            None => Mapped::Memory,
+            Some((file, offset)) => Mapped::File(file.clone(), offset + (at - start) as u64),
+        });
+    }
+    drop(mapped);
+    // A range of a pack file, sent from the file.
+    let range = Range::of(bytes)?;
+    let (file, offset) = range.file();
+    Some(Mapped::File(file.clone(), offset))
 }
 
 /// What generating an entry took and made.
@@ -345,7 +448,7 @@ impl Entry {
         }
         self.consumed.fetch_max(offset, Ordering::Relaxed);
         let mut data = self.data.lock().expect("not poisoned");
-        let passed = (offset / CHUNK as u64) as usize;
+        let passed = (data.stored_before(offset) / CHUNK as u64) as usize;
         let mut given_back = 0u64;
         for window in data.memory.iter_mut().take(passed) {
             if window.take().is_some() {
@@ -362,6 +465,16 @@ impl Entry {
     /// Where its bytes are held now: `memory` or `disk`.
     pub fn held_in(&self) -> &'static str {
         if self.data.lock().expect("not poisoned").on_disk() { "disk" } else { "memory" }
+    }
+
+    /// Bytes written to its file in the spill directory (moved there from memory, or appended).
+    pub fn spilled(&self) -> u64 {
+        self.data.lock().expect("not poisoned").spilled
+    }
+
+    /// Bytes of it that are ranges of pack files, sent from the files and never stored.
+    pub fn ranged(&self) -> u64 {
+        self.data.lock().expect("not poisoned").ranged
     }
 }
 
@@ -386,6 +499,10 @@ pub struct PackCache {
     settings: Settings,
     entries: Mutex<HashMap<Key, Arc<Entry>>>,
     used: Arc<Used>,
+    /// Bytes ever written to files in the spill directory, and bytes kept as ranges of pack
+    /// files, by every entry since the start.
+    spilled: AtomicU64,
+    ranged: AtomicU64,
     /// How long the writer of a private entry waits for room (its reader to take some bytes)
     /// before it gives up on the transfer.
     stall: std::time::Duration,
@@ -406,7 +523,14 @@ impl PackCache {
 
     /// A cache whose private entries' writers wait up to `stall` for room.
     pub fn with_stall(settings: Settings, stall: std::time::Duration) -> PackCache {
-        PackCache { settings, entries: Mutex::new(HashMap::new()), used: Arc::default(), stall }
+        PackCache {
+            settings,
+            entries: Mutex::new(HashMap::new()),
+            used: Arc::default(),
+            spilled: AtomicU64::new(0),
+            ranged: AtomicU64::new(0),
+            stall,
+        }
     }
 
     fn entry(&self, private: bool) -> Arc<Entry> {
@@ -492,7 +616,7 @@ impl PackCache {
             let (mut memory, mut disk) = (0u64, 0u64);
             for e in entries.values().filter(|e| e.progress().state == Generation::Done) {
                 let data = e.data.lock().expect("not poisoned");
-                if data.on_disk() { disk += data.len } else { memory += data.len }
+                if data.on_disk() { disk += data.stored } else { memory += data.stored }
             }
             (memory, disk)
         };
@@ -526,6 +650,16 @@ impl PackCache {
     /// Bytes held in files in the spill directory now.
     pub fn disk_used(&self) -> u64 {
         self.used.disk.load(Ordering::Relaxed)
+    }
+
+    /// Bytes written to files in the spill directory since the start.
+    pub fn spilled_total(&self) -> u64 {
+        self.spilled.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of responses kept as ranges of pack files since the start (sent from the files).
+    pub fn ranged_total(&self) -> u64 {
+        self.ranged.load(Ordering::Relaxed)
     }
 }
 
@@ -601,9 +735,22 @@ impl<'a> EntryWriter<'a> {
     }
 }
 
-impl Write for EntryWriter<'_> {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+impl EntryWriter<'_> {
+    /// Append `bytes` — a range of a pack file kept as one ([`Range::kept`]), or stored bytes,
+    /// within the budgets — without telling the readers; the response's length before and after.
+    fn put(&mut self, bytes: &[u8]) -> std::io::Result<(u64, u64)> {
+        if let Some(range) = Range::kept(bytes) {
+            if self.entry.private && self.entry.consumed.load(Ordering::Relaxed) == u64::MAX {
+                return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "client disconnected"));
+            }
+            let mut data = self.entry.data.lock().expect("not poisoned");
+            let before = data.len;
+            data.append_range(range);
+            self.cache.ranged.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            return Ok((before, data.len));
+        }
         let mut data = self.room(bytes.len() as u64)?;
+        let (before, spilled) = (data.len, data.spilled);
         data.append(bytes)?;
         let n = bytes.len() as u64;
         if data.on_disk() {
@@ -613,17 +760,40 @@ impl Write for EntryWriter<'_> {
             data.held_memory += n;
             self.cache.used.memory.fetch_add(n, Ordering::Relaxed);
         }
-        let before = data.len;
-        data.len += n;
-        let len = data.len;
-        drop(data);
-        // Readers are woken every [`TELL_EVERY`] bytes or for a short write (a progress line,
-        // the last packet), not for every packet (a clone's ~270 for each of 32 readers); the
-        // generator's `flush` and `finish` wake them for the rest.
-        if before / TELL_EVERY != len / TELL_EVERY || bytes.len() < SHORT_WRITE {
+        self.cache.spilled.fetch_add(data.spilled - spilled, Ordering::Relaxed);
+        Ok((before, data.len))
+    }
+
+    /// Readers are woken every [`TELL_EVERY`] bytes or for a short write (a progress line, the
+    /// last packet), not for every packet (a clone's ~270 for each of 32 readers); the
+    /// generator's `flush` and `finish` wake them for the rest.
+    fn tell(&self, before: u64, len: u64) {
+        if before / TELL_EVERY != len / TELL_EVERY || len - before < SHORT_WRITE as u64 {
             self.entry.progress.send_modify(|p| p.len = len);
         }
+    }
+}
+
+impl Write for EntryWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let (before, len) = self.put(bytes)?;
+        self.tell(before, len);
         Ok(bytes.len())
+    }
+
+    /// Every slice appended, the readers told once: a side-band packet's header and its payload
+    /// (a range of a pack file) are one write, not a short one and another.
+    fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        let (mut first, mut last, mut n) = (None, 0, 0);
+        for buf in bufs.iter().filter(|b| !b.is_empty()) {
+            let (before, len) = self.put(buf)?;
+            first.get_or_insert(before);
+            (last, n) = (len, n + buf.len());
+        }
+        if let Some(before) = first {
+            self.tell(before, last);
+        }
+        Ok(n)
     }
 
     /// Tells the readers of everything written (a negotiation's answer waits for no more).

@@ -109,8 +109,10 @@ struct Entry {
 /// A pack with its bitmap, ready to answer reachability.
 pub struct PackBitmap {
     pub pack: PathBuf,
-    /// The pack's data, mapped when the bitmap was opened (see [`PackBitmap::open`]).
-    pub data: std::sync::Arc<gix_pack::data::File>,
+    /// The pack's data, mapped when the bitmap was opened (see [`PackBitmap::open`]) with its
+    /// descriptor, so that what is sent as it stands goes out as ranges of the file
+    /// ([`crate::pack_ranges`]).
+    pub data: std::sync::Arc<crate::pack_ranges::PackData>,
     /// Where the pack's entries end (its trailing checksum starts).
     entries_end: u64,
     ids: Ids,

@@ -144,8 +144,8 @@ impl PackBitmap {
         let pack = idx.with_extension("pack");
         // Mapped now and held with the bitmap: `git repack` renames and deletes packs while
         // requests read them, and a mapping outlives the name (a path opened per request fails).
-        let data = gix_pack::data::File::at(&pack, hash)
-            .map_err(|e| BitmapError::Pack { path: pack.clone(), message: e.to_string() })?;
+        let data = crate::pack_ranges::open_data(&pack, hash)
+            .map_err(|message| BitmapError::Pack { path: pack.clone(), message })?;
         if data.num_objects() as usize != n {
             return Err(corrupt("the pack beside the index holds another number of objects"));
         }
@@ -231,8 +231,8 @@ impl PackBitmap {
             .get(preferred as usize)
             .map(|name| pack_dir.join(name).with_extension("pack"))
             .ok_or_else(|| corrupt("no preferred pack"))?;
-        let pack_data = gix_pack::data::File::at(&pack, hash)
-            .map_err(|e| BitmapError::Pack { path: pack.clone(), message: e.to_string() })?;
+        let pack_data = crate::pack_ranges::open_data(&pack, hash)
+            .map_err(|message| BitmapError::Pack { path: pack.clone(), message })?;
         if pack_data.num_objects() as usize != offsets.len() || offsets.len() * 2 < n {
             // Not all of the preferred pack in the MIDX, or not the big pack (`git multi-pack-index
             // write` prefers the oldest pack, a push's whose thin bases are stored whole): nothing
@@ -249,7 +249,7 @@ impl PackBitmap {
 
     fn new(
         pack: PathBuf,
-        data: gix_pack::data::File,
+        data: crate::pack_ranges::PackData,
         ids: Ids,
         n: usize,
         order: Vec<u32>,

@@ -45,6 +45,8 @@ pub(super) fn write_verbatim<W: Write>(
         let bytes = pack
             .entry_slice(at..end)
             .ok_or_else(|| ServeError::corrupt_pack(format!("{}: shorter than it says", bitmap.pack.display())))?;
+        // Sent later, from an async worker, as a range of the file: read ahead now.
+        crate::pack_ranges::read_ahead(bytes);
         answer.emit(bytes)?;
         at = end;
     }
@@ -258,17 +260,39 @@ pub(super) fn write_reused<W: Write>(
     let mut new_offset: Vec<u64> = vec![0; bitmap.len()];
     let mut stats = Stats::default();
     let mut head = Vec::with_capacity(64);
+    // Entries that go out as they are and lie one after the other in the pack go out as one run
+    // (a range of the pack file, not a copy per entry).
+    let mut run: Option<std::ops::Range<u64>> = None;
+    let emit_run = |run: &mut Option<std::ops::Range<u64>>, answer: &mut Hashed<'_, W>| -> Result<(), ServeError> {
+        let Some(run) = run.take() else { return Ok(()) };
+        let bytes = pack.entry_slice(run.clone()).ok_or_else(|| {
+            ServeError::corrupt_pack(format!("{}: entries at {run:?} out of bounds", bitmap.pack.display()))
+        })?;
+        crate::pack_ranges::read_ahead(bytes);
+        answer.emit(bytes)
+    };
     for (pos, decision, data_start, decompressed_size) in plan {
         let (offset, size) = bitmap.entry_at(pos as usize);
-        let bytes = pack.entry_slice(offset..offset + size as u64).ok_or_else(|| {
-            ServeError::corrupt_pack(format!("{}: entry at {offset} out of bounds", bitmap.pack.display()))
-        })?;
-        let here = answer.written;
+        let end = offset + size as u64;
+        if pack.entry_slice(offset..end).is_none() {
+            return Err(ServeError::corrupt_pack(format!(
+                "{}: entry at {offset} out of bounds",
+                bitmap.pack.display()
+            )));
+        }
+        let here = answer.written + run.as_ref().map_or(0, |r| r.end - r.start);
         match decision {
             Reuse::Later => continue,
-            Reuse::AsItIs => answer.emit(bytes)?,
+            Reuse::AsItIs => match &mut run {
+                Some(run) if run.end == offset => run.end = end,
+                _ => {
+                    emit_run(&mut run, &mut answer)?;
+                    run = Some(offset..end);
+                }
+            },
             Reuse::Ofs { base } | Reuse::ByBase { base } => {
-                let data = &bytes[data_start..];
+                emit_run(&mut run, &mut answer)?;
+                let data = pack.entry_slice(offset + data_start as u64..end).expect("checked above");
                 let rewritten = match decision {
                     Reuse::Ofs { .. } => {
                         gix_pack::data::entry::Header::OfsDelta { base_distance: here - new_offset[base as usize] }
@@ -291,6 +315,7 @@ pub(super) fn write_reused<W: Write>(
         stats.copied += 1;
         stats.reused += 1;
     }
+    emit_run(&mut run, &mut answer)?;
     // What could not be reused, and what is not in the bitmapped pack, through gix-pack: a delta
     // against an object this pack sends names it by id; one against an object the client has,
     // where thin packs are allowed, too; any other is re-deflated.

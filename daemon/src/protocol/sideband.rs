@@ -4,11 +4,12 @@
 //! nothing of it (the pack writer writes to a [`crate::pack::Sink`], bytes and progress lines,
 //! and push says its messages through [`crate::push::Messages`]).
 
-use std::io::{self, Write};
+use std::io::{self, IoSlice, Write};
 
 use gix_packetline::Channel;
 
 use super::pkt;
+use crate::pack_ranges::Range;
 
 /// How the pack travels inside the response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,12 +23,21 @@ pub enum Framing {
 }
 
 /// Pack bytes, progress and errors multiplexed onto `out`. Pack data is gathered into full
-/// packets: one write per packet, header and payload together.
+/// packets: one write per packet, header and payload together. A run of a pack file's bytes
+/// ([`Range::kept`]) is not copied into the packet: it goes out as the same slice, after the
+/// header and whatever was gathered before it, in one vectored write (so the transfer buffers
+/// keep it as a range of the file).
 pub struct Bands<W: Write> {
     out: W,
     framing: Framing,
     progress: bool,
+    max_payload: usize,
+    /// The packet being gathered: its copied bytes, and the ranges between them (each with
+    /// where in `pending` it goes).
     pending: Vec<u8>,
+    ranges: Vec<(usize, Range)>,
+    /// Payload bytes of the packet being gathered, copied and ranges.
+    filled: usize,
 }
 
 impl<W: Write> Bands<W> {
@@ -37,16 +47,20 @@ impl<W: Write> Bands<W> {
     }
 
     pub fn new(out: W, framing: Framing, progress: bool) -> Self {
-        let cap = match framing {
+        let max_payload = match framing {
             Framing::SideBand64k => pkt::MAX_SIDEBAND_64K,
             Framing::SideBand => pkt::MAX_SIDEBAND,
             Framing::Raw => 64 * 1024,
         };
-        Bands { out, framing, progress: progress && framing != Framing::Raw, pending: Vec::with_capacity(cap) }
-    }
-
-    fn max_payload(&self) -> usize {
-        self.pending.capacity()
+        Bands {
+            out,
+            framing,
+            progress: progress && framing != Framing::Raw,
+            max_payload,
+            pending: Vec::with_capacity(max_payload),
+            ranges: Vec::new(),
+            filled: 0,
+        }
     }
 
     fn emit(&mut self, band: Channel, data: &[u8]) -> io::Result<()> {
@@ -61,11 +75,31 @@ impl<W: Write> Bands<W> {
     }
 
     fn emit_pending(&mut self) -> io::Result<()> {
-        if !self.pending.is_empty() {
-            let cap = self.max_payload();
-            let data = std::mem::replace(&mut self.pending, Vec::with_capacity(cap));
-            self.emit(Channel::Data, &data)?;
+        if self.filled == 0 {
+            return Ok(());
         }
+        if self.ranges.is_empty() {
+            let data = std::mem::replace(&mut self.pending, Vec::with_capacity(self.max_payload));
+            self.filled = 0;
+            return self.emit(Channel::Data, &data);
+        }
+        let mut head = Vec::with_capacity(5);
+        if self.framing != Framing::Raw {
+            head.extend_from_slice(format!("{:04x}", self.filled + 5).as_bytes());
+            head.push(Channel::Data as u8);
+        }
+        let mut bufs = vec![IoSlice::new(&head)];
+        let mut copied = 0;
+        for (at, range) in &self.ranges {
+            bufs.push(IoSlice::new(&self.pending[copied..*at]));
+            bufs.push(IoSlice::new(range.as_ref()));
+            copied = *at;
+        }
+        bufs.push(IoSlice::new(&self.pending[copied..]));
+        crate::pack_ranges::write_all_vectored(&mut self.out, &mut bufs)?;
+        self.pending.clear();
+        self.ranges.clear();
+        self.filled = 0;
         Ok(())
     }
 
@@ -85,8 +119,7 @@ impl<W: Write> Bands<W> {
             return Ok(());
         }
         self.emit_pending()?;
-        let max = self.max_payload();
-        for chunk in message.chunks(max) {
+        for chunk in message.chunks(self.max_payload) {
             self.emit(Channel::Progress, chunk)?;
         }
         Ok(())
@@ -120,12 +153,19 @@ impl<W: Write> crate::pack::Sink for Bands<W> {
 impl<W: Write> Write for Bands<W> {
     fn write(&mut self, mut data: &[u8]) -> io::Result<usize> {
         let written = data.len();
+        let range = Range::kept(data);
+        let mut at = 0;
         while !data.is_empty() {
-            let room = self.max_payload() - self.pending.len();
-            let take = room.min(data.len());
-            self.pending.extend_from_slice(&data[..take]);
-            data = &data[take..];
-            if self.pending.len() == self.max_payload() {
+            let take = (self.max_payload - self.filled).min(data.len());
+            match &range {
+                Some(range) if take >= crate::pack_ranges::KEPT => {
+                    self.ranges.push((self.pending.len(), range.sub(at, take)))
+                }
+                _ => self.pending.extend_from_slice(&data[..take]),
+            }
+            self.filled += take;
+            (data, at) = (&data[take..], at + take);
+            if self.filled == self.max_payload {
                 self.emit_pending()?;
             }
         }

@@ -9,7 +9,7 @@
 //! - [`send`]: the sending side, an async task of the transport: each entry of the queue from its
 //!   start to its end, to an [`Outlet`], as fast as the client takes it.
 
-use std::io::Write;
+use std::io::{IoSlice, Write};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -61,7 +61,13 @@ impl Outbox {
 
     /// What was gathered, into the private entry.
     fn put_through(&mut self) -> std::io::Result<()> {
-        if self.gathered.is_empty() {
+        self.put_through_with(&[])
+    }
+
+    /// What was gathered and then `range` (a range of a pack file, or nothing), into the private
+    /// entry in one write: readers are told once.
+    fn put_through_with(&mut self, range: &[u8]) -> std::io::Result<()> {
+        if self.gathered.is_empty() && range.is_empty() {
             return Ok(());
         }
         // The sending side stopped: the client is gone, nothing more is worth writing.
@@ -78,30 +84,53 @@ impl Outbox {
                 entry
             }
         };
-        let written = self.state.buffers.writer(&entry).write_all(&self.gathered);
+        let mut writer = self.state.buffers.writer(&entry);
+        let mut bufs = [IoSlice::new(&self.gathered), IoSlice::new(range)];
+        let written = crate::pack_ranges::write_all_vectored(&mut writer, &mut bufs);
         self.gathered.clear();
         written
+    }
+
+    /// One slice of what is written: a range of a pack file goes into the entry as one (after
+    /// what was gathered before it); other bytes are gathered.
+    fn put(&mut self, data: &[u8]) -> std::io::Result<()> {
+        if crate::pack_ranges::Range::kept(data).is_some() {
+            return self.put_through_with(data);
+        }
+        if self.gathered.len() + data.len() > GATHER {
+            self.put_through()?;
+        }
+        self.gathered.extend_from_slice(data);
+        if data.len() >= GATHER {
+            // Large writes go through as they are (a pack's packets), not copied twice.
+            self.put_through()?;
+        }
+        Ok(())
+    }
+
+    /// The server's stop cancelled what was left in flight: the writer stops here.
+    fn cancelled(&mut self) -> std::io::Result<()> {
+        if self.state.life.is_cancelled() {
+            self.gathered.clear();
+            return Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "the server is shutting down"));
+        }
+        Ok(())
     }
 }
 
 impl Write for Outbox {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        // The server's stop cancelled what was left in flight: the writer stops here.
-        if self.state.life.is_cancelled() {
-            self.gathered.clear();
-            return Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "the server is shutting down"));
-        }
-        if self.gathered.len() + data.len() > GATHER {
-            self.put_through()?;
-        }
-        if data.len() >= GATHER {
-            // Large writes go through as they are (a pack's packets), not copied twice.
-            self.gathered.extend_from_slice(data);
-            self.put_through()?;
-        } else {
-            self.gathered.extend_from_slice(data);
-        }
+        self.cancelled()?;
+        self.put(data)?;
         Ok(data.len())
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
+        self.cancelled()?;
+        for buf in bufs {
+            self.put(buf)?;
+        }
+        Ok(bufs.iter().map(|b| b.len()).sum())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -125,6 +154,19 @@ pub trait Outlet {
     /// Send one chunk; false: the client is gone (or stalled past the I/O timeout).
     fn send(&mut self, chunk: Bytes) -> impl Future<Output = bool>;
 
+    /// Send these chunks one after the other, as one write where the outlet can (a side-band
+    /// packet's header and its payload from a pack file); false as for [`Self::send`].
+    fn send_many(&mut self, chunks: Vec<Bytes>) -> impl Future<Output = bool> {
+        async move {
+            for chunk in chunks {
+                if !self.send(chunk).await {
+                    return false;
+                }
+            }
+            true
+        }
+    }
+
     /// The largest chunk it takes at once.
     fn max_chunk(&self) -> usize {
         usize::MAX
@@ -139,18 +181,33 @@ pub struct Sent {
     pub complete: bool,
     /// Where the response's bytes waited: `disk` if any of its entries spilled, else `memory`.
     pub held: &'static str,
+    /// Bytes its entries wrote to the spill directory, and bytes of it that were ranges of pack
+    /// files (sent from the files).
+    pub spilled: u64,
+    pub ranged: u64,
+}
+
+impl Sent {
+    /// Into a request's record: what was sent and where it waited.
+    pub fn record(&self, record: &mut crate::access_log::Record) {
+        record.bytes = self.bytes;
+        record.buffer = Some(self.held);
+        (record.spill_bytes, record.ranged_bytes) = (Some(self.spilled), Some(self.ranged));
+    }
 }
 
 /// Send the queue's entries in order, each from its start to its end, to `outlet`; stops at
 /// the first the client does not take (the queue is dropped: the writing side stops too).
 pub async fn send(mut queue: Queue, outlet: &mut impl Outlet) -> Sent {
-    let mut sent = Sent { bytes: 0, complete: true, held: "memory" };
+    let mut sent = Sent { bytes: 0, complete: true, held: "memory", spilled: 0, ranged: 0 };
     while let Some(entry) = queue.recv().await {
         let (bytes, complete) = read_entry(&entry, outlet).await;
         sent.bytes += bytes;
         if entry.held_in() == "disk" {
             sent.held = "disk";
         }
+        sent.spilled += entry.spilled();
+        sent.ranged += entry.ranged();
         if !complete || entry.progress().state != Generation::Done {
             sent.complete = false;
             // A writer waiting for its reader to make room must not wait for a reader gone.
@@ -160,6 +217,9 @@ pub async fn send(mut queue: Queue, outlet: &mut impl Outlet) -> Sent {
     }
     sent
 }
+
+/// A chunk this short is sent together with the next one ([`read_entry`]).
+const SHORT_CHUNK: usize = 1024;
 
 /// Send an entry from its start to `outlet`, as fast as it takes it, waiting for the generator
 /// where it has caught up. The bytes sent, and whether the entry was sent to its end. Each
@@ -178,8 +238,21 @@ pub async fn read_entry(entry: &Entry, outlet: &mut impl Outlet) -> (u64, bool) 
             }
         };
         if !chunk.is_empty() {
-            let len = chunk.len() as u64;
-            if !outlet.send(chunk).await {
+            let mut len = chunk.len() as u64;
+            // A short chunk (a packet's header before its payload from a pack file) leaves with
+            // what follows it, when that is there already: not as a segment of its own.
+            let next = match chunk.len() < SHORT_CHUNK {
+                true => entry.read_at(offset + len, outlet.max_chunk().saturating_sub(chunk.len()).max(1)),
+                false => Ok(Bytes::new()),
+            };
+            let sent = match next {
+                Ok(next) if !next.is_empty() => {
+                    len += next.len() as u64;
+                    outlet.send_many(vec![chunk, next]).await
+                }
+                _ => outlet.send(chunk).await,
+            };
+            if !sent {
                 return (offset, false);
             }
             offset += len;

@@ -94,6 +94,19 @@ impl Outlet for Channel {
         matches!(tokio::time::timeout(self.stall, self.tx.send(chunk)).await, Ok(Ok(())))
     }
 
+    /// Both frames put in the channel at once, so the body's writer finds them together and
+    /// writes them in one call.
+    async fn send_many(&mut self, chunks: Vec<Bytes>) -> bool {
+        let permits = match tokio::time::timeout(self.stall, self.tx.reserve_many(chunks.len())).await {
+            Ok(Ok(permits)) => permits,
+            _ => return false,
+        };
+        for (permit, chunk) in permits.zip(chunks) {
+            permit.send(chunk);
+        }
+        true
+    }
+
     fn max_chunk(&self) -> usize {
         self.window
     }
@@ -143,14 +156,14 @@ pub async fn stateless(
             Figures::Told(told)
         }
     };
-    let (tx, rx) = mpsc::channel(1);
+    // Room for a packet's header and its payload at once ([`Outlet::send_many`]).
+    let (tx, rx) = mpsc::channel(2);
     let state = state.clone();
     tokio::spawn(async move {
         let _share = share;
         let window = state.config.effective_stream_window();
         let sent = buffer::send(queue, &mut Channel { tx, window, stall: state.config.io_timeout }).await;
-        log.record.bytes = sent.bytes;
-        log.record.buffer = Some(sent.held);
+        sent.record(&mut log.record);
         let (generated, outcome) = match figures {
             Figures::Entry(entry, cache) => {
                 let generated = *entry.generated.lock().expect("not poisoned");

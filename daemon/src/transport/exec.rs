@@ -199,8 +199,7 @@ where
     let Ok((mut log, outcome)) = served else {
         return (Ended { status: 128, refusal: None }, outlet);
     };
-    log.record.bytes = sent.bytes;
-    log.record.buffer = Some(sent.held);
+    sent.record(&mut log.record);
     let outcome = match outcome {
         service::Outcome::Ok if !sent.complete => service::Outcome::Disconnected,
         outcome => outcome,

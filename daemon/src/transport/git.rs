@@ -133,8 +133,9 @@ pub async fn serve(state: Arc<State>, tcp: TcpStream, line: Vec<u8>) {
     let sent = sending.await.ok().flatten();
     let Ok((mut log, outcome, share)) = served else { return };
     drop(share);
-    log.record.bytes = sent.map_or(0, |s| s.bytes);
-    log.record.buffer = sent.map(|s| s.held);
+    if let Some(sent) = &sent {
+        sent.record(&mut log.record);
+    }
     let outcome = match outcome {
         service::Outcome::Ok if !sent.is_some_and(|s| s.complete) => service::Outcome::Disconnected,
         outcome => outcome,
@@ -172,6 +173,11 @@ struct Socket {
 impl service::buffer::Outlet for Socket {
     async fn send(&mut self, chunk: Bytes) -> bool {
         matches!(tokio::time::timeout(self.stall, self.sender.send_all(&chunk)).await, Ok(Ok(())))
+    }
+
+    async fn send_many(&mut self, chunks: Vec<Bytes>) -> bool {
+        let mut bufs: Vec<std::io::IoSlice<'_>> = chunks.iter().map(|c| std::io::IoSlice::new(c)).collect();
+        matches!(tokio::time::timeout(self.stall, self.sender.send_all_vectored(&mut bufs)).await, Ok(Ok(())))
     }
 }
 

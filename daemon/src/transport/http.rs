@@ -447,7 +447,8 @@ pub fn metrics_response(state: &State, path: &str) -> Response<Body> {
     if path != "/metrics" {
         return text(StatusCode::NOT_FOUND, "not found: gixd serves /metrics here");
     }
-    state.metrics.buffered(state.buffers.memory_used(), state.buffers.disk_used());
+    let buffers = &state.buffers;
+    state.metrics.buffered(buffers.memory_used(), buffers.disk_used(), buffers.spilled_total(), buffers.ranged_total());
     let mut response = Response::new(full(state.metrics.render().into_bytes()));
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -168,8 +168,18 @@ fn send(fd: i32, pipe: &mut Option<Pipe>, bufs: &[IoSlice<'_>]) -> io::Result<us
                 let slices = &bufs[i..i + run];
                 i += run;
                 let len = slices.iter().map(|b| b.len()).sum();
-                // SAFETY: `IoSlice` is ABI-compatible with `iovec` on unix; the slices outlive the call.
-                (syscall(|| unsafe { libc::writev(fd, slices.as_ptr().cast(), run as libc::c_int) }), len)
+                // A slice sent from a file or the pipe follows: these bytes (a packet's header)
+                // wait for it to fill the segment rather than leave as a segment of their own.
+                let more = if i < bufs.len() { libc::MSG_MORE } else { 0 };
+                // SAFETY: `IoSlice` is ABI-compatible with `iovec` on unix; the slices outlive the
+                // call, and the header describes them and nothing else.
+                let sent = syscall(|| unsafe {
+                    let mut header: libc::msghdr = std::mem::zeroed();
+                    header.msg_iov = slices.as_ptr() as *mut libc::iovec;
+                    header.msg_iovlen = run as _;
+                    libc::sendmsg(fd, &header, libc::MSG_NOSIGNAL | more)
+                });
+                (sent, len)
             }
         };
         match result {
@@ -200,13 +210,20 @@ impl Sender {
     }
 
     /// Send all of `data` (a slice of an entry's window, or any bytes).
-    pub async fn send_all(&mut self, mut data: &[u8]) -> io::Result<()> {
-        while !data.is_empty() {
+    pub async fn send_all(&mut self, data: &[u8]) -> io::Result<()> {
+        self.send_all_vectored(&mut [IoSlice::new(data)]).await
+    }
+
+    /// Send all of `bufs` in order, in as few calls as they take (a packet's header and its
+    /// payload from a file leave together).
+    pub async fn send_all_vectored(&mut self, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        IoSlice::advance_slices(&mut bufs, 0);
+        while !bufs.is_empty() {
             self.tcp.writable().await?;
             let Sender { tcp, pipe } = self;
-            match tcp.try_io(Interest::WRITABLE, || send(tcp.as_raw_fd(), pipe, &[IoSlice::new(data)])) {
+            match tcp.try_io(Interest::WRITABLE, || send(tcp.as_raw_fd(), pipe, bufs)) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => data = &data[n..],
+                Ok(n) => IoSlice::advance_slices(&mut bufs, n),
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(err) => return Err(err),
             }
