@@ -1,9 +1,10 @@
-//! The CPU budget gixd really has, read from the kernel: the CPUs it may run on
+//! The CPU and memory budget gixd really has, read from the kernel: the CPUs it may run on
 //! (`sched_getaffinity`) and the CFS quota of its own cgroup, v2 (`cpu.max`) or v1
 //! (`cpu.cfs_quota_us` / `cpu.cfs_period_us`), the smallest along the cgroup's path. Effective
-//! parallelism = min(affinity, ceil(quota / period)), at least 1. The parsers are pure functions;
-//! only [`read`] touches the system. gixd never pins itself: a server in a container cannot know
-//! which CPUs are its to take.
+//! parallelism = min(affinity, ceil(quota / period)), at least 1. The memory it may use: the
+//! smallest `memory.max` or `memory.high` (v2) or `memory.limit_in_bytes` (v1) along the path.
+//! The parsers are pure functions; only [`read`] touches the system. gixd never pins itself: a
+//! server in a container cannot know which CPUs are its to take.
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +29,8 @@ pub struct Budget {
     pub affinity: usize,
     /// The tightest CFS quota on the cgroup path, if any.
     pub quota: Option<Quota>,
+    /// The tightest memory limit on the cgroup path, bytes, if any.
+    pub memory: Option<u64>,
 }
 
 impl Budget {
@@ -52,8 +55,12 @@ impl Budget {
             Some(q) => format!("{}/{} µs ({} CPU)", q.quota_us, q.period_us, q.cpus()),
             None => "none".into(),
         };
+        let memory = match self.memory {
+            Some(bytes) => format!("{} MiB", bytes >> 20),
+            None => "none".into(),
+        };
         let line = format!(
-            "cpu budget: affinity {} CPU, quota {quota}, effective {}; {sizes}",
+            "cpu budget: affinity {} CPU, quota {quota}, effective {}; memory limit {memory}; {sizes}",
             self.affinity,
             self.effective()
         );
@@ -134,7 +141,12 @@ pub fn parse_v1_quota(quota: &str, period: &str) -> Result<Option<Quota>, Unread
 /// The cgroup paths of this process from `/proc/self/cgroup`: the v2 path (`0::/path`) and the
 /// v1 path of the `cpu` controller (`N:cpu,cpuacct:/path`).
 pub fn parse_proc_cgroup(text: &str) -> (Option<String>, Option<String>) {
-    let (mut v2, mut v1_cpu) = (None, None);
+    parse_proc_cgroup_of(text, "cpu")
+}
+
+/// [`parse_proc_cgroup`] for the v1 `controller`.
+pub fn parse_proc_cgroup_of(text: &str, controller: &str) -> (Option<String>, Option<String>) {
+    let (mut v2, mut v1) = (None, None);
     for line in text.lines() {
         let mut parts = line.splitn(3, ':');
         let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
@@ -142,15 +154,27 @@ pub fn parse_proc_cgroup(text: &str) -> (Option<String>, Option<String>) {
         };
         if id == "0" && controllers.is_empty() {
             v2 = Some(path.to_owned());
-        } else if controllers.split(',').any(|c| c == "cpu") {
-            v1_cpu = Some(path.to_owned());
+        } else if controllers.split(',').any(|c| c == controller) {
+            v1 = Some(path.to_owned());
         }
     }
-    (v2, v1_cpu)
+    (v2, v1)
+}
+
+/// A memory limit file's value: `max` (v2) or a value past any machine's memory (v1's "no
+/// limit", 2^63 rounded down to a page) is none.
+pub fn parse_memory_limit(text: &str) -> Option<u64> {
+    let bytes: u64 = text.trim().parse().ok()?;
+    (bytes < 1 << 60).then_some(bytes)
 }
 
 /// Mount points from `/proc/self/mountinfo`: the cgroup2 mount, and the v1 mount carrying `cpu`.
 pub fn parse_mountinfo(text: &str) -> (Option<PathBuf>, Option<PathBuf>) {
+    parse_mountinfo_of(text, "cpu")
+}
+
+/// [`parse_mountinfo`] for the v1 `controller`.
+pub fn parse_mountinfo_of(text: &str, controller: &str) -> (Option<PathBuf>, Option<PathBuf>) {
     let (mut v2, mut v1_cpu) = (None, None);
     for line in text.lines() {
         // <id> <parent> <maj:min> <root> <mount point> <options> [optional…] - <fstype> <source> <super options>
@@ -160,7 +184,9 @@ pub fn parse_mountinfo(text: &str) -> (Option<PathBuf>, Option<PathBuf>) {
         let (fstype, _source, super_opts) = (right.next(), right.next(), right.next().unwrap_or(""));
         match (fstype, mount_point) {
             (Some("cgroup2"), Some(mp)) if v2.is_none() => v2 = Some(PathBuf::from(mp)),
-            (Some("cgroup"), Some(mp)) if super_opts.split(',').any(|o| o == "cpu") => v1_cpu = Some(PathBuf::from(mp)),
+            (Some("cgroup"), Some(mp)) if super_opts.split(',').any(|o| o == controller) => {
+                v1_cpu = Some(PathBuf::from(mp))
+            }
             _ => {}
         }
     }
@@ -193,7 +219,31 @@ pub fn read() -> Budget {
     Budget {
         affinity: affinity().unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         quota: quota(),
+        memory: memory(),
     }
+}
+
+/// The tightest memory limit on this process's cgroup path, v2 or v1.
+fn memory() -> Option<u64> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let (v2_path, v1_path) = parse_proc_cgroup_of(&cgroup, "memory");
+    let (v2_mount, v1_mount) = parse_mountinfo_of(&mountinfo, "memory");
+    let mut limits = Vec::new();
+    if let (Some(mount), Some(path)) = (v2_mount, v2_path) {
+        for dir in cgroup_chain(&mount, &path) {
+            for file in ["memory.max", "memory.high"] {
+                limits.extend(std::fs::read_to_string(dir.join(file)).ok().as_deref().and_then(parse_memory_limit));
+            }
+        }
+    }
+    if let (Some(mount), Some(path)) = (v1_mount, v1_path) {
+        for dir in cgroup_chain(&mount, &path) {
+            let limit = std::fs::read_to_string(dir.join("memory.limit_in_bytes")).ok();
+            limits.extend(limit.as_deref().and_then(parse_memory_limit));
+        }
+    }
+    limits.into_iter().min()
 }
 
 fn affinity() -> Option<usize> {
@@ -232,6 +282,17 @@ fn quota() -> Option<Quota> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_limits_read_numbers_and_take_max_and_v1_s_no_limit_for_none() {
+        assert_eq!(parse_memory_limit("536870912\n"), Some(512 << 20));
+        assert_eq!(parse_memory_limit("max\n"), None);
+        assert_eq!(parse_memory_limit("9223372036854771712\n"), None, "v1's no limit");
+        let cgroup = "12:memory:/ci/job\n4:cpu,cpuacct:/ci\n0::/ci/job\n";
+        assert_eq!(parse_proc_cgroup_of(cgroup, "memory"), (Some("/ci/job".into()), Some("/ci/job".into())));
+        let mountinfo = "30 25 0:26 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
+        assert_eq!(parse_mountinfo_of(mountinfo, "memory").1, Some(PathBuf::from("/sys/fs/cgroup/memory")));
+    }
 
     #[test]
     fn cpu_lists_count_ranges_and_singletons() {
@@ -309,22 +370,22 @@ mod tests {
     #[test]
     fn effective_parallelism_is_the_smaller_of_affinity_and_quota_and_at_least_one() {
         let q = |quota_us| Some(Quota { quota_us, period_us: 100_000 });
-        assert_eq!(Budget { affinity: 32, quota: q(800_000) }.effective(), 8);
-        assert_eq!(Budget { affinity: 2, quota: q(800_000) }.effective(), 2);
-        assert_eq!(Budget { affinity: 4, quota: None }.effective(), 4);
-        assert_eq!(Budget { affinity: 4, quota: q(1_000) }.effective(), 1);
-        assert_eq!(Budget { affinity: 0, quota: None }.effective(), 1);
+        assert_eq!(Budget { affinity: 32, quota: q(800_000), memory: None }.effective(), 8);
+        assert_eq!(Budget { affinity: 2, quota: q(800_000), memory: None }.effective(), 2);
+        assert_eq!(Budget { affinity: 4, quota: None, memory: None }.effective(), 4);
+        assert_eq!(Budget { affinity: 4, quota: q(1_000), memory: None }.effective(), 1);
+        assert_eq!(Budget { affinity: 0, quota: None, memory: None }.effective(), 1);
     }
 
     #[test]
     fn the_warning_fires_at_twice_the_quota_and_not_below_nor_without_a_quota() {
         let q = |cpus: u64| Some(Quota { quota_us: cpus * 100_000, period_us: 100_000 });
-        assert!(Budget { affinity: 32, quota: q(8) }.spread_thin());
-        assert!(Budget { affinity: 16, quota: q(8) }.spread_thin(), "exactly twice fires");
-        assert!(!Budget { affinity: 15, quota: q(8) }.spread_thin(), "under twice is silent");
-        assert!(!Budget { affinity: 8, quota: q(8) }.spread_thin(), "pinned to the quota is silent");
-        assert!(!Budget { affinity: 32, quota: None }.spread_thin(), "no quota is silent");
-        let (line, warning) = Budget { affinity: 2, quota: q(1) }.describe("workers 1");
+        assert!(Budget { affinity: 32, quota: q(8), memory: None }.spread_thin());
+        assert!(Budget { affinity: 16, quota: q(8), memory: None }.spread_thin(), "exactly twice fires");
+        assert!(!Budget { affinity: 15, quota: q(8), memory: None }.spread_thin(), "under twice is silent");
+        assert!(!Budget { affinity: 8, quota: q(8), memory: None }.spread_thin(), "pinned to the quota is silent");
+        assert!(!Budget { affinity: 32, quota: None, memory: None }.spread_thin(), "no quota is silent");
+        let (line, warning) = Budget { affinity: 2, quota: q(1), memory: None }.describe("workers 1");
         assert!(line.contains("affinity 2 CPU") && line.contains("effective 1"), "{line}");
         assert!(warning.unwrap().contains("AllowedCPUs="));
     }

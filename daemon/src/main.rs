@@ -628,11 +628,11 @@ fn check_config(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>
     Ok(())
 }
 
-/// `settings` resolved for the CPU budget gixd really has, with the line that says which sizes it
+/// `settings` resolved for the CPU and memory budget gixd really has, with the line that says which sizes it
 /// chose and why (and a warning, if the budget calls for one).
 fn resolve_for_budget(settings: &Settings) -> Result<(Config, String, Option<String>), gixd::config::ConfigError> {
     let budget = gixd::budget::read();
-    let config = settings.resolve(budget.effective())?;
+    let config = settings.resolve_within(budget.effective(), budget.memory)?;
     let (line, warning) = budget.describe(&config.sizes());
     Ok((config, line, warning))
 }

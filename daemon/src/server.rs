@@ -46,6 +46,7 @@ impl Server {
     }
 
     pub async fn bind_with(config: Config, options: Options) -> std::io::Result<Server> {
+        crate::repo::set_walk_cache_budget(config.walk_cache_bytes);
         let repos = Repos::new(&config.base_path, config.exports.clone())?.with_rules(config.paths.clone())?;
         // Pushes, maintenance runs and repository creations a killed gixd left half-done: their
         // quarantines, scratch and hidden directories go now, and the locks they held with them.

@@ -55,6 +55,11 @@ impl Group {
         Ok(std::fs::write(self.dir("memory").join("memory.max_usage_in_bytes"), "0")?)
     }
 
+    /// What the group's processes hold now (memory cgroup usage, page cache charged to it too).
+    pub(crate) fn usage_bytes(&self) -> Result<u64> {
+        Ok(std::fs::read_to_string(self.dir("memory").join("memory.usage_in_bytes"))?.trim().parse()?)
+    }
+
     pub(crate) fn peak_bytes(&self) -> Result<u64> {
         Ok(std::fs::read_to_string(self.dir("memory").join("memory.max_usage_in_bytes"))?.trim().parse()?)
     }
@@ -113,6 +118,8 @@ struct Burst {
     cpu_us: u64,
     peak_rss_kb: u64,
     cgroup_peak_bytes: u64,
+    /// The group's memory use when the burst started (the server idle).
+    idle_bytes: u64,
 }
 
 fn burst(server: &Server, url: &str, clients: usize, scratch: &Path) -> Result<Burst> {
@@ -123,6 +130,7 @@ fn burst(server: &Server, url: &str, clients: usize, scratch: &Path) -> Result<B
     std::fs::create_dir_all(&dir)?;
     // SAFETY: no arguments; writes back what earlier clones wrote before this one is measured.
     unsafe { libc::sync() };
+    let idle_bytes = server.group.usage_bytes()?;
     server.group.reset_peak()?;
     let cpu0 = server.group.cpu_us()?;
     let stop = std::sync::atomic::AtomicBool::new(false);
@@ -160,7 +168,7 @@ fn burst(server: &Server, url: &str, clients: usize, scratch: &Path) -> Result<B
         }
     }
     std::fs::remove_dir_all(&dir)?;
-    Ok(Burst { served, refused, wall, cpu_us, peak_rss_kb, cgroup_peak_bytes })
+    Ok(Burst { served, refused, wall, cpu_us, peak_rss_kb, cgroup_peak_bytes, idle_bytes })
 }
 
 /// Read every file of `repo`'s pack directory, so its pages are cached (and charged to us).
@@ -211,6 +219,19 @@ pub(crate) fn repacked_copies(repos: &[PathBuf], base: &Path) -> Result<Vec<Copy
     Ok(copies)
 }
 
+/// A `--repo` argument: a path, and after `@` the burst sizes for that repository alone (`@8`,
+/// `@8,32`): a 400 000-object repository's 64 clones take the clients' machine most of an hour.
+fn repo_and_sizes(arg: &Path, sizes: &[usize]) -> Result<(PathBuf, Vec<usize>)> {
+    let text = arg.to_string_lossy();
+    match text.rsplit_once('@') {
+        Some((path, own)) => {
+            let own = own.split(',').map(|n| n.parse::<usize>()).collect::<Result<Vec<_>, _>>();
+            Ok((PathBuf::from(path), own.with_context(|| format!("burst sizes in {text}"))?))
+        }
+        None => Ok((arg.to_owned(), sizes.to_vec())),
+    }
+}
+
 pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, sizes: Vec<usize>, gixd: Option<PathBuf>) -> Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("each server goes into cgroups of its own: run as root");
@@ -219,7 +240,15 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, sizes: Vec<usize>, g
     let scratch = crate::tree::Scratch::new("bench-bursts")?;
     let base = root.join("target/bench-bursts");
     std::fs::create_dir_all(&base)?;
-    let served_repos = repacked_copies(&repos, &base)?;
+    let repos = repos.iter().map(|r| repo_and_sizes(r, &sizes)).collect::<Result<Vec<_>>>()?;
+    let mut served_repos = Vec::new();
+    let mut sizes_of = Vec::new();
+    for (repo, own) in &repos {
+        for copy in repacked_copies(std::slice::from_ref(repo), &base)? {
+            sizes_of.push(own.clone());
+            served_repos.push(copy);
+        }
+    }
 
     let (http, git_port, metrics) =
         (crate::bench::free_port()?, crate::bench::free_port()?, crate::bench::free_port()?);
@@ -261,15 +290,15 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, sizes: Vec<usize>, g
             "git_daemon": daemon.version,
             "lighttpd": lighttpd.version,
             "effective_cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-            "repos": served_repos.iter().map(|(n, s, _, o)| serde_json::json!({ "repo": n, "state": s, "objects": o })).collect::<Vec<_>>(),
-            "how": "each burst: `clients` stock git clones (protocol v2, --bare) started at once on this machine; refused = every clone that failed (gixd and http-backend say busy; git daemon resets connections past its --max-connections, 32 by default); CPU from each server's cpuacct cgroup; peak from its memory cgroup (reset before the burst, packs' page cache warmed beforehand) and the summed VmRSS of its processes sampled every 2 ms",
+            "repos": served_repos.iter().zip(&sizes_of).map(|((n, s, _, o), sizes)| serde_json::json!({ "repo": n, "state": s, "objects": o, "sizes": sizes })).collect::<Vec<_>>(),
+            "how": "each burst: `clients` stock git clones (protocol v2, --bare) started at once on this machine; refused = every clone that failed (gixd and http-backend say busy; git daemon resets connections past its --max-connections, 32 by default); CPU from each server's cpuacct cgroup; peak from its memory cgroup (reset before the burst, packs' page cache warmed beforehand) and the summed VmRSS of its processes sampled every 2 ms; idle = the memory cgroup's usage when the burst starts; gixd's spill and ranged bytes from its counters (gixd_transfer_spill_bytes_total, gixd_transfer_ranged_bytes_total) around the burst",
         }),
     )?;
 
     let mut runs = Vec::new();
-    for (name, state, path, _) in &served_repos {
+    for ((name, state, path, _), sizes) in served_repos.iter().zip(&sizes_of) {
         let dir_name = path.file_name().unwrap().to_string_lossy().into_owned();
-        for &clients in &sizes {
+        for &clients in sizes {
             for round in 0..rounds {
                 for arm in crate::bench::round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
                     let (server, url) = match arm {
@@ -279,20 +308,38 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, sizes: Vec<usize>, g
                         _ => (&daemon, format!("git://127.0.0.1:{daemon_port}/{dir_name}")),
                     };
                     warm(path)?;
+                    // gixd's spill and ranges, from its counters around the burst.
+                    let counters = || -> Result<(u64, u64)> {
+                        let text = metrics_text(metrics)?;
+                        let read = |name: &str| {
+                            text.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok()).unwrap_or(0.0)
+                                as u64
+                        };
+                        Ok((read("gixd_transfer_spill_bytes_total "), read("gixd_transfer_ranged_bytes_total ")))
+                    };
+                    let before = counters()?;
                     let b = burst(server, &url, clients, &scratch.0)?;
+                    let after = counters()?;
+                    let (spill, ranged) = match arm.starts_with("gixd") {
+                        true => (Some(after.0 - before.0), Some(after.1 - before.1)),
+                        false => (None, None),
+                    };
                     runs.push(serde_json::json!({
                         "repo": name, "state": state, "clients": clients, "arm": arm, "round": round,
                         "served": b.served, "refused": b.refused.len(), "refused_said": b.refused.first(), "wall_ms": b.wall.as_millis() as u64,
                         "cpu_us": b.cpu_us, "peak_rss_kb": b.peak_rss_kb, "cgroup_peak_bytes": b.cgroup_peak_bytes,
+                        "idle_bytes": b.idle_bytes, "spill_bytes": spill, "ranged_bytes": ranged,
                     }));
                     eprintln!(
-                        "{name} {state} {clients} {arm}: served {} refused {} wall {:?} cpu {} ms rss {} MiB cgroup {} MiB",
+                        "{name} {state} {clients} {arm}: served {} refused {} wall {:?} cpu {} ms rss {} MiB cgroup {} MiB (idle {} MiB) spill {:?}",
                         b.served,
                         b.refused.len(),
                         b.wall,
                         b.cpu_us / 1000,
                         b.peak_rss_kb / 1024,
-                        b.cgroup_peak_bytes >> 20
+                        b.cgroup_peak_bytes >> 20,
+                        b.idle_bytes >> 20,
+                        spill
                     );
                 }
             }

@@ -230,7 +230,8 @@ enum BenchCmd {
     Bursts {
         #[arg(long, default_value_t = 1)]
         rounds: usize,
-        /// Bare repositories to serve (copied and repacked under target/bench-bursts/).
+        /// Bare repositories to serve (copied and repacked under target/bench-bursts/); `PATH@8,32`
+        /// gives that repository burst sizes of its own instead of `--clients`.
         #[arg(long, required = true)]
         repo: Vec<PathBuf>,
         #[arg(long, value_delimiter = ',', default_value = "8,16,32,64")]

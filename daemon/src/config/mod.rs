@@ -163,6 +163,10 @@ pub struct Config {
     pub spill_dir: PathBuf,
     /// Bytes of responses in `spill_dir`, all transfers together.
     pub spill_bytes: u64,
+    /// Bytes the delta caches of walks (fetches without a bitmap) may hold, all together
+    /// ([`crate::repo::with_walk_cache`]): 256 MiB per transfer slot, within a quarter of the
+    /// memory gixd may use.
+    pub walk_cache_bytes: u64,
     /// Transfers of one repository in flight at once, of the `max_transfers` (0: no limit of
     /// its own): a fleet cloning one repository leaves slots for the others.
     pub max_transfers_per_repository: usize,
@@ -227,8 +231,10 @@ impl Config {
     /// a queue of 64 per CPU (a CI fleet's burst waits instead of failing its jobs; a queued
     /// request costs its connection and its request body), and 64 MiB of buffered responses per
     /// CPU in memory (about what a slot writes while a fast client reads along; slow clients'
-    /// packs go to the spill directory).
-    pub fn size_for(&mut self, effective: usize) {
+    /// packs go to the spill directory) — at most a quarter of `memory`, the memory gixd may use
+    /// when its cgroup limits it (the rest is the slots' work: walks, delta caches, the packs'
+    /// pages). A bitmapped clone's pack is no part of it: it is sent from the pack file.
+    pub fn size_for(&mut self, effective: usize, memory: Option<u64>) {
         let effective = effective.max(1);
         self.worker_threads = effective;
         self.max_transfers = effective;
@@ -236,6 +242,18 @@ impl Config {
         self.max_queued = 64 * effective;
         self.buffer_memory_bytes = 64 << 20;
         self.buffer_memory_bytes *= effective as u64;
+        if let Some(memory) = memory {
+            self.buffer_memory_bytes = self.buffer_memory_bytes.min(memory / 4);
+        }
+    }
+
+    /// The walks' delta caches for the transfer slots there are: 256 MiB each, within a quarter
+    /// of `memory` when gixd's memory is limited.
+    pub fn size_walk_caches(&mut self, memory: Option<u64>) {
+        self.walk_cache_bytes = (256 << 20) * self.max_transfers as u64;
+        if let Some(memory) = memory {
+            self.walk_cache_bytes = self.walk_cache_bytes.min(memory / 4);
+        }
     }
 
     /// The certificate and key HTTPS is served with: both, or neither.
@@ -268,11 +286,12 @@ impl Config {
     /// The sizes, as the startup line states them.
     pub fn sizes(&self) -> String {
         format!(
-            "workers {}, blocking threads {}, transfer slots {}, queue {}, buffers {} MiB in memory, {} MiB in {}",
+            "workers {}, blocking threads {}, transfer slots {}, queue {}, walks' delta caches {} MiB, buffers {} MiB in memory, {} MiB in {}",
             self.worker_threads,
             self.blocking_threads,
             self.max_transfers,
             self.max_queued,
+            self.walk_cache_bytes >> 20,
             self.buffer_memory_bytes >> 20,
             self.spill_bytes >> 20,
             self.spill_dir.display()

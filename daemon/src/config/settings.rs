@@ -512,6 +512,12 @@ impl Settings {
     /// blocking threads for the transfers plus two), each floored where a value would stop the
     /// server working.
     pub fn resolve(&self, effective_cpus: usize) -> Result<Config, ConfigError> {
+        self.resolve_within(effective_cpus, None)
+    }
+
+    /// [`Self::resolve`] for a process that may use `memory` bytes (its cgroup's limit), when
+    /// one is set: the transfer buffers' memory then fits within it ([`Config::size_for`]).
+    pub fn resolve_within(&self, effective_cpus: usize, memory: Option<u64>) -> Result<Config, ConfigError> {
         let s = self.over(Settings::defaults());
         let (limits, cache) = (&s.limits, &s.pack_cache);
         let secs = Duration::from_secs;
@@ -568,6 +574,7 @@ impl Settings {
             buffer_memory_bytes: 0,
             spill_dir: limits.spill_dir.clone().unwrap_or_else(super::default_spill_dir),
             spill_bytes: declared(limits.spill_bytes),
+            walk_cache_bytes: 0,
             io_timeout: at_least_a_second(declared(limits.io_timeout_secs)),
             progress_interval: secs(1),
             min_receive_rate: declared(limits.min_receive_rate),
@@ -581,7 +588,7 @@ impl Settings {
             }),
         };
         // Sizes last: each one no layer gave follows from the budget and from the others.
-        config.size_for(effective_cpus);
+        config.size_for(effective_cpus, memory);
         if let Some(n) = limits.worker_threads {
             config.worker_threads = n.max(1);
         }
@@ -589,6 +596,7 @@ impl Settings {
             config.max_transfers = n.max(1);
             config.blocking_threads = config.max_transfers + 2;
         }
+        config.size_walk_caches(memory);
         if let Some(n) = limits.queue_length {
             config.max_queued = n;
         }
@@ -815,6 +823,16 @@ mod tests {
         assert_eq!((transfers.worker_threads, transfers.max_transfers, transfers.blocking_threads), (3, 4, 6));
         let too_few = flags(&["--blocking-threads=1"]).unwrap().with_file(file("[limits]\nmax_transfers = 4\n"));
         assert_eq!(too_few.resolve(1).unwrap().blocking_threads, 5, "a thread beside the transfers");
+    }
+
+    #[test]
+    fn the_buffers_memory_fits_within_a_memory_limit_unless_a_layer_sets_it() {
+        let roomy = Settings::default().resolve_within(3, Some(8 << 30)).unwrap();
+        assert_eq!(roomy.buffer_memory_bytes, 3 * (64 << 20), "a limit far above the CPUs' share changes nothing");
+        let tight = Settings::default().resolve_within(3, Some(256 << 20)).unwrap();
+        assert_eq!(tight.buffer_memory_bytes, 64 << 20, "a quarter of the limit");
+        let set = file("[limits]\nbuffer_memory_bytes = 1000\n").resolve_within(3, Some(256 << 20)).unwrap();
+        assert_eq!(set.buffer_memory_bytes, 1000);
     }
 
     #[test]

@@ -49,12 +49,83 @@ pub(crate) const DELTA_BASE_CACHE: &str = "core.deltaBaseCacheLimit=96m";
 /// runs ([`with_walk_cache`]).
 pub(crate) const WALK_DELTA_BASE_CACHE: usize = 256 << 20;
 
-/// A handle on `repo` whose delta cache is [`WALK_DELTA_BASE_CACHE`] bytes, for one walk; its
-/// memory goes when the handle does.
+/// A handle on `repo` whose delta cache is up to [`WALK_DELTA_BASE_CACHE`] bytes, for one walk;
+/// its memory goes when the handle does. The walks running at once share one budget
+/// ([`set_walk_cache_budget`]): each takes what is left of it, up to its cap and at least
+/// [`WALK_DELTA_BASE_CACHE_FLOOR`], so concurrent walks do not add up past the budget (but for
+/// the floors, when more walks run than the budget has room for).
 pub fn with_walk_cache(repo: &gix::Repository) -> gix::Repository {
     let mut walk = repo.clone();
-    walk.objects.set_pack_cache(|| Box::new(gix_pack::cache::lru::MemoryCappedHashmap::new(WALK_DELTA_BASE_CACHE)));
+    walk.objects.set_pack_cache(|| {
+        let share = WalkShare::take();
+        Box::new(SharedBudgetCache {
+            cache: gix_pack::cache::lru::MemoryCappedHashmap::new(share.0 as usize),
+            _share: share,
+        })
+    });
     walk
+}
+
+/// The least delta cache a walk gets, whatever the others hold.
+pub(crate) const WALK_DELTA_BASE_CACHE_FLOOR: u64 = 16 << 20;
+
+/// Bytes all walks' delta caches may hold together, and what they hold now.
+static WALK_BUDGET: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(2 * WALK_DELTA_BASE_CACHE as u64);
+static WALK_TAKEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The bytes all walks' delta caches may hold together (the server sets it from its
+/// configuration: [`crate::config::Config::walk_cache_bytes`]).
+pub fn set_walk_cache_budget(bytes: u64) {
+    WALK_BUDGET.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Bytes the walks' delta caches are allowed now, all together.
+pub fn walk_caches_taken() -> u64 {
+    WALK_TAKEN.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// One walk's share of the budget, given back when its cache goes.
+struct WalkShare(u64);
+
+impl WalkShare {
+    fn take() -> WalkShare {
+        use std::sync::atomic::Ordering;
+        let budget = WALK_BUDGET.load(Ordering::Relaxed);
+        let mut taken = WALK_TAKEN.load(Ordering::Relaxed);
+        loop {
+            let share = budget.saturating_sub(taken).min(WALK_DELTA_BASE_CACHE as u64).max(WALK_DELTA_BASE_CACHE_FLOOR);
+            match WALK_TAKEN.compare_exchange_weak(taken, taken + share, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return WalkShare(share),
+                Err(now) => taken = now,
+            }
+        }
+    }
+}
+
+impl Drop for WalkShare {
+    fn drop(&mut self) {
+        WALK_TAKEN.fetch_sub(self.0, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A walk's delta cache, capped by its share of the budget.
+struct SharedBudgetCache {
+    cache: gix_pack::cache::lru::MemoryCappedHashmap,
+    _share: WalkShare,
+}
+
+impl gix_pack::cache::DecodeEntry for SharedBudgetCache {
+    fn put(&mut self, pack_id: u32, offset: u64, data: &[u8], kind: gix_object::Kind, compressed_size: usize) {
+        self.cache.put(pack_id, offset, data, kind, compressed_size)
+    }
+
+    fn get(&mut self, pack_id: u32, offset: u64, out: &mut Vec<u8>) -> Option<(gix_object::Kind, usize)> {
+        self.cache.get(pack_id, offset, out)
+    }
+
+    fn keep_chain_bases(&self) -> bool {
+        self.cache.keep_chain_bases()
+    }
 }
 
 /// All repositories this server may serve.
@@ -284,6 +355,22 @@ mod tests {
 
     use super::ref_store::{Peel, files_refs as stored_refs};
     use super::*;
+
+    /// Walks running at once take their delta caches from one budget: the second gets what the
+    /// first left (not another 256 MiB), none gets less than the floor, and a walk's share comes
+    /// back when its cache goes. Red with a fixed cap per walk: 512 MiB taken of a 300 MiB budget.
+    #[test]
+    fn concurrent_walks_share_one_delta_cache_budget() {
+        set_walk_cache_budget(300 << 20);
+        let first = WalkShare::take();
+        let second = WalkShare::take();
+        assert_eq!((first.0, second.0), (256 << 20, 44 << 20));
+        assert_eq!(walk_caches_taken(), 300 << 20, "within the budget");
+        let third = WalkShare::take();
+        assert_eq!(third.0, WALK_DELTA_BASE_CACHE_FLOOR, "past it, the floor");
+        drop((first, second, third));
+        assert_eq!(walk_caches_taken(), 0, "given back");
+    }
 
     fn with_packed_refs(header: &str) -> (tempfile::TempDir, gix::Repository, Vec<ObjectId>, ObjectId) {
         let (dir, _, commits) = crate::graph::fixture::history(&[&[], &[0]]);
