@@ -45,9 +45,24 @@ pub struct Slot {
     pub waited: std::time::Duration,
 }
 
+/// The CPU work of a transfer ended: what it allocated and freed goes back to the system now.
+/// glibc keeps freed small blocks in the thread's arena, and the response's own allocations made
+/// last (its ranges, its buffers' records) sit above them until it is sent, so a selection's
+/// worth of freed memory (13.5 MiB for a clone of a 420 000-object repository) stayed resident
+/// for as long as the client took to read; `malloc_trim` hands back every free page, wherever it
+/// lies in the arenas.
+fn give_freed_memory_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: no arguments but the pad; glibc locks its arenas itself.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
         self.metrics.transfers_in_flight.dec();
+        give_freed_memory_back();
     }
 }
 

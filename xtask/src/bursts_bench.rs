@@ -17,10 +17,10 @@ use anyhow::{Context, Result, bail};
 
 pub const BURSTS_RESULTS: &str = "bench/results/bursts.json";
 
-const CGROUP: &str = "gixd-bench-bursts";
+/// The same over HTTPS and SSH (`--secure`).
+pub const BURSTS_SECURE_RESULTS: &str = "bench/results/bursts-secure.json";
 
-/// The arms, by the name the report shows.
-pub const ARMS: [&str; 4] = ["gixd http", "gixd git://", "git http-backend", "git daemon"];
+const CGROUP: &str = "gixd-bench-bursts";
 
 /// A server's cgroups (v1 `cpuacct` and `memory`).
 pub(crate) struct Group(String);
@@ -122,7 +122,7 @@ struct Burst {
     idle_bytes: u64,
 }
 
-fn burst(server: &Server, url: &str, clients: usize, scratch: &Path) -> Result<Burst> {
+fn burst(server: &Server, url: &str, env: &[(String, String)], clients: usize, scratch: &Path) -> Result<Burst> {
     let dir = scratch.join("clones");
     if dir.exists() {
         std::fs::remove_dir_all(&dir)?;
@@ -143,6 +143,7 @@ fn burst(server: &Server, url: &str, clients: usize, scratch: &Path) -> Result<B
                     .args(["-c", "protocol.version=2", "clone", "-q", "--bare", url])
                     .arg(dir.join(format!("c{c}.git")))
                     .env("GIT_TERMINAL_PROMPT", "0")
+                    .envs(env.iter().map(|(k, v)| (k, v)))
                     .stdout(Stdio::null())
                     .stderr(Stdio::piped())
                     .spawn()
@@ -232,7 +233,14 @@ fn repo_and_sizes(arg: &Path, sizes: &[usize]) -> Result<(PathBuf, Vec<usize>)> 
     }
 }
 
-pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, sizes: Vec<usize>, gixd: Option<PathBuf>) -> Result<()> {
+pub fn run(
+    root: &Path,
+    rounds: usize,
+    repos: Vec<PathBuf>,
+    sizes: Vec<usize>,
+    secure: bool,
+    gixd: Option<PathBuf>,
+) -> Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("each server goes into cgroups of its own: run as root");
     }
@@ -250,63 +258,41 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, sizes: Vec<usize>, g
         }
     }
 
-    let (http, git_port, metrics) =
-        (crate::bench::free_port()?, crate::bench::free_port()?, crate::bench::free_port()?);
-    let mut cmd = Command::new(&gixd);
-    cmd.args(["serve", "--export-all", "--listen", &format!("127.0.0.1:{http}")])
-        .args(["--git-listen", &format!("127.0.0.1:{git_port}")])
-        .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
-        .arg("--base-path")
-        .arg(&base)
-        .env("GIXD_LOG", "warn");
-    let mut gixd_server = start("gixd", cmd, &[http, git_port])?;
-    gixd_server.version = crate::bench::output(Command::new(&gixd).arg("--version"))?;
-
-    let daemon_port = crate::bench::free_port()?;
-    let exec_path = crate::bench::output(Command::new("git").arg("--exec-path"))?;
-    let mut cmd = Command::new(Path::new(&exec_path).join("git-daemon"));
-    cmd.args(["--export-all", "--reuseaddr", "--listen=127.0.0.1", &format!("--port={daemon_port}")])
-        .arg(format!("--base-path={}", base.display()));
-    let mut daemon = start("git daemon", cmd, &[daemon_port])?;
-    daemon.version = crate::bench::output(Command::new("git").arg("--version"))?;
-
-    let backend_port = crate::bench::free_port()?;
-    let conf = scratch.0.join("lighttpd.conf");
-    let backend = Path::new(&exec_path).join("git-http-backend");
-    std::fs::write(&conf, bench_support::http_backend_conf(&scratch.0, &base, &backend, backend_port, true))?;
-    let mut cmd = Command::new("lighttpd");
-    cmd.arg("-D").arg("-f").arg(&conf);
-    let mut lighttpd = start("git http-backend", cmd, &[backend_port])?;
-    lighttpd.version = crate::bench::output(Command::new("lighttpd").arg("-v")).unwrap_or_default();
-
-    let startup = std::fs::read_to_string(format!("/proc/{}/status", gixd_server.child.id()))?;
+    let metrics = crate::bench::free_port()?;
+    let (servers, arms, describe) = if secure {
+        secure_servers(&gixd, &base, &scratch.0, metrics)?
+    } else {
+        plain_servers(&gixd, &base, &scratch.0, metrics)?
+    };
+    let startup = std::fs::read_to_string(format!("/proc/{}/status", servers[0].child.id()))?;
     let threads = startup.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap_or("").trim().to_owned();
-    let conditions = crate::bench::conditions(
-        root,
-        serde_json::json!({
-            "rounds": rounds,
-            "sizes": sizes,
-            "gixd": format!("{} (release build), `serve` at its defaults (no pack cache), HTTP and git:// listeners in one process; {threads} threads at start", gixd_server.version),
-            "git_daemon": daemon.version,
-            "lighttpd": lighttpd.version,
-            "effective_cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-            "repos": served_repos.iter().zip(&sizes_of).map(|((n, s, _, o), sizes)| serde_json::json!({ "repo": n, "state": s, "objects": o, "sizes": sizes })).collect::<Vec<_>>(),
-            "how": "each burst: `clients` stock git clones (protocol v2, --bare) started at once on this machine; refused = every clone that failed (gixd and http-backend say busy; git daemon resets connections past its --max-connections, 32 by default); CPU from each server's cpuacct cgroup; peak from its memory cgroup (reset before the burst, packs' page cache warmed beforehand) and the summed VmRSS of its processes sampled every 2 ms; idle = the memory cgroup's usage when the burst starts; gixd's spill and ranged bytes from its counters (gixd_transfer_spill_bytes_total, gixd_transfer_ranged_bytes_total) around the burst",
-        }),
-    )?;
+    let mut described = serde_json::json!({
+        "rounds": rounds,
+        "sizes": sizes,
+        "arms": arms.iter().map(|a| a.name).collect::<Vec<_>>(),
+        "effective_cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "repos": served_repos.iter().zip(&sizes_of).map(|((n, s, _, o), sizes)| serde_json::json!({ "repo": n, "state": s, "objects": o, "sizes": sizes })).collect::<Vec<_>>(),
+        "how": "each burst: `clients` stock git clones (protocol v2, --bare) started at once on this machine; refused = every clone that failed (gixd and http-backend say busy; git daemon resets connections past its --max-connections, 32 by default); CPU from each server's cpuacct cgroup; peak from its memory cgroup (reset before the burst, packs' page cache warmed beforehand) and the summed VmRSS of its processes sampled every 2 ms; idle = the memory cgroup's usage when the burst starts; gixd's spill and ranged bytes from its counters (gixd_transfer_spill_bytes_total, gixd_transfer_ranged_bytes_total) around the burst",
+    });
+    for (key, value) in describe {
+        described[key] = value.into();
+    }
+    described["gixd"] = format!(
+        "{described_gixd} {threads} threads at start",
+        described_gixd = described["gixd"].as_str().unwrap_or("?")
+    )
+    .into();
+    let conditions = crate::bench::conditions(root, described)?;
 
     let mut runs = Vec::new();
     for ((name, state, path, _), sizes) in served_repos.iter().zip(&sizes_of) {
         let dir_name = path.file_name().unwrap().to_string_lossy().into_owned();
         for &clients in sizes {
             for round in 0..rounds {
-                for arm in crate::bench::round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
-                    let (server, url) = match arm {
-                        "gixd http" => (&gixd_server, format!("http://127.0.0.1:{http}/{dir_name}")),
-                        "gixd git://" => (&gixd_server, format!("git://127.0.0.1:{git_port}/{dir_name}")),
-                        "git http-backend" => (&lighttpd, format!("http://127.0.0.1:{backend_port}/git/{dir_name}")),
-                        _ => (&daemon, format!("git://127.0.0.1:{daemon_port}/{dir_name}")),
-                    };
+                for arm in crate::bench::round_order(arms.len(), round).into_iter().map(|i| &arms[i]) {
+                    let (server, url) = (&servers[arm.server], arm.url.replace("{repo}", &dir_name));
+                    let arm_env = &arm.env;
+                    let arm = arm.name;
                     warm(path)?;
                     // gixd's spill and ranges, from its counters around the burst.
                     let counters = || -> Result<(u64, u64)> {
@@ -318,7 +304,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, sizes: Vec<usize>, g
                         Ok((read("gixd_transfer_spill_bytes_total "), read("gixd_transfer_ranged_bytes_total ")))
                     };
                     let before = counters()?;
-                    let b = burst(server, &url, clients, &scratch.0)?;
+                    let b = burst(server, &url, arm_env, clients, &scratch.0)?;
                     let after = counters()?;
                     let (spill, ranged) = match arm.starts_with("gixd") {
                         true => (Some(after.0 - before.0), Some(after.1 - before.1)),
@@ -351,10 +337,208 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, sizes: Vec<usize>, g
         scraped.lines().find_map(|l| l.strip_prefix("gixd_transfers_in_flight_max ")).unwrap_or("?").trim().to_owned();
     let mut conditions = conditions;
     conditions["gixd_transfers_in_flight_max"] = most.into();
-    drop((gixd_server, daemon, lighttpd));
+    drop(servers);
     let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup/cpuacct").join(CGROUP));
     let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup/memory").join(CGROUP));
-    crate::bench::finish(root, BURSTS_RESULTS, conditions, runs)
+    crate::bench::finish(root, if secure { BURSTS_SECURE_RESULTS } else { BURSTS_RESULTS }, conditions, runs)
+}
+
+/// One arm of a burst: its name, which of the servers answers it, the URL of a repository
+/// (`{repo}` stands for its directory's name) and what a client needs in its environment.
+pub(crate) struct Arm {
+    name: &'static str,
+    server: usize,
+    url: String,
+    env: Vec<(String, String)>,
+}
+
+/// What the run's conditions say of the servers it started.
+type Described = Vec<(&'static str, String)>;
+
+/// gixd at its defaults over HTTP and git://, git daemon, git http-backend behind lighttpd.
+fn plain_servers(gixd: &Path, base: &Path, scratch: &Path, metrics: u16) -> Result<(Vec<Server>, Vec<Arm>, Described)> {
+    let (http, git_port) = (crate::bench::free_port()?, crate::bench::free_port()?);
+    let mut cmd = Command::new(gixd);
+    cmd.args(["serve", "--export-all", "--listen", &format!("127.0.0.1:{http}")])
+        .args(["--git-listen", &format!("127.0.0.1:{git_port}")])
+        .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
+        .arg("--base-path")
+        .arg(base)
+        .env("GIXD_LOG", "warn");
+    let mut gixd_server = start("gixd", cmd, &[http, git_port])?;
+    gixd_server.version = crate::bench::output(Command::new(gixd).arg("--version"))?;
+
+    let daemon_port = crate::bench::free_port()?;
+    let exec_path = crate::bench::output(Command::new("git").arg("--exec-path"))?;
+    let mut cmd = Command::new(Path::new(&exec_path).join("git-daemon"));
+    cmd.args(["--export-all", "--reuseaddr", "--listen=127.0.0.1", &format!("--port={daemon_port}")])
+        .arg(format!("--base-path={}", base.display()));
+    let mut daemon = start("git daemon", cmd, &[daemon_port])?;
+    daemon.version = crate::bench::output(Command::new("git").arg("--version"))?;
+
+    let backend_port = crate::bench::free_port()?;
+    let conf = scratch.join("lighttpd.conf");
+    let backend = Path::new(&exec_path).join("git-http-backend");
+    std::fs::write(&conf, bench_support::http_backend_conf(scratch, base, &backend, backend_port, true))?;
+    let mut cmd = Command::new("lighttpd");
+    cmd.arg("-D").arg("-f").arg(&conf);
+    let mut lighttpd = start("git http-backend", cmd, &[backend_port])?;
+    lighttpd.version = crate::bench::output(Command::new("lighttpd").arg("-v")).unwrap_or_default();
+
+    let arm = |name, server, url: String| Arm { name, server, url, env: Vec::new() };
+    let arms = vec![
+        arm("gixd http", 0, format!("http://127.0.0.1:{http}/{{repo}}")),
+        arm("gixd git://", 0, format!("git://127.0.0.1:{git_port}/{{repo}}")),
+        arm("git http-backend", 2, format!("http://127.0.0.1:{backend_port}/git/{{repo}}")),
+        arm("git daemon", 1, format!("git://127.0.0.1:{daemon_port}/{{repo}}")),
+    ];
+    let described = vec![
+        (
+            "gixd",
+            format!(
+                "{} (release build), `serve` at its defaults (no pack cache), HTTP and git:// listeners in one process;",
+                gixd_server.version
+            ),
+        ),
+        ("git_daemon", daemon.version.clone()),
+        ("lighttpd", lighttpd.version.clone()),
+    ];
+    Ok((vec![gixd_server, daemon, lighttpd], arms, described))
+}
+
+/// gixd at its defaults over HTTPS and its in-process SSH, git http-backend behind lighttpd with
+/// TLS, git behind Debian's OpenSSH sshd; the clients trust the run's self-signed certificate and
+/// use a key of the run's.
+fn secure_servers(
+    gixd: &Path,
+    base: &Path,
+    scratch: &Path,
+    metrics: u16,
+) -> Result<(Vec<Server>, Vec<Arm>, Described)> {
+    let (cert, key) = (scratch.join("cert.pem"), scratch.join("key.pem"));
+    crate::bench::output(
+        Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+            .args(["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert),
+    )?;
+    let keygen = |name: &str| -> Result<PathBuf> {
+        let key = scratch.join(name);
+        crate::bench::output(Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-f"]).arg(&key))?;
+        Ok(key)
+    };
+    let (client_key, host_key) = (keygen("client_key")?, keygen("ssh_host_ed25519_key")?);
+    let tokens = scratch.join("tokens.toml");
+    crate::bench::output(
+        Command::new(gixd)
+            .args(["key", "add", "--user", "bench", "--key-file"])
+            .arg(client_key.with_extension("pub"))
+            .arg("--token-file")
+            .arg(&tokens),
+    )?;
+    let config = scratch.join("gixd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "base_path = {:?}\ntoken_file = {:?}\nexport_all = true\n",
+            base.display().to_string(),
+            tokens.display().to_string()
+        ),
+    )?;
+    let (http, https, ssh) = (crate::bench::free_port()?, crate::bench::free_port()?, crate::bench::free_port()?);
+    let mut cmd = Command::new(gixd);
+    cmd.args(["serve", "--config"])
+        .arg(&config)
+        .args(["--listen", &format!("127.0.0.1:{http}"), "--https-listen", &format!("127.0.0.1:{https}")])
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .args(["--ssh-listen", &format!("127.0.0.1:{ssh}"), "--ssh-host-key"])
+        .arg(scratch.join("gixd_host_key"))
+        .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
+        .env("GIXD_LOG", "warn");
+    let mut gixd_server = start("gixd", cmd, &[http, https, ssh])?;
+    gixd_server.version = crate::bench::output(Command::new(gixd).arg("--version"))?;
+
+    let exec_path = crate::bench::output(Command::new("git").arg("--exec-path"))?;
+    let backend_port = crate::bench::free_port()?;
+    let conf = scratch.join("lighttpd.conf");
+    let backend = Path::new(&exec_path).join("git-http-backend");
+    let mut text = bench_support::http_backend_conf(scratch, base, &backend, backend_port, true);
+    text = text.replacen("server.modules = (", "server.modules = (\"mod_openssl\", ", 1);
+    text.push_str(&format!(
+        "ssl.engine = \"enable\"\nssl.pemfile = \"{}\"\nssl.privkey = \"{}\"\n",
+        cert.display(),
+        key.display()
+    ));
+    std::fs::write(&conf, text)?;
+    let mut cmd = Command::new("lighttpd");
+    cmd.arg("-D").arg("-f").arg(&conf);
+    let mut lighttpd = start("git http-backend https", cmd, &[backend_port])?;
+    lighttpd.version = crate::bench::output(Command::new("lighttpd").arg("-v")).unwrap_or_default();
+
+    std::fs::create_dir_all("/run/sshd")?;
+    let sshd_port = crate::bench::free_port()?;
+    let authorized = scratch.join("authorized_keys");
+    std::fs::write(&authorized, std::fs::read_to_string(client_key.with_extension("pub"))?)?;
+    let sshd_config = scratch.join("sshd_config");
+    std::fs::write(
+        &sshd_config,
+        format!(
+            "Port {sshd_port}\nListenAddress 127.0.0.1\nHostKey {}\nPidFile {}\nAuthorizedKeysFile {}\n\
+             PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nAcceptEnv GIT_PROTOCOL\n\
+             PermitRootLogin prohibit-password\nStrictModes no\nMaxStartups 100\n",
+            host_key.display(),
+            scratch.join("sshd.pid").display(),
+            authorized.display(),
+        ),
+    )?;
+    let mut cmd = Command::new("/usr/sbin/sshd");
+    cmd.args(["-D", "-f"]).arg(&sshd_config);
+    let mut sshd = start("git (sshd)", cmd, &[sshd_port])?;
+    let version = Command::new("ssh").arg("-V").output()?;
+    sshd.version = String::from_utf8_lossy(&version.stderr).trim().to_owned();
+
+    let tls = vec![("GIT_SSL_CAINFO".to_owned(), cert.display().to_string())];
+    let ssh_env = vec![(
+        "GIT_SSH_COMMAND".to_owned(),
+        format!(
+            "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
+            client_key.display()
+        ),
+    )];
+    let arms = vec![
+        Arm { name: "gixd https", server: 0, url: format!("https://127.0.0.1:{https}/{{repo}}"), env: tls.clone() },
+        Arm { name: "gixd ssh", server: 0, url: format!("ssh://bench@127.0.0.1:{ssh}/{{repo}}"), env: ssh_env.clone() },
+        Arm {
+            name: "git http-backend https",
+            server: 1,
+            url: format!("https://127.0.0.1:{backend_port}/git/{{repo}}"),
+            env: tls,
+        },
+        Arm {
+            name: "git (sshd)",
+            server: 2,
+            url: format!("ssh://root@127.0.0.1:{sshd_port}{}/{{repo}}", base.display()),
+            env: ssh_env,
+        },
+    ];
+    let described = vec![
+        (
+            "gixd",
+            format!(
+                "{} (release build), `serve` at its defaults (no pack cache), HTTPS and SSH listeners in one process;",
+                gixd_server.version
+            ),
+        ),
+        ("lighttpd", lighttpd.version.clone()),
+        ("sshd", sshd.version.clone()),
+        ("git_daemon", crate::bench::output(Command::new("git").arg("--version"))?),
+    ];
+    Ok((vec![gixd_server, lighttpd, sshd], arms, described))
 }
 
 /// `GET /metrics` on loopback `port`, over a plain socket.

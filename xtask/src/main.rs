@@ -236,6 +236,10 @@ enum BenchCmd {
         repo: Vec<PathBuf>,
         #[arg(long, value_delimiter = ',', default_value = "8,16,32,64")]
         clients: Vec<usize>,
+        /// Over HTTPS and SSH instead: gixd against git http-backend behind lighttpd with TLS and
+        /// git behind OpenSSH's sshd (bench/results/bursts-secure.json).
+        #[arg(long)]
+        secure: bool,
         /// Measure this gixd binary instead of a release build of the committed tree.
         #[arg(long)]
         gixd: Option<PathBuf>,
@@ -371,8 +375,8 @@ fn run(cli: Cli) -> Result<()> {
         Top::Bench { command: BenchCmd::Ramp { rounds, clients } } => bench::ramp(&root, rounds, clients),
         Top::Bench { command: BenchCmd::Tls { rounds, repo, gixd } } => tls_bench::run(&root, rounds, repo, gixd),
         Top::Bench { command: BenchCmd::Ssh { rounds, repo, gixd } } => ssh_bench::run(&root, rounds, repo, gixd),
-        Top::Bench { command: BenchCmd::Bursts { rounds, repo, clients, gixd } } => {
-            bursts_bench::run(&root, rounds, repo, clients, gixd)
+        Top::Bench { command: BenchCmd::Bursts { rounds, repo, clients, secure, gixd } } => {
+            bursts_bench::run(&root, rounds, repo, clients, secure, gixd)
         }
         Top::Bench { command: BenchCmd::Narrow { rounds, repo } } => narrow::run(&root, rounds, repo),
         Top::Bench { command: BenchCmd::Push { rounds, repo } } => push_bench::run(&root, rounds, repo),

@@ -29,6 +29,7 @@ const TARGETS: &[(&str, &str)] = &[
     ("bench/README.md", "bitmaps"),
     ("bench/README.md", "real-repos"),
     ("bench/README.md", "bursts"),
+    ("bench/README.md", "bursts-secure"),
     ("bench/README.md", "tls"),
     ("bench/README.md", "ssh"),
     ("bench/README.md", "reftable"),
@@ -69,7 +70,8 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             "refs" => refs(root)?,
             "bitmaps" => bitmaps(root)?,
             "real-repos" => real_repos(root)?,
-            "bursts" => bursts(root)?,
+            "bursts" => bursts(root, crate::bursts_bench::BURSTS_RESULTS, "", &PLAIN_PAIRS)?,
+            "bursts-secure" => bursts(root, crate::bursts_bench::BURSTS_SECURE_RESULTS, " --secure", &SECURE_PAIRS)?,
             "tls" => tls(root)?,
             "ssh" => ssh(root)?,
             "reftable" => reftable(root)?,
@@ -898,27 +900,38 @@ fn writes(root: &Path) -> Result<String> {
     Ok(out)
 }
 
+/// The bursts' arms side by side: gixd's, git's, and how the row names them.
+const PLAIN_PAIRS: [(&str, &str, &str); 2] =
+    [("gixd http", "git http-backend", "HTTP, http-backend"), ("gixd git://", "git daemon", "git://, git daemon")];
+const SECURE_PAIRS: [(&str, &str, &str); 2] = [
+    ("gixd https", "git http-backend https", "HTTPS, http-backend (lighttpd TLS)"),
+    ("gixd ssh", "git (sshd)", "SSH, git behind OpenSSH"),
+];
+
 /// Bursts of distinct clones: gixd over each transport against git's server for it (HTTP: git
 /// http-backend; git://: git daemon), a row per repository state, burst size and transport, the
 /// row furthest from its goals first: any refused clone; CPU ≤ 1.0× git's (issue 45); the memory
 /// cgroup's peak ≤ 0.3× git's for 8+ clones of a repository of 300 000 objects or more and for
 /// 32+ clones of any, and in smaller rows the peak above gixd's idle footprint ≤ 0.3× git's peak
 /// (issue 59); gixd's spill per clone beside it.
-fn bursts(root: &Path) -> Result<String> {
+fn bursts(root: &Path, results: &str, flag: &str, pairs: &[(&str, &str, &str)]) -> Result<String> {
     let doc = match load(
         root,
-        crate::bursts_bench::BURSTS_RESULTS,
-        "`cargo xtask bench bursts --repo PATH…` (by hand, as root: it needs the repositories and cgroups)",
+        results,
+        &format!(
+            "`cargo xtask bench bursts{flag} --repo PATH…` (by hand, as root: it needs the repositories and cgroups)"
+        ),
     )? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
-    let (runs, c, mut out) = measured(&doc, "cargo xtask bench bursts")?;
+    let (runs, c, mut out) = measured(&doc, &format!("cargo xtask bench bursts{flag}"))?;
     out.push_str(&format!(
-        " gixd: {}. git daemon: {}. http-backend under {}. {} Most transfers holding a slot at once in gixd over the run: {}. Medians over rounds; refused clones summed.\n\n",
+        " gixd: {}. git: {}. http-backend under {}.{} {} Most transfers holding a slot at once in gixd over the run: {}. Medians over rounds; refused clones summed.\n\n",
         c["gixd"].as_str().unwrap_or("?"),
         c["git_daemon"].as_str().unwrap_or("?"),
         c["lighttpd"].as_str().unwrap_or("?").lines().next().unwrap_or("?"),
+        c["sshd"].as_str().map_or(String::new(), |v| format!(" sshd: {v}.")),
         c["how"].as_str().unwrap_or("?"),
         c["gixd_transfers_in_flight_max"].as_str().unwrap_or("?"),
     ));
@@ -931,10 +944,7 @@ fn bursts(root: &Path) -> Result<String> {
         // A repository's own burst sizes, else the run's.
         let sizes = repo["sizes"].as_array().or_else(|| c["sizes"].as_array()).context("sizes")?;
         for clients in sizes.iter().filter_map(Value::as_u64) {
-            for (ours, theirs, transport) in [
-                ("gixd http", "git http-backend", "HTTP, http-backend"),
-                ("gixd git://", "git daemon", "git://, git daemon"),
-            ] {
+            for &(ours, theirs, transport) in pairs {
                 let of = |arm: &str| -> Vec<&Value> {
                     runs.iter()
                         .filter(|r| {

@@ -4,7 +4,8 @@
 //! cache's memory budget, then its spill directory), not a slot or a thread.
 //!
 //! - [`Outbox`]: the writing side, on the blocking thread. What it is given goes into a private
-//!   entry (`PackCache::private`); a cached response ([`Outbox::splice`]) goes out as the shared
+//!   entry (`PackCache::private`) — a range of a pack file as the range, not a copy
+//!   ([`crate::pack_ranges`]); a cached response ([`Outbox::splice`]) goes out as the shared
 //!   entry itself, read along while it is generated. The entries form one ordered queue.
 //! - [`send`]: the sending side, an async task of the transport: each entry of the queue from its
 //!   start to its end, to an [`Outlet`], as fast as the client takes it.

@@ -1,8 +1,10 @@
 //! Zero-copy sends: the HTTP connection's socket, as hyper writes to it, sends a slice of a pack
 //! cache entry without copying its bytes into the socket ([`crate::pack_cache::mapped_at`] says
 //! where a slice lies): a slice of an entry in memory by handing its pages to the kernel through
-//! a pipe (`vmsplice(2)`, then `splice(2)`), a slice of an entry on disk from its file by
-//! `sendfile(2)`; everything else goes out by `writev(2)`. N clients of one cached pack then
+//! a pipe (`vmsplice(2)`, then `splice(2)`), a slice of an entry on disk, or of a pack file an
+//! entry kept as a range, from its file by `sendfile(2)`; everything else goes out by
+//! `sendmsg(2)`, with `MSG_MORE` when a slice from a file follows (a packet's header then leaves
+//! with its payload, not as a segment of its own). N clients of one cached pack then
 //! cost the kernel's socket work for each, not N copies of the pack.
 
 use std::io::{self, IoSlice};
