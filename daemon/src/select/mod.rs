@@ -525,11 +525,8 @@ pub fn select(
     if let Some(bitmap) = bitmap
         && request.boundary.is_none()
         && plain_filter
-        && let Some(mut selection) = select_with_bitmap(repo, request, bitmap)?
+        && let Some(selection) = select_with_bitmap(repo, request, bitmap)?
     {
-        if request.include_tag {
-            include_tags(repo, request.refs, &mut selection)?;
-        }
         return Ok(selection);
     }
     select_by_walking(repo, request)
@@ -588,11 +585,16 @@ fn select_with_bitmap(
         }
         want.extra.retain(|id, kind| *kind != Kind::Blob || named.contains(id));
     }
+    let tags_included = match request.include_tag {
+        true => tags_of_selected_by_bitmap(repo, request.refs, bitmap, &want)?,
+        false => Vec::new(),
+    };
     let [commits, trees, blobs, tags] = &bitmap.types;
     let mut extra: Vec<(ObjectId, Kind)> = want.extra.into_iter().collect();
     extra.sort_by_key(|(id, _)| *id);
     let extra_of = |k: Kind| extra.iter().filter(|(_, kind)| *kind == k).count();
-    let everything = bitmap.is_one_pack() && want.bits.ones().count() == bitmap.len();
+    // A tag that must be included and is not in the pack's bits sends more than the pack.
+    let everything = bitmap.is_one_pack() && want.bits.ones().count() == bitmap.len() && tags_included.is_empty();
     // The positions whose entries can be copied from the bitmap's pack (with a multi-pack-index,
     // its preferred pack's), then the rest by id.
     let (positions, elsewhere): (Vec<u32>, Vec<u32>) =
@@ -600,13 +602,14 @@ fn select_with_bitmap(
     let mut objects: Vec<ObjectId> =
         positions.iter().chain(&elsewhere).map(|pos| bitmap.oid_at(*pos as usize)).collect();
     objects.extend(extra.iter().map(|(id, _)| *id));
+    objects.extend(&tags_included);
     Ok(Some(Selection {
         whole_pack: everything.then(|| bitmap.clone()),
         extra: if everything { extra.iter().map(|(id, _)| *id).collect() } else { Vec::new() },
         commits: want.bits.count_and(commits) + extra_of(Kind::Commit),
         trees: want.bits.count_and(trees) + extra_of(Kind::Tree),
         blobs: want.bits.count_and(blobs) + extra_of(Kind::Blob),
-        tags: want.bits.count_and(tags) + extra_of(Kind::Tag),
+        tags: want.bits.count_and(tags) + extra_of(Kind::Tag) + tags_included.len(),
         objects,
         client_has: Default::default(),
         held: held_by_client,
@@ -647,6 +650,27 @@ fn common_is_readable(
 
 /// `include-tag`: an annotated tag whose (peeled) object is being sent is sent too, with the tags
 /// it points through.
+/// [`include_tags`] for a selection by bitmap, asked of its bits (and the objects outside the
+/// bitmapped pack) rather than of a set of every selected id: a clone of a 420 000-object
+/// repository built two such sets, 50 MB, to find a few tags. The tag objects to add, in the
+/// order [`include_tags`] adds them.
+fn tags_of_selected_by_bitmap(
+    repo: &gix::Repository,
+    refs: &RefSnapshot,
+    bitmap: &PackBitmap,
+    want: &crate::bitmap::Reach,
+) -> Result<Vec<ObjectId>, ServeError> {
+    let selected = |id: &ObjectId| bitmap.pos(id).is_some_and(|pos| want.bits.get(pos)) || want.extra.contains_key(id);
+    let mut walker = Walker::new(repo);
+    for r in refs.refs.iter().filter(|r| r.name.starts_with(b"refs/tags/")) {
+        let Some(peeled) = r.peeled else { continue };
+        if selected(&peeled) {
+            walker.peel_sending_tags(r.id)?;
+        }
+    }
+    Ok(walker.out.objects.into_iter().filter(|id| !selected(id)).collect())
+}
+
 fn include_tags(repo: &gix::Repository, refs: &RefSnapshot, selection: &mut Selection) -> Result<(), ServeError> {
     let sent: HashSet<ObjectId> = selection.objects.iter().copied().collect();
     let mut walker = Walker::new(repo);
