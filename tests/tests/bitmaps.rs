@@ -69,7 +69,7 @@ fn idx_of(repo: &Path) -> PathBuf {
 }
 
 fn ids(selection: &select::Selection) -> BTreeSet<ObjectId> {
-    selection.objects.iter().copied().collect()
+    selection.ids().into_iter().collect()
 }
 
 #[test]
@@ -466,4 +466,32 @@ fn a_pack_deleted_after_its_bitmap_was_read_still_answers_from_the_mapping() {
     assert!(out.status.success(), "clone after the pack file moved: {}", String::from_utf8_lossy(&out.stderr));
     gixd_tests::server::assert_fsck_clean(&second);
     assert!(served.last_pack().verbatim);
+}
+
+/// A whole-pack clone goes out by its count (its objects are not listed in the selection); a
+/// client without `ofs-delta` then takes the partial-reuse path, which must still find the
+/// objects outside the pack past the unlisted ones: every object arrives. Red with the objects
+/// outside the pack taken from past the pack's positions in the list, as when every object was
+/// listed (a slice out of range: no pack).
+#[test]
+fn a_whole_pack_clone_without_ofs_delta_sends_every_object() {
+    use gixd_tests::server::{objects_in_pack, sideband_pack, v2_fetch_raw};
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    gixd_tests::git(&work, &["init", "-q", "-b", "main"]);
+    for i in 0..5 {
+        gixd_tests::commit_files(&work, &[("f.txt", format!("version {i}\n").repeat(200 + i).as_bytes())], "c");
+    }
+    let served = tmp.path().join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    gixd_tests::git(&served, &["clone", "-q", "--bare", work.to_str().unwrap(), "repo.git"]);
+    let repo = served.join("repo.git");
+    gixd_tests::git(&repo, &["repack", "-adbq"]);
+    let main = gixd_tests::git_out(&repo, &["rev-parse", "main"]);
+    let server = serve(&served);
+    for args in [&["no-progress"][..], &["ofs-delta", "no-progress"]] {
+        let pack = sideband_pack(&v2_fetch_raw(server.addr, "repo.git", &main, args));
+        assert_eq!(objects_in_pack(&pack, "sha1"), all_objects(&repo), "{args:?}");
+    }
 }

@@ -161,7 +161,7 @@ fn a_multi_pack_index_bitmap_selects_what_the_walk_selects() {
     use gixd::filter::Filter;
     use gixd::select::{self, Request};
     let ids =
-        |s: &select::Selection| s.objects.iter().map(|id| id.to_string()).collect::<std::collections::BTreeSet<_>>();
+        |s: &select::Selection| s.ids().iter().map(|id| id.to_string()).collect::<std::collections::BTreeSet<_>>();
     for (hash, big_preferred) in Hash::ALL.into_iter().flat_map(|h| [(h, false), (h, true)]) {
         let source = corpus::ensure("midx", hash);
         let tmp = tempfile::tempdir().unwrap();

@@ -250,7 +250,8 @@ pub(super) fn write_reused<W: Write>(
         }
         plan.push((pos, decision, (entry.data_offset - offset) as usize, entry.decompressed_size));
     }
-    let extra = &selection.objects[positions.len()..];
+    // What is not in the bitmapped pack: the listed objects past its positions.
+    let extra = &selection.objects[positions.len() - selection.unlisted..];
     let total = u32::try_from(reused_count + later.len() + extra.len()).map_err(|_| ServeError::too_many_objects())?;
     let mut answer = Hashed::new(out, hash);
     let mut header = *b"PACK\0\0\0\x02\0\0\0\0";

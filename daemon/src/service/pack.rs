@@ -61,7 +61,7 @@ pub fn select_and_write(
     // A filtered or shallow client lacks objects a thin delta or an added base would assume
     // (or would get objects it did not ask for): both only for plain requests.
     let plain = request.filter.is_none() && request.boundary.is_none_or(|b| b.grafts.is_empty());
-    pack::Sink::progress(bands, &format!("Enumerating objects: {}, done.\n", selection.objects.len()))?;
+    pack::Sink::progress(bands, &format!("Enumerating objects: {}, done.\n", selection.len()))?;
     // The readable set is costly: asked for the first time a delta base outside the selection
     // could be added or referred to thin (and not on the edge), and only then.
     let readable = std::cell::OnceCell::new();
@@ -112,7 +112,7 @@ pub fn select_and_write(
     )?;
     tracing::info!(
         repo = %ctx.served.name,
-        objects = selection.objects.len(),
+        objects = selection.len(),
         bitmap = selection.by_bitmap,
         verbatim = stats.verbatim,
         entries = stats.entries,
