@@ -292,7 +292,7 @@ fn daemon_command() -> clap::Command {
 }
 
 fn main() -> std::process::ExitCode {
-    give_large_allocations_back();
+    gixd::session::give_large_allocations_back();
     let matches = daemon_command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let sub = matches.subcommand().map(|(_, m)| m.clone()).unwrap_or_default();
@@ -627,19 +627,6 @@ fn check_config(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>
         config.token_file.as_deref().map_or("-".into(), |p| p.display().to_string())
     );
     Ok(())
-}
-
-/// Allocations of a megabyte or more (a clone's object list, a walk's tables) are mapped apart and
-/// unmapped when freed. glibc's default raises that threshold to the largest block freed so far
-/// (up to 32 MiB), and then keeps such blocks in each blocking thread's arena after they are
-/// freed: 8 bitmapped clones of a 420 000-object repository left 94 MiB held by an idle gixd
-/// and peaked at 168 MiB, where the same requests one after another need a tenth of it.
-fn give_large_allocations_back() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: a tuning call made before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
-    }
 }
 
 /// `settings` resolved for the CPU and memory budget gixd really has, with the line that says which sizes it

@@ -45,6 +45,19 @@ pub struct Slot {
     pub waited: std::time::Duration,
 }
 
+/// Allocations of a megabyte or more (a clone's object list, a walk's tables) are mapped apart and
+/// unmapped when freed. glibc's default raises that threshold to the largest block freed so far
+/// (up to 32 MiB), and then keeps such blocks in each blocking thread's arena after they are
+/// freed: 8 bitmapped clones of a 420 000-object repository left 94 MiB held by an idle gixd
+/// and peaked at 168 MiB, where the same requests one after another need a tenth of it.
+pub fn give_large_allocations_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: a tuning call, made at start before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
 /// The CPU work of a transfer ended: what it allocated and freed goes back to the system now.
 /// glibc keeps freed small blocks in the thread's arena, and the response's own allocations made
 /// last (its ranges, its buffers' records) sit above them until it is sent, so a selection's

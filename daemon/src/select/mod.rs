@@ -19,6 +19,9 @@ use crate::repo::RefSnapshot;
 use crate::shallow::Boundary;
 
 mod readable;
+mod tags;
+
+use tags::{include_tags, tags_of_selected_by_bitmap};
 
 #[cfg(feature = "test-hooks")]
 pub use readable::READABLE_SETS_COMPUTED;
@@ -679,45 +682,6 @@ fn common_is_readable(
 
 /// `include-tag`: an annotated tag whose (peeled) object is being sent is sent too, with the tags
 /// it points through.
-/// [`include_tags`] for a selection by bitmap, asked of its bits (and the objects outside the
-/// bitmapped pack) rather than of a set of every selected id: a clone of a 420 000-object
-/// repository built two such sets, 50 MB, to find a few tags. The tag objects to add, in the
-/// order [`include_tags`] adds them.
-fn tags_of_selected_by_bitmap(
-    repo: &gix::Repository,
-    refs: &RefSnapshot,
-    bitmap: &PackBitmap,
-    want: &crate::bitmap::Reach,
-) -> Result<Vec<ObjectId>, ServeError> {
-    let selected = |id: &ObjectId| bitmap.pos(id).is_some_and(|pos| want.bits.get(pos)) || want.extra.contains_key(id);
-    let mut walker = Walker::new(repo);
-    for r in refs.refs.iter().filter(|r| r.name.starts_with(b"refs/tags/")) {
-        let Some(peeled) = r.peeled else { continue };
-        if selected(&peeled) {
-            walker.peel_sending_tags(r.id)?;
-        }
-    }
-    Ok(walker.out.objects.into_iter().filter(|id| !selected(id)).collect())
-}
-
-fn include_tags(repo: &gix::Repository, refs: &RefSnapshot, selection: &mut Selection) -> Result<(), ServeError> {
-    let sent: HashSet<ObjectId> = selection.objects.iter().copied().collect();
-    let mut walker = Walker::new(repo);
-    walker.seen = sent.iter().copied().collect();
-    for r in refs.refs.iter().filter(|r| r.name.starts_with(b"refs/tags/")) {
-        let Some(peeled) = r.peeled else { continue };
-        if sent.contains(&peeled) {
-            walker.peel_sending_tags(r.id)?;
-        }
-    }
-    selection.tags += walker.out.tags;
-    if !walker.out.objects.is_empty() {
-        selection.whole_pack = None;
-    }
-    selection.objects.extend(walker.out.objects);
-    Ok(())
-}
-
 /// Everything reachable from `tips` as a selection for a client that has nothing: in walk order
 /// (commits, then trees and blobs as met), with the name hash of each tree's and blob's path —
 /// what a repack writes and searches for deltas. Commits newest first by commit time, as git's
