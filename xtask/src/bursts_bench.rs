@@ -406,6 +406,33 @@ fn plain_servers(gixd: &Path, base: &Path, scratch: &Path, metrics: u16) -> Resu
     Ok((vec![gixd_server, daemon, lighttpd], arms, described))
 }
 
+/// git http-backend behind lighttpd with TLS (`cert`, `key`) on `port`, serving `base`, started
+/// in a cgroup `name`.
+pub(crate) fn http_backend_tls(
+    name: &str,
+    scratch: &Path,
+    base: &Path,
+    port: u16,
+    (cert, key): (&Path, &Path),
+) -> Result<Server> {
+    let exec_path = crate::bench::output(Command::new("git").arg("--exec-path"))?;
+    let conf = scratch.join("lighttpd.conf");
+    let backend = Path::new(&exec_path).join("git-http-backend");
+    let mut text = bench_support::http_backend_conf(scratch, base, &backend, port, true);
+    text = text.replacen("server.modules = (", "server.modules = (\"mod_openssl\", ", 1);
+    text.push_str(&format!(
+        "ssl.engine = \"enable\"\nssl.pemfile = \"{}\"\nssl.privkey = \"{}\"\n",
+        cert.display(),
+        key.display()
+    ));
+    std::fs::write(&conf, text)?;
+    let mut cmd = Command::new("lighttpd");
+    cmd.arg("-D").arg("-f").arg(&conf);
+    let mut lighttpd = start(name, cmd, &[port])?;
+    lighttpd.version = crate::bench::output(Command::new("lighttpd").arg("-v")).unwrap_or_default();
+    Ok(lighttpd)
+}
+
 /// gixd at its defaults over HTTPS and its in-process SSH, git http-backend behind lighttpd with
 /// TLS, git behind Debian's OpenSSH sshd; the clients trust the run's self-signed certificate and
 /// use a key of the run's.
@@ -463,22 +490,8 @@ fn secure_servers(
     let mut gixd_server = start("gixd", cmd, &[http, https, ssh])?;
     gixd_server.version = crate::bench::output(Command::new(gixd).arg("--version"))?;
 
-    let exec_path = crate::bench::output(Command::new("git").arg("--exec-path"))?;
     let backend_port = crate::bench::free_port()?;
-    let conf = scratch.join("lighttpd.conf");
-    let backend = Path::new(&exec_path).join("git-http-backend");
-    let mut text = bench_support::http_backend_conf(scratch, base, &backend, backend_port, true);
-    text = text.replacen("server.modules = (", "server.modules = (\"mod_openssl\", ", 1);
-    text.push_str(&format!(
-        "ssl.engine = \"enable\"\nssl.pemfile = \"{}\"\nssl.privkey = \"{}\"\n",
-        cert.display(),
-        key.display()
-    ));
-    std::fs::write(&conf, text)?;
-    let mut cmd = Command::new("lighttpd");
-    cmd.arg("-D").arg("-f").arg(&conf);
-    let mut lighttpd = start("git http-backend https", cmd, &[backend_port])?;
-    lighttpd.version = crate::bench::output(Command::new("lighttpd").arg("-v")).unwrap_or_default();
+    let lighttpd = http_backend_tls("git http-backend https", scratch, base, backend_port, (&cert, &key))?;
 
     std::fs::create_dir_all("/run/sshd")?;
     let sshd_port = crate::bench::free_port()?;

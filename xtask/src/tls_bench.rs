@@ -52,26 +52,8 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
     gixd_server.version = crate::bench::output(Command::new(&gixd).arg("--version"))?;
 
     let lighttpd_port = crate::bench::free_port()?;
-    let exec_path = crate::bench::output(Command::new("git").arg("--exec-path"))?;
-    let conf = scratch.0.join("lighttpd.conf");
-    let mut text = bench_support::http_backend_conf(
-        &scratch.0,
-        &base,
-        &Path::new(&exec_path).join("git-http-backend"),
-        lighttpd_port,
-        true,
-    );
-    text = text.replacen("server.modules = (", "server.modules = (\"mod_openssl\", ", 1);
-    text.push_str(&format!(
-        "ssl.engine = \"enable\"\nssl.pemfile = \"{}\"\nssl.privkey = \"{}\"\n",
-        cert.display(),
-        key.display()
-    ));
-    std::fs::write(&conf, text)?;
-    let mut cmd = Command::new("lighttpd");
-    cmd.arg("-D").arg("-f").arg(&conf);
-    let mut lighttpd = start("lighttpd-tls", cmd, &[lighttpd_port])?;
-    lighttpd.version = crate::bench::output(Command::new("lighttpd").arg("-v")).unwrap_or_default();
+    let lighttpd =
+        crate::bursts_bench::http_backend_tls("lighttpd-tls", &scratch.0, &base, lighttpd_port, (&cert, &key))?;
 
     let conditions = crate::bench::conditions(
         root,
