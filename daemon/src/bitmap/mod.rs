@@ -11,6 +11,7 @@
 //! [`write`].
 
 mod open;
+mod tables;
 pub mod write;
 
 pub use open::{Cache, of};
@@ -44,6 +45,10 @@ impl Bits {
         Bits(vec![0; len.div_ceil(64)])
     }
 
+    fn flip(&mut self, i: usize) {
+        self.0[i / 64] ^= 1 << (i % 64);
+    }
+
     fn from_ewah(ewah: &gix_bitmap::ewah::Vec, len: usize) -> Option<Bits> {
         let mut bits = Bits::new(len.max(ewah.num_bits()));
         ewah.for_each_set_bit(|i| {
@@ -74,12 +79,6 @@ impl Bits {
         }
     }
 
-    fn xor(&mut self, other: &Bits) {
-        for (a, b) in self.0.iter_mut().zip(&other.0) {
-            *a ^= b;
-        }
-    }
-
     pub fn count_and(&self, other: &Bits) -> usize {
         self.0.iter().zip(&other.0).map(|(a, b)| (a & b).count_ones() as usize).sum()
     }
@@ -99,13 +98,6 @@ impl Bits {
     }
 }
 
-/// One commit's bitmap as the file has it.
-struct Entry {
-    ewah: gix_bitmap::ewah::Vec,
-    /// 0: none; else the entry this many places before it is XOR'ed in.
-    xor: usize,
-}
-
 /// A pack with its bitmap, ready to answer reachability.
 pub struct PackBitmap {
     pub pack: PathBuf,
@@ -119,24 +111,23 @@ pub struct PackBitmap {
     /// Positions `0..reusable` are entries of [`Self::data`], in pack order: all of them for a
     /// pack's own bitmap, the preferred pack's for a multi-pack-index's.
     reusable: usize,
-    /// Pack position → index position.
-    order: Vec<u32>,
+    /// Pack position → index position, as the files have it ([`tables::Order`]).
+    order: tables::Order,
     /// Index position → pack position.
     position: Vec<u32>,
-    /// The first eight bytes of every id, in index order, and where each first byte's ids start:
-    /// a look-up is a short search over integers (the ids are uniform, a first byte's bucket
-    /// holds n/256 of them), not a binary search of the index calling memcmp each step — a
-    /// fetch's reach looks up every entry of every tree it decodes, hundreds of thousands.
-    prefixes: Vec<u64>,
+    /// Where the ids of each two-byte prefix start in the index: a look-up searches a bucket of a
+    /// few ids (they are uniform: n/65 536 a bucket), where a first byte's bucket holds a 256th
+    /// of the pack — a fetch's reach looks up every entry of every tree it decodes, hundreds of
+    /// thousands.
     fanout: Vec<u32>,
     /// Commits, trees, blobs, tags.
     pub types: [Bits; 4],
     /// The commit bitmaps as stored (EWAH, with the entry they are XOR'ed against), decoded
     /// only when a walk meets their commit: a request touches a few, and decoding all of them on
     /// open cost a whole pack's worth of bits per commit.
-    entries: Vec<Entry>,
+    stored: tables::Stored,
     by_commit: HashMap<ObjectId, usize>,
-    decoded: std::sync::Mutex<HashMap<usize, std::sync::Arc<Bits>>>,
+    closures: tables::Closures,
     /// The repository's decoded commits (time and parents, [`crate::repo::Repos::commits`], shared
     /// with negotiation): a fetch's haves are hundreds of tags whose commits every round of
     /// negotiation, and the pack, reach again.
@@ -180,7 +171,7 @@ impl std::fmt::Debug for PackBitmap {
         f.debug_struct("PackBitmap")
             .field("pack", &self.pack)
             .field("objects", &self.len())
-            .field("commit_bitmaps", &self.entries.len())
+            .field("commit_bitmaps", &self.stored.len())
             .finish()
     }
 }
@@ -212,11 +203,11 @@ impl PackBitmap {
     }
 
     pub fn len(&self) -> usize {
-        self.order.len()
+        self.position.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
+        self.position.is_empty()
     }
 
     /// The pack position of `id`, if the pack has it.
@@ -224,26 +215,23 @@ impl PackBitmap {
         self.index_position(id).map(|i| self.position[i] as usize)
     }
 
-    /// The index position of `id`: its two-byte prefix's bucket searched by the eight-byte prefix,
-    /// the whole id compared only where the prefix matches.
+    /// The index position of `id`: its two-byte prefix's bucket of the index searched.
     fn index_position(&self, id: &gix_hash::oid) -> Option<usize> {
-        let bytes = id.as_bytes();
-        let prefix = u64::from_be_bytes(bytes[..8].try_into().expect("ids are longer than eight bytes"));
-        let first = bucket_of(bytes);
-        let (start, end) = (self.fanout[first] as usize, self.fanout[first + 1] as usize);
-        let bucket = &self.prefixes[start..end];
-        let mut i = start + bucket.partition_point(|p| *p < prefix);
-        while i < end && self.prefixes[i] == prefix {
-            if self.ids.oid_at(i as u32) == id {
-                return Some(i);
+        let first = bucket_of(id.as_bytes());
+        let (mut low, mut high) = (self.fanout[first] as usize, self.fanout[first + 1] as usize);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            match self.ids.oid_at(mid as u32).cmp(id) {
+                std::cmp::Ordering::Less => low = mid + 1,
+                std::cmp::Ordering::Greater => high = mid,
+                std::cmp::Ordering::Equal => return Some(mid),
             }
-            i += 1;
         }
         None
     }
 
     pub fn oid_at(&self, pos: usize) -> ObjectId {
-        self.ids.oid_at(self.order[pos]).to_owned()
+        self.ids.oid_at(self.order.get(pos)).to_owned()
     }
 
     /// The entry at pack position `pos` (below [`Self::reusable`]): its offset in the pack and
@@ -259,7 +247,7 @@ impl PackBitmap {
     /// The offset in [`Self::data`] of the entry at `pos` (below [`Self::reusable`]).
     fn offset_at(&self, pos: usize) -> u64 {
         match &self.ids {
-            Ids::Pack(index) => index.pack_offset_at_index(self.order[pos]),
+            Ids::Pack(index) => index.pack_offset_at_index(self.order.get(pos)),
             Ids::Multi { offsets, .. } => offsets[pos],
         }
     }
@@ -290,29 +278,15 @@ impl PackBitmap {
     }
 
     pub fn commit_bitmaps(&self) -> usize {
-        self.entries.len()
+        self.stored.len()
     }
 
-    /// The closure of a commit that has a bitmap, decoded (with its XOR chain) on first use and
-    /// kept; `None` for a commit without one, or one whose stored bitmap does not decode (the
-    /// walk then goes through it).
+    /// The closure of a commit that has a bitmap, composed down its XOR chain (or kept from a
+    /// recent use, [`tables::Closures`]); `None` for a commit without one, or one whose stored
+    /// bitmap does not decode (the walk then goes through it).
     fn closure(&self, id: &gix_hash::oid) -> Option<std::sync::Arc<Bits>> {
         let i = *self.by_commit.get(id)?;
-        self.decode(i)
-    }
-
-    fn decode(&self, i: usize) -> Option<std::sync::Arc<Bits>> {
-        if let Some(bits) = self.decoded.lock().expect("not poisoned").get(&i) {
-            return Some(bits.clone());
-        }
-        let entry = &self.entries[i];
-        let mut bits = Bits::from_ewah(&entry.ewah, self.len())?;
-        if entry.xor > 0 {
-            bits.xor(&*self.decode(i - entry.xor)?);
-        }
-        let bits = std::sync::Arc::new(bits);
-        self.decoded.lock().expect("not poisoned").insert(i, bits.clone());
-        Some(bits)
+        self.closures.get(&self.stored, i, self.len())
     }
 
     /// Every object reachable from `tips`: as bits for what this pack holds (covered commits'
@@ -560,26 +534,21 @@ impl Reach {
     }
 }
 
-/// Every id's first eight bytes in index order, and the index position where the ids of each
-/// two-byte prefix start (65 537 entries: the last is the count) — a bucket of a few ids at
-/// most, where a first-byte bucket holds a 256th of the pack and a look-up searched it per tree
-/// entry a walk met.
-fn prefix_table(ids: &Ids) -> (Vec<u64>, Vec<u32>) {
-    let n = ids.num();
-    let mut prefixes = Vec::with_capacity(n as usize);
+/// The index position where the ids of each two-byte prefix start (65 537 entries: the last is
+/// the count): a bucket of a few ids at most, where a first-byte bucket holds a 256th of the
+/// pack and a look-up searched it per tree entry a walk met.
+fn fanout_table(ids: &Ids) -> Vec<u32> {
     let mut fanout = vec![0u32; FANOUT + 1];
-    for i in 0..n {
-        let bytes = ids.oid_at(i).as_bytes();
-        prefixes.push(u64::from_be_bytes(bytes[..8].try_into().expect("ids are longer than eight bytes")));
-        fanout[bucket_of(bytes) + 1] += 1;
+    for i in 0..ids.num() {
+        fanout[bucket_of(ids.oid_at(i).as_bytes()) + 1] += 1;
     }
     for b in 1..=FANOUT {
         fanout[b] += fanout[b - 1];
     }
-    (prefixes, fanout)
+    fanout
 }
 
-/// Buckets of the prefix table: one per two-byte prefix.
+/// Buckets of the fanout table: one per two-byte prefix.
 const FANOUT: usize = 1 << 16;
 
 fn bucket_of(id: &[u8]) -> usize {

@@ -9,13 +9,29 @@ use std::path::{Path, PathBuf};
 
 use gix_hash::ObjectId;
 
-use super::{BitmapError, Bits, Entry, Ids, PackBitmap, prefix_table, write};
+use super::tables::{Order, Stored};
+use super::{BitmapError, Bits, Ids, PackBitmap, fanout_table, write};
 
-/// What a `.bitmap` file holds past its header, for `n` objects.
+/// What a `.bitmap` file holds past its header, for `n` objects: the type bitmaps, and where
+/// each commit's bitmap starts in the file with the entry it is XOR'ed against.
 struct Parsed {
     types: [Bits; 4],
-    entries: Vec<Entry>,
+    entries: Vec<(usize, usize)>,
     by_commit: HashMap<ObjectId, usize>,
+}
+
+/// The file at `path` mapped; `Ok(None)` if there is none.
+fn map(path: &Path) -> Result<Option<memmap2::Mmap>, BitmapError> {
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(BitmapError::Io { path: path.to_owned(), source }),
+    };
+    // SAFETY: git writes a bitmap once, under a temporary name, and renames it into place; a
+    // private read-only map sees the bytes it was opened on.
+    unsafe { memmap2::MmapOptions::new().map_copy_read_only(&file) }
+        .map(Some)
+        .map_err(|source| BitmapError::Io { path: path.to_owned(), source })
 }
 
 /// Check and parse the bitmap `data` read from `path`: its trailing checksum, magic, version,
@@ -66,40 +82,30 @@ fn parse(
     for i in 0..entries {
         let position = be32(rest, 0).ok_or_else(|| corrupt("entry"))? as usize;
         let xor = *rest.get(4).ok_or_else(|| corrupt("entry"))? as usize;
-        let (ewah, tail) = gix_bitmap::ewah::decode(rest.get(6..).ok_or_else(|| corrupt("entry"))?)
-            .map_err(|e| corrupt(&format!("entry {i}: {e}")))?;
+        let bitmap = rest.get(6..).ok_or_else(|| corrupt("entry"))?;
+        // Checked now, decoded again when a walk meets the commit (from the mapped file).
+        let (_, tail) = gix_bitmap::ewah::decode(bitmap).map_err(|e| corrupt(&format!("entry {i}: {e}")))?;
+        let at = bitmap.as_ptr() as usize - data.as_ptr() as usize;
         rest = tail;
         if position >= n || xor > i {
             return Err(corrupt(&format!("entry {i} out of range")));
         }
         by_commit.insert(id_at(position as u32), i);
-        stored.push(Entry { ewah, xor });
+        stored.push((at, xor));
     }
     // What follows (name-hash cache, lookup table) is optional and not needed here.
     Ok(Parsed { types: types.try_into().expect("four"), entries: stored, by_commit })
 }
 
-/// Pack position → index position, and its inverse; `None` unless `order` is a permutation of
-/// `0..n`.
-fn positions(order: &[u32], n: usize) -> Option<Vec<u32>> {
-    if order.len() != n {
-        return None;
-    }
-    let mut position = vec![u32::MAX; n];
-    for (pack_pos, idx_pos) in order.iter().enumerate() {
-        let slot = position.get_mut(*idx_pos as usize)?;
-        if *slot != u32::MAX {
-            return None;
-        }
-        *slot = pack_pos as u32;
-    }
-    Some(position)
-}
-
 /// A multi-pack-index's reverse index (pseudo-pack position → MIDX position): its `RIDX`
 /// chunk (git writes one with every MIDX bitmap), else the `multi-pack-index-<checksum>.rev`
 /// file older gits wrote beside it. `None`: neither, or one that does not read.
-fn midx_reverse_index(raw: &[u8], pack_dir: &Path, checksum: &gix_hash::oid, n: usize) -> Option<Vec<u32>> {
+fn midx_reverse_index(
+    raw: &std::sync::Arc<[u8]>,
+    pack_dir: &Path,
+    checksum: &gix_hash::oid,
+    n: usize,
+) -> Option<Order> {
     let be32s = |bytes: &[u8]| -> Vec<u32> {
         bytes.chunks_exact(4).map(|c| u32::from_be_bytes(c.try_into().expect("four bytes"))).collect()
     };
@@ -108,13 +114,12 @@ fn midx_reverse_index(raw: &[u8], pack_dir: &Path, checksum: &gix_hash::oid, n: 
         && let Ok(range) = toc.offset_by_id(*b"RIDX")
     {
         let range = usize::try_from(range.start).ok()?..usize::try_from(range.end).ok()?;
-        let chunk = raw.get(range)?;
-        return (chunk.len() == 4 * n).then(|| be32s(chunk));
+        return (range.len() == 4 * n).then(|| Order::chunk(raw.clone(), range.start, n)).flatten();
     }
     let rev = std::fs::read(pack_dir.join(format!("multi-pack-index-{}.rev", checksum.to_hex()))).ok()?;
     // `RIDX`, version 1, hash id, the positions, the MIDX's checksum and the file's own.
     let body = rev.get(12..12 + 4 * n)?;
-    (rev.get(0..4)? == b"RIDX").then(|| be32s(body))
+    (rev.get(0..4)? == b"RIDX").then(|| Order::Owned(be32s(body)))
 }
 
 fn be32(data: &[u8], at: usize) -> Option<u32> {
@@ -126,30 +131,26 @@ impl PackBitmap {
     /// the pack has no bitmap.
     pub fn open(idx: &Path, hash: gix_hash::Kind) -> Result<Option<PackBitmap>, BitmapError> {
         let path = idx.with_extension("bitmap");
-        let data = match std::fs::read(&path) {
-            Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(BitmapError::Io { path, source }),
-        };
+        let Some(data) = map(&path)? else { return Ok(None) };
         let corrupt = |message: &str| BitmapError::Corrupt { path: path.clone(), message: message.to_owned() };
         let index = gix_pack::index::File::at(idx, hash)
             .map_err(|e| BitmapError::Index { path: idx.to_owned(), message: e.to_string() })?;
         let n = index.num_objects() as usize;
         let parsed = parse(&path, &data, hash, n, &index.pack_checksum(), |i| index.oid_at_index(i).to_owned())?;
-        let order = match crate::packs::read_rev(&idx.with_extension("rev"), n, &index, hash) {
+        let order = match Order::map_rev(&idx.with_extension("rev"), n, &index.pack_checksum()) {
             Some(order) => order,
-            None => write::pack_order(&index),
+            None => Order::Owned(write::pack_order(&index)),
         };
-        let position = positions(&order, n).ok_or_else(|| corrupt("the reverse index is no permutation"))?;
+        let position = order.inverse(n).ok_or_else(|| corrupt("the reverse index is no permutation"))?;
         let pack = idx.with_extension("pack");
         // Mapped now and held with the bitmap: `git repack` renames and deletes packs while
         // requests read them, and a mapping outlives the name (a path opened per request fails).
-        let data = crate::pack_ranges::open_data(&pack, hash)
+        let pack_data = crate::pack_ranges::open_data(&pack, hash)
             .map_err(|message| BitmapError::Pack { path: pack.clone(), message })?;
-        if data.num_objects() as usize != n {
+        if pack_data.num_objects() as usize != n {
             return Err(corrupt("the pack beside the index holds another number of objects"));
         }
-        Ok(Some(PackBitmap::new(pack, data, Ids::Pack(index), n, order, position, parsed)))
+        Ok(Some(PackBitmap::new(pack, pack_data, Ids::Pack(index), order, position, (data, parsed))))
     }
 
     /// Open the bitmap of the multi-pack-index in `pack_dir` (`multi-pack-index-<its
@@ -179,11 +180,7 @@ impl PackBitmap {
         }
         let checksum = index.checksum();
         let path = pack_dir.join(format!("multi-pack-index-{}.bitmap", checksum.to_hex()));
-        let data = match std::fs::read(&path) {
-            Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(BitmapError::Io { path, source }),
-        };
+        let Some(data) = map(&path)? else { return Ok(None) };
         // A MIDX naming a pack a repack deleted (git rewrites it on its next repack) is stale.
         if let Some(gone) = index
             .index_names()
@@ -199,11 +196,11 @@ impl PackBitmap {
         let parsed = parse(&path, &data, hash, n, &checksum, |i| index.oid_at_index(i).to_owned())?;
         let order = midx_reverse_index(&raw, pack_dir, &checksum, n)
             .ok_or_else(|| corrupt("the multi-pack-index has no reverse index that reads"))?;
-        let position = positions(&order, n).ok_or_else(|| corrupt("the reverse index is no permutation"))?;
+        let position = order.inverse(n).ok_or_else(|| corrupt("the reverse index is no permutation"))?;
         // The preferred pack: the one of the first position. Its objects lead the order, by
         // offset; all of them (the MIDX picks the preferred pack's copy of an object first).
         let location = |pos: usize| {
-            index.pack_id_and_pack_offset_at_index(order[pos]).map_err(|e| corrupt(&format!("position {pos}: {e}")))
+            index.pack_id_and_pack_offset_at_index(order.get(pos)).map_err(|e| corrupt(&format!("position {pos}: {e}")))
         };
         let mut offsets = Vec::new();
         let mut by_pack: Vec<std::ops::Range<usize>> = Vec::new();
@@ -242,35 +239,34 @@ impl PackBitmap {
         }
         let reusable = offsets.len();
         let mut bitmap =
-            PackBitmap::new(pack, pack_data, Ids::Multi { index, offsets, by_pack }, n, order, position, parsed);
+            PackBitmap::new(pack, pack_data, Ids::Multi { index, offsets, by_pack }, order, position, (data, parsed));
         bitmap.reusable = reusable;
         Ok(Some(bitmap))
     }
 
+    /// `file`: the mapped `.bitmap`, which `parsed` was read from.
     fn new(
         pack: PathBuf,
         data: crate::pack_ranges::PackData,
         ids: Ids,
-        n: usize,
-        order: Vec<u32>,
+        order: Order,
         position: Vec<u32>,
-        parsed: Parsed,
+        (file, parsed): (memmap2::Mmap, Parsed),
     ) -> PackBitmap {
-        let (prefixes, fanout) = prefix_table(&ids);
+        let fanout = fanout_table(&ids);
         PackBitmap {
             pack,
             entries_end: data.pack_end() as u64,
             data: std::sync::Arc::new(data),
             ids,
-            reusable: n,
+            reusable: position.len(),
             order,
             position,
-            prefixes,
             fanout,
             types: parsed.types,
-            entries: parsed.entries,
+            stored: Stored { file, entries: parsed.entries },
             by_commit: parsed.by_commit,
-            decoded: std::sync::Mutex::new(HashMap::new()),
+            closures: Default::default(),
             commits: Default::default(),
         }
     }

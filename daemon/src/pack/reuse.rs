@@ -201,7 +201,7 @@ pub(super) fn write_reused<W: Write>(
     repo: &gix::Repository,
     selection: &Selection,
     bitmap: &crate::bitmap::PackBitmap,
-    positions: &[u32],
+    positions: &crate::select::Positions,
     options: &Options,
     may_send: &mut dyn FnMut(&gix_hash::oid) -> bool,
     out: &mut W,
@@ -209,8 +209,8 @@ pub(super) fn write_reused<W: Write>(
     let hash = repo.object_hash();
     let pack = &*bitmap.data;
     let mut sent = crate::bitmap::Bits::new(bitmap.len());
-    for pos in positions {
-        sent.set(*pos as usize);
+    for pos in positions.iter() {
+        sent.set(pos as usize);
     }
     let mut usable_thin = |id: &gix_hash::oid| {
         options.thin_pack && selection.client_has(id) && (selection.client_has_readably(id) || may_send(id))
@@ -221,7 +221,7 @@ pub(super) fn write_reused<W: Write>(
     let mut reused = crate::bitmap::Bits::new(bitmap.len());
     let mut reused_count = 0usize;
     let mut later: Vec<ObjectId> = Vec::new();
-    for &pos in positions {
+    for pos in positions.iter() {
         let (offset, _) = bitmap.entry_at(pos as usize);
         let entry = pack.entry(offset).map_err(ServeError::pack)?;
         let decision = match entry.header {

@@ -1,0 +1,151 @@
+//! Selection by bitmap (object selection layer): what the wants reach and the client does not
+//! hold, as bits over the bitmapped pack ([`crate::bitmap`]) — the pack's positions in the order
+//! they are sent (a whole pack by its count: [`Positions::Whole`]), the objects outside it by
+//! id — and whether all the client holds is readable by it, so any of it may be a thin base.
+
+use std::collections::HashSet;
+
+use gix_hash::ObjectId;
+use gix_object::Kind;
+
+use super::tags::tags_of_selected_by_bitmap;
+use super::{Request, Selection, Walker};
+use crate::bitmap::PackBitmap;
+use crate::error::ServeError;
+
+/// By bitmap: the pack positions of the first objects sent ([`Selection::in_pack`]), in order.
+#[derive(Debug)]
+pub enum Positions {
+    /// All of the pack's, `0..n`, not listed: a whole-pack selection (a clone), where a list cost
+    /// 4 bytes an object per generating slot, and twice that while it grew.
+    Whole(usize),
+    Listed(Vec<u32>),
+}
+
+impl Positions {
+    pub fn len(&self) -> usize {
+        match self {
+            Positions::Whole(n) => *n,
+            Positions::Listed(positions) => positions.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.len()).map(move |i| match self {
+            Positions::Whole(_) => i as u32,
+            Positions::Listed(positions) => positions[i],
+        })
+    }
+}
+
+/// Reachable from the wants and not from the common commits, by bitmap: the pack's objects in
+/// pack order, then those outside the bitmapped pack (pushed since the last repack, walked
+/// through) in id order.
+pub(super) fn select_with_bitmap(
+    repo: &gix::Repository,
+    request: &Request<'_>,
+    bitmap: &std::sync::Arc<PackBitmap>,
+) -> Result<Option<Selection>, ServeError> {
+    // What the client has first, then the wants' walk stops at it (git's order): the wants'
+    // side then decodes only what is new to the client, not every tree down to covered commits.
+    let held = if request.common.is_empty() { None } else { Some(bitmap.reachable(repo, request.common, None)?) };
+    let mut want = bitmap.reachable(repo, request.wants, held.as_ref())?;
+    let mut held_by_client = None;
+    let mut wants_reach = None;
+    let mut held_is_readable = false;
+    if let Some(held) = held {
+        wants_reach = Some(want.bits.clone());
+        held_is_readable = common_is_readable(repo, request, bitmap, &want)?;
+        want.bits.and_not(&held.bits);
+        want.extra.retain(|id, _| !held.extra.contains_key(id));
+        held_by_client = Some((bitmap.clone(), held));
+    }
+    // Named objects are sent whatever the filter says, and so is what a named tag peels to (git
+    // treats both as given by the user).
+    let mut named = HashSet::new();
+    if request.filter.no_blobs {
+        let mut walker = Walker::new(repo);
+        for want_id in request.wants {
+            let (peeled, _) = walker.peel_sending_tags(*want_id)?;
+            named.extend([*want_id, peeled]);
+        }
+        want.bits.and_not(&bitmap.types[2]);
+        for id in &named {
+            if let Some(pos) = bitmap.pos(id) {
+                want.bits.set(pos);
+            }
+        }
+        want.extra.retain(|id, kind| *kind != Kind::Blob || named.contains(id));
+    }
+    let tags_included = match request.include_tag {
+        true => tags_of_selected_by_bitmap(repo, request.refs, bitmap, &want)?,
+        false => Vec::new(),
+    };
+    let [commits, trees, blobs, tags] = &bitmap.types;
+    let mut extra: Vec<(ObjectId, Kind)> = want.extra.into_iter().collect();
+    extra.sort_by_key(|(id, _)| *id);
+    let extra_of = |k: Kind| extra.iter().filter(|(_, kind)| *kind == k).count();
+    // A tag that must be included and is not in the pack's bits sends more than the pack.
+    let everything = bitmap.is_one_pack() && want.bits.ones().count() == bitmap.len() && tags_included.is_empty();
+    // The positions whose entries can be copied from the bitmap's pack (with a multi-pack-index,
+    // its preferred pack's), then the rest by id. The whole pack goes out by its count: its
+    // positions and entries are not listed ([`Selection::unlisted`]).
+    let (positions, unlisted, mut objects) = if everything {
+        (Positions::Whole(bitmap.len()), bitmap.len(), Vec::new())
+    } else {
+        let (positions, elsewhere): (Vec<u32>, Vec<u32>) =
+            bitmap.send_order(&want.bits).map(|pos| pos as u32).partition(|pos| (*pos as usize) < bitmap.reusable());
+        let objects = positions.iter().chain(&elsewhere).map(|pos| bitmap.oid_at(*pos as usize)).collect();
+        (Positions::Listed(positions), 0, objects)
+    };
+    objects.extend(extra.iter().map(|(id, _)| *id));
+    objects.extend(&tags_included);
+    Ok(Some(Selection {
+        whole_pack: everything.then(|| bitmap.clone()),
+        extra: if everything { extra.iter().map(|(id, _)| *id).collect() } else { Vec::new() },
+        commits: want.bits.count_and(commits) + extra_of(Kind::Commit),
+        trees: want.bits.count_and(trees) + extra_of(Kind::Tree),
+        blobs: want.bits.count_and(blobs) + extra_of(Kind::Blob),
+        tags: want.bits.count_and(tags) + extra_of(Kind::Tag) + tags_included.len(),
+        objects,
+        unlisted,
+        client_has: Default::default(),
+        held: held_by_client,
+        held_is_readable,
+        in_pack: Some((bitmap.clone(), positions)),
+        wants_reach,
+        same_path_held: Default::default(),
+        name_hash: Default::default(),
+        by_bitmap: true,
+    }))
+}
+
+/// Is every common commit reachable from a ref this client may read? Then so is all the client
+/// is known to have (their reach), and any of it may be a thin base. Decided at commit level:
+/// a common commit is readable when it is a visible tip (or what one peels to), when the
+/// wants' walk met it (a parent of a commit the wants reach) or reached it through a covered
+/// commit's bitmap; the rest must be reached, commits only, from those.
+fn common_is_readable(
+    repo: &gix::Repository,
+    request: &Request<'_>,
+    bitmap: &PackBitmap,
+    want: &crate::bitmap::Reach,
+) -> Result<bool, ServeError> {
+    let met: HashSet<ObjectId> = want.met.iter().copied().collect();
+    let readable_by_itself = |id: &ObjectId| {
+        request.refs.is_tip(id)
+            || request.refs.is_peeled_tip(id)
+            || met.contains(id)
+            || bitmap.pos(id).is_some_and(|pos| want.bits.get(pos))
+    };
+    let (known, rest): (Vec<ObjectId>, Vec<ObjectId>) = request.common.iter().copied().partition(readable_by_itself);
+    if rest.is_empty() {
+        return Ok(true);
+    }
+    let reach = bitmap.reachable_commits(repo, &known)?;
+    Ok(rest.iter().all(|id| reach.has(bitmap, id)))
+}
