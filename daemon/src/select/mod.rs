@@ -24,7 +24,6 @@ mod tags;
 
 pub use by_bitmap::Positions;
 use by_bitmap::select_with_bitmap;
-use tags::include_tags;
 
 #[cfg(feature = "test-hooks")]
 pub use readable::READABLE_SETS_COMPUTED;
@@ -160,6 +159,8 @@ struct Walker<'r> {
     by_commit_time: bool,
     /// The root tree of each commit the walk decoded ([`crate::graph::walk_noting_trees`]).
     commit_trees: gix::hashtable::HashMap<ObjectId, ObjectId>,
+    /// `include-tag`: the refs whose annotated tags are added when their targets are sent.
+    include_tags_of: Option<&'r RefSnapshot>,
 }
 
 /// Commits a selection read for their root tree (not walked, or walked without noting it): in
@@ -223,6 +224,7 @@ impl<'r> Walker<'r> {
             held_by_path: HashMap::new(),
             by_commit_time: false,
             commit_trees: Default::default(),
+            include_tags_of: None,
         }
     }
 
@@ -505,6 +507,9 @@ impl<'r> Walker<'r> {
                 }
             }
         }
+        if let Some(refs) = self.include_tags_of {
+            self.include_tags(refs)?;
+        }
         Ok(self.out)
     }
 }
@@ -571,15 +576,10 @@ pub fn select_by_walking(repo: &gix::Repository, request: &Request<'_>) -> Resul
     walker.filter = request.filter;
     walker.progress = request.progress;
     walker.commit_graph = request.commit_graph;
-    let mut selection = walker.run(request.wants, request.common, request.boundary)?;
-    if request.include_tag {
-        include_tags(repo, request.refs, &mut selection)?;
-    }
-    Ok(selection)
+    walker.include_tags_of = request.include_tag.then_some(request.refs);
+    walker.run(request.wants, request.common, request.boundary)
 }
 
-/// `include-tag`: an annotated tag whose (peeled) object is being sent is sent too, with the tags
-/// it points through.
 /// Everything reachable from `tips` as a selection for a client that has nothing: in walk order
 /// (commits, then trees and blobs as met), with the name hash of each tree's and blob's path —
 /// what a repack writes and searches for deltas. Commits newest first by commit time, as git's

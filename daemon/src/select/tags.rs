@@ -1,11 +1,9 @@
 //! Object selection, include-tag: the annotated tags whose targets a selection sends, added to
 //! it (git's `include-tag`), by walking or by a bitmap's bits.
 
-use std::collections::HashSet;
-
 use gix_hash::ObjectId;
 
-use super::{Selection, Walker};
+use super::Walker;
 use crate::bitmap::PackBitmap;
 use crate::error::ServeError;
 use crate::repo::RefSnapshot;
@@ -31,24 +29,19 @@ pub(super) fn tags_of_selected_by_bitmap(
     Ok(walker.out.objects.into_iter().filter(|id| !selected(id)).collect())
 }
 
-pub(super) fn include_tags(
-    repo: &gix::Repository,
-    refs: &RefSnapshot,
-    selection: &mut Selection,
-) -> Result<(), ServeError> {
-    let sent: HashSet<ObjectId> = selection.objects.iter().copied().collect();
-    let mut walker = Walker::new(repo);
-    walker.seen = sent.iter().copied().collect();
-    for r in refs.refs.iter().filter(|r| r.name.starts_with(b"refs/tags/")) {
-        let Some(peeled) = r.peeled else { continue };
-        if sent.contains(&peeled) {
-            walker.peel_sending_tags(r.id)?;
+impl Walker<'_> {
+    /// `include-tag` for a walk's selection: asked of the walk's own set of what it sends
+    /// (`seen` holds exactly the objects it added), not of copies of it — a clone of a
+    /// 336 000-object repository built two such sets, 36 MB, to find a few tags. Each tag
+    /// added is counted as the walk counts what it adds.
+    pub(super) fn include_tags(&mut self, refs: &RefSnapshot) -> Result<(), ServeError> {
+        for r in refs.refs.iter().filter(|r| r.name.starts_with(b"refs/tags/")) {
+            let Some(peeled) = r.peeled else { continue };
+            // A peeled object is no tag: the tags added on the way do not change the answer.
+            if self.seen.contains(&peeled) {
+                self.peel_sending_tags(r.id)?;
+            }
         }
+        Ok(())
     }
-    selection.tags += walker.out.tags;
-    if !walker.out.objects.is_empty() {
-        selection.whole_pack = None;
-    }
-    selection.objects.extend(walker.out.objects);
-    Ok(())
 }
