@@ -201,16 +201,25 @@ fn entry_sizes(index: &gix_pack::index::File, entries_end: u64, order: Option<Ve
 /// The `.rev` file's pack order, when it is there and sound.
 pub fn read_rev(path: &Path, n: usize, index: &gix_pack::index::File, hash: gix_hash::Kind) -> Option<Vec<u32>> {
     let data = std::fs::read(path).ok()?;
+    let body = rev_table(&data, n, &index.pack_checksum(), hash)?;
+    let order: Vec<u32> = body.chunks_exact(4).map(|c| u32::from_be_bytes(c.try_into().expect("four"))).collect();
+    order.iter().all(|i| (*i as usize) < n).then_some(order)
+}
+
+/// The table of a `.rev` file's bytes (`RIDX`, version 1, hash id, the table, the pack's
+/// checksum, its own) for a pack of `n` objects with the checksum `pack_checksum`; `None` if it
+/// is not one, or not that pack's.
+pub fn rev_table<'a>(
+    data: &'a [u8],
+    n: usize,
+    pack_checksum: &gix_hash::oid,
+    hash: gix_hash::Kind,
+) -> Option<&'a [u8]> {
     if data.get(0..4)? != b"RIDX" || u32::from_be_bytes(data.get(4..8)?.try_into().ok()?) != 1 {
         return None;
     }
-    let body = data.get(12..12 + 4 * n)?;
     let checksum = data.get(12 + 4 * n..12 + 4 * n + hash.len_in_bytes())?;
-    if checksum != index.pack_checksum().as_bytes() {
-        return None;
-    }
-    let order: Vec<u32> = body.chunks_exact(4).map(|c| u32::from_be_bytes(c.try_into().expect("four"))).collect();
-    order.iter().all(|i| (*i as usize) < n).then_some(order)
+    (checksum == pack_checksum.as_bytes()).then(|| &data[12..12 + 4 * n])
 }
 
 /// The `.idx` files of `pack_dir` with a `.pack` beside them, git's temporaries left out, in the

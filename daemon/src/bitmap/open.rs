@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use gix_hash::ObjectId;
 
-use super::tables::{Order, Stored};
+use super::tables::{Order, Stored, map};
 use super::{BitmapError, Bits, Ids, PackBitmap, fanout_table, write};
 
 /// What a `.bitmap` file holds past its header, for `n` objects: the type bitmaps, and where
@@ -18,20 +18,6 @@ struct Parsed {
     types: [Bits; 4],
     entries: Vec<(usize, usize)>,
     by_commit: HashMap<ObjectId, usize>,
-}
-
-/// The file at `path` mapped; `Ok(None)` if there is none.
-fn map(path: &Path) -> Result<Option<memmap2::Mmap>, BitmapError> {
-    let file = match std::fs::File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(BitmapError::Io { path: path.to_owned(), source }),
-    };
-    // SAFETY: git writes a bitmap once, under a temporary name, and renames it into place; a
-    // private read-only map sees the bytes it was opened on.
-    unsafe { memmap2::MmapOptions::new().map_copy_read_only(&file) }
-        .map(Some)
-        .map_err(|source| BitmapError::Io { path: path.to_owned(), source })
 }
 
 /// Check and parse the bitmap `data` read from `path`: its trailing checksum, magic, version,
@@ -137,7 +123,7 @@ impl PackBitmap {
             .map_err(|e| BitmapError::Index { path: idx.to_owned(), message: e.to_string() })?;
         let n = index.num_objects() as usize;
         let parsed = parse(&path, &data, hash, n, &index.pack_checksum(), |i| index.oid_at_index(i).to_owned())?;
-        let order = match Order::map_rev(&idx.with_extension("rev"), n, &index.pack_checksum()) {
+        let order = match Order::map_rev(&idx.with_extension("rev"), n, &index.pack_checksum(), hash) {
             Some(order) => order,
             None => Order::Owned(write::pack_order(&index)),
         };

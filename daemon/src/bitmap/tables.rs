@@ -6,9 +6,24 @@
 //! per repository, and what it maps is page cache, shared with git and charged to no request.
 
 use std::collections::VecDeque;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use super::Bits;
+use super::{BitmapError, Bits};
+
+/// The file at `path` mapped (a `.bitmap`, a `.rev`); `Ok(None)` if there is none.
+pub(super) fn map(path: &Path) -> Result<Option<memmap2::Mmap>, BitmapError> {
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(BitmapError::Io { path: path.to_owned(), source }),
+    };
+    // SAFETY: git writes these files once, under a temporary name, and renames them into place;
+    // a private read-only map sees the bytes it was opened on.
+    unsafe { memmap2::MmapOptions::new().map_copy_read_only(&file) }
+        .map(Some)
+        .map_err(|source| BitmapError::Io { path: path.to_owned(), source })
+}
 
 /// Pack position → index position.
 pub(super) enum Order {
@@ -22,18 +37,12 @@ pub(super) enum Order {
 
 impl Order {
     /// The table of the `.rev` file at `path` for a pack of `n` objects whose checksum is
-    /// `pack_checksum`; `None` if there is none, or it is not that pack's.
-    pub(super) fn map_rev(path: &std::path::Path, n: usize, pack_checksum: &gix_hash::oid) -> Option<Order> {
-        let file = std::fs::File::open(path).ok()?;
-        // SAFETY: git writes a `.rev` once, under a temporary name, and renames it; a private
-        // read-only map sees the bytes it was opened on.
-        let map = unsafe { memmap2::MmapOptions::new().map_copy_read_only(&file) }.ok()?;
-        let hash_len = pack_checksum.as_bytes().len();
-        let version = map.get(4..8).map(|v| u32::from_be_bytes(v.try_into().expect("four bytes")));
-        if map.get(0..4)? != b"RIDX" || version != Some(1) {
-            return None;
-        }
-        (map.get(12 + 4 * n..12 + 4 * n + hash_len)? == pack_checksum.as_bytes()).then_some(Order::Rev(map))
+    /// `pack_checksum`; `None` if there is none, or it is not that pack's
+    /// ([`crate::packs::rev_table`]).
+    pub(super) fn map_rev(path: &Path, n: usize, pack_checksum: &gix_hash::oid, hash: gix_hash::Kind) -> Option<Order> {
+        let map = map(path).ok()??;
+        crate::packs::rev_table(&map, n, pack_checksum, hash)?;
+        Some(Order::Rev(map))
     }
 
     /// The `RIDX` chunk at `start..start + 4 * n` of a multi-pack-index's bytes.
