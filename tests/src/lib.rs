@@ -36,6 +36,25 @@ pub fn git_command(dir: &Path) -> Command {
     cmd
 }
 
+/// The access log at `log`, a JSON record a line (none if there is no log yet).
+pub fn access_log_records(log: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// `GIT_SSH_COMMAND` for stock git that offers only `key` and trusts only the hosts in
+/// `known_hosts` (no user or system ssh configuration, never a prompt).
+pub fn ssh_command(key: &Path, known_hosts: &Path) -> String {
+    format!(
+        "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile={} -o GlobalKnownHostsFile=/dev/null",
+        key.display(),
+        known_hosts.display()
+    )
+}
+
 /// Standard output of a git command, trimmed.
 pub fn git_out(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(git(dir, args).stdout).expect("utf8").trim().to_owned()

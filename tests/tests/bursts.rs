@@ -23,15 +23,6 @@ fn incompressible(base: &Path, name: &str, mib: usize) -> PathBuf {
     repo
 }
 
-/// The access log's records, parsed.
-fn records(log: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect()
-}
-
 /// A v2 fetch of `want` as one raw HTTP request, sent on a connection whose receive buffer is
 /// the kernel's default: the response is then read by the caller at its own pace.
 fn fetch_request(addr: std::net::SocketAddr, repo: &str, want: &str) -> std::net::TcpStream {
@@ -129,7 +120,7 @@ fn slow_readers_hold_no_slot_so_clones_beside_them_never_wait_and_the_slow_ones_
         waited_before,
         "no clone beside the slow readers found every slot taken"
     );
-    let records = records(&log);
+    let records = gixd_tests::access_log_records(&log);
     let clones: Vec<&serde_json::Value> =
         records.iter().filter(|r| r["repository"] == "fast.git" && r["service"] == "git-upload-pack").collect();
     assert!(clones.len() >= 6, "each clone's ls-refs and fetch: {clones:?}");
@@ -224,7 +215,7 @@ fn a_burst_of_eight_clones_per_cpu_at_default_settings_is_served_over_http_and_g
     assert_eq!(metric(&m, "gixd_pack_generations_total", &[]), (3 * n) as f64, "each clone generated its pack");
     let most = metric(&m, "gixd_transfers_in_flight_max", &[]);
     assert!(most >= 1.0 && most <= slots as f64, "{most} transfers held a slot at once; there are {slots} slots");
-    let busy = records(&log).into_iter().filter(|r| r["status"] == "busy").count();
+    let busy = gixd_tests::access_log_records(&log).into_iter().filter(|r| r["status"] == "busy").count();
     assert_eq!(busy, 0, "no request was refused busy");
     assert_eq!(metric(&m, "gixd_transfers_queued", &[]), 0.0, "nothing is left queued");
 }

@@ -95,11 +95,7 @@ impl Fixture {
 
     /// `git clone --bare` of `repo` over `transport` into `dest`, as a process of its own group.
     fn clone(&self, transport: &str, repo: &str, dest: &Path) -> std::process::Child {
-        let ssh = format!(
-            "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile={} -o GlobalKnownHostsFile=/dev/null",
-            self.key.display(),
-            self.known_hosts.display()
-        );
+        let ssh = gixd_tests::ssh_command(&self.key, &self.known_hosts);
         let url = self.url(transport, repo);
         let mut cmd = git_command(self.tmp.path());
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
@@ -116,11 +112,7 @@ impl Fixture {
     }
 
     fn records(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        gixd_tests::access_log_records(&self.log)
     }
 
     /// The access log's record of the pack `repo` was sent (its `git-upload-pack` request that

@@ -72,11 +72,7 @@ impl Fixture {
 
     /// Stock git with `key` as its SSH identity and only the test's known_hosts.
     fn git(&self, dir: &Path, key: &Path, args: &[&str]) -> Output {
-        let ssh = format!(
-            "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile={} -o GlobalKnownHostsFile=/dev/null",
-            key.display(),
-            self.known_hosts.display()
-        );
+        let ssh = gixd_tests::ssh_command(key, &self.known_hosts);
         gixd_tests::git_command(dir)
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_SSH_COMMAND", ssh)
@@ -91,11 +87,7 @@ impl Fixture {
     }
 
     fn records(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        gixd_tests::access_log_records(&self.log)
     }
 }
 
