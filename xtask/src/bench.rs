@@ -66,6 +66,36 @@ pub(crate) fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8(out.stdout)?.trim().to_owned())
 }
 
+/// A self-signed certificate for 127.0.0.1 and its key (`cert.pem`, `key.pem` in `dir`), made by
+/// `openssl`, for the HTTPS arms.
+pub(crate) fn self_signed_cert(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    output(
+        Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+            .args(["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert),
+    )?;
+    Ok((cert, key))
+}
+
+/// A new Ed25519 key pair `dir/name` (and `.pub`), no passphrase.
+pub(crate) fn ssh_key(dir: &Path, name: &str) -> Result<PathBuf> {
+    let key = dir.join(name);
+    bench_support::sshd::keygen(&key, "ed25519", &[])?;
+    Ok(key)
+}
+
+/// `GIT_SSH_COMMAND` for a bench client: only `key`, any loopback host key, no prompt.
+pub(crate) fn ssh_command(key: &Path) -> String {
+    format!(
+        "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
+        key.display()
+    )
+}
+
 /// What every benchmark records about the run: commit, date, CPUs, load at start, git.
 /// `extra` adds the benchmark's own fields; `loadavg_end` is added by [`finish`].
 pub(crate) fn conditions(root: &Path, extra: serde_json::Value) -> Result<serde_json::Value> {

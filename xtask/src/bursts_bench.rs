@@ -442,20 +442,8 @@ fn secure_servers(
     scratch: &Path,
     metrics: u16,
 ) -> Result<(Vec<Server>, Vec<Arm>, Described)> {
-    let (cert, key) = (scratch.join("cert.pem"), scratch.join("key.pem"));
-    crate::bench::output(
-        Command::new("openssl")
-            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
-            .args(["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert),
-    )?;
-    let keygen = |name: &str| -> Result<PathBuf> {
-        let key = scratch.join(name);
-        crate::bench::output(Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-f"]).arg(&key))?;
-        Ok(key)
-    };
+    let (cert, key) = crate::bench::self_signed_cert(scratch)?;
+    let keygen = |name: &str| crate::bench::ssh_key(scratch, name);
     let (client_key, host_key) = (keygen("client_key")?, keygen("ssh_host_ed25519_key")?);
     let tokens = scratch.join("tokens.toml");
     crate::bench::output(
@@ -516,13 +504,7 @@ fn secure_servers(
     sshd.version = String::from_utf8_lossy(&version.stderr).trim().to_owned();
 
     let tls = vec![("GIT_SSL_CAINFO".to_owned(), cert.display().to_string())];
-    let ssh_env = vec![(
-        "GIT_SSH_COMMAND".to_owned(),
-        format!(
-            "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
-            client_key.display()
-        ),
-    )];
+    let ssh_env = vec![("GIT_SSH_COMMAND".to_owned(), crate::bench::ssh_command(&client_key))];
     let arms = vec![
         Arm { name: "gixd https", server: 0, url: format!("https://127.0.0.1:{https}/{{repo}}"), env: tls.clone() },
         Arm { name: "gixd ssh", server: 0, url: format!("ssh://bench@127.0.0.1:{ssh}/{{repo}}"), env: ssh_env.clone() },

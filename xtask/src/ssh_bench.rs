@@ -54,11 +54,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
 
     // Two client keys: one for git behind sshd (a plain authorized_keys line), one that gixd knows
     // (its in-process server, and `gixd keys` forcing `gixd shell` behind sshd).
-    let keygen = |name: &str| -> Result<PathBuf> {
-        let key = scratch.0.join(name);
-        crate::bench::output(Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-f"]).arg(&key))?;
-        Ok(key)
-    };
+    let keygen = |name: &str| crate::bench::ssh_key(&scratch.0, name);
     let (git_key, gixd_key, host_key) = (keygen("git_key")?, keygen("gixd_key")?, keygen("ssh_host_ed25519_key")?);
     let tokens = scratch.0.join("tokens.toml");
     let token = crate::bench::output(
@@ -117,17 +113,14 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
     let version = Command::new("ssh").arg("-V").output()?;
     sshd.version = String::from_utf8_lossy(&version.stderr).trim().to_owned();
 
-    let ssh_command = |key: &Path| {
-        format!(
-            "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
-            key.display()
-        )
-    };
     // The cipher OpenSSH's client settles on with each server.
     let cipher = |port: u16, key: &Path, user: &str| -> String {
         let out = Command::new("sh")
             .arg("-c")
-            .arg(format!("{} -v -p {port} {user}@127.0.0.1 git-upload-pack /nonexistent </dev/null", ssh_command(key)))
+            .arg(format!(
+                "{} -v -p {port} {user}@127.0.0.1 git-upload-pack /nonexistent </dev/null",
+                crate::bench::ssh_command(key)
+            ))
             .output();
         out.ok()
             .and_then(|o| {
@@ -184,7 +177,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
                 };
                 let with_key = |cmd: &mut Command| {
                     if let Some(key) = key {
-                        cmd.env("GIT_SSH_COMMAND", ssh_command(key));
+                        cmd.env("GIT_SSH_COMMAND", crate::bench::ssh_command(key));
                     }
                 };
                 // One git operation: the server's CPU and the wall time it took.

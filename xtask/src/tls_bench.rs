@@ -26,15 +26,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
     let scratch = crate::tree::Scratch::new("bench-tls")?;
     let base = root.join("target/bench-tls");
     std::fs::create_dir_all(&base)?;
-    let (cert, key) = (scratch.0.join("cert.pem"), scratch.0.join("key.pem"));
-    crate::bench::output(
-        Command::new("openssl")
-            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
-            .args(["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert),
-    )?;
+    let (cert, key) = crate::bench::self_signed_cert(&scratch.0)?;
     let served = crate::bursts_bench::repacked_copies(&repos, &base)?;
 
     let (http, https) = (crate::bench::free_port()?, crate::bench::free_port()?);
