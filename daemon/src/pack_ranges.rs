@@ -84,17 +84,22 @@ impl std::fmt::Debug for Range {
 impl Range {
     /// The range `bytes` are, when they lie wholly in a registered map (one still alive).
     pub fn of(bytes: &[u8]) -> Option<Range> {
-        if bytes.is_empty() {
+        Range::at(bytes.as_ptr() as usize, bytes.len())
+    }
+
+    /// The range of `len` bytes at address `at`, when they lie wholly in a registered map still
+    /// alive (the address alone: the bytes may be gone, in which case this is `None`).
+    pub fn at(at: usize, len: usize) -> Option<Range> {
+        if len == 0 {
             return None;
         }
-        let at = bytes.as_ptr() as usize;
         let registered = REGISTERED.read().expect("not poisoned");
-        let (start, (len, mapped)) = registered.range(..=at).next_back()?;
-        if at + bytes.len() > start + len {
+        let (start, (map_len, mapped)) = registered.range(..=at).next_back()?;
+        if at + len > start + map_len {
             return None;
         }
         let mapped = mapped.upgrade()?;
-        Some(Range { mapped, start: at - start, len: bytes.len() })
+        Some(Range { mapped, start: at - start, len })
     }
 
     /// The range `bytes` are, when they are one worth keeping as a range rather than copying:

@@ -16,7 +16,7 @@ use gix_pack::data::entry::Location;
 /// does not take them from under a request) and each entry's size, by index position.
 struct PackFile {
     index: gix_pack::index::File,
-    data: gix_pack::data::File,
+    data: crate::pack_ranges::PackData,
     sizes: Vec<u64>,
 }
 
@@ -56,7 +56,7 @@ impl Packs {
         for (idx, _) in listed {
             let error = |e: &dyn std::fmt::Display| PackError { path: idx.clone(), message: e.to_string() };
             let opened = gix_pack::index::File::at(idx, hash).map_err(|e| error(&e)).and_then(|index| {
-                Ok((index, gix_pack::data::File::at(idx.with_extension("pack"), hash).map_err(|e| error(&e))?))
+                Ok((index, crate::pack_ranges::open_data(&idx.with_extension("pack"), hash).map_err(|e| error(&e))?))
             });
             let (index, data) = match opened {
                 Ok(opened) => opened,
@@ -158,7 +158,10 @@ impl Packs {
 /// Let the resident pages of `pack`'s map within `range` go (the whole pages in it, and the one
 /// it ends in): they stay in the page cache, and a later read faults them back in. What a pass
 /// over a pack has read no longer counts in the process's resident set.
-pub fn let_resident_pages_go(pack: &gix_pack::data::File, range: std::ops::Range<u64>) {
+pub fn let_resident_pages_go<T: std::ops::Deref<Target = [u8]>>(
+    pack: &gix_pack::data::File<T>,
+    range: std::ops::Range<u64>,
+) {
     #[cfg(target_os = "linux")]
     if let Some(map) = pack.entry_slice(0..pack.data_len() as u64) {
         const PAGE: usize = 4096;
@@ -299,6 +302,32 @@ fn listing_state(listed: &[(PathBuf, std::fs::Metadata)]) -> u64 {
 pub struct Locating {
     pub odb: gix::odb::Handle,
     pub packs: Option<Arc<Packs>>,
+    /// Where each entry copied out of `packs` came from, for a writer that sends the stored
+    /// bytes instead of the copy ([`Copies`]).
+    pub copies: Option<Arc<Copies>>,
+}
+
+/// Where the entries a [`Locating`] copied out of the pack maps lie in them, by the address of
+/// each copy: gix-pack cuts the stored header off the front of the copy and keeps its
+/// allocation, so a writer holding gix-pack's entry finds the stored entry (header and data) by
+/// the address of the entry's data, and sends it as a range of the pack file
+/// ([`crate::pack_ranges`]) instead of the copy. A hint only, forgotten when taken: an address
+/// is reused once a copy is freed, so the taker compares the stored bytes with the copy's.
+#[derive(Default)]
+pub struct Copies(std::sync::Mutex<std::collections::HashMap<usize, (usize, usize)>>);
+
+impl Copies {
+    fn note(&self, copy: &[u8], stored: &[u8]) {
+        self.0.lock().expect("not poisoned").insert(copy.as_ptr() as usize, (stored.as_ptr() as usize, stored.len()));
+    }
+
+    /// The stored entry (header and data, in the map of its pack) that `data`, an entry's data
+    /// from gix-pack, was last noted as copied from — if its map is still registered. Not yet
+    /// compared with `data`.
+    pub fn take(&self, data: &[u8]) -> Option<crate::pack_ranges::Range> {
+        let (at, len) = self.0.lock().expect("not poisoned").remove(&(data.as_ptr() as usize))?;
+        crate::pack_ranges::Range::at(at, len)
+    }
 }
 
 impl gix_pack::Find for Locating {
@@ -364,7 +393,11 @@ impl gix_pack::Find for Locating {
         let file = packs.files.get(location.pack_id as usize)?;
         let data = file.data.entry_slice(location.entry_range(location.pack_offset))?;
         packs.copied(data.len());
-        Some(gix_pack::find::Entry { data: data.to_owned(), version: file.data.version() })
+        let copy = data.to_owned();
+        if let Some(copies) = &self.copies {
+            copies.note(&copy, data);
+        }
+        Some(gix_pack::find::Entry { data: copy, version: file.data.version() })
     }
 }
 
@@ -508,7 +541,7 @@ pub(crate) mod tests {
         assert_eq!(packs.files.len(), 3);
         let mut odb = repo.objects.clone().into_inner();
         odb.prevent_pack_unload();
-        let ours = Locating { odb: odb.clone(), packs: Some(Arc::new(packs)) };
+        let ours = Locating { odb: odb.clone(), packs: Some(Arc::new(packs)), copies: None };
         let ids = git(dir.path(), &["cat-file", "--batch-all-objects", "--batch-check=%(objectname)"], None);
         // What the third pack holds a second copy of.
         let copied = git(dir.path(), &["rev-list", "--objects", "HEAD~3"], None);

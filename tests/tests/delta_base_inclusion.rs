@@ -256,7 +256,11 @@ fn a_delta_whose_base_goes_out_from_another_pack_names_it_by_id_instead_of_being
     let packs = gixd::packs::Packs::open(&repo.join(".git/objects/pack"), gix_hash::Kind::Sha1).unwrap();
     let mut odb = gix_odb::at(repo.join(".git/objects"), gix_hash::Kind::Sha1).unwrap();
     odb.prevent_pack_unload();
-    let located = gixd::packs::Locating { odb: gix::odb::Handle::from(odb), packs: Some(std::sync::Arc::new(packs)) };
+    let located = gixd::packs::Locating {
+        odb: gix::odb::Handle::from(odb),
+        packs: Some(std::sync::Arc::new(packs)),
+        copies: None,
+    };
     let (num_entries, mut chunks) = output::entry::iter_from_counts_with_delta_bases(
         counts,
         located,
@@ -341,7 +345,11 @@ fn a_delta_on_a_base_another_delta_names_by_id_is_re_deflated_when_its_chain_wou
     assert_eq!(delta_packs[1], delta_packs[2], "precondition: y and z come from the same pack");
     let mut odb = gix_odb::at(repo.join(".git/objects"), gix_hash::Kind::Sha1).unwrap();
     odb.prevent_pack_unload();
-    let located = gixd::packs::Locating { odb: gix::odb::Handle::from(odb), packs: Some(std::sync::Arc::new(packs)) };
+    let located = gixd::packs::Locating {
+        odb: gix::odb::Handle::from(odb),
+        packs: Some(std::sync::Arc::new(packs)),
+        copies: None,
+    };
     // z before y: the base decision for "x in pack B" is made for z first.
     let counts: Vec<output::Count> = [x, z, y]
         .into_iter()

@@ -31,6 +31,9 @@ struct Fixture {
 
 const TRANSPORTS: [&str; 4] = ["http", "git", "https", "ssh"];
 
+/// Files of 1000 random bytes beside the big one: 3 MB of entries each under a range's minimum.
+const SMALL_FILES: usize = 3000;
+
 impl Fixture {
     fn new() -> Fixture {
         let tmp = tempfile::tempdir().unwrap();
@@ -41,6 +44,10 @@ impl Fixture {
         let mut rng = corpus::Lcg(59);
         commit_files(&work, &[("small.txt", b"a small file\n")], "first");
         commit_files(&work, &[("big.bin", &rng.bytes(PACK_MIB << 20))], "big");
+        // Entries far smaller than a range is worth alone: a run of them goes out as one range.
+        let small: Vec<(String, Vec<u8>)> = (0..SMALL_FILES).map(|i| (format!("s/{i}.bin"), rng.bytes(1000))).collect();
+        let small: Vec<(&str, &[u8])> = small.iter().map(|(p, b)| (p.as_str(), b.as_slice())).collect();
+        commit_files(&work, &small, "small files");
         git(tmp.path(), &["clone", "-q", "--bare", "work", "origin.git"]);
         // One pack and its bitmap, as `git gc` leaves a bare repository.
         git(&origin, &["repack", "-adbq"]);
@@ -76,11 +83,16 @@ impl Fixture {
         Fixture { ca_pem: ca.ca_pem, tmp, server, origin, base, key, known_hosts, log }
     }
 
-    /// A copy of the origin served as `<name>.git`.
-    fn served_copy(&self, name: &str) -> PathBuf {
+    /// A copy of the origin served as `<name>.git`, its bitmap kept or not (a clone by walking).
+    fn served_copy(&self, name: &str, bitmap: bool) -> PathBuf {
         let dest = self.base.join(format!("{name}.git"));
         let out = Command::new("cp").arg("-a").arg(&self.origin).arg(&dest).output().unwrap();
         assert!(out.status.success());
+        for entry in std::fs::read_dir(dest.join("objects/pack")).unwrap().flatten() {
+            if !bitmap && entry.path().extension().is_some_and(|x| x == "bitmap") {
+                std::fs::remove_file(entry.path()).unwrap();
+            }
+        }
         dest
     }
 
@@ -145,19 +157,24 @@ fn finished(child: std::process::Child, what: &str) {
     assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// A bitmapped clone on every transport spills no more than the bytes gixd generated itself
-/// (the response less the pack file's ranges) and 1 MiB, while nearly the whole pack went out
-/// as ranges of the file. Red with every slice copied into the transfer buffers (ranges never
-/// recognised): each clone spilled the whole 24 MiB pack.
+/// A clone on every transport, bitmapped (the pack file sent as it is) or walked (gix-pack's
+/// entries, sent as the stored bytes they were copied from), spills no more than the bytes gixd
+/// generated itself (the response less the pack file's ranges) and 1 MiB, while nearly the whole
+/// pack went out as ranges of the file. Red with every slice copied into the transfer buffers
+/// (ranges never recognised): each clone spilled the whole 27 MiB pack; red for the walked clone
+/// while its entries went out as gix-pack's copies (27 MiB spilled), and while each entry went
+/// out as a range of its own (the 3 000 small ones, 3 MB, copied).
 #[test]
-fn a_verbatim_clone_spills_only_what_it_generated_on_every_transport() {
+fn a_clone_spills_only_what_it_generated_with_a_bitmap_or_without_on_every_transport() {
     let f = Fixture::new();
     let pack = f.pack_size();
-    for transport in TRANSPORTS {
-        let repo = format!("spill-{transport}");
-        f.served_copy(&repo);
+    for (transport, bitmap) in TRANSPORTS.into_iter().flat_map(|t| [(t, true), (t, false)]) {
+        let transport_and_way = format!("{transport}, {}", if bitmap { "bitmapped" } else { "walked" });
+        let transport = transport_and_way.as_str();
+        let repo = format!("spill-{}", transport.replace(", ", "-"));
+        f.served_copy(&repo, bitmap);
         let dest = f.tmp.path().join(format!("{repo}-clone.git"));
-        finished(f.clone(transport, &repo, &dest), transport);
+        finished(f.clone(transport.split(',').next().unwrap(), &repo, &dest), transport);
         assert_eq!(all_objects(&dest), all_objects(&f.origin), "{transport}: the clone holds every object");
         let record = f.pack_record(&repo).unwrap_or_else(|| panic!("{transport}: no record of the pack"));
         let field = |name: &str| record[name].as_u64().unwrap_or_else(|| panic!("{transport}: {name} in {record}"));
@@ -173,16 +190,17 @@ fn a_verbatim_clone_spills_only_what_it_generated_on_every_transport() {
 }
 
 /// A clone whose pack files are deleted (as a repack deletes them) after its pack was chosen and
-/// before most of it was sent completes with every object, on every transport: its ranges hold
+/// before most of it was sent completes with every object, on every transport, bitmapped or
+/// walked (gix-pack reading the packs still when the files go): its ranges hold
 /// the map and the descriptor taken with them, nothing is opened again by path. The client is
 /// stopped once gixd has chosen the ranges, and the files are deleted while the access log
 /// still has no record of the response (it is not sent yet).
 #[test]
-fn a_pack_deleted_mid_send_does_not_break_the_clone_on_any_transport() {
+fn a_pack_deleted_mid_send_does_not_break_the_clone_with_a_bitmap_or_without_on_any_transport() {
     let f = Fixture::new();
-    for transport in TRANSPORTS {
-        let repo = format!("deleted-{transport}");
-        let served = f.served_copy(&repo);
+    for (transport, bitmap) in TRANSPORTS.into_iter().flat_map(|t| [(t, true), (t, false)]) {
+        let repo = format!("deleted-{transport}-{}", if bitmap { "bitmapped" } else { "walked" });
+        let served = f.served_copy(&repo, bitmap);
         let dest = f.tmp.path().join(format!("{repo}-clone.git"));
         let before = f.ranged_total();
         let child = f.clone(transport, &repo, &dest);

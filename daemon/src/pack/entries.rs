@@ -21,6 +21,7 @@ pub(crate) fn gix_entries<I: Iterator<Item = ObjectId>, D: FnMut(&gix_hash::oid)
     allow_thin_pack: bool,
     compression: gix::zlib::Compression,
     packs: Option<std::sync::Arc<crate::packs::Packs>>,
+    copies: Option<std::sync::Arc<crate::packs::Copies>>,
     decide: D,
 ) -> Result<
     (
@@ -50,7 +51,7 @@ pub(crate) fn gix_entries<I: Iterator<Item = ObjectId>, D: FnMut(&gix_hash::oid)
     let progress = Box::new(gix_utils::progress::Discard);
     output::entry::iter_from_counts_with_delta_bases(
         counts,
-        crate::packs::Locating { odb, packs },
+        crate::packs::Locating { odb, packs, copies },
         progress,
         options,
         Some(decide),
@@ -70,9 +71,11 @@ pub(super) fn write_through_gix_pack<W: Write>(
     earlier: Earlier<'_>,
     mut count: impl FnMut(&output::Entry),
 ) -> Result<(), ServeError> {
-    let (_, chunks) = gix_entries(repo, ids, true, gix::zlib::Compression::DEFAULT, packs, decide)?;
+    let copies = std::sync::Arc::new(crate::packs::Copies::default());
+    let (_, chunks) =
+        gix_entries(repo, ids, true, gix::zlib::Compression::DEFAULT, packs, Some(copies.clone()), decide)?;
     let mut out =
-        BaseFirst { earlier, at_by_id: Default::default(), at: Vec::new(), ids: Vec::new(), head: Vec::new() };
+        BaseFirst { earlier, at_by_id: Default::default(), at: Vec::new(), ids: Vec::new(), head: Vec::new(), copies };
     // Entries are held (up to a budget) so that a delta goes after its base: gix-pack gives them
     // in stored order, and a thin pack completed by `index-pack --fix-thin` stores its bases after
     // the deltas naming them, which would have to name them by id.
@@ -118,6 +121,8 @@ struct BaseFirst<'a> {
     at: Vec<u64>,
     ids: Vec<ObjectId>,
     head: Vec<u8>,
+    /// Where gix-pack's entries were copied from, to send those stored bytes instead.
+    copies: std::sync::Arc<crate::packs::Copies>,
 }
 
 impl BaseFirst<'_> {
@@ -148,8 +153,7 @@ impl BaseFirst<'_> {
         };
         self.head.clear();
         header.write_to(entry.decompressed_size as u64, &mut self.head)?;
-        answer.emit(&self.head)?;
-        answer.emit(&entry.compressed_data)?;
+        answer.emit_entry(&self.head, &entry.compressed_data, self.copies.take(&entry.compressed_data))?;
         self.at_by_id.insert(entry.id, here);
         self.at[index] = here;
         Ok(())

@@ -173,8 +173,18 @@ fn write_noting<W: Sink>(
     // stays whole ([`deflate_stored`]).
     let compression = if search.enabled { gix::zlib::Compression::NONE } else { gix::zlib::Compression::DEFAULT };
     let packs = (options.packs)();
-    let (num_entries, mut chunks) =
-        gix_entries(repo, selection.objects.iter().copied(), options.thin_pack, compression, packs.clone(), decide)?;
+    // Entries sent as gix-pack gives them are sent as their stored bytes where it copied them
+    // (a run of them one range of the pack file); the search's are rewritten, and held.
+    let copies = (!search.enabled).then(|| std::sync::Arc::new(crate::packs::Copies::default()));
+    let (num_entries, mut chunks) = gix_entries(
+        repo,
+        selection.objects.iter().copied(),
+        options.thin_pack,
+        compression,
+        packs.clone(),
+        copies.clone(),
+        decide,
+    )?;
     let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::too_many_objects())?;
 
     // Without ofs-delta, a delta refers to its base by id; keep the ids written so far for that.
@@ -182,7 +192,7 @@ fn write_noting<W: Sink>(
     let mut missing = None;
     let mut answer = Hashed::new(out, repo.object_hash());
     answer.emit(&gix_pack::data::header::encode(gix_pack::data::Version::V2, num_entries_u32))?;
-    let mut written = EntryOffsets { index: note_index.then(Vec::new), ..EntryOffsets::default() };
+    let mut written = EntryOffsets { index: note_index.then(Vec::new), copies, ..EntryOffsets::default() };
     // git's counting is its look-up of each object's stored entry, as gix-pack's here.
     let mut counting = Some(Phase::new("Counting objects", num_entries, options.progress_every));
     if search.enabled {

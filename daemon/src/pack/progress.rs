@@ -48,7 +48,7 @@ impl Phase {
     pub(super) fn advance<W: Sink>(&mut self, by: usize, out: &mut Hashed<'_, W>) -> Result<(), ServeError> {
         self.done += by;
         if self.pace.due() {
-            out.out.progress(&self.line("\r")).map_err(gone)?;
+            out.progress(&self.line("\r"))?;
         }
         Ok(())
     }
@@ -61,7 +61,7 @@ impl Phase {
 
     pub(super) fn finish<W: Sink>(mut self, out: &mut Hashed<'_, W>) -> Result<(), ServeError> {
         self.done = self.total;
-        out.out.progress(&self.line(", done.\n")).map_err(gone)
+        out.progress(&self.line(", done.\n"))
     }
 }
 

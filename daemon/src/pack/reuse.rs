@@ -79,6 +79,8 @@ pub(super) struct EntryOffsets {
     pub(super) head: Vec<u8>,
     /// Every entry written, as the pack's index holds it ([`super::write_indexed`]).
     pub(super) index: Option<Vec<super::IndexEntry>>,
+    /// Where gix-pack's entries were copied from, to send those stored bytes instead.
+    pub(super) copies: Option<std::sync::Arc<crate::packs::Copies>>,
 }
 
 impl EntryOffsets {
@@ -113,7 +115,7 @@ impl EntryOffsets {
                         output::entry::Kind::DeltaOid { id: entries[base].id }
                     };
                 }
-                let here = write_entry(&mut self.head, &entry, answer, |index| at[index])?;
+                let here = write_entry(&mut self.head, &entry, answer, |index| at[index], None)?;
                 at[i] = here;
                 self.offsets.push(here);
                 self.note(&entry, here);
@@ -141,7 +143,8 @@ impl EntryOffsets {
             return Ok(());
         }
         let offsets = &self.offsets;
-        let here = write_entry(&mut self.head, entry, answer, |index| offsets[index])?;
+        let stored = self.copies.as_ref().and_then(|copies| copies.take(&entry.compressed_data));
+        let here = write_entry(&mut self.head, entry, answer, |index| offsets[index], stored)?;
         self.offsets.push(here);
         self.note(entry, here);
         Ok(())
@@ -159,20 +162,21 @@ impl EntryOffsets {
 }
 
 /// Write `entry`'s header (through the scratch `head`) and compressed data at the end of
-/// `answer`; `at` says where an earlier entry, by index, starts (an ofs-delta's base). Returns
-/// where this one starts.
+/// `answer`; `at` says where an earlier entry, by index, starts (an ofs-delta's base); `stored`
+/// where a pack file stores the entry, when it was copied from there ([`Hashed::emit_entry`]).
+/// Returns where this one starts.
 pub(super) fn write_entry<W: Write>(
     head: &mut Vec<u8>,
     entry: &output::Entry,
     answer: &mut Hashed<'_, W>,
     at: impl Fn(usize) -> u64,
+    stored: Option<crate::pack_ranges::Range>,
 ) -> Result<u64, ServeError> {
     let here = answer.written;
     let header = entry.to_entry_header(gix_pack::data::Version::V2, |index| here - at(index));
     head.clear();
     header.write_to(entry.decompressed_size as u64, head)?;
-    answer.emit(head)?;
-    answer.emit(&entry.compressed_data)?;
+    answer.emit_entry(head, &entry.compressed_data, stored)?;
     Ok(here)
 }
 
