@@ -3,6 +3,8 @@
 //! result) in a delta cache that asks for them (`keep_chain_bases`, as a cache capped by bytes
 //! does), as git's delta base cache keeps them, so that the next object of the same chain costs
 //! its own delta rather than the whole chain again. A cache that does not ask gets what it got.
+//! A cache of bases only (`keep_asked_for` false, as git's delta base cache is) gets the chain
+//! but not the object asked for.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -20,6 +22,8 @@ struct Keeping {
     entries: HashMap<u64, (Vec<u8>, gix::object::Kind, usize)>,
     hits: usize,
     chain_bases: bool,
+    /// What it answers to `keep_asked_for` (the default, `true`, where `None`).
+    asked_for: Option<bool>,
 }
 
 impl DecodeEntry for Keeping {
@@ -35,6 +39,9 @@ impl DecodeEntry for Keeping {
     }
     fn keep_chain_bases(&self) -> bool {
         self.chain_bases
+    }
+    fn keep_asked_for(&self) -> bool {
+        self.asked_for.unwrap_or(true)
     }
 }
 
@@ -154,4 +161,22 @@ fn a_cache_that_does_not_ask_for_chain_bases_gets_only_the_object_decoded() {
 fn the_cache_capped_by_bytes_asks_for_chain_bases_and_the_list_of_64_does_not() {
     assert!(gix_pack::cache::lru::MemoryCappedHashmap::new(1 << 20).keep_chain_bases());
     assert!(!gix_pack::cache::lru::StaticLinkedList::<64>::default().keep_chain_bases());
+}
+
+#[test]
+fn a_cache_of_bases_only_gets_the_chain_but_not_the_object_asked_for() {
+    let (_tmp, repo, pack_path, layout, chain) = repo_with_a_delta_chain();
+    let pack = gix_pack::data::File::at(&pack_path, gix_hash::Kind::Sha1).unwrap();
+    let mut cache = Keeping { chain_bases: true, asked_for: Some(false), ..Default::default() };
+    let mut out = Vec::new();
+    let data_offset = |id: &str| pack.entry(layout[id].0).unwrap().data_offset;
+    let no_ref_deltas = |_: &gix_hash::oid, _: &mut Vec<u8>| Ok(None);
+    let entry = pack.entry(layout[&chain[0]].0).unwrap();
+    pack.decode_entry(entry, &mut out, &mut gix::zlib::Inflate::default(), &no_ref_deltas, &mut cache).unwrap();
+    assert_eq!(out, git(&repo, &["cat-file", "blob", &chain[0]]).stdout, "decoded as ever");
+    let mut kept: Vec<u64> = cache.entries.keys().copied().collect();
+    kept.sort_unstable();
+    let mut bases: Vec<u64> = chain[1..].iter().map(|id| data_offset(id)).collect();
+    bases.sort_unstable();
+    assert_eq!(kept, bases, "every base of the chain, and not {} (asked for)", chain[0]);
 }

@@ -126,6 +126,13 @@ impl gix_pack::cache::DecodeEntry for SharedBudgetCache {
     fn keep_chain_bases(&self) -> bool {
         self.cache.keep_chain_bases()
     }
+
+    /// Bases only: a walk decodes each tree once, and most are no other's base (the oldest of
+    /// their chains); kept, they evicted the bases (rust-analyzer clone without bitmap: peak
+    /// 168 → 106 MiB, CPU unchanged; git.git's cache is full either way).
+    fn keep_asked_for(&self) -> bool {
+        false
+    }
 }
 
 /// All repositories this server may serve.

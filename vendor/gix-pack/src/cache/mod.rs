@@ -20,6 +20,13 @@ pub trait DecodeEntry {
     fn keep_chain_bases(&self) -> bool {
         false
     }
+    /// Whether decoding a delta [puts](DecodeEntry::put()) the object asked for, too. `false` makes a cache of
+    /// bases only, as git's delta base cache is: with [`keep_chain_bases()`](DecodeEntry::keep_chain_bases()), an
+    /// object is put once another is decoded through it, and an object decoded once that is nobody's base (most
+    /// trees a whole-history walk decodes) does not displace the bases. `true` by default.
+    fn keep_asked_for(&self) -> bool {
+        true
+    }
 }
 
 /// A cache that stores nothing and retrieves nothing, thus it _never_ caches.
@@ -40,6 +47,10 @@ impl<T: DecodeEntry + ?Sized> DecodeEntry for Box<T> {
 
     fn keep_chain_bases(&self) -> bool {
         self.deref().keep_chain_bases()
+    }
+
+    fn keep_asked_for(&self) -> bool {
+        self.deref().keep_asked_for()
     }
 
     fn get(&mut self, pack_id: u32, offset: u64, out: &mut Vec<u8>) -> Option<(Kind, usize)> {

@@ -517,13 +517,15 @@ where
 
         let object_kind = object_kind.expect("a base object as root of any delta chain that we are here to resolve");
         let consumed_input = consumed_input.expect("at least one decompressed delta object");
-        cache.put(
-            self.id,
-            first_entry.data_offset,
-            out.as_slice(),
-            object_kind,
-            consumed_input,
-        );
+        if cache.keep_asked_for() {
+            cache.put(
+                self.id,
+                first_entry.data_offset,
+                out.as_slice(),
+                object_kind,
+                consumed_input,
+            );
+        }
         Ok(Outcome {
             kind: object_kind,
             // technically depending on the cache, the chain size is not correct as it might

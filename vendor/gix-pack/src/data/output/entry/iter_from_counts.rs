@@ -368,6 +368,50 @@ mod bases {
         }
     }
 
+    /// The selected objects by id, each with its index in the counts; built the first time it
+    /// is asked, kept up to date by [`Selected::push`] and [`Selected::pop`] from then on.
+    #[derive(Default)]
+    struct Selected(Option<gix_hashtable::HashMap<ObjectId, usize>>);
+
+    impl Selected {
+        fn by_id(&mut self, counts: &[output::Count]) -> &gix_hashtable::HashMap<ObjectId, usize> {
+            self.0.get_or_insert_with(|| {
+                let mut by_id = gix_hashtable::HashMap::default();
+                by_id.reserve(counts.len() + counts.len() / 8);
+                for (index, count) in counts.iter().enumerate() {
+                    by_id.entry(count.id).or_insert(index);
+                }
+                by_id
+            })
+        }
+
+        fn contains(&mut self, counts: &[output::Count], id: &ObjectId) -> bool {
+            self.by_id(counts).contains_key(id)
+        }
+
+        /// Where the selected `id` is stored, if it was asked for before ([`Self::contains`]).
+        fn location<'c>(&self, counts: &'c [output::Count], id: &ObjectId) -> Option<&'c data::entry::Location> {
+            let index = *self.0.as_ref()?.get(id)?;
+            counts[index].entry_pack_location.as_ref()
+        }
+
+        /// Select `count` (an id not selected yet).
+        fn push(&mut self, counts: &mut Vec<output::Count>, count: output::Count) {
+            self.by_id(counts);
+            if let Some(by_id) = &mut self.0 {
+                by_id.insert(count.id, counts.len());
+            }
+            counts.push(count);
+        }
+
+        /// Take back the last count [`Self::push`] selected.
+        fn pop(&mut self, counts: &mut Vec<output::Count>) {
+            if let (Some(count), Some(by_id)) = (counts.pop(), &mut self.0) {
+                by_id.remove(&count.id);
+            }
+        }
+    }
+
     /// Ask `decide` about every ofs-delta base in the pack of a selected delta that is not itself
     /// selected, appending the bases it includes to `counts` (and then their bases, in turn).
     /// Returns how many were added, the bases to refer to by id, the deltas that must not
@@ -391,9 +435,9 @@ mod bases {
             .collect();
         // An object can sit in two packs (a completed thin pack repeats its bases): one already
         // selected from elsewhere must not be added again, or the pack would hold it twice.
-        let mut selected_ids: gix_hashtable::HashSet<ObjectId> = counts.iter().map(|c| c.id).collect();
-        let mut selected_at: gix_hashtable::HashMap<ObjectId, data::entry::Location> =
-            counts.iter().filter_map(|c| Some((c.id, c.entry_pack_location.as_ref()?.clone()))).collect();
+        // Which ids are selected is asked only about a base outside the selection's locations,
+        // which a clone of one pack never meets: the table is built the first time it is asked.
+        let mut selected = Selected::default();
         let mut decided = LocationSet::default();
         let mut thin = ThinBases::default();
         let mut looping = gix_hashtable::HashSet::default();
@@ -420,8 +464,8 @@ mod bases {
             let base_distance = match entry.header {
                 data::entry::Header::OfsDelta { base_distance } => base_distance,
                 data::entry::Header::RefDelta { base_id } => {
-                    if selected_ids.contains(&base_id) {
-                        if !leads_to(count_id, base_id, &selected_at, &present, &thin, &ref_bases, db, &mut offsets_by_pack)? {
+                    if selected.contains(counts, &base_id) {
+                        if !leads_to(count_id, base_id, (&selected, counts), &present, &thin, &ref_bases, db, &mut offsets_by_pack)? {
                             ref_bases.insert(count_id, base_id);
                         }
                         continue;
@@ -432,15 +476,13 @@ mod bases {
                                 continue;
                             };
                             let key = (location.pack_id, location.pack_offset);
-                            selected_at.insert(base_id, location.clone());
+                            selected.push(counts, output::Count::from_data(base_id, Some(location)));
                             present.insert(key);
-                            if leads_to(count_id, base_id, &selected_at, &present, &thin, &ref_bases, db, &mut offsets_by_pack)? {
-                                selected_at.remove(&base_id);
+                            if leads_to(count_id, base_id, (&selected, counts), &present, &thin, &ref_bases, db, &mut offsets_by_pack)? {
+                                selected.pop(counts);
                                 present.remove(&key);
                                 continue;
                             }
-                            counts.push(output::Count::from_data(base_id, Some(location)));
-                            selected_ids.insert(base_id);
                             included += 1;
                             ref_bases.insert(count_id, base_id);
                         }
@@ -467,8 +509,8 @@ mod bases {
                 // must not lead back either (two packs may hold a pair as deltas of each other
                 // while a third object is a delta of one of them).
                 if let Some(&base_id) = thin.get(&key)
-                    && selected_ids.contains(&base_id)
-                    && leads_to(count_id, base_id, &selected_at, &present, &thin, &ref_bases, db, &mut offsets_by_pack)?
+                    && selected.contains(counts, &base_id)
+                    && leads_to(count_id, base_id, (&selected, counts), &present, &thin, &ref_bases, db, &mut offsets_by_pack)?
                 {
                     looping.insert(count_id);
                 }
@@ -488,13 +530,13 @@ mod bases {
                 continue;
             };
             let base_id = offsets[idx].1;
-            if selected_ids.contains(&base_id) {
+            if selected.contains(counts, &base_id) {
                 // In the pack already, from another location (a completed thin pack repeats its
                 // bases; an object pushed twice sits in two packs): the delta names it by id, a
                 // ref-delta within the pack, instead of being re-deflated — unless the base's own
                 // chain, as this pack holds it, leads back to this object (two packs may hold a
                 // pair as deltas of each other): then it is re-deflated, as before.
-                if !leads_to(count_id, base_id, &selected_at, &present, &thin, &ref_bases, db, &mut offsets_by_pack)? {
+                if !leads_to(count_id, base_id, (&selected, counts), &present, &thin, &ref_bases, db, &mut offsets_by_pack)? {
                     thin.insert(key, base_id);
                 }
                 continue;
@@ -513,22 +555,13 @@ mod bases {
                     };
                     // Added, the base's own chain must not lead back to this delta.
                     let location = data::entry::Location { pack_id, entry_size, pack_offset: base_offset };
-                    selected_at.insert(base_id, location);
+                    selected.push(counts, output::Count::from_data(base_id, Some(location)));
                     present.insert(key);
-                    if leads_to(count_id, base_id, &selected_at, &present, &thin, &ref_bases, db, &mut offsets_by_pack)? {
-                        selected_at.remove(&base_id);
+                    if leads_to(count_id, base_id, (&selected, counts), &present, &thin, &ref_bases, db, &mut offsets_by_pack)? {
+                        selected.pop(counts);
                         present.remove(&key);
                         continue;
                     }
-                    counts.push(output::Count::from_data(
-                        base_id,
-                        Some(data::entry::Location {
-                            pack_id,
-                            entry_size,
-                            pack_offset: base_offset,
-                        }),
-                    ));
-                    selected_ids.insert(base_id);
                     included += 1;
                 }
                 DeltaBase::Thin if allow_thin_pack => {
@@ -547,7 +580,7 @@ mod bases {
     fn leads_to(
         target: ObjectId,
         base: ObjectId,
-        selected_at: &gix_hashtable::HashMap<ObjectId, data::entry::Location>,
+        (selected, counts): (&Selected, &[output::Count]),
         present: &LocationSet,
         thin: &ThinBases,
         ref_bases: &RefBases,
@@ -559,7 +592,7 @@ mod bases {
             if next == target {
                 return Ok(true);
             }
-            let Some(location) = selected_at.get(&next) else { return Ok(false) };
+            let Some(location) = selected.location(counts, &next) else { return Ok(false) };
             let mut header_only = location.clone();
             header_only.entry_size = header_only.entry_size.min(MAX_ENTRY_HEADER_LEN);
             let Some(entry) = db.entry_by_location(&header_only) else { return Ok(false) };
