@@ -14,6 +14,11 @@
 #
 #   bench/life/run.sh SRC OUT [GIXD]     (BACK=2000 PUSHES=40 STEP=50 REPS=3 by default)
 #
+# WRITER=git pushes through stock git instead (`git push` to the directory: git's own
+# receive-pack and index-pack --fix-thin write each push, as a repository migrated to gixd, or
+# pushed into by a second server, has them), with UNPACK_LIMIT as `receive.unpackLimit` when set
+# (1: every push a pack; git's default 100: small pushes stored as loose objects).
+#
 # One line per moment and operation: the bytes of the pack the client received
 # (`GIT_TRACE_PACKFILE`) and the server's CPU — gixd's from its access log (`cpu_ms` of the
 # upload-pack requests: their threads), git's from `perf stat` around upload-pack (it and its
@@ -22,7 +27,7 @@
 # packs are checked by git (a failing fsck fails the run).
 set -eu
 SRC=$1; OUT=$2; GIXD=${3:-target/release/gixd}
-BACK=${BACK:-2000}; PUSHES=${PUSHES:-40}; STEP=${STEP:-50}
+BACK=${BACK:-2000}; PUSHES=${PUSHES:-40}; STEP=${STEP:-50}; WRITER=${WRITER:-gixd}; UNPACK_LIMIT=${UNPACK_LIMIT:-}
 GIXD=$(cd "$(dirname "$GIXD")" && pwd)/$(basename "$GIXD")
 rm -rf "$OUT"; mkdir -p "$OUT/base"; OUT=$(cd "$OUT" && pwd)
 git clone -q --bare --no-local "$SRC" "$OUT/full.git"
@@ -33,6 +38,7 @@ git -C "$OUT/full.git" push -q "$OUT/base/repo.git" "$BASE:refs/heads/main"
 git -C "$OUT/base/repo.git" symbolic-ref HEAD refs/heads/main
 git -C "$OUT/base/repo.git" repack -adbq
 git -C "$OUT/base/repo.git" config uploadpack.allowFilter true
+[ -n "$UNPACK_LIMIT" ] && git -C "$OUT/base/repo.git" config receive.unpackLimit "$UNPACK_LIMIT"
 SECRET=$("$GIXD" token add --user bench --write --token-file "$OUT/tokens.toml" 2>/dev/null)
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$GIXD" serve --base-path "$OUT/base" --export-all --listen "127.0.0.1:$PORT" --token-file "$OUT/tokens.toml" \
@@ -42,10 +48,11 @@ trap 'kill $PID 2>/dev/null || true' EXIT
 sleep 1
 for i in $(seq 1 "$PUSHES"); do
   n=$((BACK - i * STEP)); [ $n -lt 0 ] && n=0
-  git -C "$OUT/full.git" push -q "http://bench:$SECRET@127.0.0.1:$PORT/repo.git" "$(sed -n "$((n + 1))p" "$OUT/fp.txt"):refs/heads/main"
+  to="http://bench:$SECRET@127.0.0.1:$PORT/repo.git"; [ "$WRITER" = git ] && to="$OUT/base/repo.git"
+  git -C "$OUT/full.git" push -q "$to" "$(sed -n "$((n + 1))p" "$OUT/fp.txt"):refs/heads/main"
 done
-echo "params back=$BACK pushes=$PUSHES step=$STEP reps=${REPS:-3} commit=$(git -C "$(dirname "$0")" rev-parse --short HEAD) git=$(git --version)"
-echo "packs after pushes: $(ls "$OUT"/base/repo.git/objects/pack/*.pack | wc -l)"
+echo "params back=$BACK pushes=$PUSHES step=$STEP reps=${REPS:-3} writer=$WRITER unpack_limit=${UNPACK_LIMIT:-default} commit=$(git -C "$(dirname "$0")" rev-parse --short HEAD) git=$(git --version)"
+echo "packs after pushes: $(ls "$OUT"/base/repo.git/objects/pack/*.pack | wc -l), loose objects: $(find "$OUT"/base/repo.git/objects/?? -type f 2>/dev/null | wc -l)"
 BEHIND=$(git -C "$OUT/base/repo.git" rev-list --first-parent main | sed -n 201p)
 # git's side: upload-pack under `perf stat`, which adds its task-clock and its children's
 # (pack-objects) to git-cpu (getrusage's and `time`'s tick-based figures were off by tens of ms
