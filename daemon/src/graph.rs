@@ -117,6 +117,14 @@ pub fn push_children(id: ObjectId, kind: Kind, data: &[u8], out: &mut Vec<(Objec
     Ok(())
 }
 
+/// git's name hash of the entry `name` of a tree whose own path hashes to `parent` (`None`: the
+/// root tree): git names `a/b` for an entry below `a`, and `a` for one of the root tree.
+pub fn child_name_hash(parent: Option<u32>, name: &[u8]) -> u32 {
+    use gix_pack::data::delta::search::name_hash_step;
+    let start = parent.map_or(0, |parent| name_hash_step(parent, b'/'));
+    name.iter().fold(start, |h, c| name_hash_step(h, *c))
+}
+
 /// `id`, or what the tag(s) it names peel to, if that is a commit.
 pub fn peel_to_commit(repo: &gix::Repository, id: ObjectId) -> Result<Option<ObjectId>, GraphError> {
     let target = peel_tag(repo, id)?.unwrap_or(id);

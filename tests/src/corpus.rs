@@ -74,6 +74,11 @@ pub const REPOS: &[Spec] = &[
         build: pushed_packs,
     },
     Spec {
+        name: "loose-pushes",
+        about: "a server between repacks whose small pushes git stored loose: 120 commits with a bitmap, then 40 pushes of one commit each at git's default receive.unpackLimit",
+        build: loose_pushes,
+    },
+    Spec {
         name: "midx",
         about: "pushed-packs with a multi-pack-index and its bitmap over every pack, the big pack preferred (git multi-pack-index write --bitmap --preferred-pack)",
         build: midx,
@@ -792,6 +797,19 @@ fn real_shapes(b: &Builder) {
 /// bitmap, then 8 pushes of 10 commits each by stock git (thin packs, kept as packs by
 /// receive-pack and completed with their bases, as `index-pack --fix-thin` does).
 fn pushed_packs(b: &Builder) {
+    pushed(b, 8, 10, "1");
+}
+
+/// [`pushed_packs`]' history, its last 40 commits pushed one at a time at git's default
+/// `receive.unpackLimit` (100): each push's objects are stored loose.
+fn loose_pushes(b: &Builder) {
+    pushed(b, 40, 1, "100");
+}
+
+/// main's first 120 commits of a 200-commit history fetched and repacked with a bitmap, then
+/// `pushes` pushes of `step` commits each by stock git (thin), `receive.unpackLimit` set to
+/// `unpack_limit` meanwhile.
+fn pushed(b: &Builder, pushes: usize, step: usize, unpack_limit: &str) {
     let src = Builder { repo: b.repo.with_extension("src"), hash: b.hash };
     let _ = std::fs::remove_dir_all(&src.repo);
     std::fs::create_dir_all(&src.repo).unwrap();
@@ -819,9 +837,9 @@ fn pushed_packs(b: &Builder) {
     b.git(&["fetch", "-q", src.repo.to_str().unwrap(), &format!("{}:refs/heads/main", commit(80))]);
     // -f: deltas computed here on one thread, not the fetch's (threaded, so not reproducible).
     b.git(&[&single[..], &["repack", "-adfbq", "--window=10", "--depth=50"]].concat());
-    b.git(&["config", "receive.unpackLimit", "1"]);
-    for push in 1..=8 {
-        let target = format!("{}:refs/heads/main", commit(80 - push * 10));
+    b.git(&["config", "receive.unpackLimit", unpack_limit]);
+    for push in 1..=pushes {
+        let target = format!("{}:refs/heads/main", commit(80 - push * step));
         src.git(&[&single[..], &["push", "-q", "--thin", b.repo.to_str().unwrap(), &target]].concat());
     }
     b.git(&["config", "--unset", "receive.unpackLimit"]);

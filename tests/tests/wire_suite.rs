@@ -563,6 +563,7 @@ corpus_cases! {
     wire_bitmap => "bitmap",
     wire_real_shapes => "real-shapes",
     wire_pushed_packs => "pushed-packs",
+    wire_loose_pushes => "loose-pushes",
     wire_midx => "midx",
 }
 

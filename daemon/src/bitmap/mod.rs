@@ -331,7 +331,13 @@ impl PackBitmap {
     ) -> Result<Reach, crate::error::ServeError> {
         use crate::error::ServeError;
         use std::collections::BinaryHeap;
-        let mut reach = Reach { bits: Bits::new(self.len()), extra: std::collections::HashMap::new(), met: Vec::new() };
+        let mut reach = Reach {
+            bits: Bits::new(self.len()),
+            extra: std::collections::HashMap::new(),
+            met: Vec::new(),
+            names: Default::default(),
+            covered: Vec::new(),
+        };
         let in_seen = |pos: Option<usize>, id: &ObjectId| seen.is_some_and(|seen| seen.has_at(pos, id));
         let mut buf = Vec::new();
         // Tips: tags are peeled (each tag object is reached), commits go to the commit walk,
@@ -389,6 +395,7 @@ impl PackBitmap {
                 }
                 if let Some(closure) = self.closure(&id) {
                     reach.bits.or(&closure);
+                    reach.covered.push(id);
                     continue;
                 }
             } else if reach.extra.contains_key(&id) {
@@ -422,17 +429,18 @@ impl PackBitmap {
             );
             return Ok(reach);
         }
-        // The trees of uncovered commits, and tips that are trees or blobs.
+        // The trees of uncovered commits, and tips that are trees or blobs; each with git's name
+        // hash of its path (`None`: a root).
         for commit in &uncovered {
             objects.push((self.commits.get(repo, *commit)?.tree, Kind::Tree));
         }
-        let mut stack = objects;
+        let mut stack: Vec<(ObjectId, Kind, Option<u32>)> = objects.into_iter().map(|(id, k)| (id, k, None)).collect();
         let mut decoded = 0usize;
         // What this walk met already (git's SEEN flag): a hash test, where looking the id up in
         // the pack again would be a search — a changed tree's unchanged entries come up once
         // per uncovered commit.
         let mut seen: gix::hashtable::HashSet<ObjectId> = gix::hashtable::HashSet::default();
-        while let Some((id, kind)) = stack.pop() {
+        while let Some((id, kind, name)) = stack.pop() {
             if !seen.insert(id) {
                 continue;
             }
@@ -450,6 +458,7 @@ impl PackBitmap {
                     Some(pos) => reach.bits.set(pos),
                     None => {
                         reach.extra.insert(id, Kind::Blob);
+                        reach.names.insert(id, name.unwrap_or(0));
                     }
                 }
                 continue;
@@ -464,10 +473,24 @@ impl PackBitmap {
                 Some(pos) => reach.bits.set(pos),
                 None => {
                     reach.extra.insert(id, data.kind);
+                    if data.kind == Kind::Tree {
+                        reach.names.insert(id, name.unwrap_or(0));
+                    }
                 }
             }
-            if data.kind == Kind::Tree || data.kind == Kind::Tag {
-                crate::graph::push_children(id, data.kind, data.data, &mut stack)?;
+            if data.kind == Kind::Tree {
+                for entry in gix_object::TreeRefIter::from_bytes(data.data, id.kind()) {
+                    let entry = entry.map_err(|_| ServeError::MissingObject(id))?;
+                    if !entry.mode.is_commit() {
+                        let kind = if entry.mode.is_tree() { Kind::Tree } else { Kind::Blob };
+                        let name = crate::graph::child_name_hash(name, entry.filename);
+                        stack.push((entry.oid.to_owned(), kind, Some(name)));
+                    }
+                }
+            } else if data.kind == Kind::Tag {
+                let mut children = Vec::new();
+                crate::graph::push_children(id, data.kind, data.data, &mut children)?;
+                stack.extend(children.into_iter().map(|(id, kind)| (id, kind, None)));
             }
         }
         tracing::debug!(
@@ -517,6 +540,11 @@ pub struct Reach {
     /// With a `seen` reach: its commits where this walk stopped (parents of commits it reached,
     /// or tips), each once.
     pub met: Vec<ObjectId>,
+    /// git's name hash of the path each tree and blob of `extra` was met at (for a delta search
+    /// among the objects that go out whole).
+    pub names: gix::hashtable::HashMap<ObjectId, u32>,
+    /// The commits whose bitmaps the walk took (their closures OR'd in), newest first.
+    pub covered: Vec<ObjectId>,
 }
 
 impl Reach {

@@ -67,6 +67,22 @@ impl<'a> DeltaSearch<'a> {
         }
     }
 
+    /// A search over what a bitmapped answer sends through gix-pack, `objects` of them: objects
+    /// outside the bitmapped pack (pushed since its repack, loose) and deltas whose base goes
+    /// nowhere — git's pack-objects searches whatever it does not reuse, bitmap or not. Their
+    /// name hashes come from the bitmap's walk ([`crate::bitmap::Reach::names`]); nothing the
+    /// client holds is known by path, so nothing is thin.
+    pub(super) fn outside_the_bitmap(
+        repo: &'a gix::Repository,
+        selection: &'a Selection,
+        options: &Options,
+        objects: usize,
+    ) -> Self {
+        let mut search = DeltaSearch::new(repo, selection, options);
+        search.enabled = (2..=Self::MAX_SEARCHED_ENTRIES).contains(&objects);
+        search
+    }
+
     /// git's window search over the entries going out whole (trees and blobs) and, as preferred
     /// bases, what the client holds at their paths (thin only where the client may read it and
     /// thin packs are allowed): entries that gain become deltas (`DeltaOid`, an entry's id or a
@@ -113,6 +129,7 @@ impl<'a> DeltaSearch<'a> {
                 .same_path_held
                 .get(&entry.id)
                 .filter(|held| self.thin_allowed && self.selection.client_has_readably(held))
+                .or_else(|| self.selection.same_path_sent.get(&entry.id))
             else {
                 continue;
             };

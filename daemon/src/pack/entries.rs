@@ -62,20 +62,41 @@ pub(crate) fn gix_entries<I: Iterator<Item = ObjectId>, D: FnMut(&gix_hash::oid)
 /// Objects gix-pack writes after the entries already in `answer`, looked up one by one; a delta
 /// base outside them is what `decide` says (`Thin`: named by id, as it is in the answer or the
 /// client has it; else re-deflated). `count` sees every entry written, for the statistics.
-pub(super) fn write_through_gix_pack<W: Write>(
+/// With `search` (enabled), what would go out whole among them is searched for deltas against
+/// the rest first, all of them held ([`DeltaSearch::window`]).
+#[allow(clippy::too_many_arguments, reason = "the one writer of both bitmapped paths' remainder")]
+pub(super) fn write_through_gix_pack<W: Sink>(
     repo: &gix::Repository,
     ids: impl Iterator<Item = ObjectId>,
     decide: impl FnMut(&gix_hash::oid) -> DeltaBase,
     packs: Option<std::sync::Arc<crate::packs::Packs>>,
     answer: &mut Hashed<'_, W>,
     earlier: Earlier<'_>,
+    search: Option<(&mut super::deltas::DeltaSearch<'_>, std::time::Duration)>,
     mut count: impl FnMut(&output::Entry),
 ) -> Result<(), ServeError> {
     let copies = std::sync::Arc::new(crate::packs::Copies::default());
-    let (_, chunks) =
-        gix_entries(repo, ids, true, gix::zlib::Compression::DEFAULT, packs, Some(copies.clone()), decide)?;
+    let search = search.filter(|(search, _)| search.enabled);
+    // What is searched is stored (level 0) until the search says it stays whole.
+    let compression = if search.is_some() { gix::zlib::Compression::NONE } else { gix::zlib::Compression::DEFAULT };
+    let (_, chunks) = gix_entries(repo, ids, true, compression, packs, Some(copies.clone()), decide)?;
     let mut out =
         BaseFirst { earlier, at_by_id: Default::default(), at: Vec::new(), ids: Vec::new(), head: Vec::new(), copies };
+    if let Some((search, every)) = search {
+        let mut entries = Vec::new();
+        for chunk in chunks {
+            entries.extend(chunk.map_err(ServeError::pack)?.1);
+        }
+        if let Some(missing) = entries.iter().find(|e| e.is_invalid()) {
+            return Err(ServeError::MissingObject(missing.id));
+        }
+        progress::compressing(answer, every, |tell| Ok(((), search.window(&mut entries, tell))))?;
+        for entry in &entries {
+            out.at.push(u64::MAX);
+            out.ids.push(entry.id);
+        }
+        return out.write_base_first(0, &entries, answer, &mut count);
+    }
     // Entries are held (up to a budget) so that a delta goes after its base: gix-pack gives them
     // in stored order, and a thin pack completed by `index-pack --fix-thin` stores its bases after
     // the deltas naming them, which would have to name them by id.

@@ -139,8 +139,7 @@ fn write_noting<W: Sink>(
     if let Some(bitmap) = &selection.whole_pack
         && options.ofs_delta
     {
-        return write_verbatim(repo, bitmap, selection.len() - selection.extra.len(), &selection.extra, &options, out)
-            .map(|stats| (stats, None));
+        return write_verbatim(repo, bitmap, selection, &options, out).map(|stats| (stats, None));
     }
     // By a multi-pack-index's bitmap with nothing to copy from its preferred pack, too: the
     // selection is in pseudo-pack order, where a push's deltas precede the thin bases

@@ -18,14 +18,15 @@ use crate::select::Selection;
 /// are — no object decoded; the extra objects follow, as gix-pack gives them, a delta against an
 /// object of the big pack referring to it by id (it is in this pack). Header count and trailer
 /// checksum are written for the whole; without extras the file is sent as it is.
-pub(super) fn write_verbatim<W: Write>(
+pub(super) fn write_verbatim<W: Sink>(
     repo: &gix::Repository,
     bitmap: &crate::bitmap::PackBitmap,
-    objects: usize,
-    extra: &[ObjectId],
+    selection: &Selection,
     options: &Options,
     out: &mut W,
 ) -> Result<Stats, ServeError> {
+    let extra = &selection.extra;
+    let objects = selection.len() - extra.len();
     let hash = repo.object_hash();
     // The pack as the bitmap mapped it: a repack that renames or deletes the file meanwhile
     // does not take it from under this answer.
@@ -63,9 +64,18 @@ pub(super) fn write_verbatim<W: Write>(
         // The pack went out from its first byte: an entry's offset in it is its offset here.
         let before = |id: &gix_hash::oid| bitmap.pos(id).map(|pos| bitmap.entry_at(pos).0);
         let earlier = Earlier { ofs_delta: options.ofs_delta, before: Some(&before) };
-        write_through_gix_pack(repo, extra.iter().copied(), decide, (options.packs)(), &mut answer, earlier, |_| {
-            stats.entries += 1
-        })?;
+        let mut search = DeltaSearch::outside_the_bitmap(repo, selection, options, extra.len());
+        write_through_gix_pack(
+            repo,
+            extra.iter().copied(),
+            decide,
+            (options.packs)(),
+            &mut answer,
+            earlier,
+            Some((&mut search, options.progress_every)),
+            |_| stats.entries += 1,
+        )?;
+        stats.deltas_computed = search.found;
     }
     stats.bytes = answer.finish()?;
     Ok(stats)
@@ -201,7 +211,7 @@ pub(super) enum Reuse {
 /// the client has it (thin, where allowed and readable), and only a delta with no usable base
 /// is handed to gix-pack (after the reused entries, with the selection's objects outside the
 /// pack), which re-deflates it. Every byte is hashed anew for the trailer.
-pub(super) fn write_reused<W: Write>(
+pub(super) fn write_reused<W: Sink>(
     repo: &gix::Repository,
     selection: &Selection,
     bitmap: &crate::bitmap::PackBitmap,
@@ -333,6 +343,7 @@ pub(super) fn write_reused<W: Write>(
             |id: &gix_hash::oid| if in_answer(id) || usable_thin(id) { DeltaBase::Thin } else { DeltaBase::Recompress };
         let before = |id: &gix_hash::oid| bitmap.pos(id).filter(|p| reused.get(*p)).map(|p| new_offset[p]);
         let earlier = Earlier { ofs_delta: options.ofs_delta, before: Some(&before) };
+        let mut search = DeltaSearch::outside_the_bitmap(repo, selection, options, later.len() + extra.len());
         write_through_gix_pack(
             repo,
             later.iter().chain(extra).copied(),
@@ -340,6 +351,7 @@ pub(super) fn write_reused<W: Write>(
             (options.packs)(),
             &mut answer,
             earlier,
+            Some((&mut search, options.progress_every)),
             |entry| {
                 stats.entries += 1;
                 match entry.kind {
@@ -353,6 +365,9 @@ pub(super) fn write_reused<W: Write>(
                 }
             },
         )?;
+        // The search's deltas name their bases by id too, and are none of the stored thin ones.
+        stats.thin_deltas -= search.found;
+        stats.deltas_computed = search.found;
     }
     stats.bytes = answer.finish()?;
     if stats.entries != total as usize {

@@ -85,6 +85,19 @@ pub(super) fn select_with_bitmap(
         true => tags_of_selected_by_bitmap(repo, request.refs, bitmap, &want)?,
         false => Vec::new(),
     };
+    // What goes out whole is searched for deltas ([`crate::pack`]): the client's version of each
+    // path, met in its edge commits' trees, may be the base (thin), as the walk's selection has;
+    // so may the version this answer sends, met in the trees of the commits whose bitmaps the
+    // walk took.
+    let same_path_held = match &held_by_client {
+        Some(_) if held_is_readable && !want.names.is_empty() => same_name_in(repo, &want.met, &want.names)?,
+        _ => Default::default(),
+    };
+    let mut same_path_sent = match want.names.is_empty() {
+        true => Default::default(),
+        false => same_name_in(repo, &want.covered, &want.names)?,
+    };
+    same_path_sent.retain(|_, base| bitmap.pos(base).is_some_and(|pos| want.bits.get(pos)));
     let [commits, trees, blobs, tags] = &bitmap.types;
     let mut extra: Vec<(ObjectId, Kind)> = want.extra.into_iter().collect();
     extra.sort_by_key(|(id, _)| *id);
@@ -118,8 +131,9 @@ pub(super) fn select_with_bitmap(
         held_is_readable,
         in_pack: Some((bitmap.clone(), positions)),
         wants_reach,
-        same_path_held: Default::default(),
-        name_hash: Default::default(),
+        same_path_held,
+        same_path_sent,
+        name_hash: want.names,
         by_bitmap: true,
     }))
 }
@@ -148,4 +162,58 @@ fn common_is_readable(
     }
     let reach = bitmap.reachable_commits(repo, &known)?;
     Ok(rest.iter().all(|id| reach.has(bitmap, id)))
+}
+
+/// The commits whose trees are read for [`same_name_in`]: a linear history has one.
+const EDGE_TREES: usize = 4;
+
+/// For each object of `names` (a tree or blob going out whole, with git's name hash of its path),
+/// the object under the same name hash in the trees of the first [`EDGE_TREES`] of `edges` (the
+/// client's commits where the wants' walk stopped, or the commits whose bitmaps it took), if it
+/// is another one. By name hash, not by full path (the bitmap's walk keeps no paths): a
+/// collision offers a worse base, which the search then does not use.
+fn same_name_in(
+    repo: &gix::Repository,
+    edges: &[ObjectId],
+    names: &gix::hashtable::HashMap<ObjectId, u32>,
+) -> Result<gix::hashtable::HashMap<ObjectId, ObjectId>, ServeError> {
+    let wanted: HashSet<u32> = names.values().copied().collect();
+    let mut held: std::collections::HashMap<u32, ObjectId> = std::collections::HashMap::new();
+    let mut read: HashSet<ObjectId> = HashSet::new();
+    let mut buf = Vec::new();
+    for edge in edges.iter().take(EDGE_TREES) {
+        let Ok(commit) = repo.find_commit(*edge) else { continue };
+        let Ok(root) = commit.tree_id() else { continue };
+        // A root tree's name hash is git's for the empty path.
+        if wanted.contains(&0) {
+            held.entry(0).or_insert(root.detach());
+        }
+        let mut stack: Vec<(ObjectId, Option<u32>)> = vec![(root.detach(), None)];
+        while let Some((tree, name)) = stack.pop() {
+            if !read.insert(tree) {
+                continue;
+            }
+            let data =
+                gix_object::Find::try_find(&repo.objects, &tree, &mut buf)?.ok_or(ServeError::MissingObject(tree))?;
+            let mut subtrees = Vec::new();
+            for entry in gix_object::TreeRefIter::from_bytes(data.data, tree.kind()) {
+                let entry = entry.map_err(|_| ServeError::MissingObject(tree))?;
+                if entry.mode.is_commit() {
+                    continue;
+                }
+                let child = crate::graph::child_name_hash(name, entry.filename);
+                if wanted.contains(&child) {
+                    held.entry(child).or_insert_with(|| entry.oid.to_owned());
+                }
+                if entry.mode.is_tree() {
+                    subtrees.push((entry.oid.to_owned(), Some(child)));
+                }
+            }
+            stack.extend(subtrees);
+        }
+    }
+    Ok(names
+        .iter()
+        .filter_map(|(id, name)| held.get(name).filter(|held| *held != id).map(|held| (*id, *held)))
+        .collect())
 }

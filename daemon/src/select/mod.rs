@@ -67,6 +67,10 @@ pub struct Selection {
     /// an edge commit's tree), if it is another one — the base a delta of it would most likely
     /// be small against (git's preferred bases, matched by path rather than by name hash).
     pub same_path_held: gix::hashtable::HashMap<ObjectId, ObjectId>,
+    /// By bitmap: for a tree or blob going out whole, an object this answer sends from the
+    /// bitmapped pack under the same name hash (met in the trees of commits whose bitmaps the
+    /// walk took) — a base its delta may name, the client receiving it too.
+    pub same_path_sent: gix::hashtable::HashMap<ObjectId, ObjectId>,
     /// Walking: git's name hash ([`gix_pack::data::delta::search::name_hash`]) of the path each
     /// tree and blob being sent was met at, for the delta search's order.
     pub name_hash: gix::hashtable::HashMap<ObjectId, u32>,
@@ -204,10 +208,8 @@ const ROOT_PATH: Path = Path { full: ROOT_PATH_HASH, name: 0 };
 
 impl Path {
     fn child(self, name: &[u8]) -> Path {
-        use gix_pack::data::delta::search::name_hash_step;
-        // git names `a/b` for an entry below `a`, and `a` for one of the root tree.
-        let parent = if self.full == ROOT_PATH_HASH { self.name } else { name_hash_step(self.name, b'/') };
-        Path { full: path_hash(self.full, name), name: name.iter().fold(parent, |h, c| name_hash_step(h, *c)) }
+        let parent = (self.full != ROOT_PATH_HASH).then_some(self.name);
+        Path { full: path_hash(self.full, name), name: crate::graph::child_name_hash(parent, name) }
     }
 }
 
