@@ -59,11 +59,15 @@ pub(crate) fn gix_entries<I: Iterator<Item = ObjectId>, D: FnMut(&gix_hash::oid)
     .map_err(ServeError::pack)
 }
 
+/// Whether an object is in a pack the bitmap covers.
+pub(super) type InBitmap<'a> = dyn Fn(&gix_hash::oid) -> bool + 'a;
+
 /// Objects gix-pack writes after the entries already in `answer`, looked up one by one; a delta
 /// base outside them is what `decide` says (`Thin`: named by id, as it is in the answer or the
 /// client has it; else re-deflated). `count` sees every entry written, for the statistics.
 /// With `search` (enabled), what would go out whole among them is searched for deltas against
-/// the rest first, all of them held ([`DeltaSearch::window`]).
+/// the rest first, all of them held ([`DeltaSearch::window`]); its third part says whether an
+/// object is in a pack the bitmap covers.
 #[allow(clippy::too_many_arguments, reason = "the one writer of both bitmapped paths' remainder")]
 pub(super) fn write_through_gix_pack<W: Sink>(
     repo: &gix::Repository,
@@ -72,17 +76,17 @@ pub(super) fn write_through_gix_pack<W: Sink>(
     packs: Option<std::sync::Arc<crate::packs::Packs>>,
     answer: &mut Hashed<'_, W>,
     earlier: Earlier<'_>,
-    search: Option<(&mut super::deltas::DeltaSearch<'_>, std::time::Duration)>,
+    search: Option<(&mut super::deltas::DeltaSearch<'_>, std::time::Duration, &InBitmap<'_>)>,
     mut count: impl FnMut(&output::Entry),
 ) -> Result<(), ServeError> {
     let copies = std::sync::Arc::new(crate::packs::Copies::default());
-    let search = search.filter(|(search, _)| search.enabled);
+    let search = search.filter(|(search, ..)| search.enabled);
     // What is searched is stored (level 0) until the search says it stays whole.
     let compression = if search.is_some() { gix::zlib::Compression::NONE } else { gix::zlib::Compression::DEFAULT };
     let (_, chunks) = gix_entries(repo, ids, true, compression, packs, Some(copies.clone()), decide)?;
     let mut out =
         BaseFirst { earlier, at_by_id: Default::default(), at: Vec::new(), ids: Vec::new(), head: Vec::new(), copies };
-    if let Some((search, every)) = search {
+    if let Some((search, every, in_bitmap)) = search {
         let mut entries = Vec::new();
         for chunk in chunks {
             entries.extend(chunk.map_err(ServeError::pack)?.1);
@@ -90,7 +94,23 @@ pub(super) fn write_through_gix_pack<W: Sink>(
         if let Some(missing) = entries.iter().find(|e| e.is_invalid()) {
             return Err(ServeError::MissingObject(missing.id));
         }
-        progress::compressing(answer, every, |tell| Ok(((), search.window(&mut entries, tell))))?;
+        // What gix-pack made anew (loose objects, deltas re-deflated whole) is searched, and what
+        // it copied whole from a pack outside the bitmap (a push's); not what it copied whole from
+        // a pack the bitmap covers (a multi-pack-index's roll-up): those are bases their pack's
+        // writer chose, as a clone's are, and searching a roll-up's thousands of them cost 5x
+        // git's CPU for a fetch.
+        let fresh: Vec<usize> = (0..entries.len())
+            .filter(|&i| {
+                matches!(entries[i].kind, output::entry::Kind::Base(_))
+                    && (super::deltas::is_stored(&entries[i]) || !in_bitmap(&entries[i].id))
+            })
+            .collect();
+        let mut batch: Vec<output::Entry> =
+            fresh.iter().map(|&i| std::mem::replace(&mut entries[i], output::Entry::invalid())).collect();
+        progress::compressing(answer, every, |tell| Ok(((), search.window(&mut batch, tell))))?;
+        for (i, entry) in fresh.into_iter().zip(batch) {
+            entries[i] = entry;
+        }
         for entry in &entries {
             out.at.push(u64::MAX);
             out.ids.push(entry.id);

@@ -72,7 +72,7 @@ pub(super) fn write_verbatim<W: Sink>(
             (options.packs)(),
             &mut answer,
             earlier,
-            Some((&mut search, options.progress_every)),
+            Some((&mut search, options.progress_every, &|_| false)),
             |_| stats.entries += 1,
         )?;
         stats.deltas_computed = search.found;
@@ -351,7 +351,7 @@ pub(super) fn write_reused<W: Sink>(
             (options.packs)(),
             &mut answer,
             earlier,
-            Some((&mut search, options.progress_every)),
+            Some((&mut search, options.progress_every, &|id| bitmap.pos(id).is_some())),
             |entry| {
                 stats.entries += 1;
                 match entry.kind {
