@@ -107,6 +107,9 @@ impl<'a> DeltaSearch<'a> {
         let mut held_at: HashMap<ObjectId, usize> = HashMap::new();
         let mut left_out: Vec<usize> = Vec::new();
         let mut bytes = 0usize;
+        // A base at the same path that is itself one of these entries is searched as the entry:
+        // offered a second time, as a base apart, the two could each become the other's delta.
+        let searched: std::collections::HashSet<ObjectId> = entries.iter().map(|e| e.id).collect();
         for (i, entry) in entries.iter().enumerate() {
             let output::entry::Kind::Base(kind @ (gix_object::Kind::Blob | gix_object::Kind::Tree)) = entry.kind else {
                 continue;
@@ -130,6 +133,7 @@ impl<'a> DeltaSearch<'a> {
                 .get(&entry.id)
                 .filter(|held| self.thin_allowed && self.selection.client_has_readably(held))
                 .or_else(|| self.selection.same_path_sent.get(&entry.id))
+                .filter(|base| !searched.contains(*base))
             else {
                 continue;
             };
