@@ -504,12 +504,17 @@ fn bitmapped_copy(dir: &Path, repo: &Path) -> PathBuf {
         dir,
         &["clone", "-q", "--mirror", "--no-local", ref_format, repo.to_str().unwrap(), scratch.to_str().unwrap()],
     );
-    if repo.join("objects/pack/multi-pack-index").is_file() {
+    let loose = std::fs::read_dir(repo.join("objects"))
+        .unwrap()
+        .flatten()
+        .any(|e| e.file_name().len() == 2 && e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_hexdigit()));
+    if repo.join("objects/pack/multi-pack-index").is_file() || loose {
         // git's answer from a MIDX bitmap differs from run to run (three clones of the midx
-        // corpus, three packs): the copy's deltas are searched anew on one thread and every object
-        // is compressed anew (`-F`: with `-f` alone, an object stored whole kept the compressed
-        // bytes of whichever pack the clone got, and a sha256 clone's bytes moved in CI), so that
-        // the bitmapped pack gixd serves is the same every time.
+        // corpus, three packs), and so does its answer with loose objects (searched on several
+        // threads; the loose-pushes copy moved in CI): the copy's deltas are searched anew on one
+        // thread and every object is compressed anew (`-F`: with `-f` alone, an object stored
+        // whole kept the compressed bytes of whichever pack the clone got, and a sha256 clone's
+        // bytes moved in CI), so that the bitmapped pack gixd serves is the same every time.
         git_ok(
             &scratch,
             &["-c", "pack.threads=1", "-c", "pack.writeReverseIndex=true", "repack", "-adFq", "--write-bitmap-index"],
