@@ -25,8 +25,8 @@ impl From<GraphError> for crate::error::ServeError {
     }
 }
 
-/// The commits reachable from `tips` and not from `hidden`, in gix's walk order (breadth first, or
-/// newest first by commit time), each with its parents — and the root tree of every commit the
+/// The commits reachable from `tips` and not from `hidden`, newest first by commit time (git's
+/// `rev-list` order), each with its parents — and the root tree of every commit the
 /// walk decoded, noted as it decoded it: a selection then reads each commit once (gix's walk
 /// gives parents only, and the trees cost a second decode of every commit, a fifth of a tokio
 /// clone's CPU without a commit-graph). Without a commit-graph and in a repository that is not
@@ -36,7 +36,6 @@ pub fn walk_noting_trees(
     repo: &gix::Repository,
     tips: Vec<ObjectId>,
     hidden: &[ObjectId],
-    by_commit_time: bool,
 ) -> Result<
     Option<(Vec<(ObjectId, Vec<ObjectId>)>, gix::hashtable::HashMap<ObjectId, ObjectId>)>,
     crate::error::ServeError,
@@ -67,11 +66,7 @@ pub fn walk_noting_trees(
         }
     }
     let objects = Noting { repo, trees: Default::default() };
-    let sorting = if by_commit_time {
-        Sorting::ByCommitTime(gix::traverse::commit::simple::CommitTimeOrder::NewestFirst)
-    } else {
-        Sorting::BreadthFirst
-    };
+    let sorting = Sorting::ByCommitTime(gix::traverse::commit::simple::CommitTimeOrder::NewestFirst);
     let mut commits = Vec::new();
     let walk = Simple::new(tips, &objects)
         .sorting(sorting)?

@@ -42,12 +42,8 @@ pub const EXPORT_OK: &str = "git-daemon-export-ok";
 /// cache capped by bytes, which keeps the bases of delta chains (patches/gix-pack/0005).
 pub(crate) const DELTA_BASE_CACHE: &str = "core.deltaBaseCacheLimit=96m";
 
-/// The delta cache of a whole-history walk (a clone or fetch without a bitmap, the readable
-/// set): it decodes every tree of the repository once, newest first, each the base of older
-/// versions decoded later; at 96 MiB the bases were evicted before their deltas came (git.git
-/// clone, gixd CPU: 96 MiB 22.8 s, 256 MiB 18.9 s, 1 GiB 18.7 s). Held only while the walk
-/// runs ([`with_walk_cache`]).
-pub(crate) const WALK_DELTA_BASE_CACHE: usize = 256 << 20;
+/// One walk's delta cache at most ([`crate::config::WALK_DELTA_BASE_CACHE`]).
+const WALK_DELTA_BASE_CACHE: usize = crate::config::WALK_DELTA_BASE_CACHE as usize;
 
 /// A handle on `repo` whose delta cache is up to [`WALK_DELTA_BASE_CACHE`] bytes, for one walk;
 /// its memory goes when the handle does. The walks running at once share one budget
@@ -364,15 +360,15 @@ mod tests {
     use super::*;
 
     /// Walks running at once take their delta caches from one budget: the second gets what the
-    /// first left (not another 256 MiB), none gets less than the floor, and a walk's share comes
-    /// back when its cache goes. Red with a fixed cap per walk: 512 MiB taken of a 300 MiB budget.
+    /// first left (not another 64 MiB), none gets less than the floor, and a walk's share comes
+    /// back when its cache goes. Red with a fixed cap per walk: 128 MiB taken of a 100 MiB budget.
     #[test]
     fn concurrent_walks_share_one_delta_cache_budget() {
-        set_walk_cache_budget(300 << 20);
+        set_walk_cache_budget(100 << 20);
         let first = WalkShare::take();
         let second = WalkShare::take();
-        assert_eq!((first.0, second.0), (256 << 20, 44 << 20));
-        assert_eq!(walk_caches_taken(), 300 << 20, "within the budget");
+        assert_eq!((first.0, second.0), (64 << 20, 36 << 20));
+        assert_eq!(walk_caches_taken(), 100 << 20, "within the budget");
         let third = WalkShare::take();
         assert_eq!(third.0, WALK_DELTA_BASE_CACHE_FLOOR, "past it, the floor");
         drop((first, second, third));

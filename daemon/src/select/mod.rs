@@ -19,6 +19,7 @@ use crate::repo::RefSnapshot;
 use crate::shallow::Boundary;
 
 mod by_bitmap;
+mod met;
 mod readable;
 mod tags;
 
@@ -146,9 +147,8 @@ struct Walker<'r> {
     progress: Option<&'r dyn Fn(usize)>,
     commit_graph: Option<&'r gix_commitgraph::Graph>,
     buf: Vec<u8>,
-    /// Everything met so far (an id-keyed table: hashing ids with SipHash was a fifth of a
-    /// walk's CPU on git.git).
-    seen: gix::hashtable::HashSet<ObjectId>,
+    /// Everything met so far: positions in `out.objects` by id ([`met`]).
+    met: met::Met,
     out: Selection,
     filter: Filter,
     /// With `tree:<depth>`: the shallowest depth each tree was entered at (a tree met again
@@ -157,10 +157,6 @@ struct Walker<'r> {
     /// What the client holds, by the hash of its path in an edge commit's tree (the first edge's
     /// object where edges differ).
     held_by_path: HashMap<u64, ObjectId>,
-    /// Commits newest first by commit time, as git's `rev-list` walks (not gix's breadth-first):
-    /// a repack's delta search breaks ties in this order, so versions of a path made one after
-    /// another sit next to each other in its window.
-    by_commit_time: bool,
     /// The root tree of each commit the walk decoded ([`crate::graph::walk_noting_trees`]).
     commit_trees: gix::hashtable::HashMap<ObjectId, ObjectId>,
     /// `include-tag`: the refs whose annotated tags are added when their targets are sent.
@@ -222,12 +218,11 @@ impl<'r> Walker<'r> {
             progress: None,
             commit_graph: None,
             buf: Vec::new(),
-            seen: Default::default(),
+            met: Default::default(),
             out: Selection::default(),
             filter: Filter::default(),
             tree_depths: Default::default(),
             held_by_path: HashMap::new(),
-            by_commit_time: false,
             commit_trees: Default::default(),
             include_tags_of: None,
             name_hashes: false,
@@ -274,10 +269,9 @@ impl<'r> Walker<'r> {
 
     /// Add `id` to the output unless it was seen or the client has it; true if added.
     fn add(&mut self, id: ObjectId, kind: Kind) -> bool {
-        if self.out.client_has.contains(&id) || !self.seen.insert(id) {
+        if self.out.client_has.contains(&id) || !self.met.insert(&mut self.out.objects, id) {
             return false;
         }
-        self.out.objects.push(id);
         if let Some(progress) = self.progress
             && self.out.objects.len().is_multiple_of(Self::TELL_EVERY)
         {
@@ -323,7 +317,7 @@ impl<'r> Walker<'r> {
                     continue; // a gitlink: the commit lives in another repository
                 }
                 let id = entry.oid;
-                if skip_seen && (self.seen.contains(id) || self.out.client_has.contains(id)) {
+                if skip_seen && (self.met.contains(&self.out.objects, id) || self.out.client_has.contains(id)) {
                     continue;
                 }
                 if entry.mode.is_tree() {
@@ -362,7 +356,7 @@ impl<'r> Walker<'r> {
             return Ok(false);
         }
         let Some(limit) = self.filter.blob_limit else { return Ok(true) };
-        if self.seen.contains(id) || self.out.client_has.contains(id) {
+        if self.met.contains(&self.out.objects, id) || self.out.client_has.contains(id) {
             return Ok(false);
         }
         let size = self.repo.find_header(id.to_owned()).map_err(|_| ServeError::MissingObject(id.to_owned()))?.size();
@@ -446,11 +440,16 @@ impl<'r> Walker<'r> {
             }
             None => &HashSet::new(),
         };
+        // Commits newest first by commit time, as git's `rev-list` walks (not gix's breadth
+        // first): their trees are then read in the order a repack made their delta chains in, so
+        // a small delta cache holds the bases the next trees need (git.git, clone without bitmap
+        // or commit-graph, walk cache 100 MiB: 588 071 bases cached breadth first, 104 147 by
+        // commit time; CPU 18.7 s, 9.2 s), and a repack's delta search breaks ties in this order.
         let commits = if grafts.is_empty() {
             let mut commits = Vec::new();
             let noted = match self.commit_graph {
                 None if !commit_tips.is_empty() => {
-                    crate::graph::walk_noting_trees(self.repo, commit_tips.clone(), &hidden, self.by_commit_time)?
+                    crate::graph::walk_noting_trees(self.repo, commit_tips.clone(), &hidden)?
                 }
                 _ => None,
             };
@@ -459,16 +458,15 @@ impl<'r> Walker<'r> {
                 self.commit_trees = trees;
             } else if !commit_tips.is_empty() {
                 // gix reads the commit-graph for the walk's parents only where ours verified.
-                let mut walk = self
+                let walk = self
                     .repo
                     .rev_walk(commit_tips)
                     .with_hidden(hidden.iter().copied())
-                    .use_commit_graph(self.commit_graph.is_some());
-                if self.by_commit_time {
-                    use gix::traverse::commit::simple::CommitTimeOrder;
-                    walk = walk.sorting(gix::revision::walk::Sorting::ByCommitTime(CommitTimeOrder::NewestFirst));
-                }
-                let walk = walk.all()?;
+                    .use_commit_graph(self.commit_graph.is_some())
+                    .sorting(gix::revision::walk::Sorting::ByCommitTime(
+                        gix::traverse::commit::simple::CommitTimeOrder::NewestFirst,
+                    ))
+                    .all()?;
                 for info in walk {
                     let info = info?;
                     commits.push((info.id, info.parent_ids.iter().copied().collect::<Vec<_>>()));
@@ -597,7 +595,6 @@ pub fn select_by_walking(repo: &gix::Repository, request: &Request<'_>) -> Resul
 pub fn everything_reachable(repo: &gix::Repository, tips: &[ObjectId]) -> Result<Selection, ServeError> {
     let walk_repo = crate::repo::with_walk_cache(repo);
     let mut walker = Walker::new(&walk_repo);
-    walker.by_commit_time = true;
     walker.name_hashes = true;
     walker.run(tips, &[], None)
 }

@@ -31,14 +31,14 @@ pub(super) fn tags_of_selected_by_bitmap(
 
 impl Walker<'_> {
     /// `include-tag` for a walk's selection: asked of the walk's own set of what it sends
-    /// (`seen` holds exactly the objects it added), not of copies of it — a clone of a
+    /// (`met` holds exactly the objects it added), not of copies of it — a clone of a
     /// 336 000-object repository built two such sets, 36 MB, to find a few tags. Each tag
     /// added is counted as the walk counts what it adds.
     pub(super) fn include_tags(&mut self, refs: &RefSnapshot) -> Result<(), ServeError> {
         for r in refs.refs.iter().filter(|r| r.name.starts_with(b"refs/tags/")) {
             let Some(peeled) = r.peeled else { continue };
             // A peeled object is no tag: the tags added on the way do not change the answer.
-            if self.seen.contains(&peeled) {
+            if self.met.contains(&self.out.objects, &peeled) {
                 self.peel_sending_tags(r.id)?;
             }
         }
