@@ -109,7 +109,12 @@ impl<'a> DeltaSearch<'a> {
         let mut bytes = 0usize;
         // A base at the same path that is itself one of these entries is searched as the entry:
         // offered a second time, as a base apart, the two could each become the other's delta.
-        let searched: std::collections::HashSet<ObjectId> = entries.iter().map(|e| e.id).collect();
+        // Only a base this answer sends can be one (the client's held ones never are): without
+        // those, no table.
+        let searched: std::collections::HashSet<ObjectId> = match self.selection.same_path_sent.is_empty() {
+            true => Default::default(),
+            false => entries.iter().map(|e| e.id).collect(),
+        };
         for (i, entry) in entries.iter().enumerate() {
             let output::entry::Kind::Base(kind @ (gix_object::Kind::Blob | gix_object::Kind::Tree)) = entry.kind else {
                 continue;

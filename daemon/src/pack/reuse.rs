@@ -276,16 +276,7 @@ pub(super) fn write_reused<W: Sink>(
     let mut stats = Stats::default();
     let mut head = Vec::with_capacity(64);
     // Entries that go out as they are and lie one after the other in the pack go out as one run
-    // (a range of the pack file, not a copy per entry).
-    let mut run: Option<std::ops::Range<u64>> = None;
-    let emit_run = |run: &mut Option<std::ops::Range<u64>>, answer: &mut Hashed<'_, W>| -> Result<(), ServeError> {
-        let Some(run) = run.take() else { return Ok(()) };
-        let bytes = pack.entry_slice(run.clone()).ok_or_else(|| {
-            ServeError::corrupt_pack(format!("{}: entries at {run:?} out of bounds", bitmap.pack.display()))
-        })?;
-        crate::pack_ranges::read_ahead(bytes);
-        answer.emit(bytes)
-    };
+    // (a range of the pack file, not a copy per entry: [`Hashed::emit_mapped`]).
     for (pos, decision, data_start, decompressed_size) in plan {
         let (offset, size) = bitmap.entry_at(pos as usize);
         let end = offset + size as u64;
@@ -295,18 +286,11 @@ pub(super) fn write_reused<W: Sink>(
                 bitmap.pack.display()
             )));
         }
-        let here = answer.written + run.as_ref().map_or(0, |r| r.end - r.start);
+        let here = answer.written;
         match decision {
             Reuse::Later => continue,
-            Reuse::AsItIs => match &mut run {
-                Some(run) if run.end == offset => run.end = end,
-                _ => {
-                    emit_run(&mut run, &mut answer)?;
-                    run = Some(offset..end);
-                }
-            },
+            Reuse::AsItIs => answer.emit_mapped(pack.entry_slice(offset..end).expect("checked above"))?,
             Reuse::Ofs { base } | Reuse::ByBase { base } => {
-                emit_run(&mut run, &mut answer)?;
                 let data = pack.entry_slice(offset + data_start as u64..end).expect("checked above");
                 let rewritten = match decision {
                     Reuse::Ofs { .. } => {
@@ -322,7 +306,7 @@ pub(super) fn write_reused<W: Sink>(
                 head.clear();
                 rewritten.write_to(decompressed_size, &mut head)?;
                 answer.emit(&head)?;
-                answer.emit(data)?;
+                answer.emit_mapped(data)?;
             }
         }
         new_offset[pos as usize] = here;
@@ -330,7 +314,6 @@ pub(super) fn write_reused<W: Sink>(
         stats.copied += 1;
         stats.reused += 1;
     }
-    emit_run(&mut run, &mut answer)?;
     // What could not be reused, and what is not in the bitmapped pack, through gix-pack: a delta
     // against an object this pack sends names it by id; one against an object the client has,
     // where thin packs are allowed, too; any other is re-deflated.

@@ -48,6 +48,15 @@ impl<'w, W: Write> Hashed<'w, W> {
         Ok(())
     }
 
+    /// Write `bytes` of a mapped pack file: as [`Self::emit_stored`] when the map is one kept as
+    /// ranges ([`crate::pack_ranges`]), else copied.
+    pub(super) fn emit_mapped(&mut self, bytes: &[u8]) -> Result<(), ServeError> {
+        match Range::of(bytes) {
+            Some(stored) => self.emit_stored(stored),
+            None => self.emit(bytes),
+        }
+    }
+
     /// Write one pack entry: its header `head` and its compressed `data`. `stored` is the entry
     /// as a pack file stores it (header and data) when `data` was copied from there
     /// ([`crate::packs::Copies`]): if its data is `data` byte for byte, the stored bytes go out
