@@ -243,6 +243,25 @@ pub fn verify_pack_file(idx: &Path) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// A selection request for `wants` by a client that has `common`: no tags included, no filter,
+/// no shallow boundary, no progress, no commit-graph (set the others by struct update).
+pub fn select_request<'a>(
+    wants: &'a [gix_hash::ObjectId],
+    common: &'a [gix_hash::ObjectId],
+    refs: &'a gixd::repo::RefSnapshot,
+) -> gixd::select::Request<'a> {
+    gixd::select::Request {
+        wants,
+        common,
+        include_tag: false,
+        refs,
+        filter: gixd::filter::Filter::default(),
+        boundary: None,
+        progress: None,
+        commit_graph: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -90,16 +90,7 @@ fn bitmap_and_walk_select_the_same_objects_on_every_corpus_repository() {
             );
             assert!(bitmap.commit_bitmaps() > 0);
             for filter in [Filter::default(), Filter { no_blobs: true, ..Filter::default() }] {
-                let request = Request {
-                    wants: &wants,
-                    common: &[],
-                    include_tag: false,
-                    refs: &refs,
-                    filter,
-                    boundary: None,
-                    progress: None,
-                    commit_graph: None,
-                };
+                let request = Request { filter, ..gixd_tests::select_request(&wants, &[], &refs) };
                 let by_bitmap = select::select(&repo, &request, Some(&bitmap)).unwrap();
                 let by_walk = select::select_by_walking(&repo, &request).unwrap();
                 assert_eq!(ids(&by_bitmap), ids(&by_walk), "{} {}: {filter:?}", spec.name, hash.name());
@@ -115,16 +106,8 @@ fn bitmap_and_walk_select_the_same_objects_on_every_corpus_repository() {
             // has, the walk only what the boundary trees hold; so a subset, missing only held objects.
             let head = gixd_tests::server::git_client(&repo_path, &["rev-parse", "--verify", "-q", "HEAD~2"]);
             if let Ok(common) = ObjectId::from_hex(String::from_utf8_lossy(&head.stdout).trim().as_bytes()) {
-                let request = Request {
-                    wants: &wants,
-                    common: &[common],
-                    include_tag: false,
-                    refs: &refs,
-                    filter: Filter::default(),
-                    boundary: None,
-                    progress: None,
-                    commit_graph: None,
-                };
+                let commons = [common];
+                let request = gixd_tests::select_request(&wants, &commons, &refs);
                 let by_bitmap = ids(&select::select(&repo, &request, Some(&bitmap)).unwrap());
                 let by_walk = ids(&select::select_by_walking(&repo, &request).unwrap());
                 assert!(
@@ -221,16 +204,7 @@ fn objects_outside_the_bitmapped_pack_are_walked_and_the_result_is_the_walks() {
         PackBitmap::open(&idx_of(&repo_path), repo.object_hash()).unwrap().expect("the first pack keeps its bitmap"),
     );
     for filter in [Filter::default(), Filter { no_blobs: true, ..Filter::default() }] {
-        let request = Request {
-            wants: &wants,
-            common: &[],
-            include_tag: false,
-            refs: &refs,
-            filter,
-            boundary: None,
-            progress: None,
-            commit_graph: None,
-        };
+        let request = Request { filter, ..gixd_tests::select_request(&wants, &[], &refs) };
         let by_bitmap = select::select(&repo, &request, Some(&bitmap)).unwrap();
         assert!(by_bitmap.by_bitmap);
         if filter.is_none() {

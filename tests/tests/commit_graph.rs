@@ -7,7 +7,6 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use gix_hash::ObjectId;
-use gixd::filter::Filter;
 use gixd::repo::RefSnapshot;
 use gixd::select::{self, Request};
 use gixd_tests::corpus::{self, Hash};
@@ -56,16 +55,7 @@ fn a_walk_with_the_commit_graph_selects_what_a_walk_without_it_selects() {
                 let graph = gixd::repo::commit_graph::load(&path.join("objects"), repo.object_hash())
                     .unwrap()
                     .expect("git wrote a commit-graph");
-                let request = |commit_graph| Request {
-                    wants: &wants,
-                    common: &[],
-                    include_tag: false,
-                    refs: &refs,
-                    filter: Filter::default(),
-                    boundary: None,
-                    progress: None,
-                    commit_graph,
-                };
+                let request = |commit_graph| Request { commit_graph, ..gixd_tests::select_request(&wants, &[], &refs) };
                 let with = select::select_by_walking(&repo, &request(Some(&graph))).unwrap();
                 let without = select::select_by_walking(&repo, &request(None)).unwrap();
                 assert_eq!(ids(&with), ids(&without), "{} {} split {split}", spec.name, hash.name());
@@ -91,16 +81,7 @@ fn without_a_commit_graph_a_walk_reads_each_commit_once_its_tree_noted_as_it_is_
         let wants = refs.tips();
         let head = repo.head_id().unwrap().detach();
         let old: ObjectId = gixd_tests::git_out(&path, &["rev-list", "--skip=5", "-1", "HEAD"]).trim().parse().unwrap();
-        let request = |common: &'static [ObjectId]| Request {
-            wants: &wants,
-            common,
-            include_tag: false,
-            refs: &refs,
-            filter: Filter::default(),
-            boundary: None,
-            progress: None,
-            commit_graph: None,
-        };
+        let request = |common: &'static [ObjectId]| gixd_tests::select_request(&wants, common, &refs);
         // A clone: every commit walked, none read again for its tree.
         let before = read();
         let clone = select::select_by_walking(&repo, &request(&[])).unwrap();

@@ -236,16 +236,7 @@ fn a_multi_pack_index_bitmap_selects_what_the_walk_selects() {
         let refs = gixd::repo::RefSnapshot::load(&repo).unwrap();
         let wants = refs.tips();
         for filter in [Filter::default(), Filter { no_blobs: true, ..Filter::default() }] {
-            let request = Request {
-                wants: &wants,
-                common: &[],
-                include_tag: false,
-                refs: &refs,
-                filter,
-                boundary: None,
-                progress: None,
-                commit_graph: None,
-            };
+            let request = Request { filter, ..gixd_tests::select_request(&wants, &[], &refs) };
             let by_bitmap = select::select(&repo, &request, Some(&bitmap)).unwrap();
             assert!(by_bitmap.by_bitmap);
             assert!(by_bitmap.whole_pack.is_none(), "several packs are never sent as one");
@@ -255,16 +246,7 @@ fn a_multi_pack_index_bitmap_selects_what_the_walk_selects() {
         }
         let behind = git_ok(&repo_path, &["rev-parse", "main~45"]);
         let common = [gix_hash::ObjectId::from_hex(behind.trim().as_bytes()).unwrap()];
-        let request = Request {
-            wants: &wants,
-            common: &common,
-            include_tag: false,
-            refs: &refs,
-            filter: Filter::default(),
-            boundary: None,
-            progress: None,
-            commit_graph: None,
-        };
+        let request = gixd_tests::select_request(&wants, &common, &refs);
         let by_bitmap = ids(&select::select(&repo, &request, Some(&bitmap)).unwrap());
         let by_walk = ids(&select::select_by_walking(&repo, &request).unwrap());
         assert!(by_bitmap.is_subset(&by_walk), "{}: the bitmap selected something the walk did not", hash.name());

@@ -5,7 +5,6 @@
 //! at twice the CPU); and a repack's delta search breaks ties in this order.
 
 use gix_hash::ObjectId;
-use gixd::filter::Filter;
 use gixd::repo::RefSnapshot;
 use gixd::select::{self, Request};
 use gixd_tests::corpus::{self, Hash};
@@ -26,16 +25,7 @@ fn a_walk_meets_commits_newest_first_by_commit_time_with_a_commit_graph_or_witho
         let graph = gixd::repo::commit_graph::load(&path.join("objects"), repo.object_hash()).unwrap().unwrap();
         let time = |id: &ObjectId| repo.find_commit(*id).unwrap().time().unwrap().seconds;
         for commit_graph in [None, Some(&graph)] {
-            let request = Request {
-                wants: &wants,
-                common: &[],
-                include_tag: false,
-                refs: &refs,
-                filter: Filter::default(),
-                boundary: None,
-                progress: None,
-                commit_graph,
-            };
+            let request = Request { commit_graph, ..gixd_tests::select_request(&wants, &[], &refs) };
             let selection = select::select_by_walking(&repo, &request).unwrap();
             let is_commit = |id: &&ObjectId| repo.find_header(**id).unwrap().kind() == gix_object::Kind::Commit;
             let commits: Vec<ObjectId> = selection.objects.iter().filter(is_commit).copied().collect();
