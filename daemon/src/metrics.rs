@@ -57,6 +57,7 @@ pub struct Metrics {
     pack_cache: Family<OutcomeLabel, Counter>,
     pub transfers_in_flight: Gauge,
     pub transfers_queued: Gauge,
+    pub cached_values: Gauge,
     transfers_in_flight_max: Gauge,
     transfers_waited: Counter,
     queue_wait: Histogram,
@@ -87,6 +88,7 @@ impl Metrics {
             pack_cache: Family::default(),
             transfers_in_flight: Gauge::default(),
             transfers_queued: Gauge::default(),
+            cached_values: Gauge::default(),
             transfers_in_flight_max: Gauge::default(),
             transfers_waited: Counter::default(),
             // 1 ms to about 9 minutes.
@@ -114,6 +116,12 @@ impl Metrics {
         registry.register("pack_cache", "Pack cache lookups, by outcome (hit, join, miss)", m.pack_cache.clone());
         registry.register("transfers_in_flight", "Transfers holding a transfer slot", m.transfers_in_flight.clone());
         registry.register("transfers_queued", "Transfers waiting for a transfer slot", m.transfers_queued.clone());
+        registry.register(
+            "repository_cached_values",
+            "Values kept per repository (ref snapshots, bitmaps, pack lists, commit-graphs, decoded \
+             commits), counted as the idle ones are dropped",
+            m.cached_values.clone(),
+        );
         registry.register(
             "transfers_in_flight_max",
             "The most transfers that held a slot at once since the start",

@@ -180,6 +180,9 @@ impl Server {
         if let Some(every) = self.state.config.maintenance_interval {
             tokio::spawn(crate::service::maintenance::on_the_clock(self.state.clone(), every));
         }
+        if !self.state.config.cache_idle.is_zero() {
+            tokio::spawn(crate::session::forget_idle_caches(self.state.clone(), self.state.config.cache_idle));
+        }
         if let Some(asks) = self.maintenance_asks {
             tokio::spawn(crate::service::maintenance::after_pushes(self.state.clone(), asks));
         }

@@ -72,6 +72,25 @@ fn give_freed_memory_back() {
     }
 }
 
+/// Every half of `idle`, drop what the repositories nobody asked for in `idle` keep cached
+/// (`Config::cache_idle`), and give the memory back.
+pub async fn forget_idle_caches(state: Arc<State>, idle: std::time::Duration) {
+    let tick = (idle / 2).max(std::time::Duration::from_millis(500));
+    loop {
+        tokio::time::sleep(tick).await;
+        let Some(cutoff) = std::time::Instant::now().checked_sub(idle) else { continue };
+        let state = state.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let swept = state.repos.forget_unused(cutoff) + state.caches.forget_unused(cutoff);
+            state.metrics.cached_values.set(swept.kept as i64);
+            if swept.forgotten > 0 {
+                give_freed_memory_back();
+            }
+        })
+        .await;
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
         self.metrics.transfers_in_flight.dec();

@@ -425,3 +425,33 @@ fn a_long_walk_count_and_delta_search_show_running_progress_lines_before_their_f
         "it counts up to {searched}: {counts:?}"
     );
 }
+
+#[test]
+fn what_a_repository_keeps_cached_is_dropped_once_no_request_used_it_for_cache_idle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    fixture(&base);
+    let server = serve_with(&base, |c| {
+        c.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.cache_idle = std::time::Duration::from_secs(4);
+    });
+    let cached = || metric(&scrape(server.metrics_addr.unwrap()), "gixd_repository_cached_values", &[]);
+    let until = |what: &str, done: &dyn Fn(f64) -> bool| {
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let now = cached();
+            if done(now) {
+                return now;
+            }
+            assert!(std::time::Instant::now() < give_up, "{what}: still {now} values kept");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    clone(&server.url("repo.git"), &tmp.path().join("clone.git"), 2, &["--bare"]);
+    // The sweep every 2 s counts what the clone left (its refs, pack list, decoded commits…),
+    // kept while it was used in the last 4 s.
+    let kept = until("the clone's values are counted", &|n| n > 0.0);
+    assert!(kept >= 2.0, "a clone leaves at least its ref snapshot and pack list: {kept}");
+    until("every value goes once the repository is idle", &|n| n == 0.0);
+}

@@ -186,6 +186,9 @@ pub struct Config {
     /// How long a client may take to send its request head or body, or to accept the next frame
     /// of a response, before the transfer is dropped: a stalled client must not hold a thread.
     pub io_timeout: std::time::Duration,
+    /// How long a repository's cached state outlives its last use ([`crate::repo::cache`]); zero:
+    /// kept for the process's life.
+    pub cache_idle: std::time::Duration,
     /// git's pace for a running progress line ("Enumerating objects: N", "Counting objects:
     /// 45% (450/1000)"): at most one this often. One second, as git; the tests set it to zero
     /// to see every line a long transfer would show.

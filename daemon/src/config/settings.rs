@@ -260,6 +260,17 @@ pub struct Limits {
         default_value = "30"
     )]
     pub init_timeout_secs: Option<u64>,
+    /// Seconds a repository's cached state (its refs as served, bitmap, pack list, commit-graph,
+    /// decoded commits) is kept after the last request that used it (0: for the process's life).
+    /// Bursts and the rounds of one negotiation find it warm; an idle server gives it back.
+    #[arg(
+        id = "limits.cache_idle_secs",
+        long = "cache-idle",
+        env = "GIXD_CACHE_IDLE",
+        value_name = "SECONDS",
+        default_value = "10"
+    )]
+    pub cache_idle_secs: Option<u64>,
     /// Seconds a queued request waits for a transfer slot before "busy, retry" (0: as long as
     /// its client keeps the connection, as git daemon's clients wait).
     #[arg(
@@ -576,6 +587,7 @@ impl Settings {
             spill_bytes: declared(limits.spill_bytes),
             walk_cache_bytes: 0,
             io_timeout: at_least_a_second(declared(limits.io_timeout_secs)),
+            cache_idle: secs(declared(limits.cache_idle_secs)),
             progress_interval: secs(1),
             min_receive_rate: declared(limits.min_receive_rate),
             metrics_listen: s.metrics_listen,

@@ -3,20 +3,47 @@
 //! something per repository owns the cell of its type — the pack bitmap's in [`crate::bitmap`],
 //! the pack files' in [`crate::packs`], the readable set's in [`crate::select`], the ref snapshot
 //! and the decoded commits in [`super::Repos`] — so a cache is found by its type, never by a name.
+//!
+//! A value no request has used for `Config::cache_idle` is dropped ([`PerRepository::forget_unused`],
+//! called by the server's clock): kept for the process's life, every repository ever served held
+//! its decoded commits, bitmap and ref snapshot, and an idle gixd grew from 1 to 22 MiB after
+//! one clone each of three repositories of 300 000–420 000 objects.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use super::Served;
 
 /// One cache: a value of `T` per repository (by git directory) and the state it is valid for.
 pub struct PerRepository<T> {
-    entries: Mutex<HashMap<PathBuf, (u64, Arc<T>)>>,
+    entries: Mutex<HashMap<PathBuf, Entry<T>>>,
     /// Held per repository while its value is computed: requests that miss together wait for
     /// the one computing (a burst of clones of a repository opened its bitmap once per
     /// generating slot, each copy a whole bitmap's tables) and take its value.
     computing: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
+}
+
+/// What [`PerRepository::forget_unused`] did: values dropped, values kept.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Swept {
+    pub forgotten: usize,
+    pub kept: usize,
+}
+
+impl std::ops::Add for Swept {
+    type Output = Swept;
+    fn add(self, other: Swept) -> Swept {
+        Swept { forgotten: self.forgotten + other.forgotten, kept: self.kept + other.kept }
+    }
+}
+
+/// A kept value: the state it was computed from, and when a request last used it.
+struct Entry<T> {
+    state: u64,
+    value: Arc<T>,
+    used: Instant,
 }
 
 impl<T> Default for PerRepository<T> {
@@ -44,7 +71,8 @@ impl<T> PerRepository<T> {
             return Ok(value);
         }
         let value = Arc::new(compute()?);
-        self.entries.lock().expect("not poisoned").insert(served.git_dir.clone(), (state, value.clone()));
+        let entry = Entry { state, value: value.clone(), used: Instant::now() };
+        self.entries.lock().expect("not poisoned").insert(served.git_dir.clone(), entry);
         Ok(value)
     }
 
@@ -58,8 +86,24 @@ impl<T> PerRepository<T> {
 
     /// The kept value for `served` if it was computed from `state`; never computes.
     pub fn get(&self, served: &Served, state: u64) -> Option<Arc<T>> {
-        let entries = self.entries.lock().expect("not poisoned");
-        entries.get(&served.git_dir).filter(|(kept, _)| *kept == state).map(|(_, value)| value.clone())
+        let mut entries = self.entries.lock().expect("not poisoned");
+        let entry = entries.get_mut(&served.git_dir).filter(|entry| entry.state == state)?;
+        entry.used = Instant::now();
+        Some(entry.value.clone())
+    }
+
+    /// Drop every value no request has used since `cutoff` and none holds now (a value a long
+    /// transfer still holds stays: dropping it here would free nothing); say how many went and
+    /// how many stay.
+    pub fn forget_unused(&self, cutoff: Instant) -> Swept {
+        let mut entries = self.entries.lock().expect("not poisoned");
+        let before = entries.len();
+        entries.retain(|_, entry| entry.used >= cutoff || Arc::strong_count(&entry.value) > 1);
+        let swept = Swept { forgotten: before - entries.len(), kept: entries.len() };
+        // The turns of repositories whose values went (no request is computing: it would hold it).
+        let mut computing = self.computing.lock().expect("not poisoned");
+        computing.retain(|git_dir, turn| entries.contains_key(git_dir) || Arc::strong_count(turn) > 1);
+        swept
     }
 }
 
@@ -90,5 +134,28 @@ mod tests {
             }
         });
         assert_eq!(computed.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_value_unused_since_the_cutoff_is_forgotten_unless_a_request_holds_it() {
+        let cache: PerRepository<usize> = PerRepository::default();
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let served = |dir: &std::path::Path| Served {
+            name: "r".into(),
+            git_dir: dir.to_owned(),
+            repo: gix::init_bare(dir).unwrap().into_sync(),
+        };
+        let (a, b) = (served(a.path()), served(b.path()));
+        let held = cache.get_or_insert_with(&a, 1, || 1);
+        cache.get_or_insert_with(&b, 1, || 2);
+        let cutoff = Instant::now();
+        let swept = cache.forget_unused(cutoff);
+        assert_eq!(swept, Swept { forgotten: 1, kept: 1 }, "b is unused since the cutoff and nobody holds it");
+        assert!(cache.get(&b, 1).is_none());
+        assert!(cache.get(&a, 1).is_some(), "a is held by a request");
+        drop(held);
+        assert_eq!(cache.forget_unused(cutoff).forgotten, 0, "a was used after the cutoff (by the get above)");
+        assert_eq!(cache.forget_unused(Instant::now()), Swept { forgotten: 1, kept: 0 });
+        assert!(cache.get(&a, 1).is_none());
     }
 }

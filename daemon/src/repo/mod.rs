@@ -143,7 +143,7 @@ pub struct Repos {
     open: Mutex<HashMap<PathBuf, OpenRepository>>,
     /// The refs upload-pack serves, per ref state ([`Repos::upload_refs`]).
     refs: cache::PerRepository<RefSnapshot>,
-    /// Decoded commits, kept for the process's life ([`Repos::commits`]).
+    /// Decoded commits, kept while requests use them ([`Repos::commits`]).
     commits: cache::PerRepository<crate::graph::CommitCache>,
     /// The commit-graph as last read, per state of its files ([`Repos::commit_graph`]).
     commit_graphs: cache::PerRepository<Option<gix_commitgraph::Graph>>,
@@ -292,6 +292,12 @@ impl Repos {
 
     /// The repository's decoded commits, kept for the life of the process (a commit's id fixes
     /// its content: the cache never needs a state).
+    /// Drop the ref snapshots, decoded commits and commit-graphs no request used since `cutoff`
+    /// ([`cache::PerRepository::forget_unused`]); say how many went and stay.
+    pub fn forget_unused(&self, cutoff: std::time::Instant) -> cache::Swept {
+        self.refs.forget_unused(cutoff) + self.commits.forget_unused(cutoff) + self.commit_graphs.forget_unused(cutoff)
+    }
+
     pub fn commits(&self, served: &Served) -> Arc<crate::graph::CommitCache> {
         self.commits.get_or_insert_with(served, 0, crate::graph::CommitCache::default)
     }

@@ -26,6 +26,14 @@ pub struct Caches {
     pub readable: crate::repo::cache::PerRepository<Readable>,
 }
 
+impl Caches {
+    /// Drop what no request used since `cutoff` ([`crate::repo::cache::PerRepository::forget_unused`]);
+    /// say how many values went and stay.
+    pub fn forget_unused(&self, cutoff: std::time::Instant) -> crate::repo::cache::Swept {
+        self.bitmaps.forget_unused(cutoff) + self.packs.forget_unused(cutoff) + self.readable.forget_unused(cutoff)
+    }
+}
+
 /// The objects a client may be sent: those reachable from the refs it may read.
 pub enum Readable {
     /// From a walk.
