@@ -55,6 +55,15 @@ impl Group {
         Ok(std::fs::write(self.dir("memory").join("memory.max_usage_in_bytes"), "0")?)
     }
 
+    /// Give back the page cache charged to the group (v1 `memory.force_empty`; what its processes
+    /// allocated stays): the host's proactive reclaim (DAMON `pageout` of pages idle for a minute)
+    /// evicts pack pages this process warmed, the server that faults them in again is charged
+    /// for them, and they stayed charged after its bursts of that repository ended (gixd's idle
+    /// cgroup at 12-15 MiB of page cache, 2-3 MiB of its own).
+    pub(crate) fn drop_page_cache(&self) -> Result<()> {
+        Ok(std::fs::write(self.dir("memory").join("memory.force_empty"), "0")?)
+    }
+
     /// What the group's processes hold now (memory cgroup usage, page cache charged to it too).
     pub(crate) fn usage_bytes(&self) -> Result<u64> {
         Ok(std::fs::read_to_string(self.dir("memory").join("memory.usage_in_bytes"))?.trim().parse()?)
@@ -183,6 +192,23 @@ pub(crate) fn warm(repo: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Read the servers' programs (gixd; git and its exec-path, lighttpd, sshd where present), so
+/// their pages are cached and charged to us as the packs' are: a server's memory cgroup is
+/// charged a program page by the first process that touches it, and stock git's pages are
+/// touched by the cloning clients first, so without this gixd alone paid for its own code
+/// (up to 18 MiB of an idle gixd's cgroup).
+pub(crate) fn warm_programs(gixd: &Path) -> Result<()> {
+    let exec_path = crate::bench::output(Command::new("git").arg("--exec-path"))?;
+    let mut programs = vec![gixd.to_owned(), PathBuf::from("/usr/sbin/lighttpd"), PathBuf::from("/usr/sbin/sshd")];
+    for entry in std::fs::read_dir(exec_path.trim())? {
+        programs.push(entry?.path());
+    }
+    for program in programs.iter().filter(|p| p.is_file()) {
+        std::io::copy(&mut std::fs::File::open(program)?, &mut std::io::sink())?;
+    }
+    Ok(())
+}
+
 /// One served copy of a real repository: its name, `bitmap` or `no-bitmap`, where it is, and
 /// how many objects it holds.
 pub(crate) type Copy = (String, &'static str, PathBuf, u64);
@@ -245,6 +271,7 @@ pub fn run(
         bail!("each server goes into cgroups of its own: run as root");
     }
     let gixd = crate::bench::gixd_or_build(root, gixd)?;
+    warm_programs(&gixd)?;
     let scratch = crate::tree::Scratch::new("bench-bursts")?;
     let base = root.join("target/bench-bursts");
     std::fs::create_dir_all(&base)?;
@@ -272,7 +299,7 @@ pub fn run(
         "arms": arms.iter().map(|a| a.name).collect::<Vec<_>>(),
         "effective_cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         "repos": served_repos.iter().zip(&sizes_of).map(|((n, s, _, o), sizes)| serde_json::json!({ "repo": n, "state": s, "objects": o, "sizes": sizes })).collect::<Vec<_>>(),
-        "how": "each burst: `clients` stock git clones (protocol v2, --bare) started at once on this machine; refused = every clone that failed (gixd and http-backend say busy; git daemon resets connections past its --max-connections, 32 by default); CPU from each server's cpuacct cgroup; peak from its memory cgroup (reset before the burst, packs' page cache warmed beforehand) and the summed VmRSS of its processes sampled every 2 ms; idle = the memory cgroup's usage when the burst starts; gixd's spill and ranged bytes from its counters (gixd_transfer_spill_bytes_total, gixd_transfer_ranged_bytes_total) around the burst",
+        "how": "each burst: `clients` stock git clones (protocol v2, --bare) started at once on this machine; refused = every clone that failed (gixd and http-backend say busy; git daemon resets connections past its --max-connections, 32 by default); CPU from each server's cpuacct cgroup; peak from its memory cgroup (reset before the burst, the page cache charged to it given back and the packs' and the servers' programs' page cache warmed beforehand) and the summed VmRSS of its processes sampled every 2 ms; idle = the memory cgroup's usage when the burst starts; gixd's spill and ranged bytes from its counters (gixd_transfer_spill_bytes_total, gixd_transfer_ranged_bytes_total) around the burst",
     });
     for (key, value) in describe {
         described[key] = value.into();
@@ -293,6 +320,7 @@ pub fn run(
                     let (server, url) = (&servers[arm.server], arm.url.replace("{repo}", &dir_name));
                     let arm_env = &arm.env;
                     let arm = arm.name;
+                    server.group.drop_page_cache()?;
                     warm(path)?;
                     // gixd's spill and ranges, from its counters around the burst.
                     let counters = || -> Result<(u64, u64)> {
