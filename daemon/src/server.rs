@@ -96,7 +96,10 @@ impl Server {
             Some(listener) => {
                 let keys = crate::transport::ssh::host_keys(&config.ssh_host_key_path())?;
                 let fingerprint = keys.iter().map(crate::transport::ssh::fingerprint).collect::<Vec<_>>().join(", ");
-                let ssh_config = crate::transport::ssh::config(keys, config.io_timeout);
+                let ciphers = crate::transport::ssh::ciphers(&config.ssh_ciphers)?;
+                let offered = ciphers.iter().map(|c| c.as_ref()).collect::<Vec<_>>().join(", ");
+                tracing::info!(ciphers = %offered, "SSH ciphers offered");
+                let ssh_config = crate::transport::ssh::config(keys, config.io_timeout, ciphers);
                 Some((listener, Arc::new(ssh_config), fingerprint))
             }
             None => None,

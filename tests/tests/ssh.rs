@@ -352,3 +352,43 @@ fn connection_auth_and_channel_floods_are_cut_off_with_memory_bounded_and_others
     let dest = f.tmp.path().join("after.git");
     f.git_ok(f.tmp.path(), &key, &["clone", "-q", "--bare", &f.url(), dest.to_str().unwrap()]);
 }
+
+/// The ciphers offered: at the defaults, on a CPU with AES instructions, AES-GCM alone, so that
+/// OpenSSH (which prefers chacha20-poly1305, then AES-CTR) takes it; a client that asks only for
+/// AES-CTR is refused then, and served once `ssh_ciphers` names it. Red with russh's own list:
+/// the CTR-only client is served and OpenSSH takes chacha20-poly1305.
+#[test]
+fn openssh_takes_aes_gcm_at_the_defaults_and_other_ciphers_are_offered_only_when_named() {
+    let aes = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" aes") && c.contains(" pclmulqdq"));
+    let cipher_of = |f: &Fixture, key: &Path, extra: &str| {
+        let ssh = format!("{} -v {extra}", gixd_tests::ssh_command(key, &f.known_hosts));
+        let out = gixd_tests::git_command(f.tmp.path())
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_SSH_COMMAND", ssh)
+            .args(["ls-remote", &f.url()])
+            .output()
+            .expect("git runs");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let cipher = stderr
+            .lines()
+            .find_map(|l| l.split("kex: server->client cipher: ").nth(1))
+            .map(|rest| rest.split_whitespace().next().unwrap_or("").to_owned());
+        (out.status.success(), cipher, stderr)
+    };
+    let f = Fixture::new();
+    let key = f.key("id", "alice", Some(("*", false)));
+    let (ok, cipher, stderr) = cipher_of(&f, &key, "");
+    assert!(ok, "{stderr}");
+    let expected = if aes { "aes128-gcm@openssh.com" } else { "chacha20-poly1305@openssh.com" };
+    assert_eq!(cipher.as_deref(), Some(expected), "OpenSSH's pick among what gixd offers");
+    let (ok, _, stderr) = cipher_of(&f, &key, "-o Ciphers=aes128-ctr");
+    assert!(!ok && stderr.contains("no matching cipher"), "AES-CTR is not offered by default: {stderr}");
+
+    let f = Fixture::with(|c| c.ssh_ciphers = vec!["aes256-gcm@openssh.com".into(), "aes128-ctr".into()]);
+    let key = f.key("id", "alice", Some(("*", false)));
+    let (ok, cipher, stderr) = cipher_of(&f, &key, "-o Ciphers=aes128-ctr");
+    assert!(ok, "named, AES-CTR is offered: {stderr}");
+    assert_eq!(cipher.as_deref(), Some("aes128-ctr"));
+    let refused = gixd::transport::ssh::ciphers(&["none".into()]).unwrap_err().to_string();
+    assert!(refused.contains("unknown cipher 'none'"), "{refused}");
+}

@@ -103,6 +103,8 @@ pub struct Config {
     pub ssh_listen: Option<SocketAddr>,
     /// The SSH host key's file; `None`: `ssh_host_ed25519_key` beside the token file.
     pub ssh_host_key: Option<PathBuf>,
+    /// The SSH ciphers offered ([`crate::transport::ssh::ciphers`]); empty: this CPU's fastest.
+    pub ssh_ciphers: Vec<String>,
     /// How long transfers in flight may take to finish once the server is told to stop (SIGTERM,
     /// SIGINT) before what is left is cancelled ([`crate::lifecycle`]).
     pub shutdown_grace: std::time::Duration,

@@ -45,6 +45,12 @@ pub struct Settings {
     /// start when missing. Without it: `ssh_host_ed25519_key` beside the token file.
     #[arg(long, env = "GIXD_SSH_HOST_KEY", value_name = "FILE")]
     pub ssh_host_key: Option<PathBuf>,
+    /// The SSH ciphers offered, as OpenSSH names them, comma-separated (the client takes the
+    /// first of its own list that is offered). Without it: AES-GCM alone on a CPU with AES
+    /// instructions, else chacha20-poly1305 first. Clients without AES-GCM (libssh2 before 1.11,
+    /// JSch 0.1.55, PuTTY before 0.76) need `aes128-ctr` added.
+    #[arg(long, env = "GIXD_SSH_CIPHERS", value_name = "NAMES", value_delimiter = ',')]
+    pub ssh_ciphers: Option<Vec<String>>,
     /// Seconds transfers in flight may take to finish after SIGTERM or SIGINT before they are
     /// cancelled (the listeners stop at once).
     #[arg(long = "shutdown-grace", env = "GIXD_SHUTDOWN_GRACE", value_name = "SECONDS", default_value = "25")]
@@ -551,6 +557,7 @@ impl Settings {
             tls_key: s.tls_key.clone(),
             ssh_listen: s.ssh_listen,
             ssh_host_key: s.ssh_host_key.clone(),
+            ssh_ciphers: s.ssh_ciphers.clone().unwrap_or_default(),
             shutdown_grace: secs(declared(s.shutdown_grace_secs)),
             init_timeout: at_least_a_second(declared(limits.init_timeout_secs)),
             base_path: s.base_path.clone().unwrap_or_else(|| ".".into()),
