@@ -637,6 +637,46 @@ mod tests {
         assert_eq!(entry.read_all().unwrap(), bytes);
     }
 
+    /// A verbatim pack goes out as side-band packets of a header and a piece of the pack file:
+    /// kept as a few framed spans whatever the number of packets, and read back as written.
+    #[test]
+    fn a_pack_range_framed_into_packets_is_kept_as_a_few_spans_not_two_per_packet() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pack");
+        let content: Vec<u8> = (0..1_000_000u32).map(|i| (i % 249) as u8).collect();
+        std::fs::write(&path, &content).unwrap();
+        let map = crate::pack_ranges::Map::open(&path).unwrap();
+        let cache = PackCache::new(settings(64 << 20, None));
+        let entry = cache.start(key(1, b"a")).ok().unwrap();
+        let mut expected = b"0008NAK\n".to_vec();
+        let mut w = cache.writer(&entry);
+        w.write_all(&expected).unwrap();
+        let (piece, mut at, mut stored) = (6000, 12, 8 + 4);
+        while at < content.len() {
+            let n = piece.min(content.len() - at);
+            let header = format!("{:04x}\x01", n + 5);
+            let slices = [std::io::IoSlice::new(header.as_bytes()), std::io::IoSlice::new(&map[at..at + n])];
+            assert_eq!(w.write_vectored(&slices).unwrap(), header.len() + n, "one write, every byte");
+            expected.extend_from_slice(header.as_bytes());
+            expected.extend_from_slice(&content[at..at + n]);
+            // The last piece, shorter than a range is kept for, is stored.
+            stored += 5 + if n < crate::pack_ranges::KEPT { n } else { 0 };
+            at += n;
+        }
+        w.write_all(b"0000").unwrap();
+        expected.extend_from_slice(b"0000");
+        cache.finish(&entry, true);
+        let data = entry.data.lock().unwrap();
+        assert!(data.spans() <= 5, "{} spans for {} packets", data.spans(), content.len() / piece);
+        assert_eq!(data.stored, stored as u64, "headers stored, pieces not");
+        drop(data);
+        assert_eq!(entry.read_all().unwrap(), expected);
+        for offset in [0, 7, 8, 9, 12, 13, 6013, 6014, 6017, 500_003, expected.len() as u64 - 5] {
+            let piece = entry.read_at(offset, 3).unwrap();
+            assert_eq!(&piece[..], &expected[offset as usize..offset as usize + piece.len()], "at {offset}");
+        }
+    }
+
     #[test]
     fn a_failed_generation_is_not_kept() {
         let cache = PackCache::new(settings(1 << 20, None));
