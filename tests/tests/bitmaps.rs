@@ -131,6 +131,33 @@ fn bitmap_and_walk_select_the_same_objects_on_every_corpus_repository() {
     assert!(compared >= 2 * (corpus::REPOS.len() - 1), "every non-empty corpus repository in both hashes: {compared}");
 }
 
+/// A pack's positions are found by offset until a table pays, and agree with it; a reverse index
+/// whose order is not the pack's offset order is refused on open (red before: two entries
+/// swapped still made a permutation, and the bitmap answered with each other's objects).
+#[test]
+fn positions_agree_by_offset_and_by_table_and_a_reverse_index_out_of_pack_order_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo_path = bitmapped(tmp.path(), "merges", Hash::Sha1);
+    let idx = idx_of(&repo_path);
+    let bitmap = PackBitmap::open(&idx, gix_hash::Kind::Sha1).unwrap().expect("git wrote a bitmap");
+    let n = bitmap.len();
+    assert!(n > 10);
+    // Past 8 192 look-ups the table is made: every position is looked up until then and after.
+    let mut looked_up = 0;
+    while looked_up < 8192 + 2 * n {
+        for pos in 0..n {
+            assert_eq!(bitmap.pos(&bitmap.oid_at(pos)), Some(pos), "after {looked_up} look-ups");
+        }
+        looked_up += n;
+    }
+    let rev = idx.with_extension("rev");
+    let mut bytes = std::fs::read(&rev).expect("git 2.41+ writes a .rev beside the pack");
+    bytes[12..20].rotate_left(4); // pack positions 0 and 1 swapped
+    std::fs::write(&rev, &bytes).unwrap();
+    let err = PackBitmap::open(&idx, gix_hash::Kind::Sha1).expect_err("refused");
+    assert!(err.to_string().contains("not in pack order"), "{err}");
+}
+
 #[test]
 fn a_missing_stale_or_corrupt_bitmap_falls_back_to_the_walk_and_the_clone_is_the_same() {
     let tmp = tempfile::tempdir().unwrap();

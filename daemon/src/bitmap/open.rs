@@ -127,7 +127,18 @@ impl PackBitmap {
             Some(order) => order,
             None => Order::Owned(write::pack_order(&index)),
         };
-        let position = order.inverse(n).ok_or_else(|| corrupt("the reverse index is no permutation"))?;
+        // Pack order is offset order: positions are found by offset until a table pays
+        // ([`super::Position`]); a reverse index that is not is refused now.
+        let mut previous = None;
+        for pos in 0..n {
+            let i = order.get(pos);
+            let offset = (i < n as u32).then(|| index.pack_offset_at_index(i));
+            if offset.is_none() || offset <= previous {
+                return Err(corrupt("the reverse index is not in pack order"));
+            }
+            previous = offset;
+        }
+        let position = super::Position::Searched { table: Default::default(), lookups: Default::default() };
         let pack = idx.with_extension("pack");
         // Mapped now and held with the bitmap: `git repack` renames and deletes packs while
         // requests read them, and a mapping outlives the name (a path opened per request fails).
@@ -183,6 +194,7 @@ impl PackBitmap {
         let order = midx_reverse_index(&raw, pack_dir, &checksum, n)
             .ok_or_else(|| corrupt("the multi-pack-index has no reverse index that reads"))?;
         let position = order.inverse(n).ok_or_else(|| corrupt("the reverse index is no permutation"))?;
+        let position = super::Position::Table(position);
         // The preferred pack: the one of the first position. Its objects lead the order, by
         // offset; all of them (the MIDX picks the preferred pack's copy of an object first).
         let location = |pos: usize| {
@@ -236,16 +248,17 @@ impl PackBitmap {
         data: crate::pack_ranges::PackData,
         ids: Ids,
         order: Order,
-        position: Vec<u32>,
+        position: super::Position,
         (file, parsed): (memmap2::Mmap, Parsed),
     ) -> PackBitmap {
         let fanout = fanout_table(&ids);
+        let reusable = ids.num() as usize;
         PackBitmap {
             pack,
             entries_end: data.pack_end() as u64,
             data: std::sync::Arc::new(data),
             ids,
-            reusable: position.len(),
+            reusable,
             order,
             position,
             fanout,
