@@ -26,7 +26,7 @@ pub struct Server {
     git_listener: Option<TcpListener>,
     https: Option<(TcpListener, Arc<Tls>)>,
     /// The SSH listener, its configuration (with the host key), and the key's fingerprint.
-    ssh: Option<(TcpListener, Arc<russh::server::Config>, String)>,
+    ssh: Option<(TcpListener, Arc<crate::transport::ssh::Offers>, String)>,
     metrics_listener: Option<TcpListener>,
     state: Arc<State>,
     /// What pushes ask of maintenance, with `Config::auto_maintenance`.
@@ -98,9 +98,10 @@ impl Server {
                 let fingerprint = keys.iter().map(crate::transport::ssh::fingerprint).collect::<Vec<_>>().join(", ");
                 let ciphers = crate::transport::ssh::ciphers(&config.ssh_ciphers)?;
                 let offered = ciphers.iter().map(|c| c.as_ref()).collect::<Vec<_>>().join(", ");
-                tracing::info!(ciphers = %offered, "SSH ciphers offered");
-                let ssh_config = crate::transport::ssh::config(keys, config.io_timeout, ciphers);
-                Some((listener, Arc::new(ssh_config), fingerprint))
+                let named = !config.ssh_ciphers.is_empty();
+                let offers = crate::transport::ssh::Offers::new(keys, config.io_timeout, ciphers, named);
+                tracing::info!(ciphers = %offered, openssh = %offers.ranked(), "SSH ciphers offered (to an OpenSSH client: the first of `openssh` it lists)");
+                Some((listener, Arc::new(offers), fingerprint))
             }
             None => None,
         };
@@ -437,13 +438,13 @@ async fn serve_metrics(listener: TcpListener, state: Arc<State>) {
 }
 
 /// Serve SSH on `listener`, a task per connection ([`crate::transport::ssh`]).
-async fn accept_ssh(listener: TcpListener, state: Arc<State>, config: Arc<russh::server::Config>) {
+async fn accept_ssh(listener: TcpListener, state: Arc<State>, offers: Arc<crate::transport::ssh::Offers>) {
     let unauthenticated = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     while let Some((stream, peer)) = accept(&listener, "ssh", &state.life).await {
-        let (state, config, unauthenticated) = (state.clone(), config.clone(), unauthenticated.clone());
+        let (state, offers, unauthenticated) = (state.clone(), offers.clone(), unauthenticated.clone());
         tokio::spawn(async move {
             let _busy = state.life.busy();
-            crate::transport::ssh::serve(state, config, stream, peer, unauthenticated).await;
+            crate::transport::ssh::serve(state, offers, stream, peer, unauthenticated).await;
         });
     }
 }

@@ -359,7 +359,7 @@ fn connection_auth_and_channel_floods_are_cut_off_with_memory_bounded_and_others
 /// and the AES-CTR-only client is refused. Red with russh's own list: OpenSSH took
 /// chacha20-poly1305.
 #[test]
-fn openssh_takes_aes_at_the_defaults_and_only_the_named_ciphers_are_offered() {
+fn openssh_is_served_aes_gcm_at_the_defaults_whatever_it_prefers_and_only_the_named_ciphers_are_offered() {
     let aes = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" aes") && c.contains(" pclmulqdq"));
     let cipher_of = |f: &Fixture, key: &Path, extra: &str| {
         let ssh = format!("{} -v {extra}", gixd_tests::ssh_command(key, &f.known_hosts));
@@ -380,18 +380,89 @@ fn openssh_takes_aes_at_the_defaults_and_only_the_named_ciphers_are_offered() {
     let key = f.key("id", "alice", Some(("*", false)));
     let (ok, cipher, stderr) = cipher_of(&f, &key, "");
     assert!(ok, "{stderr}");
-    let expected = if aes { "aes128-ctr" } else { "chacha20-poly1305@openssh.com" };
-    assert_eq!(cipher.as_deref(), Some(expected), "OpenSSH's pick among what gixd offers");
-    let (ok, _, stderr) = cipher_of(&f, &key, "-o Ciphers=aes128-ctr");
-    assert!(ok, "a client with AES-CTR only is served at the defaults: {stderr}");
+    let expected = if aes { "aes128-gcm@openssh.com" } else { "chacha20-poly1305@openssh.com" };
+    assert_eq!(cipher.as_deref(), Some(expected), "gixd's pick among what OpenSSH lists");
+    for only in ["aes128-ctr", "aes256-ctr", "chacha20-poly1305@openssh.com"] {
+        let (ok, cipher, stderr) = cipher_of(&f, &key, &format!("-o Ciphers={only}"));
+        assert!(ok, "a client allowing {only} alone is served at the defaults: {stderr}");
+        assert_eq!(cipher.as_deref(), Some(only));
+    }
 
     let f = Fixture::with(|c| c.ssh_ciphers = vec!["aes256-gcm@openssh.com".into(), "aes128-gcm@openssh.com".into()]);
     let key = f.key("id", "alice", Some(("*", false)));
     let (ok, cipher, stderr) = cipher_of(&f, &key, "");
     assert!(ok, "{stderr}");
-    assert_eq!(cipher.as_deref(), Some("aes128-gcm@openssh.com"));
+    assert_eq!(cipher.as_deref(), Some("aes256-gcm@openssh.com"), "named: the operator's order ranks");
     let (ok, _, stderr) = cipher_of(&f, &key, "-o Ciphers=aes128-ctr");
     assert!(!ok && stderr.contains("no matching cipher"), "named, only AES-GCM is offered: {stderr}");
     let refused = gixd::transport::ssh::ciphers(&["none".into()]).unwrap_err().to_string();
     assert!(refused.contains("unknown cipher 'none'"), "{refused}");
+}
+
+/// The cipher lists of the server's KEXINIT, as a client that says `version` and sends `kexinit`
+/// (a KEXINIT listing those ciphers) right after its version line is offered them.
+fn offered_to(addr: std::net::SocketAddr, version: &str, kexinit: Option<&str>) -> Vec<String> {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let mut hello = format!("{version}\r\n").into_bytes();
+    if let Some(ciphers) = kexinit {
+        let mut payload = vec![20u8];
+        payload.extend_from_slice(&[7u8; 16]);
+        let lists = ["curve25519-sha256", "ssh-ed25519", ciphers, ciphers, "hmac-sha2-256", "hmac-sha2-256"];
+        for list in lists.iter().chain(&["none", "none", "", ""]) {
+            payload.extend_from_slice(&(list.len() as u32).to_be_bytes());
+            payload.extend_from_slice(list.as_bytes());
+        }
+        payload.extend_from_slice(&[0, 0, 0, 0, 0]);
+        let padding = 8 - (payload.len() + 5) % 8 + 8;
+        hello.extend_from_slice(&((payload.len() + padding + 1) as u32).to_be_bytes());
+        hello.push(padding as u8);
+        hello.extend_from_slice(&payload);
+        hello.extend_from_slice(&vec![0u8; padding]);
+    }
+    tcp.write_all(&hello).unwrap();
+    let mut read = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(end) = read.iter().position(|&b| b == b'\n') {
+            let packet = &read[end + 1..];
+            if packet.len() >= 4 && packet.len() >= 4 + u32::from_be_bytes(packet[..4].try_into().unwrap()) as usize {
+                let mut rest = &packet[4 + 1 + 1 + 16..];
+                let mut lists = Vec::new();
+                for _ in 0..4 {
+                    let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+                    lists.push(String::from_utf8(rest[4..4 + len].to_vec()).unwrap());
+                    rest = &rest[4 + len..];
+                }
+                assert_eq!(lists[2], lists[3], "one list both ways");
+                return lists[3].split(',').map(str::to_owned).collect();
+            }
+        }
+        let n = tcp.read(&mut buf).expect("the server's KEXINIT comes");
+        assert!(n > 0, "closed before its KEXINIT");
+        read.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// Offered only what it lists first among gixd's fastest, an OpenSSH client cannot pick a slower
+/// cipher it prefers (chacha20-poly1305, AES-CTR): AES-GCM where the CPU has AES instructions; a
+/// client allowing AES-CTR alone is offered that. A client of any other kind (which may wait for
+/// the server's KEXINIT before sending its own) is offered the whole list at once and picks.
+/// Red before the offer followed the client: every client was offered the whole list.
+#[test]
+fn an_openssh_client_is_offered_the_fastest_cipher_it_lists_and_other_clients_the_whole_list() {
+    let aes = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" aes") && c.contains(" pclmulqdq"));
+    let f = Fixture::new();
+    let addr = f.server.ssh_addr.unwrap();
+    let openssh =
+        "chacha20-poly1305@openssh.com,aes128-ctr,aes192-ctr,aes256-ctr,aes128-gcm@openssh.com,aes256-gcm@openssh.com";
+    let fastest = if aes { "aes128-gcm@openssh.com" } else { "chacha20-poly1305@openssh.com" };
+    assert_eq!(offered_to(addr, "SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3", Some(openssh)), [fastest]);
+    assert_eq!(offered_to(addr, "SSH-2.0-OpenSSH_9.2p1", Some("aes256-ctr,3des-cbc")), ["aes256-ctr"]);
+    let whole = offered_to(addr, "SSH-2.0-JSCH-0.1.55", None);
+    assert!(whole.len() >= 4 && whole.iter().any(|c| c == "aes128-ctr"), "{whole:?}");
+    assert!(whole.iter().any(|c| c == "aes128-gcm@openssh.com"), "{whole:?}");
+    let fell_back = offered_to(addr, "SSH-2.0-OpenSSH_9.2p1", Some("3des-cbc"));
+    assert_eq!(fell_back, whole, "nothing in common: the whole list, and the client says so");
 }

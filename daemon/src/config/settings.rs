@@ -45,10 +45,10 @@ pub struct Settings {
     /// start when missing. Without it: `ssh_host_ed25519_key` beside the token file.
     #[arg(long, env = "GIXD_SSH_HOST_KEY", value_name = "FILE")]
     pub ssh_host_key: Option<PathBuf>,
-    /// The SSH ciphers offered, as OpenSSH names them, comma-separated (the client takes the
-    /// first of its own list that is offered). Without it: AES-GCM and AES-CTR on a CPU with AES
-    /// instructions (OpenSSH takes AES-CTR), else chacha20-poly1305 first. Naming AES-GCM alone
-    /// costs least CPU, and refuses clients without it (JSch 0.1.55, libssh2 before 1.11).
+    /// The SSH ciphers offered, as OpenSSH names them, comma-separated, in gixd's order of
+    /// preference (an OpenSSH client is offered the first it lists; others pick). Without it:
+    /// AES-GCM and AES-CTR on a CPU with AES instructions, else chacha20-poly1305 first. Naming
+    /// AES-GCM alone refuses clients without it (JSch 0.1.55, libssh2 before 1.11).
     #[arg(long, env = "GIXD_SSH_CIPHERS", value_name = "NAMES", value_delimiter = ',')]
     pub ssh_ciphers: Option<Vec<String>>,
     /// Seconds transfers in flight may take to finish after SIGTERM or SIGINT before they are

@@ -103,16 +103,15 @@ const OFFERABLE: [cipher::Name; 6] = [
     cipher::AES_128_CTR,
 ];
 
-/// The ciphers offered: `named` (`Config::ssh_ciphers`), or without names the fastest this CPU
-/// has that every client can still use. The client picks the first of its own list that is
-/// offered, and OpenSSH's list starts with chacha20-poly1305, then AES-CTR, then AES-GCM: offered
-/// all three, every OpenSSH client took chacha20-poly1305, whose Poly1305 (ring's portable code)
-/// and ChaCha20 were a third of gixd's CPU for a bitmapped clone (rust-analyzer, 126 MB, by hand:
-/// 381-401 ms with chacha20-poly1305, 327-360 with aes128-ctr + hmac-sha2-256-etm, 247-302 with
-/// aes128-gcm). So a CPU with AES and carry-less multiply instructions offers AES-GCM and
-/// AES-CTR, not chacha20-poly1305 (OpenSSH then takes AES-CTR); AES-GCM alone would be fastest
-/// but refuses clients that have only CTR (JGit's JSch 0.1.55 in the client matrix, libssh2
-/// before 1.11, PuTTY before 0.76): an operator who knows the clients may name it.
+/// The ciphers offered to a client that picks ([`Offers`]): `named` (`Config::ssh_ciphers`), or
+/// without names the fastest this CPU has that every client can still use. The client picks the
+/// first of its own list that is offered; OpenSSH's starts with chacha20-poly1305, whose Poly1305
+/// (ring's portable code) and ChaCha20 were a third of gixd's CPU for a bitmapped clone
+/// (rust-analyzer, 126 MB, by hand: 381-401 ms with chacha20-poly1305, 327-360 with aes128-ctr +
+/// hmac-sha2-256-etm, 247-302 with aes128-gcm). So a CPU with AES and carry-less multiply
+/// instructions offers AES-GCM and AES-CTR, not chacha20-poly1305; AES-GCM alone would refuse
+/// clients that have only CTR (JGit's JSch 0.1.55 in the client matrix, libssh2 before 1.11,
+/// PuTTY before 0.76). OpenSSH clients are offered one cipher of gixd's choosing instead.
 pub fn ciphers(named: &[String]) -> std::io::Result<Vec<cipher::Name>> {
     if named.is_empty() {
         return Ok(match aes_instructions() {
@@ -172,11 +171,231 @@ pub fn config(
     }
 }
 
+/// What a connection is offered. SSH lets the client pick: the first cipher of its own list that
+/// the server offers. OpenSSH's list starts with chacha20-poly1305, then AES-CTR, then AES-GCM, so
+/// offered AES-GCM and AES-CTR it takes AES-CTR (327-360 ms of gixd's CPU for a bitmapped
+/// rust-analyzer clone, against 247-302 with AES-GCM). OpenSSH sends its first key-exchange
+/// packet, with its cipher list, without waiting for the server's: from a client whose version
+/// line says OpenSSH that packet is read first, and the connection is offered one cipher, the
+/// first of `ranked` the client lists (AES-GCM wherever the client has it; a client that allows
+/// only AES-CTR or only chacha20-poly1305 still gets that). Every other client, and an OpenSSH
+/// client whose packet does not come within [`KEXINIT_WAIT`], is offered `offered` and picks.
+pub struct Offers {
+    offered: Arc<russh::server::Config>,
+    ranked: Vec<(cipher::Name, Arc<russh::server::Config>)>,
+    /// The version line the server sends, as russh sends it.
+    id_line: Vec<u8>,
+}
+
+/// How long an OpenSSH client's first key-exchange packet is waited for (it comes right after
+/// its version line; a client that waits for the server's instead is offered everything then).
+pub const KEXINIT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Offers {
+    /// `offered`: [`ciphers`] of the named ones; `named`: whether an operator named them (then
+    /// the ranking is theirs; otherwise, where the CPU has AES instructions, AES-GCM, then
+    /// AES-CTR, then chacha20-poly1305 for an OpenSSH client that allows nothing else).
+    pub fn new(
+        keys: Vec<PrivateKey>,
+        io_timeout: std::time::Duration,
+        offered: Vec<cipher::Name>,
+        named: bool,
+    ) -> Offers {
+        let ranked = match (named, aes_instructions()) {
+            (false, true) => vec![
+                cipher::AES_128_GCM,
+                cipher::AES_256_GCM,
+                cipher::AES_128_CTR,
+                cipher::AES_192_CTR,
+                cipher::AES_256_CTR,
+                cipher::CHACHA20_POLY1305,
+            ],
+            _ => offered.clone(),
+        };
+        let ranked = ranked.into_iter().map(|c| (c, Arc::new(config(keys.clone(), io_timeout, vec![c])))).collect();
+        let offered = Arc::new(config(keys, io_timeout, offered));
+        let id_line = match &offered.server_id {
+            russh::SshId::Standard(id) => format!("{id}\r\n").into_bytes(),
+            russh::SshId::Raw(id) => id.as_bytes().to_vec(),
+        };
+        Offers { offered, ranked, id_line }
+    }
+
+    /// The ciphers an OpenSSH client is offered the first of that it lists, in that order.
+    pub fn ranked(&self) -> String {
+        self.ranked.iter().map(|(c, _)| c.as_ref()).collect::<Vec<_>>().join(", ")
+    }
+
+    /// The configuration for a client that lists `client` (its ciphers, both directions).
+    fn for_client(&self, client: &[&str]) -> Option<&Arc<russh::server::Config>> {
+        self.ranked.iter().find(|(c, _)| client.contains(&c.as_ref())).map(|(_, config)| config)
+    }
+}
+
+/// The connection's first bytes, read before the session starts: the server's version line is
+/// sent, the client's read, and from an OpenSSH client its first key-exchange packet; the
+/// configuration chosen ([`Offers`]) and the socket with those bytes to be read again by the
+/// session.
+async fn offer(
+    offers: &Offers,
+    mut tcp: tokio::net::TcpStream,
+) -> std::io::Result<(Arc<russh::server::Config>, Replayed)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tcp.write_all(&offers.id_line).await?;
+    let mut read = Vec::with_capacity(1024);
+    let line_end = loop {
+        if let Some(end) = read.iter().position(|&b| b == b'\n') {
+            break end + 1;
+        }
+        if read.len() >= 255 || tcp.read_buf(&mut read).await? == 0 {
+            // Not a version line: the session says so to the client.
+            return Ok((offers.offered.clone(), Replayed::new(tcp, read, offers.id_line.len())));
+        }
+    };
+    let mut config = offers.offered.clone();
+    if read.starts_with(b"SSH-2.0-OpenSSH_") {
+        let waited = tokio::time::timeout(KEXINIT_WAIT, async {
+            loop {
+                if let Some(len) = whole_packet(&read[line_end..]) {
+                    return Ok(Some(len));
+                }
+                if read.len() - line_end > MAX_PACKET || tcp.read_buf(&mut read).await? == 0 {
+                    return Ok::<_, std::io::Error>(None);
+                }
+            }
+        })
+        .await;
+        let packet = match waited {
+            Ok(read) => read?,
+            Err(_elapsed) => None,
+        };
+        if let Some(len) = packet
+            && let Some(client) = kexinit_ciphers(&read[line_end..line_end + len])
+            && let Some(chosen) = offers.for_client(&client)
+        {
+            config = chosen.clone();
+        }
+    }
+    Ok((config, Replayed::new(tcp, read, offers.id_line.len())))
+}
+/// The longest packet before keys are exchanged (RFC 4253 §6.1's limit).
+const MAX_PACKET: usize = 35_000;
+
+/// The length of the binary packet (unencrypted: before keys are exchanged) `bytes` start with,
+/// once it is wholly there.
+fn whole_packet(bytes: &[u8]) -> Option<usize> {
+    let len = u32::from_be_bytes(bytes.get(..4)?.try_into().ok()?) as usize + 4;
+    (len <= MAX_PACKET && bytes.len() >= len).then_some(len)
+}
+
+/// The ciphers a client's KEXINIT packet (`packet`, as [`whole_packet`] found it) lists in both
+/// directions, in its order; `None` when it is not a KEXINIT.
+fn kexinit_ciphers(packet: &[u8]) -> Option<Vec<&str>> {
+    let padding = *packet.get(4)? as usize;
+    let payload = packet.get(5..packet.len().checked_sub(padding)?)?;
+    const KEXINIT: u8 = 20;
+    if payload.first() != Some(&KEXINIT) {
+        return None;
+    }
+    let mut rest = payload.get(1 + 16..)?;
+    let mut lists = Vec::new();
+    for _ in 0..4 {
+        let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+        lists.push(std::str::from_utf8(rest.get(4..4 + len)?).ok()?);
+        rest = &rest[4 + len..];
+    }
+    let (to_server, to_client) = (lists[2], lists[3]);
+    Some(to_client.split(',').filter(|c| to_server.split(',').any(|s| s == *c)).collect())
+}
+
+/// The socket as the session reads it after [`offer`]: the bytes read there first, and the
+/// server's version line, already sent, not sent twice.
+struct Replayed {
+    tcp: tokio::net::TcpStream,
+    read: Vec<u8>,
+    at: usize,
+    unsent_id: usize,
+}
+
+impl Replayed {
+    fn new(tcp: tokio::net::TcpStream, read: Vec<u8>, id_line: usize) -> Replayed {
+        Replayed { tcp, read, at: 0, unsent_id: id_line }
+    }
+}
+
+impl tokio::io::AsyncRead for Replayed {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        if this.at < this.read.len() {
+            let n = buf.remaining().min(this.read.len() - this.at);
+            buf.put_slice(&this.read[this.at..this.at + n]);
+            this.at += n;
+            if this.at == this.read.len() {
+                this.read = Vec::new();
+                this.at = 0;
+            }
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut this.tcp).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Replayed {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        if this.unsent_id > 0 {
+            // The session's version line: the same bytes `offer` sent.
+            let n = buf.len().min(this.unsent_id);
+            this.unsent_id -= n;
+            return std::task::Poll::Ready(Ok(n));
+        }
+        std::pin::Pin::new(&mut this.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if self.unsent_id > 0 {
+            let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &**b);
+            return self.poll_write(cx, first);
+        }
+        std::pin::Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
 /// Serve one SSH connection: closed at once past [`MAX_UNAUTHENTICATED`], and when it is not
 /// authenticated within the init timeout.
 pub async fn serve(
     state: Arc<State>,
-    config: Arc<russh::server::Config>,
+    offers: Arc<Offers>,
     tcp: tokio::net::TcpStream,
     peer: SocketAddr,
     unauthenticated: Arc<AtomicUsize>,
@@ -208,7 +427,11 @@ pub async fn serve(
         let fd = unsafe { libc::dup(tcp.as_raw_fd()) };
         (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
     };
-    let Ok(Ok(running)) = tokio::time::timeout(init, russh::server::run_stream(config, tcp, handler)).await else {
+    let session = async {
+        let (config, stream) = offer(&offers, tcp).await.map_err(russh::Error::from)?;
+        russh::server::run_stream(config, stream, handler).await
+    };
+    let Ok(Ok(running)) = tokio::time::timeout(init, session).await else {
         tracing::info!(%peer, "SSH connection closed before it said which version it speaks");
         return pending.end();
     };
