@@ -142,7 +142,8 @@ fn positions_agree_by_offset_and_by_table_and_a_reverse_index_out_of_pack_order_
     let bitmap = PackBitmap::open(&idx, gix_hash::Kind::Sha1).unwrap().expect("git wrote a bitmap");
     let n = bitmap.len();
     assert!(n > 10);
-    // Past 8 192 look-ups the table is made: every position is looked up until then and after.
+    // Past 8 192 look-ups (a small pack's threshold) the table is made: every position is
+    // looked up until then and after.
     let mut looked_up = 0;
     while looked_up < 8192 + 2 * n {
         for pos in 0..n {

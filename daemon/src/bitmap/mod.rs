@@ -138,14 +138,22 @@ pub struct PackBitmap {
 /// a `u32` per object (1.35 MiB for rust-analyzer's 340 000, held as long as the bitmap is, the
 /// largest part of an open bitmap): a clone looks up a few hundred ids (its wants), found by
 /// binary search over the pack's offsets; a fetch's reach looks up every entry of every tree it
-/// decodes, and past [`Position::SEARCHED_LOOKUPS`] look-ups the table is made.
+/// decodes, and past [`Position::searched_lookups`] look-ups the table is made.
 enum Position {
     Table(Vec<u32>),
     Searched { table: std::sync::OnceLock<Vec<u32>>, lookups: std::sync::atomic::AtomicUsize },
 }
 
 impl Position {
-    const SEARCHED_LOOKUPS: usize = 8192;
+    /// Look-ups by search before the table is made, for a pack of `n` objects: a quarter of `n`
+    /// (at least 8 192). A bitmapped clone looks up the entries of the trees its walk decodes
+    /// above the bitmapped commits, a few thousand (8 concurrent clones of rust-analyzer made
+    /// the table at 8 192); a search costs about what git pays per look-up (it searches its
+    /// reverse index the same way), and the table's 4 bytes per object stay held for as long as
+    /// the bitmap is.
+    fn searched_lookups(n: usize) -> usize {
+        (n / 4).max(8192)
+    }
 }
 
 /// The object ids a bitmap's positions stand for.
@@ -231,7 +239,9 @@ impl PackBitmap {
             Position::Table(table) => table[i] as usize,
             Position::Searched { table, lookups } => match table.get() {
                 Some(table) => table[i] as usize,
-                None if lookups.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= Position::SEARCHED_LOOKUPS => {
+                None if lookups.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    >= Position::searched_lookups(self.len()) =>
+                {
                     let table =
                         table.get_or_init(|| self.order.inverse(self.len()).expect("a permutation: checked on open"));
                     table[i] as usize
