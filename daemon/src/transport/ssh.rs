@@ -278,6 +278,7 @@ async fn offer(
     }
     Ok((config, Replayed::new(tcp, read, offers.id_line.len())))
 }
+
 /// The longest packet before keys are exchanged (RFC 4253 §6.1's limit).
 const MAX_PACKET: usize = 35_000;
 
