@@ -252,20 +252,10 @@ impl PackBitmap {
     }
 
     /// The pack position of index position `i` of a pack's own bitmap, by its offset: pack
-    /// order is offset order (checked on open).
+    /// order is offset order (checked on open), and every entry is reusable.
     fn search_position(&self, i: usize) -> usize {
         let Ids::Pack(index) = &self.ids else { unreachable!("searched positions are a pack's own") };
-        let offset = index.pack_offset_at_index(i as u32);
-        let (mut low, mut high) = (0, self.len());
-        while low < high {
-            let mid = low + (high - low) / 2;
-            if self.offset_at(mid) < offset {
-                low = mid + 1;
-            } else {
-                high = mid;
-            }
-        }
-        low
+        self.pos_at_offset(index.pack_offset_at_index(i as u32)).expect("every index entry starts an entry of the pack")
     }
 
     /// The index position of `id`: its two-byte prefix's bucket of the index searched.
