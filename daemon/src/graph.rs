@@ -112,6 +112,35 @@ pub fn push_children(id: ObjectId, kind: Kind, data: &[u8], out: &mut Vec<(Objec
     Ok(())
 }
 
+/// Where a tree or blob was met: its path's hash (unique per path, for the client's version at
+/// the same path) and git's name hash of it (for the delta search's order; many paths share
+/// one: it weighs a path's last sixteen characters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreePath {
+    pub full: u64,
+    pub name: u32,
+}
+
+impl TreePath {
+    /// A root tree's path (and a tip's: git names neither).
+    pub const ROOT: TreePath = TreePath { full: 0xcbf2_9ce4_8422_2325, name: 0 };
+
+    /// The path of the entry `name` of the tree at this path.
+    pub fn child(self, name: &[u8]) -> TreePath {
+        let parent = (self != TreePath::ROOT).then_some(self.name);
+        TreePath { full: path_hash(self.full, name), name: child_name_hash(parent, name) }
+    }
+}
+
+/// The hash of `parent`'s path extended by `name` (`/`-joined, as git names paths): FNV-1a.
+fn path_hash(parent: u64, name: &[u8]) -> u64 {
+    let mut h = parent ^ 0x2f;
+    for b in name {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h.wrapping_mul(0x0000_0100_0000_01b3)
+}
+
 /// git's name hash of the entry `name` of a tree whose own path hashes to `parent` (`None`: the
 /// root tree): git names `a/b` for an entry below `a`, and `a` for one of the root tree.
 pub fn child_name_hash(parent: Option<u32>, name: &[u8]) -> u32 {

@@ -22,6 +22,8 @@ use std::path::PathBuf;
 use gix_hash::ObjectId;
 use gix_object::{Find, Kind};
 
+use crate::graph::TreePath;
+
 #[derive(Debug, thiserror::Error)]
 pub enum BitmapError {
     #[error("{path}: {message}")]
@@ -377,6 +379,7 @@ impl PackBitmap {
         let mut reach = Reach {
             bits: Bits::new(self.len()),
             extra: std::collections::HashMap::new(),
+            extra_order: Vec::new(),
             met: Vec::new(),
             names: Default::default(),
             covered: Vec::new(),
@@ -477,13 +480,18 @@ impl PackBitmap {
         for commit in &uncovered {
             objects.push((self.commits.get(repo, *commit)?.tree, Kind::Tree));
         }
-        let mut stack: Vec<(ObjectId, Kind, Option<u32>)> = objects.into_iter().map(|(id, k)| (id, k, None)).collect();
+        // A stack: what is pushed last is walked first, so roots and a tree's entries go in
+        // reversed, and the walk meets them as git's rev-list does (the newest commit's tree
+        // first, each tree's entries in order, depth first).
+        let mut stack: Vec<(ObjectId, Kind, TreePath)> =
+            objects.into_iter().rev().map(|(id, k)| (id, k, TreePath::ROOT)).collect();
+        let mut children: Vec<(ObjectId, Kind, TreePath)> = Vec::new();
         let mut decoded = 0usize;
         // What this walk met already (git's SEEN flag): a hash test, where looking the id up in
         // the pack again would be a search — a changed tree's unchanged entries come up once
         // per uncovered commit.
         let mut seen: gix::hashtable::HashSet<ObjectId> = gix::hashtable::HashSet::default();
-        while let Some((id, kind, name)) = stack.pop() {
+        while let Some((id, kind, path)) = stack.pop() {
             if !seen.insert(id) {
                 continue;
             }
@@ -500,8 +508,8 @@ impl PackBitmap {
                 match pos {
                     Some(pos) => reach.bits.set(pos),
                     None => {
-                        reach.extra.insert(id, Kind::Blob);
-                        reach.names.insert(id, name.unwrap_or(0));
+                        reach.add_extra(id, Kind::Blob);
+                        reach.names.insert(id, path);
                     }
                 }
                 continue;
@@ -515,9 +523,9 @@ impl PackBitmap {
             match pos {
                 Some(pos) => reach.bits.set(pos),
                 None => {
-                    reach.extra.insert(id, data.kind);
+                    reach.add_extra(id, data.kind);
                     if data.kind == Kind::Tree {
-                        reach.names.insert(id, name.unwrap_or(0));
+                        reach.names.insert(id, path);
                     }
                 }
             }
@@ -526,14 +534,14 @@ impl PackBitmap {
                     let entry = entry.map_err(|_| ServeError::MissingObject(id))?;
                     if !entry.mode.is_commit() {
                         let kind = if entry.mode.is_tree() { Kind::Tree } else { Kind::Blob };
-                        let name = crate::graph::child_name_hash(name, entry.filename);
-                        stack.push((entry.oid.to_owned(), kind, Some(name)));
+                        children.push((entry.oid.to_owned(), kind, path.child(entry.filename)));
                     }
                 }
+                stack.extend(children.drain(..).rev());
             } else if data.kind == Kind::Tag {
-                let mut children = Vec::new();
-                crate::graph::push_children(id, data.kind, data.data, &mut children)?;
-                stack.extend(children.into_iter().map(|(id, kind)| (id, kind, None)));
+                let mut targets = Vec::new();
+                crate::graph::push_children(id, data.kind, data.data, &mut targets)?;
+                stack.extend(targets.into_iter().map(|(id, kind)| (id, kind, TreePath::ROOT)));
             }
         }
         tracing::debug!(
@@ -562,9 +570,7 @@ impl PackBitmap {
     fn mark(&self, reach: &mut Reach, id: ObjectId, kind: Kind) {
         match self.pos(&id) {
             Some(pos) => reach.bits.set(pos),
-            None => {
-                reach.extra.insert(id, kind);
-            }
+            None => reach.add_extra(id, kind),
         }
     }
 }
@@ -580,17 +586,29 @@ pub static BLOBS_INFLATED_BY_REACH: std::sync::atomic::AtomicUsize = std::sync::
 pub struct Reach {
     pub bits: Bits,
     pub extra: std::collections::HashMap<ObjectId, Kind>,
+    /// The ids of `extra` in the order the walk met them (git's rev-list order: commits newest
+    /// first, then the trees of the newest commit's first, depth first). A delta search breaks
+    /// ties in it, as git's does: versions of one path of one size next to each other, newest
+    /// first, so each is tried against the version just before it.
+    pub extra_order: Vec<ObjectId>,
     /// With a `seen` reach: its commits where this walk stopped (parents of commits it reached,
     /// or tips), each once.
     pub met: Vec<ObjectId>,
-    /// git's name hash of the path each tree and blob of `extra` was met at (for a delta search
-    /// among the objects that go out whole).
-    pub names: gix::hashtable::HashMap<ObjectId, u32>,
+    /// The path each tree and blob of `extra` was met at: git's name hash of it orders a delta
+    /// search, its full hash finds the client's version at the same path.
+    pub names: gix::hashtable::HashMap<ObjectId, TreePath>,
     /// The commits whose bitmaps the walk took (their closures OR'd in), newest first.
     pub covered: Vec<ObjectId>,
 }
 
 impl Reach {
+    /// `id`, outside the bitmapped pack, is reached.
+    fn add_extra(&mut self, id: ObjectId, kind: Kind) {
+        if self.extra.insert(id, kind).is_none() {
+            self.extra_order.push(id);
+        }
+    }
+
     /// Is the object `id`, at pack position `pos` (`None`: not in the bitmapped pack), reached?
     pub fn has_at(&self, pos: Option<usize>, id: &gix_hash::oid) -> bool {
         match pos {

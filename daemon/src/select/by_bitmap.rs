@@ -12,6 +12,7 @@ use super::tags::tags_of_selected_by_bitmap;
 use super::{Request, Selection, Walker};
 use crate::bitmap::PackBitmap;
 use crate::error::ServeError;
+use crate::graph::TreePath;
 
 /// By bitmap: the pack positions of the first objects sent ([`Selection::in_pack`]), in order.
 #[derive(Debug)]
@@ -44,7 +45,7 @@ impl Positions {
 
 /// Reachable from the wants and not from the common commits, by bitmap: the pack's objects in
 /// pack order, then those outside the bitmapped pack (pushed since the last repack, walked
-/// through) in id order.
+/// through) in the order the walk met them.
 pub(super) fn select_with_bitmap(
     repo: &gix::Repository,
     request: &Request<'_>,
@@ -99,8 +100,9 @@ pub(super) fn select_with_bitmap(
     };
     same_path_sent.retain(|_, base| bitmap.pos(base).is_some_and(|pos| want.bits.get(pos)));
     let [commits, trees, blobs, tags] = &bitmap.types;
-    let mut extra: Vec<(ObjectId, Kind)> = want.extra.into_iter().collect();
-    extra.sort_by_key(|(id, _)| *id);
+    // In the order the walk met them, not by id: the delta search breaks its ties in it.
+    let extra: Vec<(ObjectId, Kind)> =
+        want.extra_order.iter().filter_map(|id| want.extra.get(id).map(|kind| (*id, *kind))).collect();
     let extra_of = |k: Kind| extra.iter().filter(|(_, kind)| *kind == k).count();
     // A tag that must be included and is not in the pack's bits sends more than the pack.
     let everything = bitmap.is_one_pack() && want.bits.ones().count() == bitmap.len() && tags_included.is_empty();
@@ -133,7 +135,7 @@ pub(super) fn select_with_bitmap(
         wants_reach,
         same_path_held,
         same_path_sent,
-        name_hash: want.names,
+        name_hash: want.names.iter().map(|(id, path)| (*id, path.name)).collect(),
         by_bitmap: true,
     }))
 }
@@ -167,29 +169,29 @@ fn common_is_readable(
 /// The commits whose trees are read for [`same_name_in`]: a linear history has one.
 const EDGE_TREES: usize = 4;
 
-/// For each object of `names` (a tree or blob going out whole, with git's name hash of its path),
-/// the object under the same name hash in the trees of the first [`EDGE_TREES`] of `edges` (the
-/// client's commits where the wants' walk stopped, or the commits whose bitmaps it took), if it
-/// is another one. By name hash, not by full path (the bitmap's walk keeps no paths): a
-/// collision offers a worse base, which the search then does not use.
+/// For each object of `names` (a tree or blob going out whole, with the path it was met at), the
+/// object at the same path in the trees of the first [`EDGE_TREES`] of `edges` (the client's
+/// commits where the wants' walk stopped, or the commits whose bitmaps the walk took), if it is
+/// another one: the first edge's that has the path. By the path's full hash, not by git's name
+/// hash, which many paths share (tokio's `tokio/src/sync/batch_semaphore.rs` and
+/// `tokio/tests/sync_semaphore.rs`: the first met would be offered for both).
 fn same_name_in(
     repo: &gix::Repository,
     edges: &[ObjectId],
-    names: &gix::hashtable::HashMap<ObjectId, u32>,
+    names: &gix::hashtable::HashMap<ObjectId, TreePath>,
 ) -> Result<gix::hashtable::HashMap<ObjectId, ObjectId>, ServeError> {
-    let wanted: HashSet<u32> = names.values().copied().collect();
-    let mut held: std::collections::HashMap<u32, ObjectId> = std::collections::HashMap::new();
+    let wanted: HashSet<u64> = names.values().map(|path| path.full).collect();
+    let mut held: std::collections::HashMap<u64, ObjectId> = std::collections::HashMap::new();
     let mut read: HashSet<ObjectId> = HashSet::new();
     let mut buf = Vec::new();
     for edge in edges.iter().take(EDGE_TREES) {
         let Ok(commit) = repo.find_commit(*edge) else { continue };
         let Ok(root) = commit.tree_id() else { continue };
-        // A root tree's name hash is git's for the empty path.
-        if wanted.contains(&0) {
-            held.entry(0).or_insert(root.detach());
+        if wanted.contains(&TreePath::ROOT.full) {
+            held.entry(TreePath::ROOT.full).or_insert(root.detach());
         }
-        let mut stack: Vec<(ObjectId, Option<u32>)> = vec![(root.detach(), None)];
-        while let Some((tree, name)) = stack.pop() {
+        let mut stack: Vec<(ObjectId, TreePath)> = vec![(root.detach(), TreePath::ROOT)];
+        while let Some((tree, path)) = stack.pop() {
             if !read.insert(tree) {
                 continue;
             }
@@ -201,12 +203,12 @@ fn same_name_in(
                 if entry.mode.is_commit() {
                     continue;
                 }
-                let child = crate::graph::child_name_hash(name, entry.filename);
-                if wanted.contains(&child) {
-                    held.entry(child).or_insert_with(|| entry.oid.to_owned());
+                let child = path.child(entry.filename);
+                if wanted.contains(&child.full) {
+                    held.entry(child.full).or_insert_with(|| entry.oid.to_owned());
                 }
                 if entry.mode.is_tree() {
-                    subtrees.push((entry.oid.to_owned(), Some(child)));
+                    subtrees.push((entry.oid.to_owned(), child));
                 }
             }
             stack.extend(subtrees);
@@ -214,6 +216,6 @@ fn same_name_in(
     }
     Ok(names
         .iter()
-        .filter_map(|(id, name)| held.get(name).filter(|held| *held != id).map(|held| (*id, *held)))
+        .filter_map(|(id, path)| held.get(&path.full).filter(|held| *held != id).map(|held| (*id, *held)))
         .collect())
 }

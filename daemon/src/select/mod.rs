@@ -15,6 +15,7 @@ use gix_object::{Find, Kind};
 use crate::bitmap::PackBitmap;
 use crate::error::ServeError;
 use crate::filter::Filter;
+use crate::graph::TreePath;
 use crate::repo::RefSnapshot;
 use crate::shallow::Boundary;
 
@@ -179,36 +180,6 @@ fn find_into<'b>(repo: &gix::Repository, id: &ObjectId, buf: &'b mut Vec<u8>) ->
     }
 }
 
-/// The hash of `parent`'s path extended by `name` (`/`-joined, as git names paths): FNV-1a.
-fn path_hash(parent: u64, name: &[u8]) -> u64 {
-    let mut h = parent ^ 0x2f;
-    for b in name {
-        h = (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h.wrapping_mul(0x0000_0100_0000_01b3)
-}
-
-/// The path hash of a root tree.
-const ROOT_PATH_HASH: u64 = 0xcbf2_9ce4_8422_2325;
-
-/// Where a tree or blob was met: its path's hash (unique per path, for the client's version at
-/// the same path) and git's name hash of it (for the delta search's order).
-#[derive(Debug, Clone, Copy)]
-struct Path {
-    full: u64,
-    name: u32,
-}
-
-/// A root tree's path.
-const ROOT_PATH: Path = Path { full: ROOT_PATH_HASH, name: 0 };
-
-impl Path {
-    fn child(self, name: &[u8]) -> Path {
-        let parent = (self.full != ROOT_PATH_HASH).then_some(self.name);
-        Path { full: path_hash(self.full, name), name: crate::graph::child_name_hash(parent, name) }
-    }
-}
-
 impl<'r> Walker<'r> {
     const TELL_EVERY: usize = 4096;
 
@@ -235,7 +206,7 @@ impl<'r> Walker<'r> {
 
     /// The entries of a tree, gitlinks left out (a submodule's commit lives in another
     /// repository), each with the hash of its path below `path` (the tree's own path hash).
-    fn tree_entries(&mut self, tree: &ObjectId, path: Path) -> Result<Vec<(ObjectId, bool, Path)>, ServeError> {
+    fn tree_entries(&mut self, tree: &ObjectId, path: TreePath) -> Result<Vec<(ObjectId, bool, TreePath)>, ServeError> {
         let hash_kind = tree.kind();
         let (_, data) = self.find(tree)?;
         let mut out = Vec::new();
@@ -251,7 +222,7 @@ impl<'r> Walker<'r> {
     /// `id` is being sent at `path`: remember its name hash (for a delta search: a repack's, or
     /// a fetch's, which runs only when the client holds something — a clone's table would be
     /// 21 MB for 336 000 objects, unread), and what the client holds there.
-    fn note_same_path(&mut self, id: ObjectId, path: Path) {
+    fn note_same_path(&mut self, id: ObjectId, path: TreePath) {
         if self.name_hashes || !self.out.client_has.is_empty() {
             self.out.name_hash.insert(id, path.name);
         }
@@ -295,8 +266,8 @@ impl<'r> Walker<'r> {
         if !self.enter_tree(root, 0) {
             return Ok(());
         }
-        self.note_same_path(root, ROOT_PATH);
-        let mut stack = vec![(root, 0u64, ROOT_PATH)];
+        self.note_same_path(root, TreePath::ROOT);
+        let mut stack = vec![(root, 0u64, TreePath::ROOT)];
         // The tree being read (its own buffer: its entries are walked while `self` changes) and
         // its subtrees.
         let mut data = Vec::new();
@@ -366,11 +337,11 @@ impl<'r> Walker<'r> {
     /// Record `root` and everything below it as held by the client.
     /// Also where each object is (by path hash), for [`Selection::same_path_held`].
     fn mark_tree_held(&mut self, root: ObjectId) -> Result<(), ServeError> {
-        self.held_by_path.entry(ROOT_PATH_HASH).or_insert(root);
+        self.held_by_path.entry(TreePath::ROOT.full).or_insert(root);
         if !self.out.client_has.insert(root) {
             return Ok(());
         }
-        let mut stack = vec![(root, ROOT_PATH)];
+        let mut stack = vec![(root, TreePath::ROOT)];
         while let Some((tree, path)) = stack.pop() {
             for (id, is_tree, entry_path) in self.tree_entries(&tree, path)? {
                 self.held_by_path.entry(entry_path.full).or_insert(id);
