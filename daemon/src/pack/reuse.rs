@@ -290,6 +290,13 @@ pub(super) fn write_reused<W: Sink>(
         match decision {
             Reuse::Later => continue,
             Reuse::AsItIs => answer.emit_mapped(pack.entry_slice(offset..end).expect("checked above"))?,
+            // Nothing left out between an ofs-delta and its base: its distance is the same, and
+            // its stored bytes go out as they are, continuing the run before it (a header
+            // rewritten to the same bytes broke the run at every delta: 18 000 runs for one
+            // clone of 29 000 objects, each read ahead with a system call of its own).
+            Reuse::Ofs { base } if here - new_offset[base as usize] == offset - bitmap.entry_at(base as usize).0 => {
+                answer.emit_mapped(pack.entry_slice(offset..end).expect("checked above"))?
+            }
             Reuse::Ofs { base } | Reuse::ByBase { base } => {
                 let data = pack.entry_slice(offset + data_start as u64..end).expect("checked above");
                 let rewritten = match decision {
