@@ -17,7 +17,9 @@
 # WRITER=git pushes through stock git instead (`git push` to the directory: git's own
 # receive-pack and index-pack --fix-thin write each push, as a repository migrated to gixd, or
 # pushed into by a second server, has them), with UNPACK_LIMIT as `receive.unpackLimit` when set
-# (1: every push a pack; git's default 100: small pushes stored as loose objects).
+# (1: every push a pack; git's default 100: small pushes stored as loose objects). WRITER=mixed
+# alternates: odd pushes through gixd, even ones through stock git (a repository two servers
+# take pushes into).
 #
 # One line per moment and operation: the bytes of the pack the client received
 # (`GIT_TRACE_PACKFILE`) and the server's CPU — gixd's from its access log (`cpu_ms` of the
@@ -48,7 +50,8 @@ trap 'kill $PID 2>/dev/null || true' EXIT
 sleep 1
 for i in $(seq 1 "$PUSHES"); do
   n=$((BACK - i * STEP)); [ $n -lt 0 ] && n=0
-  to="http://bench:$SECRET@127.0.0.1:$PORT/repo.git"; [ "$WRITER" = git ] && to="$OUT/base/repo.git"
+  to="http://bench:$SECRET@127.0.0.1:$PORT/repo.git"
+  if [ "$WRITER" = git ] || { [ "$WRITER" = mixed ] && [ $((i % 2)) = 0 ]; }; then to="$OUT/base/repo.git"; fi
   git -C "$OUT/full.git" push -q "$to" "$(sed -n "$((n + 1))p" "$OUT/fp.txt"):refs/heads/main"
 done
 echo "params back=$BACK pushes=$PUSHES step=$STEP reps=${REPS:-3} writer=$WRITER unpack_limit=${UNPACK_LIMIT:-default} commit=$(git -C "$(dirname "$0")" rev-parse --short HEAD) git=$(git --version)"
