@@ -192,6 +192,7 @@ impl State {
             pusher,
             tally,
             life: &self.life,
+            maintenance: self.maintenance.as_ref(),
         }
     }
 
@@ -218,6 +219,9 @@ pub struct Context<'a> {
     pub tally: &'a Tally,
     /// The server's phase: a push cancelled by a stop moves no ref.
     pub life: &'a crate::lifecycle::Life,
+    /// Where a request asks for its repository's maintenance (`service::maintenance`); `None`:
+    /// the server runs none.
+    pub maintenance: Option<&'a tokio::sync::mpsc::UnboundedSender<std::path::PathBuf>>,
 }
 
 /// Counts of one request, filled in by the protocol layer as it parses.

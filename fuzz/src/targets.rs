@@ -212,6 +212,7 @@ impl Fixture {
             pusher: None,
             tally: &self.tally,
             life: &self.life,
+            maintenance: None,
         }
     }
 

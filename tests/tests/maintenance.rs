@@ -726,3 +726,42 @@ fn an_aggressive_run_searches_every_delta_anew_and_its_pack_is_within_five_perce
         }
     }
 }
+
+/// A repository stock git pushes into while gixd serves it (git's own receive-pack, small pushes
+/// stored loose) is maintained by gixd as after its own pushes: a fetch that finds the refs moved
+/// since gixd last served them asks for what the repository is due, which rolls the loose
+/// objects into a pack. Red while only pushes through gixd asked: the loose objects stayed.
+#[test]
+fn loose_objects_stock_git_pushed_are_rolled_up_once_a_fetch_finds_the_refs_moved() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let base = t.join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    let (repo, work, client) = (base.join("r.git"), t.join("work"), t.join("client.git"));
+    std::fs::create_dir_all(&work).unwrap();
+    gixd_tests::git(&work, &["init", "-q", "-b", "main"]);
+    gixd_tests::commit_files(&work, &[("a.txt", b"first\n")], "first");
+    git_ok(t, &["clone", "-q", "--bare", work.to_str().unwrap(), repo.to_str().unwrap()]);
+    git_ok(&repo, &["repack", "-adbq"]);
+    let server = serve_with(&base, |c| c.auto_maintenance = true);
+    git_ok(t, &["clone", "-q", "--bare", &server.url("r.git"), client.to_str().unwrap()]);
+    // Pushes of three objects each, under git's receive.unpackLimit: stored loose.
+    for i in 0..40 {
+        gixd_tests::commit_files(&work, &[(&format!("f{i}.txt"), format!("{i}\n").as_bytes())], &format!("push {i}"));
+        git_ok(&work, &["push", "-q", repo.to_str().unwrap(), "main"]);
+    }
+    let loose = || {
+        let count = git_ok(&repo, &["count-objects", "-v"]);
+        count.lines().find_map(|l| l.strip_prefix("count: ")).unwrap().parse::<u64>().unwrap()
+    };
+    assert!(loose() >= gixd::maintenance::geometric::LOOSE_MIN_OBJECTS, "{} loose objects", loose());
+    git_ok(&client, &["fetch", "-q", &server.url("r.git"), "main:main"]);
+    // Maintenance runs once the asks have settled (2 s).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while loose() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(loose(), 0, "the loose objects stock git wrote are rolled into a pack");
+    assert_fsck_clean(&repo);
+    assert_eq!(all_objects(&client), rev_list_objects(&repo, &["--all"]), "the fetch carried every object");
+}

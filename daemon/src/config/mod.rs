@@ -127,7 +127,8 @@ pub struct Config {
     /// Opt-in: repack every repository below the base path into one pack with a bitmap this
     /// often ([`crate::maintenance`]). `None`: never.
     pub maintenance_interval: Option<std::time::Duration>,
-    /// After pushes, a repository gets the maintenance it is due
+    /// After pushes, and after a fetch finds its refs moved by another writer, a repository gets
+    /// the maintenance it is due
     /// ([`crate::maintenance::geometric::due`]): its small packs rolled up geometrically, or, once
     /// enough objects are outside its bitmap, a full repack with a new one. On by default.
     pub auto_maintenance: bool,

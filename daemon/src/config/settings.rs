@@ -107,8 +107,9 @@ pub struct Settings {
     /// never (maintenance after pushes is `auto_maintenance`).
     #[arg(long = "maintenance-every", env = "GIXD_MAINTENANCE_EVERY", value_name = "SECONDS")]
     pub maintenance_interval_secs: Option<u64>,
-    /// After pushes, roll a repository's small packs up geometrically, or repack it with a new
-    /// bitmap once enough objects are outside its bitmap (its value may follow as a separate
+    /// After pushes (and after a fetch finds a repository's refs moved by another writer), roll
+    /// its small packs and loose objects up geometrically, or repack it with a new bitmap once
+    /// enough objects are outside its bitmap (its value may follow as a separate
     /// argument, as it always could: `--auto-maintenance false`).
     #[arg(long, env = "GIXD_AUTO_MAINTENANCE", value_name = "BOOL", value_parser = boolish(), num_args = 0..=1,
           default_missing_value = "true", default_value = "true")]

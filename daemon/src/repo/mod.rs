@@ -147,6 +147,20 @@ pub struct Repos {
     commits: cache::PerRepository<crate::graph::CommitCache>,
     /// The commit-graph as last read, per state of its files ([`Repos::commit_graph`]).
     commit_graphs: cache::PerRepository<Option<gix_commitgraph::Graph>>,
+    /// The ref state each repository was last served in ([`Repos::upload_refs`]'s [`Refs`]): kept
+    /// for the process's life (a number per repository), where the snapshots go when idle.
+    refs_seen: Mutex<HashMap<PathBuf, u64>>,
+}
+
+/// How a repository's refs stand against the last time this server served them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refs {
+    /// Never served since the server started.
+    FirstSeen,
+    Unmoved,
+    /// Moved since: a push through this server, or a write by another (stock git's receive-pack,
+    /// a second server on the filesystem).
+    Moved,
 }
 
 /// A repository as opened (or found unreadable) when its config file had this modification time.
@@ -178,6 +192,7 @@ impl Repos {
             refs: Default::default(),
             commits: Default::default(),
             commit_graphs: Default::default(),
+            refs_seen: Mutex::new(HashMap::new()),
         })
     }
 
@@ -316,10 +331,16 @@ impl Repos {
 
     /// The refs upload-pack serves of `served` ([`RefSnapshot::load`]), read again only when
     /// their state changed ([`upload_ref_state`]): a stateless fetch is a request per round of
-    /// negotiation, each of which read and parsed every packed ref (a thousand tags) again.
-    pub fn upload_refs(&self, served: &Served, repo: &gix::Repository) -> Result<Arc<RefSnapshot>, ServeError> {
+    /// negotiation, each of which read and parsed every packed ref (a thousand tags) again. With
+    /// them, whether they moved since this server last served the repository.
+    pub fn upload_refs(&self, served: &Served, repo: &gix::Repository) -> Result<(Arc<RefSnapshot>, Refs), ServeError> {
         let state = upload_ref_state(repo)?;
-        self.refs.get_or_compute(served, state, || RefSnapshot::load(repo))
+        let seen = match self.refs_seen.lock().expect("not poisoned").insert(served.git_dir.clone(), state) {
+            None => Refs::FirstSeen,
+            Some(before) if before == state => Refs::Unmoved,
+            Some(_) => Refs::Moved,
+        };
+        Ok((self.refs.get_or_compute(served, state, || RefSnapshot::load(repo))?, seen))
     }
 }
 
@@ -466,7 +487,7 @@ mod tests {
         let (dir, repo, commits, _) = with_packed_refs("# pack-refs with: peeled fully-peeled sorted ");
         let repos = Repos::new(dir.path(), Exports::All).unwrap();
         let served = Served { name: "r".into(), git_dir: dir.path().to_owned(), repo: repo.clone().into_sync() };
-        let load = |repo: &gix::Repository| repos.upload_refs(&served, repo).unwrap();
+        let load = |repo: &gix::Repository| repos.upload_refs(&served, repo).unwrap().0;
         let names = |refs: &RefSnapshot| refs.refs.iter().map(|r| r.name.to_string()).collect::<Vec<_>>();
         let first = load(&repo);
         assert!(Arc::ptr_eq(&first, &load(&repo)), "nothing changed: the same snapshot, not read again");

@@ -1,8 +1,11 @@
-//! Maintenance as a service: pushes ask for it ([`asked_after_push`]), the clock asks for it
+//! Maintenance as a service: pushes ask for it ([`asked_after_push`]), so does a fetch that finds
+//! the refs moved since the server last served them (written by another: stock git's
+//! receive-pack, a second server; `service::negotiation`), the clock asks for it
 //! (`--maintenance-every`), and each run holds one transfer slot on a blocking thread, so it
 //! costs at most one transfer's share of the CPU and waits its turn behind clones and pushes.
-//! After pushes a repository gets what it is due ([`crate::maintenance::geometric::due`]); pushes
-//! to one repository within [`QUIET`] of each other ask once.
+//! Asked, a repository gets what it is due ([`crate::maintenance::geometric::due`], which counts
+//! every pack and loose object, whoever wrote them); asks for one repository within [`QUIET`] of
+//! each other ask once.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

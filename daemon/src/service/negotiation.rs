@@ -31,7 +31,15 @@ impl<'a> Session<'a> {
     /// The request's repository, and the refs it serves now.
     pub fn open(ctx: &'a Context<'a>) -> Result<Self, ServeError> {
         let repo = ctx.served.repo.to_thread_local();
-        let refs = ctx.repos.upload_refs(ctx.served, &repo)?;
+        let (refs, seen) = ctx.repos.upload_refs(ctx.served, &repo)?;
+        // Refs that moved since this server last served them may have come with objects it did
+        // not write (stock git's receive-pack and its loose objects, another server's packs):
+        // the repository is asked for what maintenance it is due, as after a push through gixd.
+        if seen == crate::repo::Refs::Moved
+            && let Some(asks) = ctx.maintenance
+        {
+            let _ = asks.send(ctx.served.git_dir.clone());
+        }
         Ok(Session { ctx, repo, refs, common: None, ready: None })
     }
 
