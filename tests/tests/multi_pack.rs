@@ -19,6 +19,19 @@ fn traced(dir: &Path, args: &[&str], name: &str) -> u64 {
     std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0)
 }
 
+/// A new bare client of object format `h` at `client`, holding `old` (fetched from `file_url`),
+/// fetches `main` from `from` (protocol v2, thin packs allowed); returns the size of the pack it
+/// received. Its repository is checked by git.
+fn fetched_from_behind(client: &Path, h: &str, file_url: &str, old: &str, from: &str) -> u64 {
+    std::fs::create_dir_all(client).unwrap();
+    git_ok(client, &["init", "-q", "--bare", &format!("--object-format={h}")]);
+    let upload = "--upload-pack=git -c uploadpack.allowReachableSHA1InWant=true upload-pack";
+    git_ok(client, &["fetch", "-q", upload, file_url, &format!("{old}:refs/heads/main")]);
+    let size = traced(client, &["-c", "protocol.version=2", "fetch", "-q", from, "main:refs/heads/main"], "fetch");
+    assert_fsck_clean(client);
+    size
+}
+
 /// Issue 43's bar: 1.05 times git's bytes, for every operation.
 const BAR: (u64, u64) = (105, 100);
 
@@ -93,17 +106,7 @@ fn carry_gits_objects_within(names: &[&str], bar: (u64, u64)) {
             let old = git_ok(&repo, &["rev-parse", "main~25"]).trim().to_owned();
             let mut sizes = Vec::new();
             for (who, from) in [("gixd", &url), ("git", &file_url)] {
-                let client = t.join(format!("behind-{who}"));
-                std::fs::create_dir_all(&client).unwrap();
-                git_ok(&client, &["init", "-q", "--bare", &format!("--object-format={h}")]);
-                let upload = "--upload-pack=git -c uploadpack.allowReachableSHA1InWant=true upload-pack";
-                git_ok(&client, &["fetch", "-q", upload, &file_url, &format!("{old}:refs/heads/main")]);
-                sizes.push(traced(
-                    &client,
-                    &["-c", "protocol.version=2", "fetch", "-q", from, "main:refs/heads/main"],
-                    "fetch",
-                ));
-                assert_fsck_clean(&client);
+                sizes.push(fetched_from_behind(&t.join(format!("behind-{who}")), h, &file_url, &old, from));
             }
             assert_eq!(
                 all_objects(&t.join("behind-gixd")),
@@ -166,17 +169,7 @@ fn a_loose_changed_file_is_a_thin_delta_against_its_own_path_not_one_sharing_its
         // git's answer is read for the record only: with a bitmap, its pack-objects offers no
         // thin bases from the client's trees, and both files go out whole.
         for (who, from) in [("gixd", server.url("r.git")), ("git", file_url.clone())] {
-            let client = t.join(format!("client-{who}-{h}"));
-            std::fs::create_dir_all(&client).unwrap();
-            git_ok(&client, &["init", "-q", "--bare", &format!("--object-format={h}")]);
-            let upload = "--upload-pack=git -c uploadpack.allowReachableSHA1InWant=true upload-pack";
-            git_ok(&client, &["fetch", "-q", upload, &file_url, &format!("{old}:refs/heads/main")]);
-            sizes.push(traced(
-                &client,
-                &["-c", "protocol.version=2", "fetch", "-q", &from, "main:refs/heads/main"],
-                "fetch",
-            ));
-            assert_fsck_clean(&client);
+            sizes.push(fetched_from_behind(&t.join(format!("client-{who}-{h}")), h, &file_url, &old, &from));
         }
         eprintln!("[{h}] two changed files sharing a name hash: gixd {} git {}", sizes[0], sizes[1]);
         // One file whole is at least a quarter of its text, deflated (pseudo-random hex digits).
