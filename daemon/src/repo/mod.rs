@@ -335,11 +335,21 @@ impl Repos {
     /// them, whether they moved since this server last served the repository.
     pub fn upload_refs(&self, served: &Served, repo: &gix::Repository) -> Result<(Arc<RefSnapshot>, Refs), ServeError> {
         let state = upload_ref_state(repo)?;
-        let seen = match self.refs_seen.lock().expect("not poisoned").insert(served.git_dir.clone(), state) {
-            None => Refs::FirstSeen,
-            Some(before) if before == state => Refs::Unmoved,
-            Some(_) => Refs::Moved,
+        // Asked on every request (each round of a stateless negotiation): the path is copied
+        // only the first time.
+        let mut refs_seen = self.refs_seen.lock().expect("not poisoned");
+        let seen = match refs_seen.get_mut(&served.git_dir) {
+            Some(before) if *before == state => Refs::Unmoved,
+            Some(before) => {
+                *before = state;
+                Refs::Moved
+            }
+            None => {
+                refs_seen.insert(served.git_dir.clone(), state);
+                Refs::FirstSeen
+            }
         };
+        drop(refs_seen);
         Ok((self.refs.get_or_compute(served, state, || RefSnapshot::load(repo))?, seen))
     }
 }
