@@ -14,6 +14,8 @@
 #
 #   bench/life/run.sh SRC OUT [GIXD]     (BACK=2000 PUSHES=40 STEP=50 REPS=3 by default)
 #
+# STATE_ONLY=1 stops after the pushes: OUT/base/repo.git is the state, for profiling by hand.
+#
 # WRITER=git pushes through stock git instead (`git push` to the directory: git's own
 # receive-pack and index-pack --fix-thin write each push, as a repository migrated to gixd, or
 # pushed into by a second server, has them), with UNPACK_LIMIT as `receive.unpackLimit` when set
@@ -56,6 +58,7 @@ for i in $(seq 1 "$PUSHES"); do
 done
 echo "params back=$BACK pushes=$PUSHES step=$STEP reps=${REPS:-3} writer=$WRITER unpack_limit=${UNPACK_LIMIT:-default} commit=$(git -C "$(dirname "$0")" rev-parse --short HEAD) git=$(git --version)"
 echo "packs after pushes: $(ls "$OUT"/base/repo.git/objects/pack/*.pack | wc -l), loose objects: $(find "$OUT"/base/repo.git/objects/?? -type f 2>/dev/null | wc -l)"
+[ -n "${STATE_ONLY:-}" ] && exit 0
 BEHIND=$(git -C "$OUT/base/repo.git" rev-list --first-parent main | sed -n 201p)
 # git's side: upload-pack under `perf stat`, which adds its task-clock and its children's
 # (pack-objects) to git-cpu (getrusage's and `time`'s tick-based figures were off by tens of ms

@@ -3,7 +3,9 @@
 //! clone of every ref are answered without computing the readable set of all objects (counted by
 //! `gixd::select::READABLE_SETS_COMPUTED`; one test per process, so the count is this test's).
 //! Tags on old commits sent as haves (as go-git does) do not change that. And a bitmap reach over
-//! the packs pushes left inflates no blob (`gixd::bitmap::BLOBS_INFLATED_BY_REACH`).
+//! the packs pushes left inflates no blob (`gixd::bitmap::BLOBS_INFLATED_BY_REACH`), and names
+//! (hashes the path of) only what the client lacks, each entry once
+//! (`gixd::bitmap::ENTRIES_NAMED_BY_REACH`).
 
 use std::sync::atomic::Ordering;
 
@@ -127,4 +129,54 @@ fn a_bitmap_reach_over_pushed_packs_inflates_no_blob() {
     git_ok(&behind, &["fsck", "--connectivity-only"]);
     let inflated = gixd::bitmap::BLOBS_INFLATED_BY_REACH.load(Ordering::Relaxed) - before;
     assert_eq!(inflated, 0, "the bitmap reach inflated {inflated} blobs");
+}
+
+#[test]
+fn a_bitmap_fetch_names_each_new_entry_once_and_nothing_the_client_holds() {
+    // Sixty files in one directory, bitmapped; then two rounds of ten commits changing one file
+    // each, a pack per push. The client fetched the first round: the fetch of the second walks
+    // ten root trees of sixty entries on each side (what the client holds, what it wants).
+    let (tmp, repo, _) = tagged_history(1);
+    let files: Vec<(String, String)> = (0..60).map(|f| (format!("many/f{f}.txt"), format!("file {f}\n"))).collect();
+    let files: Vec<(&str, &[u8])> = files.iter().map(|(p, t)| (p.as_str(), t.as_bytes())).collect();
+    commit_files(&repo, &files, "many");
+    let server_dir = tmp.path().join("served");
+    let bare = server_dir.join("repo");
+    git_ok(tmp.path(), &["clone", "-q", "--bare", repo.to_str().unwrap(), bare.to_str().unwrap()]);
+    git(&bare, &["repack", "-adbq"]);
+    let behind = tmp.path().join("behind");
+    git_ok(tmp.path(), &["clone", "-q", repo.to_str().unwrap(), behind.to_str().unwrap()]);
+    let push_round = |round: usize| {
+        for n in 0..10 {
+            let path = format!("many/f{n}.txt");
+            commit_files(&repo, &[(path.as_str(), format!("round {round} change {n}\n").as_bytes())], "change");
+            git_ok(&repo, &["push", "-q", bare.to_str().unwrap(), "main"]);
+            git(&bare, &["repack", "-dq"]);
+        }
+    };
+    let server = serve(&server_dir);
+    let fetch = || {
+        git_ok(
+            &behind,
+            &[
+                "-c",
+                "protocol.version=2",
+                "fetch",
+                "-q",
+                &server.url("repo"),
+                "+refs/heads/main:refs/remotes/origin/main",
+            ],
+        );
+        assert_eq!(git_out(&behind, &["rev-parse", "origin/main"]), git_out(&repo, &["rev-parse", "main"]));
+    };
+    push_round(0);
+    fetch();
+    push_round(1);
+    let before = gixd::bitmap::ENTRIES_NAMED_BY_REACH.load(Ordering::Relaxed);
+    fetch();
+    git_ok(&behind, &["fsck", "--connectivity-only"]);
+    let named = gixd::bitmap::ENTRIES_NAMED_BY_REACH.load(Ordering::Relaxed) - before;
+    // The newest commit's trees once (root and `many/`: 62 entries), then each older commit's
+    // changed file and tree; every entry of every tree on both sides would be 20 x 62.
+    assert!(named <= 62 + 10 * 2, "the reach named {named} entries");
 }

@@ -354,7 +354,18 @@ impl PackBitmap {
         tips: &[ObjectId],
         seen: Option<&Reach>,
     ) -> Result<Reach, crate::error::ServeError> {
-        self.walk(repo, tips, seen, true)
+        self.walk(repo, tips, seen, Depth::Named)
+    }
+
+    /// [`Self::reachable`] without [`Reach::names`] and [`Reach::extra_order`]: what the client
+    /// holds, or what it may read, where only membership counts (a path costs a hash of every
+    /// name the walk meets).
+    pub fn reachable_unnamed(
+        &self,
+        repo: &gix::Repository,
+        tips: &[ObjectId],
+    ) -> Result<Reach, crate::error::ServeError> {
+        self.walk(repo, tips, None, Depth::Objects)
     }
 
     /// The commits reachable from `tips` (and what covered commits' bitmaps carry): the first
@@ -364,7 +375,7 @@ impl PackBitmap {
         repo: &gix::Repository,
         tips: &[ObjectId],
     ) -> Result<Reach, crate::error::ServeError> {
-        self.walk(repo, tips, None, false)
+        self.walk(repo, tips, None, Depth::Commits)
     }
 
     fn walk(
@@ -372,7 +383,7 @@ impl PackBitmap {
         repo: &gix::Repository,
         tips: &[ObjectId],
         seen: Option<&Reach>,
-        trees: bool,
+        depth: Depth,
     ) -> Result<Reach, crate::error::ServeError> {
         use crate::error::ServeError;
         use std::collections::BinaryHeap;
@@ -384,7 +395,7 @@ impl PackBitmap {
             names: Default::default(),
             covered: Vec::new(),
         };
-        let in_seen = |pos: Option<usize>, id: &ObjectId| seen.is_some_and(|seen| seen.has_at(pos, id));
+        let in_seen = |pos: Option<usize>, id: &gix_hash::oid| seen.is_some_and(|seen| seen.has_at(pos, id));
         let mut buf = Vec::new();
         // Tips: tags are peeled (each tag object is reached), commits go to the commit walk,
         // trees and blobs to the object walk.
@@ -465,7 +476,7 @@ impl PackBitmap {
             }
             uncovered.push(id);
         }
-        if !trees {
+        if depth == Depth::Commits {
             tracing::debug!(
                 tips = tips.len(),
                 commits = queued.len(),
@@ -486,20 +497,19 @@ impl PackBitmap {
         let mut stack: Vec<(ObjectId, Kind, TreePath)> =
             objects.into_iter().rev().map(|(id, k)| (id, k, TreePath::ROOT)).collect();
         let mut children: Vec<(ObjectId, Kind, TreePath)> = Vec::new();
+        let named = depth == Depth::Named;
         let mut decoded = 0usize;
         // What this walk met already (git's SEEN flag): a hash test, where looking the id up in
         // the pack again would be a search — a changed tree's unchanged entries come up once
-        // per uncovered commit.
+        // per uncovered commit, and are tested as the tree is read: neither stacked nor named
+        // again. An entry stacked twice before it is met is tested as it comes off the stack.
         let mut seen: gix::hashtable::HashSet<ObjectId> = gix::hashtable::HashSet::default();
         while let Some((id, kind, path)) = stack.pop() {
             if !seen.insert(id) {
                 continue;
             }
             let pos = self.pos(&id);
-            if in_seen(pos, &id) {
-                continue;
-            }
-            if reach.has_at(pos, &id) {
+            if in_seen(pos, &id) || reach.has_at(pos, &id) {
                 continue;
             }
             // A blob needs no decoding: its bit (or its entry outside the pack) is all there is to
@@ -508,8 +518,10 @@ impl PackBitmap {
                 match pos {
                     Some(pos) => reach.bits.set(pos),
                     None => {
-                        reach.add_extra(id, Kind::Blob);
-                        reach.names.insert(id, path);
+                        reach.add_extra(id, Kind::Blob, named);
+                        if named {
+                            reach.names.insert(id, path);
+                        }
                     }
                 }
                 continue;
@@ -523,8 +535,8 @@ impl PackBitmap {
             match pos {
                 Some(pos) => reach.bits.set(pos),
                 None => {
-                    reach.add_extra(id, data.kind);
-                    if data.kind == Kind::Tree {
+                    reach.add_extra(id, data.kind, named);
+                    if named && data.kind == Kind::Tree {
                         reach.names.insert(id, path);
                     }
                 }
@@ -532,10 +544,18 @@ impl PackBitmap {
             if data.kind == Kind::Tree {
                 for entry in gix_object::TreeRefIter::from_bytes(data.data, id.kind()) {
                     let entry = entry.map_err(|_| ServeError::MissingObject(id))?;
-                    if !entry.mode.is_commit() {
-                        let kind = if entry.mode.is_tree() { Kind::Tree } else { Kind::Blob };
-                        children.push((entry.oid.to_owned(), kind, path.child(entry.filename)));
+                    if entry.mode.is_commit() || seen.contains(entry.oid) {
+                        continue;
                     }
+                    let kind = if entry.mode.is_tree() { Kind::Tree } else { Kind::Blob };
+                    let path = if named {
+                        #[cfg(feature = "test-hooks")]
+                        ENTRIES_NAMED_BY_REACH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        path.child(entry.filename)
+                    } else {
+                        TreePath::ROOT
+                    };
+                    children.push((entry.oid.to_owned(), kind, path));
                 }
                 stack.extend(children.drain(..).rev());
             } else if data.kind == Kind::Tag {
@@ -570,17 +590,32 @@ impl PackBitmap {
     fn mark(&self, reach: &mut Reach, id: ObjectId, kind: Kind) {
         match self.pos(&id) {
             Some(pos) => reach.bits.set(pos),
-            None => reach.add_extra(id, kind),
+            None => reach.add_extra(id, kind, true),
         }
     }
 }
 
-/// What [`PackBitmap::reachable`] found: bits over the pack, and the objects outside it with
-/// their kinds.
+/// How far [`PackBitmap::walk`] goes: commits alone, every object, or every object with the
+/// path it was met at and the order it was met in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Depth {
+    Commits,
+    Objects,
+    Named,
+}
+
 /// Blobs the bitmap reach walk inflated (test builds only): none should be, a tree names its
 /// blobs as blobs.
 #[cfg(feature = "test-hooks")]
 pub static BLOBS_INFLATED_BY_REACH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Tree entries the bitmap reach walk gave a path (test builds only): only the wants' walk names
+/// them, and an entry it met already is not named again.
+#[cfg(feature = "test-hooks")]
+pub static ENTRIES_NAMED_BY_REACH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// What [`PackBitmap::reachable`] found: bits over the pack, and the objects outside it with
+/// their kinds.
 
 #[derive(Debug)]
 pub struct Reach {
@@ -603,8 +638,8 @@ pub struct Reach {
 
 impl Reach {
     /// `id`, outside the bitmapped pack, is reached.
-    fn add_extra(&mut self, id: ObjectId, kind: Kind) {
-        if self.extra.insert(id, kind).is_none() {
+    fn add_extra(&mut self, id: ObjectId, kind: Kind, ordered: bool) {
+        if self.extra.insert(id, kind).is_none() && ordered {
             self.extra_order.push(id);
         }
     }

@@ -51,9 +51,13 @@ pub(super) fn select_with_bitmap(
     request: &Request<'_>,
     bitmap: &std::sync::Arc<PackBitmap>,
 ) -> Result<Option<Selection>, ServeError> {
+    // The reach walks decode trees as the walk does: a delta cache of bases only, its share of
+    // the walks' budget (the handle's own keeps every tree decoded, and copies each in).
+    let walk_repo = crate::repo::with_walk_cache(repo);
+    let repo = &walk_repo;
     // What the client has first, then the wants' walk stops at it (git's order): the wants'
     // side then decodes only what is new to the client, not every tree down to covered commits.
-    let held = if request.common.is_empty() { None } else { Some(bitmap.reachable(repo, request.common, None)?) };
+    let held = if request.common.is_empty() { None } else { Some(bitmap.reachable_unnamed(repo, request.common)?) };
     let mut want = bitmap.reachable(repo, request.wants, held.as_ref())?;
     let mut held_by_client = None;
     let mut wants_reach = None;

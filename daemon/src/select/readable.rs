@@ -73,7 +73,7 @@ pub fn readable_objects(
         READABLE_SETS_COMPUTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(match crate::bitmap::of(&caches.bitmaps, repos, served, repo) {
             Some(bitmap) => {
-                let reach = bitmap.reachable(repo, &refs.tips(), None)?;
+                let reach = bitmap.reachable_unnamed(repo, &refs.tips())?;
                 Readable::Bitmap { bitmap, reach }
             }
             None => Readable::Set(reachable_from(repo, &refs.tips())?),
