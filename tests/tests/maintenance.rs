@@ -765,3 +765,39 @@ fn loose_objects_stock_git_pushed_are_rolled_up_once_a_fetch_finds_the_refs_move
     assert_fsck_clean(&repo);
     assert_eq!(all_objects(&client), rev_list_objects(&repo, &["--all"]), "the fetch carried every object");
 }
+
+#[test]
+fn a_repack_holds_each_loose_objects_data_once_while_it_searches() {
+    // 120 loose blobs of 20 KB that deflate poorly (git stores them loose; the repack's search
+    // takes them whole, in one batch).
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git_ok(&work, &["init", "-q", "-b", "main"]);
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut blob_bytes = 0;
+    for n in 0..120 {
+        let data: Vec<u8> = (0..20_000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                b'a' + (state % 26) as u8
+            })
+            .collect();
+        blob_bytes += data.len();
+        std::fs::write(work.join(format!("f{n}.txt")), data).unwrap();
+    }
+    git_ok(&work, &["add", "."]);
+    git_ok(&work, &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "blobs"]);
+    let repo = work.join(".git");
+    assert!(std::fs::read_dir(repo.join("objects/pack")).unwrap().next().is_none(), "every object loose");
+    let before = rev_list_objects(&repo, &["--all"]);
+    gixd::pack::REPACK_BYTES_HELD.store(0, std::sync::atomic::Ordering::Relaxed);
+    gixd::maintenance::run(&repo).unwrap();
+    let held = gixd::pack::REPACK_BYTES_HELD.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(rev_list_objects(&repo, &["--all"]), before);
+    assert_fsck_clean(&repo);
+    // Once: the blobs' data and what little else the entries hold; twice would be 2 x.
+    assert!(held > 0 && held <= blob_bytes * 5 / 4, "held {held} bytes at once for {blob_bytes} bytes of blobs");
+}

@@ -237,8 +237,25 @@ impl<'a> DeltaSearch<'a> {
             let len = batch_len(rest.iter().map(|(.., i)| entries[*i].decompressed_size));
             let (batch, next) = rest.split_at(len);
             rest = next;
-            let inflated: Vec<(usize, Vec<u8>)> =
-                batch.iter().filter_map(|(.., i)| inflated(&entries[*i]).map(|data| (*i, data))).collect();
+            // A stored entry's data is taken out as it is inflated (the batch holds it once); it
+            // is deflated, or made a delta, from the batch's copy below.
+            let inflated: Vec<(usize, Vec<u8>)> = batch
+                .iter()
+                .filter_map(|(.., i)| {
+                    let entry = &mut entries[*i];
+                    let data = inflated(entry)?;
+                    if is_stored(entry) {
+                        entry.compressed_data = Vec::new();
+                    }
+                    Some((*i, data))
+                })
+                .collect();
+            #[cfg(feature = "test-hooks")]
+            {
+                let held = entries.iter().map(|e| e.compressed_data.len()).sum::<usize>()
+                    + inflated.iter().map(|(_, data)| data.len()).sum::<usize>();
+                REPACK_BYTES_HELD.fetch_max(held, std::sync::atomic::Ordering::Relaxed);
+            }
             let objects: Vec<search::Object<'_>> = inflated
                 .iter()
                 .map(|(i, data)| {
@@ -392,7 +409,7 @@ impl<'a> DeltaSearch<'a> {
     /// delta as git takes what its search found: the delta is under half the object already.
     pub(super) fn replace_with_delta(&mut self, entry: &mut output::Entry, base: ObjectId, delta: &[u8]) -> bool {
         let Ok(compressed) = self.zlib.deflate(delta) else { return false };
-        if !is_stored(entry) && compressed.len() >= entry.compressed_data.len() {
+        if !is_stored(entry) && !is_taken(entry) && compressed.len() >= entry.compressed_data.len() {
             return false;
         }
         entry.kind = output::entry::Kind::DeltaOid { id: base };
@@ -475,9 +492,18 @@ impl Deflater {
 
 /// Deflate a whole entry whose data is stored rather than compressed (gix-pack re-deflated it at
 /// level 0 for a search: a stored stream is longer than its content), from `data` (the object)
-/// or by inflating it; kept as it is unless the deflated form is smaller.
+/// or by inflating it; kept as it is unless the deflated form is smaller. An entry whose data the
+/// search took ([`is_taken`]) is deflated from `data`, whatever its size.
 pub(super) fn deflate_stored(entry: &mut output::Entry, data: Option<&[u8]>, zlib: &mut Deflater) {
-    if !matches!(entry.kind, output::entry::Kind::Base(_)) || !is_stored(entry) {
+    if !matches!(entry.kind, output::entry::Kind::Base(_)) {
+        return;
+    }
+    if is_taken(entry) {
+        let data = data.expect("a taken entry's data is at hand");
+        entry.compressed_data = zlib.deflate(data).unwrap_or_else(|_| stored_stream(data));
+        return;
+    }
+    if !is_stored(entry) {
         return;
     }
     let inflated_here;
@@ -496,6 +522,25 @@ pub(super) fn deflate_stored(entry: &mut output::Entry, data: Option<&[u8]>, zli
     {
         entry.compressed_data = compressed;
     }
+}
+
+/// The most bytes of object data a repack's search held at once (test builds only): its
+/// entries' data and the batch it inflated, when the batch is full.
+#[cfg(feature = "test-hooks")]
+pub static REPACK_BYTES_HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The entry's data was taken out for a repack's search ([`DeltaSearch::repack_window`]), which
+/// holds it and gives the entry a delta or its deflated data.
+fn is_taken(entry: &output::Entry) -> bool {
+    entry.compressed_data.is_empty()
+}
+
+/// `data` as a zlib stream of stored blocks (the form gix-pack gives an entry it is asked not to
+/// compress).
+fn stored_stream(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::none());
+    encoder.write_all(data).and_then(|()| encoder.finish()).expect("writing to memory does not fail")
 }
 
 /// The entry's data is stored rather than compressed: a stored zlib stream is longer than what

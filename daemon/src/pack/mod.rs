@@ -18,6 +18,8 @@ use crate::error::ServeError;
 use crate::select::Selection;
 
 mod deltas;
+#[cfg(feature = "test-hooks")]
+pub use deltas::REPACK_BYTES_HELD;
 mod entries;
 pub mod index;
 mod progress;
