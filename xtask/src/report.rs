@@ -14,6 +14,7 @@ const TARGETS: &[(&str, &str)] = &[
     ("upstream/delta-base-inclusion.md", "patch-costs"),
     ("upstream/serial-delta-resolution.md", "index-costs"),
     ("upstream/delta-chain-base-cache.md", "decode-costs"),
+    ("upstream/deflate-stream-reuse.md", "loose-entry-costs"),
     ("upstream/delta-search.md", "real-fetches"),
     ("upstream/delta-search.md", "maintenance"),
     ("bench/README.md", "clone-cost"),
@@ -51,6 +52,7 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             "patch-costs" => patch_costs(root)?,
             "index-costs" => index_costs(root)?,
             "decode-costs" => decode_costs(root)?,
+            "loose-entry-costs" => loose_entry_costs(root)?,
             "real-fetches" => real_fetches(root)?,
             "clone-cost" => clone_cost(root, crate::bench::CLONE_RESULTS, "cargo xtask bench clone")?,
             "clone-commit-graph" => clone_cost(
@@ -430,6 +432,32 @@ fn decode_costs(root: &Path) -> Result<String> {
                 "process CPU per pass, `MemoryCappedHashmap`, opposite order, median (ms)",
                 "decode_capped_reversed_cpu_us",
             ),
+        ],
+    ));
+    Ok(out)
+}
+
+/// Pack entries made of loose objects, from the same run as `patch-costs`.
+fn loose_entry_costs(root: &Path) -> Result<String> {
+    let doc = match patch_results(root, "loose_stored_cpu_us", "loose entries")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (stock, patched) = stock_and_patched(&doc)?;
+    let mut out = patch_conditions(&doc);
+    out.push_str(" Fixture: every object of the `patch-costs` repository's pack written loose by `git unpack-objects` into a scratch repository, then made into pack entries by `iter_from_counts` with `thread_limit: Some(1)` at the default compression, then at level 0 (stored, as a writer that searches deltas next asks for): each read, inflated and deflated again by `Entry::from_data`; the entries' bytes summed.\n\n");
+    out.push_str(&stock_vs_patched(
+        &stock,
+        &patched,
+        &[
+            ("loose objects", "loose_objects"),
+            ("entries deflated from the object's data", "loose_re_deflated"),
+            ("entries' compressed bytes", "loose_entry_bytes"),
+            ("entries' bytes, level 0", "loose_stored_entry_bytes"),
+        ],
+        &[
+            ("process CPU per pass, median (ms)", "loose_cpu_us"),
+            ("process CPU per pass, level 0, median (ms)", "loose_stored_cpu_us"),
         ],
     ));
     Ok(out)

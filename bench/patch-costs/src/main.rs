@@ -6,8 +6,10 @@
 //!   once with `thread_limit: Some(1)`, then indexes the repository's pack as a received push is
 //!   indexed (`Bundle::write_to_directory`, `thread_limit: Some(1)`), and prints one JSON line:
 //!   counts first (threads, objects copied and re-deflated, bytes), then CPU and wall time;
-//!   last it decodes every object of `REV` in `git rev-list --objects` order (the order a walk
-//!   meets them) through each of gix's two delta caches, counting the deltas applied.
+//!   then it decodes every object of `REV` in `git rev-list --objects` order (the order a walk
+//!   meets them) through each of gix's two delta caches, counting the deltas applied; last it
+//!   makes pack entries of every object of the pack stored loose (`git unpack-objects` into a
+//!   scratch repository), as a server or a repack does for loose objects.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -247,6 +249,7 @@ fn measure(repo: &Path, rev: &str, arm: &str) {
 
     let index = measure_indexing(repo);
     let decoding = measure_decoding(repo, &selected);
+    let loose = measure_loose_entries(repo);
     let row = serde_json::json!({
         "decode_objects": decoding.objects,
         "decode_deltas_applied": decoding.deltas_applied,
@@ -255,6 +258,12 @@ fn measure(repo: &Path, rev: &str, arm: &str) {
         "decode_capped_cpu_us": decoding.capped_cpu_us,
         "decode_capped_reversed_deltas_applied": decoding.capped_reversed_deltas_applied,
         "decode_capped_reversed_cpu_us": decoding.capped_reversed_cpu_us,
+        "loose_objects": loose.objects,
+        "loose_re_deflated": loose.re_deflated,
+        "loose_entry_bytes": loose.entry_bytes,
+        "loose_cpu_us": loose.cpu_us,
+        "loose_stored_entry_bytes": loose.stored_entry_bytes,
+        "loose_stored_cpu_us": loose.stored_cpu_us,
         "index_objects": index.objects,
         "index_threads_started": index.threads_started,
         "index_cpu_us": index.cpu_us,
@@ -391,4 +400,68 @@ fn measure_decoding(repo: &Path, ids: &[ObjectId]) -> Decoding {
         capped_reversed_deltas_applied,
         capped_reversed_cpu_us,
     }
+}
+
+struct LooseEntries {
+    objects: usize,
+    re_deflated: usize,
+    /// The entries' compressed bytes, summed: the same in both arms.
+    entry_bytes: u64,
+    cpu_us: i64,
+    /// The same at level 0 (stored, as a writer that searches deltas next asks for).
+    stored_entry_bytes: u64,
+    stored_cpu_us: i64,
+}
+
+/// Every object of the repository's pack written loose into a scratch repository (`git
+/// unpack-objects`), then made into pack entries by `iter_from_counts` with one thread: each is
+/// read, inflated and deflated again (`Entry::from_data`), as for a fetch or a repack of
+/// objects a push left loose; at the default level, then at level 0 (stored: what a writer that
+/// searches deltas next asks for).
+fn measure_loose_entries(repo: &Path) -> LooseEntries {
+    let scratch = std::env::temp_dir().join(format!("patch-costs-loose-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    run({
+        let mut c = git(&scratch);
+        c.args(["init", "-q", "--bare"]);
+        c
+    });
+    let pack = std::fs::File::open(pack_file(repo, "pack")).unwrap();
+    let status = git(&scratch).args(["unpack-objects", "-q"]).stdin(pack).status().unwrap();
+    assert!(status.success(), "git unpack-objects");
+    let ids: Vec<ObjectId> = run({
+        let mut c = git(&scratch);
+        c.args(["cat-file", "--batch-all-objects", "--batch-check=%(objectname)"]);
+        c
+    })
+    .lines()
+    .map(|l| ObjectId::from_hex(l.as_bytes()).unwrap())
+    .collect();
+    let counts: Vec<output::Count> = ids
+        .iter()
+        .map(|id| output::Count { id: *id, entry_pack_location: output::count::PackLocation::NotLookedUp })
+        .collect();
+    let mut odb = gix_odb::at(scratch.join("objects"), gix_hash::Kind::Sha1).unwrap();
+    odb.prevent_pack_unload();
+    let pass = |compression: gix_zlib::Compression| {
+        let options =
+            output::entry::iter_from_counts::Options { thread_limit: Some(1), compression, ..Default::default() };
+        let (u0, s0) = cpu_micros();
+        let mut chunks = output::entry::iter_from_counts(
+            counts.clone(),
+            odb.clone(),
+            Box::new(gix_utils::progress::Discard),
+            options,
+        )
+        .unwrap();
+        let entry_bytes: u64 = chunks.by_ref().flat_map(|c| c.unwrap().1).map(|e| e.compressed_data.len() as u64).sum();
+        let outcome = gix_parallel::Finalize::finalize(chunks).unwrap();
+        let (u1, s1) = cpu_micros();
+        (outcome.decoded_and_recompressed_objects, entry_bytes, (u1 - u0) + (s1 - s0))
+    };
+    let (re_deflated, entry_bytes, cpu_us) = pass(gix_zlib::Compression::DEFAULT);
+    let (_, stored_entry_bytes, stored_cpu_us) = pass(gix_zlib::Compression::NONE);
+    let _ = std::fs::remove_dir_all(&scratch);
+    LooseEntries { objects: ids.len(), re_deflated, entry_bytes, cpu_us, stored_entry_bytes, stored_cpu_us }
 }

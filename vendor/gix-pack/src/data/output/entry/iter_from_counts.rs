@@ -193,13 +193,14 @@ pub(crate) mod function {
                         progress
                             .lock()
                             .add_child_with_id(format!("thread {n}"), gix_utils::progress::UNKNOWN),
+                        None, // the zlib stream, set up when the first object is deflated
                     )
                 }
             },
             {
                 let counts = Arc::clone(&counts);
                 let thin_bases = Arc::clone(&thin_bases);
-                move |(chunk_id, chunk_range): (SequenceId, std::ops::Range<usize>), (buf, progress)| {
+                move |(chunk_id, chunk_range): (SequenceId, std::ops::Range<usize>), (buf, progress, deflate)| {
                     let mut out = Vec::new();
                     let chunk = &counts[chunk_range];
                     let mut stats = Outcome::default();
@@ -278,7 +279,11 @@ pub(crate) mod function {
                                         {
                                             Some((obj, _location)) => {
                                                 stats.decoded_and_recompressed_objects += 1;
-                                                output::Entry::from_data(count, &obj, compression)
+                                                output::Entry::from_data_with(
+                                                    count,
+                                                    &obj,
+                                                    deflate.get_or_insert_with(|| output::entry::Deflate::new(compression)),
+                                                )
                                             }
                                             None => {
                                                 stats.missing_objects += 1;
@@ -294,7 +299,11 @@ pub(crate) mod function {
                             {
                                 Some((obj, _location)) => {
                                     stats.decoded_and_recompressed_objects += 1;
-                                    output::Entry::from_data(count, &obj, compression)
+                                    output::Entry::from_data_with(
+                                                    count,
+                                                    &obj,
+                                                    deflate.get_or_insert_with(|| output::entry::Deflate::new(compression)),
+                                                )
                                 }
                                 None => {
                                     stats.missing_objects += 1;

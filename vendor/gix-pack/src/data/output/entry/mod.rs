@@ -1,7 +1,6 @@
 use gix_error::Result;
-use std::io::Write;
 
-use gix_error::{ErrorExt, ResultExt, bail, message};
+use gix_error::{ResultExt, message};
 use gix_hash::ObjectId;
 
 use crate::{data, data::output, find};
@@ -163,29 +162,26 @@ impl output::Entry {
     ///
     /// Note that `git` compresses pack entries with the level configured with `pack.compression`,
     /// whose default is [`Compression::DEFAULT`](gix_zlib::Compression::DEFAULT).
+    ///
+    /// This sets up a zlib stream for this one object; [`Self::from_data_with()`] reuses one.
     pub fn from_data(
         count: &output::Count,
         obj: &gix_object::Data<'_>,
         compression: gix_zlib::Compression,
     ) -> Result<Self> {
+        Self::from_data_with(count, obj, &mut Deflate::new(compression))
+    }
+
+    /// Like [`Self::from_data()`], deflating with `deflate`, which is reset first: one stream set
+    /// up for all the entries a thread creates (setting one up allocates and clears its window and
+    /// hash tables, which costs more than deflating a small object). The bytes are those
+    /// [`Self::from_data()`] writes at the same level.
+    pub fn from_data_with(count: &output::Count, obj: &gix_object::Data<'_>, deflate: &mut Deflate) -> Result<Self> {
         Ok(output::Entry {
             id: count.id.to_owned(),
             kind: Kind::Base(obj.kind),
             decompressed_size: obj.data.len(),
-            compressed_data: {
-                let mut out = gix_zlib::stream::deflate::Write::new(Vec::new(), compression);
-                if let Err(err) = std::io::copy(&mut &*obj.data, &mut out) {
-                    match err.kind() {
-                        std::io::ErrorKind::Other => {
-                            bail!(err.and_raise(message("Failed to compress pack entry")));
-                        }
-                        err => unreachable!("Should never see other errors than zlib, but got {:?}", err),
-                    }
-                }
-                out.flush()
-                    .or_raise(|| message("Failed to finish compressing pack entry"))?;
-                out.into_inner()
-            },
+            compressed_data: deflate.deflate(obj.data)?,
         })
     }
 
@@ -215,5 +211,54 @@ impl output::Entry {
                 base_distance: index_to_base_distance(object_index),
             },
         }
+    }
+}
+
+/// A zlib stream for deflating pack entries one after another ([`output::Entry::from_data_with()`]).
+pub struct Deflate {
+    compress: gix_zlib::stream::deflate::Compress,
+    /// Where the stream writes before the bytes are appended to the entry: the size
+    /// `gix_zlib::stream::deflate::Write` uses, so that the bytes are the same (a stored stream's
+    /// blocks end where the output room does).
+    buf: Box<[u8]>,
+}
+
+impl Deflate {
+    /// The output room of each call into the stream.
+    const BUF_SIZE: usize = 4096 * 8;
+
+    /// A stream deflating at `compression`; this allocates, so keep it for many entries.
+    pub fn new(compression: gix_zlib::Compression) -> Self {
+        Deflate {
+            compress: gix_zlib::stream::deflate::Compress::new(compression),
+            buf: vec![0; Self::BUF_SIZE].into_boxed_slice(),
+        }
+    }
+
+    /// `data` as one zlib stream: all of it given without flushing, then the stream finished, as
+    /// `gix_zlib::stream::deflate::Write` does for one write and a flush.
+    fn deflate(&mut self, data: &[u8]) -> Result<Vec<u8>> {
+        use gix_zlib::stream::deflate::FlushCompress;
+        self.compress.reset();
+        let mut out = Vec::new();
+        for (mut input, flush) in [(data, FlushCompress::None), (&[][..], FlushCompress::Finish)] {
+            loop {
+                let (last_in, last_out) = (self.compress.total_in(), self.compress.total_out());
+                let status = self
+                    .compress
+                    .compress(input, &mut self.buf, flush)
+                    .or_raise(|| message("Failed to compress pack entry"))?;
+                let written = (self.compress.total_out() - last_out) as usize;
+                out.extend_from_slice(&self.buf[..written]);
+                if status == gix_zlib::Status::StreamEnd {
+                    break;
+                }
+                input = &input[(self.compress.total_in() - last_in) as usize..];
+                if self.compress.total_out() == last_out && self.compress.total_in() == last_in {
+                    break;
+                }
+            }
+        }
+        Ok(out)
     }
 }
