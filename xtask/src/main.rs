@@ -175,6 +175,12 @@ enum BenchCmd {
         /// wrote, no bitmap) instead of pushes; results in their own file.
         #[arg(long)]
         as_cloned: bool,
+        /// Start from the history up to `--pushes` first-parent commits before the tip, repacked
+        /// by `git repack -adb`, then those commits pushed one at a time by stock git into the
+        /// directory (its receive-pack at its defaults: small pushes stored as loose objects), and
+        /// compare with `git repack -adb`; results in their own file.
+        #[arg(long, conflicts_with = "as_cloned")]
+        loose_by_git: bool,
         /// Measure this gixd binary instead of a release build of the committed tree.
         #[arg(long)]
         gixd: Option<PathBuf>,
@@ -382,9 +388,14 @@ fn run(cli: Cli) -> Result<()> {
         Top::Bench { command: BenchCmd::Push { rounds, repo } } => push_bench::run(&root, rounds, repo),
         Top::Bench { command: BenchCmd::Bitmaps { rounds } } => bitmaps_bench::run(&root, rounds),
         Top::Bench { command: BenchCmd::Ingest { rounds, repo, gixd } } => ingest_bench::run(&root, rounds, repo, gixd),
-        Top::Bench { command: BenchCmd::Maintenance { rounds, repo, pushes, as_cloned, gixd } } => {
-            let state =
-                if as_cloned { maintenance_bench::State::AsCloned } else { maintenance_bench::State::Pushed(pushes) };
+        Top::Bench { command: BenchCmd::Maintenance { rounds, repo, pushes, as_cloned, loose_by_git, gixd } } => {
+            let state = if as_cloned {
+                maintenance_bench::State::AsCloned
+            } else if loose_by_git {
+                maintenance_bench::State::LooseByGit(pushes)
+            } else {
+                maintenance_bench::State::Pushed(pushes)
+            };
             maintenance_bench::run(&root, rounds, repo, state, gixd)
         }
         Top::Bench { command: BenchCmd::Real { rounds, repo, gixd } } => real_bench::run(&root, rounds, repo, gixd),

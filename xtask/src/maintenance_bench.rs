@@ -7,7 +7,12 @@
 //! `-adf`): pack bytes, objects and CPU (of the repacking process and its children,
 //! `xtask rusage`). With `--as-cloned` the repository is instead as `git clone --bare
 //! --no-local` leaves it: one pack git wrote, without a bitmap (a repository brought in from
-//! elsewhere). Run by hand on real repositories; not in CI.
+//! elsewhere). With `--loose-by-git` it is as a repository stock git's receive-pack keeps
+//! pushing into: the history up to `--pushes` first-parent commits before the tip, repacked by
+//! `git repack -adb`, then those commits pushed one at a time into the directory by stock git at
+//! its defaults (`receive.unpackLimit` 100: small pushes stay loose objects); there the arms are
+//! `gixd maintenance` and `git repack -adb` (CPU and peak memory). Run by hand on real
+//! repositories; not in CI.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,6 +21,7 @@ use anyhow::{Context, Result, bail};
 
 pub const MAINTENANCE_RESULTS: &str = "bench/results/maintenance.json";
 pub const MAINTENANCE_AS_CLONED_RESULTS: &str = "bench/results/maintenance-as-cloned.json";
+pub const MAINTENANCE_LOOSE_BY_GIT_RESULTS: &str = "bench/results/maintenance-loose-by-git.json";
 
 /// The state the arms start from.
 #[derive(Debug, Clone, Copy)]
@@ -24,11 +30,16 @@ pub enum State {
     Pushed(usize),
     /// One pack as git's clone writes it, no bitmap.
     AsCloned,
+    /// A bitmapped base, then this many one-commit pushes written by stock git (small ones loose).
+    LooseByGit(usize),
 }
 
 /// The repacking arms, by the name the report shows.
 pub const ARMS: [&str; 4] =
     ["gixd maintenance", "git repack -adf --window=10", "git repack -ad", "gixd maintenance --aggressive"];
+
+/// The arms of [`State::LooseByGit`].
+pub const LOOSE_ARMS: [&str; 2] = ["gixd maintenance", "git repack -adb"];
 
 fn git(dir: &Path, args: &[&str]) -> Result<String> {
     crate::bench::output(Command::new("git").current_dir(dir).args(["-c", "pack.threads=1"]).args(args))
@@ -63,11 +74,15 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, state: State, gixd: 
         root,
         serde_json::json!({
             "rounds": rounds,
-            "pushes": match state { State::Pushed(n) => serde_json::json!(n), State::AsCloned => serde_json::Value::Null },
+            "pushes": match state {
+                State::Pushed(n) | State::LooseByGit(n) => serde_json::json!(n),
+                State::AsCloned => serde_json::Value::Null,
+            },
             "gixd": format!("release build {}", gixd.display()),
             "how": match state {
                 State::Pushed(_) => "the default branch's first-parent history pushed to gixd over HTTP by stock git in equal steps (a thin pack each, completed as gixd stores it; its maintenance after pushes off, so one pack per push), then each arm on a fresh copy of that repository; git with pack.threads=1",
                 State::AsCloned => "every branch and tag as `git clone --bare --no-local` of the repository leaves them (one pack git wrote, no bitmap), then each arm on a fresh copy of that repository; git with pack.threads=1",
+                State::LooseByGit(_) => "the default branch's first-parent history up to that many commits before its tip, repacked by `git repack -adb`, then each of those commits pushed by stock git into the directory (git's own receive-pack at its defaults: a push of fewer than 100 objects is stored as loose objects), then each arm on a fresh copy of that repository; git with pack.threads=1",
             },
         }),
     )?;
@@ -79,6 +94,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, state: State, gixd: 
         let source = source.canonicalize()?;
         let pushed = match state {
             State::Pushed(pushes) => push_history(&gixd, &source, &scratch.0.join(&name), pushes)?,
+            State::LooseByGit(pushes) => push_loose_by_git(&source, &scratch.0.join(&name), pushes)?,
             State::AsCloned => {
                 let to = scratch.0.join(&name).join("r.git");
                 git(
@@ -92,8 +108,9 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, state: State, gixd: 
         let objects: u64 = git(&pushed, &["rev-list", "--objects", "--all", "--count"])?.parse()?;
         eprintln!("{name}: {objects} objects ({state:?}): {packs} packs, {bytes} bytes, {loose} loose");
         repos_meta.push(serde_json::json!({ "repo": name, "objects": objects, "as_pushed": { "pack_bytes": bytes, "packs": packs, "loose": loose } }));
+        let arms: &[&str] = if matches!(state, State::LooseByGit(_)) { &LOOSE_ARMS } else { &ARMS };
         for round in 0..rounds {
-            for arm in crate::bench::round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
+            for arm in crate::bench::round_order(arms.len(), round).into_iter().map(|i| arms[i]) {
                 let copy = scratch.0.join(format!("{name}-{round}-copy"));
                 if copy.exists() {
                     std::fs::remove_dir_all(&copy)?;
@@ -125,6 +142,11 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, state: State, gixd: 
                     ]
                     .map(String::from)
                     .to_vec(),
+                    "git repack -adb" => {
+                        ["git", "-C", &copy.display().to_string(), "-c", "pack.threads=1", "repack", "-q", "-adb"]
+                            .map(String::from)
+                            .to_vec()
+                    }
                     _ => ["git", "-C", &copy.display().to_string(), "-c", "pack.threads=1", "repack", "-q", "-ad"]
                         .map(String::from)
                         .to_vec(),
@@ -158,6 +180,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, state: State, gixd: 
     let results = match state {
         State::Pushed(_) => MAINTENANCE_RESULTS,
         State::AsCloned => MAINTENANCE_AS_CLONED_RESULTS,
+        State::LooseByGit(_) => MAINTENANCE_LOOSE_BY_GIT_RESULTS,
     };
     crate::bench::finish(root, results, conditions, runs)
 }
@@ -187,5 +210,31 @@ fn push_history(gixd: &Path, source: &Path, dir: &Path, pushes: usize) -> Result
     let _ = child.kill();
     let _ = child.wait();
     result?;
+    Ok(repo)
+}
+
+/// A bare repository under `dir`: `source`'s default branch up to `pushes` first-parent commits
+/// before its tip, repacked by `git repack -adb`, then each of those commits pushed into it by
+/// stock git (a local push: git's own receive-pack, `receive.unpackLimit` at its default).
+fn push_loose_by_git(source: &Path, dir: &Path, pushes: usize) -> Result<PathBuf> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    std::fs::create_dir_all(dir)?;
+    let branch = git(source, &["symbolic-ref", "--short", "HEAD"])?;
+    let history: Vec<String> =
+        git(source, &["rev-list", "--first-parent", "--reverse", &branch])?.lines().map(str::to_owned).collect();
+    if history.len() <= pushes {
+        bail!("{}: {} commits on {branch}, not more than {pushes} pushes", source.display(), history.len());
+    }
+    let repo = dir.join("r.git");
+    git(dir, &["init", "-q", "--bare", "-b", "main", "r.git"])?;
+    let to = repo.display().to_string();
+    let base = &history[history.len() - pushes - 1];
+    git(source, &["push", "-q", &to, &format!("{base}:refs/heads/main")])?;
+    git(&repo, &["repack", "-q", "-adb"])?;
+    for commit in &history[history.len() - pushes..] {
+        git(source, &["push", "-q", &to, &format!("{commit}:refs/heads/main")])?;
+    }
     Ok(repo)
 }

@@ -26,6 +26,7 @@ const TARGETS: &[(&str, &str)] = &[
     ("bench/README.md", "ingest"),
     ("bench/README.md", "maintenance"),
     ("bench/README.md", "maintenance-as-cloned"),
+    ("bench/README.md", "maintenance-loose-by-git"),
     ("bench/README.md", "refs"),
     ("bench/README.md", "bitmaps"),
     ("bench/README.md", "real-repos"),
@@ -69,6 +70,7 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             "maintenance-as-cloned" => {
                 maintenance(root, crate::maintenance_bench::MAINTENANCE_AS_CLONED_RESULTS, " --as-cloned")?
             }
+            "maintenance-loose-by-git" => maintenance_loose_by_git(root)?,
             "refs" => refs(root)?,
             "bitmaps" => bitmaps(root)?,
             "real-repos" => real_repos(root)?,
@@ -581,6 +583,54 @@ fn ingest(root: &Path) -> Result<String> {
 /// Pack bytes after repacking a push-only repository: gixd maintenance against git's two
 /// repacks, a row per repository, the worst bytes ratio (gixd's aggressive repack ÷ `git repack -adf`)
 /// first.
+/// `gixd maintenance` against `git repack -adb` on a repository stock git pushed into (small
+/// pushes loose): bytes, CPU and peak memory, worst first by CPU or peak.
+fn maintenance_loose_by_git(root: &Path) -> Result<String> {
+    use crate::maintenance_bench::LOOSE_ARMS;
+    let doc = match load(
+        root,
+        crate::maintenance_bench::MAINTENANCE_LOOSE_BY_GIT_RESULTS,
+        "`cargo xtask bench maintenance --loose-by-git --pushes 300 --repo PATH…` (by hand: it needs the repositories)",
+    )? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench maintenance --loose-by-git")?;
+    out.push_str(&format!(" Setup: {}; {} pushes. gixd: {}. Bytes: every `.pack` file after the repack; CPU and peak memory (maximum resident set) of the repacking process and its children: medians; ÷ is gixd's over git's.\n\n", c["how"].as_str().unwrap_or("?"), c["pushes"], c["gixd"].as_str().unwrap_or("?")));
+    out.push_str(&format!(
+        "| repository | objects | before: packs, loose | {} bytes | {} bytes | ÷ | CPU ms: gixd | git | ÷ | peak MB: gixd | git | ÷ |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        LOOSE_ARMS[0], LOOSE_ARMS[1]
+    ));
+    let mut rows = Vec::new();
+    for repo in c["repos"].as_array().context("repos")? {
+        let name = repo["repo"].as_str().context("repo")?;
+        let of = |arm: &str| -> Vec<&Value> { runs.iter().filter(|r| r["repo"] == name && r["arm"] == arm).collect() };
+        let bytes = |arm: &str| of(arm).first().and_then(|r| r["pack_bytes"].as_f64()).unwrap_or(f64::NAN);
+        let cpu = |arm: &str| median(of(arm).iter().filter_map(|r| r["cpu_us"].as_f64()).collect()) / 1000.0;
+        let peak = |arm: &str| median(of(arm).iter().filter_map(|r| r["peak_rss_kb"].as_f64()).collect()) / 1024.0;
+        let (b, c, p) = (LOOSE_ARMS.map(bytes), LOOSE_ARMS.map(cpu), LOOSE_ARMS.map(peak));
+        let row = format!(
+            "| {name} | {} | {}, {} | {} | {} | {} | {:.0} | {:.0} | {} | {:.1} | {:.1} | {} |\n",
+            repo["objects"],
+            repo["as_pushed"]["packs"],
+            repo["as_pushed"]["loose"],
+            count(&of(LOOSE_ARMS[0]), "pack_bytes"),
+            count(&of(LOOSE_ARMS[1]), "pack_bytes"),
+            ratio(b[1], b[0]),
+            c[0],
+            c[1],
+            ratio(c[1], c[0]),
+            p[0],
+            p[1],
+            ratio(p[1], p[0]),
+        );
+        rows.push(((c[0] / c[1]).max(p[0] / p[1]), row));
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    rows.into_iter().for_each(|(_, row)| out.push_str(&row));
+    Ok(out)
+}
+
 fn maintenance(root: &Path, results: &str, flag: &str) -> Result<String> {
     use crate::maintenance_bench::ARMS;
     let doc = match load(
