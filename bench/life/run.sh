@@ -8,7 +8,7 @@
 # Then four operations — a fetch of a client 200 commits behind, a bare clone, a blob:none clone,
 # a no-op fetch — at three moments: after the pushes, after `gixd maintenance --geometric`, after
 # `gixd maintenance` (full). Each compares gixd (HTTP, v2) with `git upload-pack` (file://, its
-# pack-objects at git's defaults) on the *same directory*. A reference row per operation compares
+# pack-objects at git's defaults but `pack.allowPackReuse=multi`) on the *same directory*. A reference row per operation compares
 # gixd after its geometric run with git on a copy of the pushed state after git's own
 # `git repack --geometric=2 -d --write-midx -b`.
 #
@@ -56,14 +56,16 @@ for i in $(seq 1 "$PUSHES"); do
   if [ "$WRITER" = git ] || { [ "$WRITER" = mixed ] && [ $((i % 2)) = 0 ]; }; then to="$OUT/base/repo.git"; fi
   git -C "$OUT/full.git" push -q "$to" "$(sed -n "$((n + 1))p" "$OUT/fp.txt"):refs/heads/main"
 done
-echo "params back=$BACK pushes=$PUSHES step=$STEP reps=${REPS:-3} writer=$WRITER unpack_limit=${UNPACK_LIMIT:-default} commit=$(git -C "$(dirname "$0")" rev-parse --short HEAD) git=$(git --version)"
+echo "params back=$BACK pushes=$PUSHES step=$STEP reps=${REPS:-3} writer=$WRITER unpack_limit=${UNPACK_LIMIT:-default} git_pack_reuse=multi commit=$(git -C "$(dirname "$0")" rev-parse --short HEAD) git=$(git --version)"
 echo "packs after pushes: $(ls "$OUT"/base/repo.git/objects/pack/*.pack | wc -l), loose objects: $(find "$OUT"/base/repo.git/objects/?? -type f 2>/dev/null | wc -l)"
 [ -n "${STATE_ONLY:-}" ] && exit 0
 BEHIND=$(git -C "$OUT/base/repo.git" rev-list --first-parent main | sed -n 201p)
 # git's side: upload-pack under `perf stat`, which adds its task-clock and its children's
 # (pack-objects) to git-cpu (getrusage's and `time`'s tick-based figures were off by tens of ms
 # per process on this machine: 40 ms for `true`).
-UP="perf stat -x, -e task-clock --append -o $OUT/git-cpu git-upload-pack"
+# git's pack-objects with `pack.allowPackReuse=multi` (its default reuses from one pack only): a
+# multi-pack-index's packs are copied verbatim as gixd's are (the same as `single` without one).
+UP="perf stat -x, -e task-clock --append -o $OUT/git-cpu git -c pack.allowPackReuse=multi upload-pack"
 REPS=${REPS:-3}
 
 # One client operation against URL; prints the bytes of the pack it received (0: none).

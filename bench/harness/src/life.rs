@@ -120,7 +120,8 @@ pub fn report(root: &Path) -> Result<Option<String>> {
          (`writer=git`: git's receive-pack and `index-pack --fix-thin`; with `unpack_limit=1` one pack each, at git's \
          default small pushes stay loose objects); each file's `params` line gives them (below, per state). \
          Moments: `pushed` (that state), `geometric` (after `gixd maintenance --geometric`), `full` (after `gixd maintenance`); \
-         each against `git upload-pack` on the same directory. `reference-git-geometric-midx` compares gixd after its \
+         each against `git upload-pack` on the same directory (its pack-objects at git's defaults, but with \
+         `pack.allowPackReuse=multi` where the params line says `git_pack_reuse=multi`). `reference-git-geometric-midx` compares gixd after its \
          geometric run with git on a copy of the pushed state after `git repack --geometric=2 -d --write-midx -b`. \
          Bytes: the pack the client received. CPU: the sum over the counted runs, gixd's request threads against \
          upload-pack and pack-objects under `perf stat`. Every row, the furthest from its goal first.\n"
