@@ -84,8 +84,21 @@ pub(super) fn write_through_gix_pack<W: Sink>(
     // What is searched is stored (level 0) until the search says it stays whole.
     let compression = if search.is_some() { gix::zlib::Compression::NONE } else { gix::zlib::Compression::DEFAULT };
     let (_, chunks) = gix_entries(repo, ids, true, compression, packs, Some(copies.clone()), decide)?;
-    let mut out =
-        BaseFirst { earlier, at_by_id: Default::default(), at: Vec::new(), ids: Vec::new(), head: Vec::new(), copies };
+    let whole = |id: &ObjectId| -> Result<output::Entry, ServeError> {
+        let mut buf = Vec::new();
+        let data = gix_object::Find::try_find(&repo.objects, id, &mut buf)?.ok_or(ServeError::MissingObject(*id))?;
+        let count = output::Count { id: *id, entry_pack_location: output::count::PackLocation::NotLookedUp };
+        output::Entry::from_data(&count, &data, gix::zlib::Compression::DEFAULT).map_err(ServeError::pack)
+    };
+    let mut out = BaseFirst {
+        earlier,
+        at_by_id: Default::default(),
+        at: Vec::new(),
+        ids: Vec::new(),
+        head: Vec::new(),
+        copies,
+        whole: &whole,
+    };
     if let Some((search, every, in_bitmap)) = search {
         let mut entries = Vec::new();
         for chunk in chunks {
@@ -164,6 +177,8 @@ struct BaseFirst<'a> {
     head: Vec<u8>,
     /// Where gix-pack's entries were copied from, to send those stored bytes instead.
     copies: std::sync::Arc<crate::packs::Copies>,
+    /// An object as a whole entry, deflated anew: a member of a cycle of deltas goes out so.
+    whole: &'a dyn Fn(&ObjectId) -> Result<output::Entry, ServeError>,
 }
 
 impl BaseFirst<'_> {
@@ -226,19 +241,47 @@ impl BaseFirst<'_> {
                 waiting.entry(base).or_default().push(first);
                 continue;
             }
-            let mut ready = vec![first];
-            while let Some(i) = ready.pop() {
-                self.write(start + i, &entries[i], answer)?;
-                count(&entries[i]);
-                done[i] = true;
-                if let Some(mut next) = waiting.remove(&i) {
-                    next.reverse();
-                    ready.extend(next);
-                }
-            }
+            self.write_ready(start, entries, first, None, &mut waiting, &mut done, answer, count)?;
         }
-        if !waiting.is_empty() {
-            return Err(ServeError::corrupt_pack("a delta's base was never written"));
+        // What still waits is a cycle, each delta's base waiting on the next: an object two packs
+        // hold as deltas of each other, met once as a stored delta of the other and once named by
+        // id from the other pack — seen while git gc rewrote the packs under a fetch. One member
+        // of each cycle goes out whole, deflated anew; the rest follow it.
+        while let Some(&stuck) = waiting.keys().next() {
+            let whole = (self.whole)(&entries[stuck].id)?;
+            self.write_ready(start, entries, stuck, Some(whole), &mut waiting, &mut done, answer, count)?;
+        }
+        Ok(())
+    }
+
+    /// Write entry `first` of `entries` (as `whole` when given), then every delta that waited on
+    /// it, and theirs, each once.
+    #[allow(clippy::too_many_arguments, reason = "the state of write_base_first's one pass")]
+    fn write_ready<W: Write>(
+        &mut self,
+        start: usize,
+        entries: &[output::Entry],
+        first: usize,
+        mut whole: Option<output::Entry>,
+        waiting: &mut std::collections::HashMap<usize, Vec<usize>>,
+        done: &mut [bool],
+        answer: &mut Hashed<'_, W>,
+        count: &mut impl FnMut(&output::Entry),
+    ) -> Result<(), ServeError> {
+        let mut ready = vec![first];
+        while let Some(i) = ready.pop() {
+            if done[i] {
+                continue;
+            }
+            let taken = if i == first { whole.take() } else { None };
+            let entry = taken.as_ref().unwrap_or(&entries[i]);
+            self.write(start + i, entry, answer)?;
+            count(entry);
+            done[i] = true;
+            if let Some(mut next) = waiting.remove(&i) {
+                next.reverse();
+                ready.extend(next);
+            }
         }
         Ok(())
     }
@@ -252,4 +295,74 @@ pub(super) type OffsetOf<'a> = dyn Fn(&gix_hash::oid) -> Option<u64> + 'a;
 pub(super) struct Earlier<'a> {
     pub(super) ofs_delta: bool,
     pub(super) before: Option<&'a OffsetOf<'a>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A zlib stream of `data`.
+    fn deflated(data: &[u8]) -> Vec<u8> {
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(data).unwrap();
+        z.finish().unwrap()
+    }
+
+    fn blob_id(data: &[u8]) -> ObjectId {
+        gix_object::compute_hash(gix_hash::Kind::Sha1, gix_object::Kind::Blob, data).unwrap()
+    }
+
+    /// `target` as a delta entry against `base`, of `kind`.
+    fn delta_entry(target: &[u8], base: &[u8], kind: output::entry::Kind) -> output::Entry {
+        let delta = gix_pack::data::delta::encode::Index::new(base).encode(target, target.len()).unwrap();
+        output::Entry { id: blob_id(target), kind, decompressed_size: delta.len(), compressed_data: deflated(&delta) }
+    }
+
+    #[test]
+    fn a_cycle_of_deltas_goes_out_with_one_member_whole_and_git_indexes_the_pack() {
+        // x a stored delta of y (named by index), y one of x (named by id): as gix-pack gave them
+        // for an object two packs hold as deltas of each other while git gc rewrote them.
+        let x: Vec<u8> = (0..200).flat_map(|n| format!("line {n} of the pair\n").into_bytes()).collect();
+        let mut y = x.clone();
+        y.extend_from_slice(b"one more line\n");
+        let entries = vec![
+            delta_entry(&x, &y, output::entry::Kind::DeltaRef { object_index: 1 }),
+            delta_entry(&y, &x, output::entry::Kind::DeltaOid { id: blob_id(&x) }),
+        ];
+        let objects = [(blob_id(&x), x.clone()), (blob_id(&y), y.clone())];
+        let whole = |id: &ObjectId| -> Result<output::Entry, ServeError> {
+            let data = &objects.iter().find(|(i, _)| i == id).expect("one of the pair").1;
+            Ok(output::Entry {
+                id: *id,
+                kind: output::entry::Kind::Base(gix_object::Kind::Blob),
+                decompressed_size: data.len(),
+                compressed_data: deflated(data),
+            })
+        };
+        let mut bytes = Vec::new();
+        let mut answer = Hashed::new(&mut bytes, gix_hash::Kind::Sha1);
+        answer.emit(b"PACK\0\0\0\x02\0\0\0\x02").unwrap();
+        let mut out = BaseFirst {
+            earlier: Earlier { ofs_delta: true, before: None },
+            at_by_id: Default::default(),
+            at: vec![u64::MAX; 2],
+            ids: entries.iter().map(|e| e.id).collect(),
+            head: Vec::new(),
+            copies: Default::default(),
+            whole: &whole,
+        };
+        let mut written = Vec::new();
+        out.write_base_first(0, &entries, &mut answer, &mut |e: &output::Entry| written.push(e.kind)).unwrap();
+        answer.finish().unwrap();
+        assert_eq!(written.len(), 2, "both go out: {written:?}");
+        assert!(matches!(written[0], output::entry::Kind::Base(_)), "one member whole, first: {written:?}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let git =
+            |args: &[&str]| std::process::Command::new("git").current_dir(dir.path()).args(args).output().unwrap();
+        assert!(git(&["init", "-q"]).status.success());
+        std::fs::write(dir.path().join("cycle.pack"), &bytes).unwrap();
+        let indexed = git(&["index-pack", "cycle.pack"]);
+        assert!(indexed.status.success(), "git indexes it: {}", String::from_utf8_lossy(&indexed.stderr));
+    }
 }
