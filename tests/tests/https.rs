@@ -367,7 +367,12 @@ fn an_http2_response_longer_than_the_io_timeout_is_not_taken_for_idleness() {
     let work = f.tmp.path().join("big-work");
     f.git_ok(f.tmp.path(), "HTTP/2", 2, &["clone", "-q", &f.url(), "big-work"]);
     commit_files(&work, &[("big.bin", &gixd_tests::noise(7, 12 << 20))], "big");
-    f.git_ok(&work, "HTTP/2", 2, &["push", "-q", "origin", "HEAD"]);
+    // Into the served directory by stock git, not through the server: the slow clone is what is
+    // tested, and a 12 MiB push over HTTP/2 with this short timeout once hung git's client on a
+    // loaded machine (its remote helper and send-pack each waiting for the other once the
+    // connection had gone).
+    let served = f.tmp.path().join("base/repo.git");
+    git(&work, &["push", "-q", served.to_str().unwrap(), "HEAD"]);
     let slow = bench_support::relay::slow_link(f.server.https_addr.unwrap(), 1 << 20);
     let url = format!("https://alice:{}@127.0.0.1:{}/repo.git", f.secret, slow.port());
     let started = Instant::now();
