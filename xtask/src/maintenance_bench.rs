@@ -188,18 +188,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, state: State, gixd: 
 /// A bare repository under `dir` that received the first-parent history of `source`'s default
 /// branch in `pushes` pushes to a gixd, and nothing else.
 fn push_history(gixd: &Path, source: &Path, dir: &Path, pushes: usize) -> Result<PathBuf> {
-    if dir.exists() {
-        std::fs::remove_dir_all(dir)?;
-    }
-    std::fs::create_dir_all(dir)?;
-    let branch = git(source, &["symbolic-ref", "--short", "HEAD"])?;
-    let history: Vec<String> =
-        git(source, &["rev-list", "--first-parent", "--reverse", &branch])?.lines().map(str::to_owned).collect();
-    if history.len() < pushes {
-        bail!("{}: {} commits on {branch}, fewer than {pushes} pushes", source.display(), history.len());
-    }
-    let repo = dir.join("r.git");
-    git(dir, &["init", "-q", "--bare", "-b", "main", "r.git"])?;
+    let (repo, history) = empty_repo_and_history(source, dir, pushes)?;
     let (mut child, server) =
         crate::bench::serve_gixd_taking_pushes(gixd, dir, &["--auto-maintenance=false".as_ref()])?;
     let url = format!("{server}/r.git");
@@ -217,18 +206,7 @@ fn push_history(gixd: &Path, source: &Path, dir: &Path, pushes: usize) -> Result
 /// before its tip, repacked by `git repack -adb`, then each of those commits pushed into it by
 /// stock git (a local push: git's own receive-pack, `receive.unpackLimit` at its default).
 fn push_loose_by_git(source: &Path, dir: &Path, pushes: usize) -> Result<PathBuf> {
-    if dir.exists() {
-        std::fs::remove_dir_all(dir)?;
-    }
-    std::fs::create_dir_all(dir)?;
-    let branch = git(source, &["symbolic-ref", "--short", "HEAD"])?;
-    let history: Vec<String> =
-        git(source, &["rev-list", "--first-parent", "--reverse", &branch])?.lines().map(str::to_owned).collect();
-    if history.len() <= pushes {
-        bail!("{}: {} commits on {branch}, not more than {pushes} pushes", source.display(), history.len());
-    }
-    let repo = dir.join("r.git");
-    git(dir, &["init", "-q", "--bare", "-b", "main", "r.git"])?;
+    let (repo, history) = empty_repo_and_history(source, dir, pushes + 1)?;
     let to = repo.display().to_string();
     let base = &history[history.len() - pushes - 1];
     git(source, &["push", "-q", &to, &format!("{base}:refs/heads/main")])?;
@@ -237,4 +215,21 @@ fn push_loose_by_git(source: &Path, dir: &Path, pushes: usize) -> Result<PathBuf
         git(source, &["push", "-q", &to, &format!("{commit}:refs/heads/main")])?;
     }
     Ok(repo)
+}
+
+/// An empty bare repository `dir/r.git` (`dir` made anew), and the first-parent history of
+/// `source`'s default branch, oldest first, which must hold at least `commits` commits.
+fn empty_repo_and_history(source: &Path, dir: &Path, commits: usize) -> Result<(PathBuf, Vec<String>)> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    std::fs::create_dir_all(dir)?;
+    let branch = git(source, &["symbolic-ref", "--short", "HEAD"])?;
+    let history: Vec<String> =
+        git(source, &["rev-list", "--first-parent", "--reverse", &branch])?.lines().map(str::to_owned).collect();
+    if history.len() < commits {
+        bail!("{}: {} commits on {branch}, fewer than {commits} needed", source.display(), history.len());
+    }
+    git(dir, &["init", "-q", "--bare", "-b", "main", "r.git"])?;
+    Ok((dir.join("r.git"), history))
 }

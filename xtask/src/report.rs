@@ -605,10 +605,7 @@ fn maintenance_loose_by_git(root: &Path) -> Result<String> {
     for repo in c["repos"].as_array().context("repos")? {
         let name = repo["repo"].as_str().context("repo")?;
         let of = |arm: &str| -> Vec<&Value> { runs.iter().filter(|r| r["repo"] == name && r["arm"] == arm).collect() };
-        let bytes = |arm: &str| of(arm).first().and_then(|r| r["pack_bytes"].as_f64()).unwrap_or(f64::NAN);
-        let cpu = |arm: &str| median(of(arm).iter().filter_map(|r| r["cpu_us"].as_f64()).collect()) / 1000.0;
-        let peak = |arm: &str| median(of(arm).iter().filter_map(|r| r["peak_rss_kb"].as_f64()).collect()) / 1024.0;
-        let (b, c, p) = (LOOSE_ARMS.map(bytes), LOOSE_ARMS.map(cpu), LOOSE_ARMS.map(peak));
+        let (b, c, p) = arm_medians(runs, name, LOOSE_ARMS);
         let row = format!(
             "| {name} | {} | {}, {} | {} | {} | {} | {:.0} | {:.0} | {} | {:.1} | {:.1} | {} |\n",
             repo["objects"],
@@ -629,6 +626,16 @@ fn maintenance_loose_by_git(root: &Path) -> Result<String> {
     rows.sort_by(|a, b| b.0.total_cmp(&a.0));
     rows.into_iter().for_each(|(_, row)| out.push_str(&row));
     Ok(out)
+}
+
+/// Per arm of a maintenance run on `repo`: its pack bytes (the same every round), and its CPU
+/// (ms) and peak memory (MB), medians.
+fn arm_medians<const N: usize>(runs: &[Value], repo: &str, arms: [&str; N]) -> ([f64; N], [f64; N], [f64; N]) {
+    let of = |arm: &str| -> Vec<&Value> { runs.iter().filter(|r| r["repo"] == repo && r["arm"] == arm).collect() };
+    let bytes = |arm: &str| of(arm).first().and_then(|r| r["pack_bytes"].as_f64()).unwrap_or(f64::NAN);
+    let cpu = |arm: &str| median(of(arm).iter().filter_map(|r| r["cpu_us"].as_f64()).collect()) / 1000.0;
+    let peak = |arm: &str| median(of(arm).iter().filter_map(|r| r["peak_rss_kb"].as_f64()).collect()) / 1024.0;
+    (arms.map(bytes), arms.map(cpu), arms.map(peak))
 }
 
 fn maintenance(root: &Path, results: &str, flag: &str) -> Result<String> {
@@ -653,10 +660,7 @@ fn maintenance(root: &Path, results: &str, flag: &str) -> Result<String> {
     for repo in c["repos"].as_array().context("repos")? {
         let name = repo["repo"].as_str().context("repo")?;
         let of = |arm: &str| -> Vec<&Value> { runs.iter().filter(|r| r["repo"] == name && r["arm"] == arm).collect() };
-        let bytes = |arm: &str| of(arm).first().and_then(|r| r["pack_bytes"].as_f64()).unwrap_or(f64::NAN);
-        let cpu = |arm: &str| median(of(arm).iter().filter_map(|r| r["cpu_us"].as_f64()).collect()) / 1000.0;
-        let peak = |arm: &str| median(of(arm).iter().filter_map(|r| r["peak_rss_kb"].as_f64()).collect()) / 1024.0;
-        let (b, c, p) = (ARMS.map(bytes), ARMS.map(cpu), ARMS.map(peak));
+        let (b, c, p) = arm_medians(runs, name, ARMS);
         let row = format!(
             "| {name} | {} | {}, {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {} | {:.0} | {} | {:.0} | {:.0} | {} | {:.0} | {} | {} | {} | {:.0} | {} | {:.0} | {} |\n",
             repo["objects"],
