@@ -417,7 +417,7 @@ impl PackBitmap {
                 };
                 match kind {
                     Kind::Tag => {
-                        self.mark(&mut reach, id, Kind::Tag);
+                        self.mark(&mut reach, id, Kind::Tag, depth == Depth::Named);
                         let data = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
                         id = gix_object::TagRefIter::from_bytes(data.data, id.kind())
                             .target_id()
@@ -458,7 +458,7 @@ impl PackBitmap {
             } else if reach.extra.contains_key(&id) {
                 continue;
             }
-            self.mark(&mut reach, id, Kind::Commit);
+            self.mark(&mut reach, id, Kind::Commit, depth == Depth::Named);
             for parent in parents_of.remove(&id).unwrap_or_default() {
                 let pos = self.pos(&parent);
                 let done = reach.has_at(pos, &parent);
@@ -586,11 +586,12 @@ impl PackBitmap {
         KINDS.into_iter().zip(&self.types).find(|(_, bits)| bits.get(pos)).map_or(Kind::Blob, |(kind, _)| kind)
     }
 
-    /// `id` is reached: its bit, or its entry among the objects outside the pack.
-    fn mark(&self, reach: &mut Reach, id: ObjectId, kind: Kind) {
+    /// `id` is reached: its bit, or its entry among the objects outside the pack (and in
+    /// [`Reach::extra_order`] when `ordered`).
+    fn mark(&self, reach: &mut Reach, id: ObjectId, kind: Kind, ordered: bool) {
         match self.pos(&id) {
             Some(pos) => reach.bits.set(pos),
-            None => reach.add_extra(id, kind, true),
+            None => reach.add_extra(id, kind, ordered),
         }
     }
 }
