@@ -232,6 +232,49 @@ fn a_multi_pack_clone_sends_the_preferred_pack_as_one_run_of_the_file() {
     }
 }
 
+/// After gixd's geometric maintenance of a repository whose small pushes stock git stored loose,
+/// a clone copies the entries of every pack the multi-pack-index names as they are stored — the
+/// roll-up's too, not only the preferred pack's (git's `pack.allowPackReuse=multi` over disjoint
+/// packs) — and carries every object. Red while only the preferred pack was reused: the roll-up's
+/// entries went out one by one through gix-pack (after a roll-up of tokio's loose pushes, a
+/// quarter of the clone's CPU).
+#[test]
+fn a_clone_after_a_geometric_roll_up_copies_every_pack_of_the_multi_pack_index_as_it_is_stored() {
+    for hash in Hash::ALL {
+        let case = format!("[{}]", hash.name());
+        let source = corpus::ensure("loose-pushes", hash);
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("base");
+        std::fs::create_dir_all(&base).unwrap();
+        let repo = base.join("r.git");
+        let status = std::process::Command::new("cp")
+            .args(["-a", source.to_str().unwrap(), repo.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        gixd::maintenance::geometric::run(&repo).unwrap().expect("a roll-up");
+        let pack_dir = repo.join("objects/pack");
+        assert!(pack_dir.join("multi-pack-index").is_file(), "{case} a MIDX over the big pack and the roll-up");
+        assert_eq!(gixd::maintenance::geometric::packs(&pack_dir).len(), 2, "{case}");
+        let recorder = std::sync::Arc::new(gixd::tap::Recorder::default());
+        let server = gixd_tests::server::serve_tapped(&base, Some(recorder.clone()), |_| {});
+        let dest = tmp.path().join("clone.git");
+        git_ok(
+            tmp.path(),
+            &["-c", "protocol.version=2", "clone", "-q", "--bare", &server.url("r.git"), dest.to_str().unwrap()],
+        );
+        drop(server);
+        assert_eq!(
+            all_objects(&dest),
+            gixd_tests::server::rev_list_objects(&repo, &["--all"]),
+            "{case} the clone holds every object"
+        );
+        assert_fsck_clean(&dest);
+        let stats = recorder.take().into_iter().find_map(|e| e.pack).expect("a pack was sent");
+        assert_eq!(stats.reused, stats.entries, "{case} every entry is a pack's stored bytes: {stats:?}");
+    }
+}
+
 /// A multi-pack-index that is truncated, stale (naming packs a repack deleted) or damaged (its
 /// checksum does not match) does not stop gixd serving the repository: a clone still carries
 /// every object (the lookup goes around it).
@@ -348,8 +391,21 @@ fn a_multi_pack_index_bitmap_selects_what_the_walk_selects() {
         // `bitmap.pack`: the preferred pack.
         assert_eq!(bitmap.pack == big, big_preferred, "{bitmap:?}");
         let big_index = gix_pack::index::File::at(big.with_extension("idx"), repo.object_hash()).unwrap();
-        let reusable = if big_preferred { big_index.num_objects() as usize } else { 0 };
-        assert_eq!(bitmap.reusable(), reusable, "{bitmap:?}");
+        // Copied as stored: the big pack's entries when it is preferred (every object of it is
+        // picked from it); never a push's pack, whose thin bases, stored whole, another pack
+        // holds too (though the MIDX may pick every object of it from it).
+        let reusable = (0..bitmap.len()).filter(|pos| bitmap.is_reusable(*pos)).count();
+        match big_preferred {
+            true => assert_eq!(reusable, big_index.num_objects() as usize, "{bitmap:?}"),
+            false => assert!(!bitmap.is_reusable(0), "{bitmap:?}"),
+        }
+        // Whatever is copied as stored, a clone through it carries every object, whole.
+        let server = serve(&base);
+        let dest = tmp.path().join("clone.git");
+        git_ok(tmp.path(), &["clone", "-q", "--bare", &server.url("r.git"), dest.to_str().unwrap()]);
+        drop(server);
+        assert_fsck_clean(&dest);
+        assert_eq!(all_objects(&dest), gixd_tests::server::rev_list_objects(&repo_path, &["--all"]));
         let refs = gixd::repo::RefSnapshot::load(&repo).unwrap();
         let wants = refs.tips();
         for filter in [Filter::default(), Filter { no_blobs: true, ..Filter::default() }] {

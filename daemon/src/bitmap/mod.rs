@@ -3,7 +3,7 @@
 //! name-hash cache and lookup table), read with gix-bitmap's EWAH decoder — a pack's own, bit
 //! positions in pack order (from the `.rev` file, or computed from the index), or a
 //! multi-pack-index's, positions in its pseudo-pack order over every pack it names (from its
-//! `RIDX` chunk), entries reused from its preferred pack ([`open`]). [`PackBitmap::reachable`]
+//! `RIDX` chunk), entries reused from each of its disjoint packs ([`open`]). [`PackBitmap::reachable`]
 //! answers "everything these tips reach" as bitmap operations, walking only from tips the
 //! bitmap does not cover down to covered commits; selection ([`crate::select`]) combines such
 //! reaches for the wants and the haves. A stale or corrupt bitmap is an error the caller turns
@@ -107,12 +107,12 @@ pub struct PackBitmap {
     /// descriptor, so that what is sent as it stands goes out as ranges of the file
     /// ([`crate::pack_ranges`]).
     pub data: std::sync::Arc<crate::pack_ranges::PackData>,
-    /// Where the pack's entries end (its trailing checksum starts).
-    entries_end: u64,
     ids: Ids,
-    /// Positions `0..reusable` are entries of [`Self::data`], in pack order: all of them for a
-    /// pack's own bitmap, the preferred pack's for a multi-pack-index's.
-    reusable: usize,
+    /// The packs whose entries are copied as they stand ([`Self::entry_at`]), by where their run
+    /// of positions starts: for a pack's own bitmap the pack, all its positions; for a
+    /// multi-pack-index's, each pack of it that holds no object another pack is picked for
+    /// (git's disjoint packs, `pack.allowPackReuse=multi`), its run of positions in pack order.
+    reusable: Vec<Reusable>,
     /// Pack position → index position, as the files have it ([`tables::Order`]).
     order: tables::Order,
     /// Index position → pack position ([`Position`]).
@@ -134,6 +134,21 @@ pub struct PackBitmap {
     /// with negotiation): a fetch's haves are hundreds of tags whose commits every round of
     /// negotiation, and the pack, reach again.
     commits: std::sync::Arc<crate::graph::CommitCache>,
+}
+
+/// A pack whose entries positions `run` are, one each, in pack order: what a clone or fetch
+/// copies as it stands.
+pub(crate) struct Reusable {
+    pub(crate) data: std::sync::Arc<crate::pack_ranges::PackData>,
+    pub(crate) run: std::ops::Range<usize>,
+    /// Where the pack's entries end (its trailing checksum starts).
+    pub(crate) entries_end: u64,
+}
+
+impl Reusable {
+    pub(crate) fn whole(data: std::sync::Arc<crate::pack_ranges::PackData>, run: std::ops::Range<usize>) -> Reusable {
+        Reusable { entries_end: data.pack_end() as u64, data, run }
+    }
 }
 
 /// Index position → pack position. A multi-pack-index's table is made on open. A pack's own is
@@ -164,8 +179,8 @@ enum Ids {
     Pack(gix_pack::index::File),
     /// A multi-pack-index (`technical/multi-pack-index`): positions in its pseudo-pack order
     /// (the preferred pack's objects first, then each other pack's in pack-id and offset order,
-    /// an object counted once), from its reverse index. Only the preferred pack's positions are
-    /// entries of [`PackBitmap::data`], at these offsets.
+    /// an object counted once), from its reverse index. `offsets`: each position's offset in
+    /// its pack, read by the reusable packs' entries ([`PackBitmap::entry_at`]).
     /// `by_pack`: each pack's run of positions, the packs with the most objects first.
     Multi {
         index: gix_pack::multi_index::File<std::sync::Arc<[u8]>>,
@@ -220,10 +235,21 @@ impl PackBitmap {
         }
     }
 
-    /// Positions `0..reusable()` are entries of [`Self::data`] ([`Self::entry_at`]): every one
-    /// for a pack's own bitmap, the preferred pack's for a multi-pack-index's.
-    pub fn reusable(&self) -> usize {
-        self.reusable
+    /// Which of the packs whose entries are copied as they stand holds the entry at `pos`
+    /// (an index for [`Self::reusable_data`]): every position of a pack's own bitmap; for a
+    /// multi-pack-index's, those of its disjoint packs.
+    pub fn reusable_pack(&self, pos: usize) -> Option<usize> {
+        let i = self.reusable.partition_point(|r| r.run.start <= pos).checked_sub(1)?;
+        self.reusable[i].run.contains(&pos).then_some(i)
+    }
+
+    pub fn is_reusable(&self, pos: usize) -> bool {
+        self.reusable_pack(pos).is_some()
+    }
+
+    /// The data of reusable pack `which` ([`Self::reusable_pack`]).
+    pub fn reusable_data(&self, which: usize) -> &crate::pack_ranges::PackData {
+        &self.reusable[which].data
     }
 
     pub fn len(&self) -> usize {
@@ -257,7 +283,8 @@ impl PackBitmap {
     /// order is offset order (checked on open), and every entry is reusable.
     fn search_position(&self, i: usize) -> usize {
         let Ids::Pack(index) = &self.ids else { unreachable!("searched positions are a pack's own") };
-        self.pos_at_offset(index.pack_offset_at_index(i as u32)).expect("every index entry starts an entry of the pack")
+        self.pos_at_offset(0, index.pack_offset_at_index(i as u32))
+            .expect("every index entry starts an entry of the pack")
     }
 
     /// The index position of `id`: its two-byte prefix's bucket of the index searched.
@@ -279,17 +306,19 @@ impl PackBitmap {
         self.ids.oid_at(self.order.get(pos)).to_owned()
     }
 
-    /// The entry at pack position `pos` (below [`Self::reusable`]): its offset in the pack and
-    /// its size there (up to the next entry in pack order, as git sizes entries from its reverse
-    /// index) — known without reading the entry, where gix-odb's `location_by_oid` inflates the
-    /// object to learn it.
+    /// The entry at pack position `pos` (a reusable one: [`Self::reusable_pack`]): its offset
+    /// in its pack and its size there (up to the next entry in pack order, as git sizes entries
+    /// from its reverse index) — known without reading the entry, where gix-odb's
+    /// `location_by_oid` inflates the object to learn it.
     pub fn entry_at(&self, pos: usize) -> (u64, usize) {
+        let which = self.reusable_pack(pos).expect("a reusable position");
+        let reusable = &self.reusable[which];
         let offset = self.offset_at(pos);
-        let end = if pos + 1 < self.reusable { self.offset_at(pos + 1) } else { self.entries_end };
+        let end = if pos + 1 < reusable.run.end { self.offset_at(pos + 1) } else { reusable.entries_end };
         (offset, end.saturating_sub(offset) as usize)
     }
 
-    /// The offset in [`Self::data`] of the entry at `pos` (below [`Self::reusable`]).
+    /// The offset in its pack of the entry at `pos` (a reusable one).
     fn offset_at(&self, pos: usize) -> u64 {
         match &self.ids {
             Ids::Pack(index) => index.pack_offset_at_index(self.order.get(pos)),
@@ -297,9 +326,10 @@ impl PackBitmap {
         }
     }
 
-    /// The pack position of the entry of [`Self::data`] at `offset`, if an entry starts there.
-    pub fn pos_at_offset(&self, offset: u64) -> Option<usize> {
-        let (mut low, mut high) = (0, self.reusable);
+    /// The position of the entry of reusable pack `which` at `offset`, if an entry starts there.
+    pub fn pos_at_offset(&self, which: usize, offset: u64) -> Option<usize> {
+        let run = &self.reusable.get(which)?.run;
+        let (mut low, mut high) = (run.start, run.end);
         while low < high {
             let mid = low + (high - low) / 2;
             if self.offset_at(mid) < offset {
@@ -308,7 +338,7 @@ impl PackBitmap {
                 high = mid;
             }
         }
-        (low < self.reusable && self.offset_at(low) == offset).then_some(low)
+        (low < run.end && self.offset_at(low) == offset).then_some(low)
     }
 
     /// Whether `commit`'s stored closure holds any of `targets` (bits over this pack); `None`

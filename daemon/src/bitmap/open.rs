@@ -12,6 +12,11 @@ use gix_hash::ObjectId;
 use super::tables::{Order, Stored, map};
 use super::{BitmapError, Bits, Ids, PackBitmap, fanout_table, write};
 
+/// The most packs of a multi-pack-index whose entries are copied as they stand (each held open
+/// and mapped with its bitmap): geometric maintenance leaves a handful; the rest of a MIDX over
+/// hundreds of packs goes out entry by entry.
+const REUSED_PACKS: usize = 16;
+
 /// What a `.bitmap` file holds past its header, for `n` objects: the type bitmaps, and where
 /// each commit's bitmap starts in the file with the entry it is XOR'ed against.
 struct Parsed {
@@ -147,14 +152,22 @@ impl PackBitmap {
         if pack_data.num_objects() as usize != n {
             return Err(corrupt("the pack beside the index holds another number of objects"));
         }
-        Ok(Some(PackBitmap::new(pack, pack_data, Ids::Pack(index), order, position, (data, parsed))))
+        Ok(Some(PackBitmap::new(
+            pack,
+            std::sync::Arc::new(pack_data),
+            Ids::Pack(index),
+            order,
+            position,
+            (data, parsed),
+        )))
     }
 
     /// Open the bitmap of the multi-pack-index in `pack_dir` (`multi-pack-index-<its
     /// checksum>.bitmap`, as `git multi-pack-index write --bitmap` and `git repack --write-midx
     /// -b` write it). `Ok(None)`: there is no MIDX, or it has no bitmap. Its positions are over
-    /// every pack the MIDX names; entries are reused from its preferred pack (git's single-pack
-    /// reuse), whose positions come first.
+    /// every pack the MIDX names, the preferred pack's first; entries are reused from each pack
+    /// that holds no object the MIDX picks from another (git's multi-pack reuse of disjoint
+    /// packs, its facts derived from the reverse index's runs rather than a `BTMP` chunk).
     pub fn open_midx(pack_dir: &Path, hash: gix_hash::Kind) -> Result<Option<PackBitmap>, BitmapError> {
         let midx_path = pack_dir.join("multi-pack-index");
         // Shared with the parsed MIDX, which keeps it: the reverse index is read from it too.
@@ -197,66 +210,125 @@ impl PackBitmap {
         let position = super::Position::Table(position);
         // The preferred pack: the one of the first position. Its objects lead the order, by
         // offset; all of them (the MIDX picks the preferred pack's copy of an object first).
+        // Each other pack's objects follow as one run, by offset too.
         let location = |pos: usize| {
             index.pack_id_and_pack_offset_at_index(order.get(pos)).map_err(|e| corrupt(&format!("position {pos}: {e}")))
         };
-        let mut offsets = Vec::new();
-        let mut by_pack: Vec<std::ops::Range<usize>> = Vec::new();
-        let (preferred, _) = if n == 0 { (0, 0) } else { location(0)? };
-        let mut last_pack = None;
+        let mut offsets = Vec::with_capacity(n);
+        let mut runs: Vec<(u32, std::ops::Range<usize>)> = Vec::new();
         for pos in 0..n {
             let (pack_id, offset) = location(pos)?;
-            if last_pack != Some(pack_id) {
-                by_pack.push(pos..pos);
-                last_pack = Some(pack_id);
-            }
-            if let Some(run) = by_pack.last_mut() {
-                run.end = pos + 1;
-            }
-            if by_pack.len() == 1 {
-                if offsets.last().is_some_and(|last| *last >= offset) {
-                    return Err(corrupt("the preferred pack's objects are not in pack order"));
+            match runs.last_mut() {
+                Some((id, run)) if *id == pack_id => {
+                    if offsets.last().is_some_and(|last| *last >= offset) {
+                        return Err(corrupt("a pack's objects are not in pack order"));
+                    }
+                    run.end = pos + 1;
                 }
-                offsets.push(offset);
+                _ => runs.push((pack_id, pos..pos + 1)),
+            }
+            offsets.push(offset);
+        }
+        let preferred = runs.first().map_or(0, |(id, _)| *id);
+        let pack_path = |id: u32| {
+            index
+                .index_names()
+                .get(id as usize)
+                .map(|name| pack_dir.join(name).with_extension("pack"))
+                .ok_or_else(|| corrupt("a pack id the MIDX does not name"))
+        };
+        let pack = pack_path(preferred)?;
+        let open_pack = |path: &Path| {
+            crate::pack_ranges::open_data(path, hash)
+                .map(std::sync::Arc::new)
+                .map_err(|message| BitmapError::Pack { path: path.to_owned(), message })
+        };
+        let pack_data = open_pack(&pack)?;
+        // The packs copied as they stand. The preferred pack when it is the big pack, all of it
+        // in the MIDX (`git multi-pack-index write` prefers the oldest pack, a push's whose thin
+        // bases are stored whole: their objects go out from their smallest stored copy,
+        // [`crate::packs`]; the bits still answer reachability). Then, up to [`REUSED_PACKS`]
+        // (each held open with the bitmap), the most objects first, each other pack that shares
+        // no object with another: a roll-up, or a push of new history, whose whole entries are
+        // what a delta search left whole. Not a push completed with its thin bases, stored whole,
+        // though the MIDX picks them from it: the copies another pack holds too.
+        let mut by_size: Vec<&(u32, std::ops::Range<usize>)> = runs.iter().collect();
+        by_size.sort_by_key(|(_, run)| std::cmp::Reverse(run.len())); // stable: pack order among equals
+        let others: Vec<&(u32, std::ops::Range<usize>)> =
+            by_size.iter().copied().filter(|(id, _)| *id != preferred).take(REUSED_PACKS - 1).collect();
+        let shares = if others.is_empty() { Vec::new() } else { packs_sharing_objects(&index, pack_dir, &runs)? };
+        let mut reusable = Vec::new();
+        if let Some((_, run)) = runs.first().filter(|(_, run)| run.len() * 2 >= n)
+            && pack_data.num_objects() as usize == run.len()
+        {
+            reusable.push(super::Reusable::whole(pack_data.clone(), run.clone()));
+        }
+        for (pack_id, run) in others {
+            if shares.get(*pack_id as usize).is_some_and(|shares| !shares) {
+                let data = open_pack(&pack_path(*pack_id)?)?;
+                if data.num_objects() as usize == run.len() {
+                    reusable.push(super::Reusable::whole(data, run.clone()));
+                }
             }
         }
-        by_pack.sort_by_key(|run| std::cmp::Reverse(run.len())); // stable: pack order among equals
-        let pack = index
-            .index_names()
-            .get(preferred as usize)
-            .map(|name| pack_dir.join(name).with_extension("pack"))
-            .ok_or_else(|| corrupt("no preferred pack"))?;
-        let pack_data = crate::pack_ranges::open_data(&pack, hash)
-            .map_err(|message| BitmapError::Pack { path: pack.clone(), message })?;
-        if pack_data.num_objects() as usize != offsets.len() || offsets.len() * 2 < n {
-            // Not all of the preferred pack in the MIDX, or not the big pack (`git multi-pack-index
-            // write` prefers the oldest pack, a push's whose thin bases are stored whole): nothing
-            // is copied from it as it stands, each object goes out from its smallest stored copy
-            // ([`crate::packs`]); the bits still answer reachability.
-            offsets.clear();
-        }
-        let reusable = offsets.len();
+        reusable.sort_by_key(|r| r.run.start);
+        let by_pack = by_size.into_iter().map(|(_, run)| run.clone()).collect();
         let mut bitmap =
             PackBitmap::new(pack, pack_data, Ids::Multi { index, offsets, by_pack }, order, position, (data, parsed));
         bitmap.reusable = reusable;
         Ok(Some(bitmap))
     }
+}
 
+/// For each pack a multi-pack-index names (by pack id), whether it shares an object with another:
+/// a pack of which the MIDX does not pick every object (`runs`: each pack's positions) names,
+/// through the MIDX, the packs its other objects were picked from.
+fn packs_sharing_objects(
+    index: &gix_pack::multi_index::File<std::sync::Arc<[u8]>>,
+    pack_dir: &Path,
+    runs: &[(u32, std::ops::Range<usize>)],
+) -> Result<Vec<bool>, BitmapError> {
+    let names = index.index_names();
+    let mut picked = vec![0usize; names.len()];
+    for (id, run) in runs {
+        picked[*id as usize] += run.len();
+    }
+    let mut shares = vec![false; names.len()];
+    for (id, name) in names.iter().enumerate() {
+        let path = pack_dir.join(name);
+        let pack_index = gix_pack::index::File::at(&path, index.object_hash())
+            .map_err(|e| BitmapError::Index { path: path.clone(), message: e.to_string() })?;
+        if pack_index.num_objects() as usize == picked[id] {
+            continue;
+        }
+        shares[id] = true;
+        for entry in pack_index.iter() {
+            let Some(at) = index.lookup(entry.oid) else { continue };
+            if let Ok((other, _)) = index.pack_id_and_pack_offset_at_index(at)
+                && let Some(other) = shares.get_mut(other as usize)
+            {
+                *other = true;
+            }
+        }
+    }
+    Ok(shares)
+}
+
+impl PackBitmap {
     /// `file`: the mapped `.bitmap`, which `parsed` was read from.
     fn new(
         pack: PathBuf,
-        data: crate::pack_ranges::PackData,
+        data: std::sync::Arc<crate::pack_ranges::PackData>,
         ids: Ids,
         order: Order,
         position: super::Position,
         (file, parsed): (memmap2::Mmap, Parsed),
     ) -> PackBitmap {
         let fanout = fanout_table(&ids);
-        let reusable = ids.num() as usize;
+        let reusable = vec![super::Reusable::whole(data.clone(), 0..ids.num() as usize)];
         PackBitmap {
             pack,
-            entries_end: data.pack_end() as u64,
-            data: std::sync::Arc::new(data),
+            data,
             ids,
             reusable,
             order,

@@ -143,9 +143,9 @@ fn write_noting<W: Sink>(
     {
         return write_verbatim(repo, bitmap, selection, &options, out).map(|stats| (stats, None));
     }
-    // By a multi-pack-index's bitmap with nothing to copy from its preferred pack, too: the
-    // selection is in pseudo-pack order, where a push's deltas precede the thin bases
-    // `index-pack --fix-thin` appended, and this path puts bases first.
+    // By a multi-pack-index's bitmap with nothing to copy as stored, too: the selection is in
+    // pseudo-pack order, where a push's deltas precede the thin bases `index-pack --fix-thin`
+    // appended, and this path puts bases first.
     if let Some((bitmap, positions)) = &selection.in_pack {
         return write_reused(repo, selection, bitmap, positions, &options, &mut may_send, out)
             .map(|stats| (stats, None));

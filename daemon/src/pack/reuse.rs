@@ -190,7 +190,7 @@ pub(super) fn write_entry<W: Write>(
     Ok(here)
 }
 
-/// How one entry of the bitmapped pack goes out when reused.
+/// How one entry of a reusable pack goes out when reused.
 #[derive(Clone, Copy)]
 pub(super) enum Reuse {
     /// Its bytes as they are (a whole object, or a ref-delta whose base is sent or held).
@@ -204,8 +204,10 @@ pub(super) enum Reuse {
     Later,
 }
 
-/// Partial pack reuse (git's `reuse_partial_packfile_from_bitmap`): the selection's entries of
-/// the bitmapped pack go out as their stored bytes, in pack order — no object is looked up or
+/// Partial pack reuse (git's `reuse_partial_packfile_from_bitmap`; with a multi-pack-index, of
+/// every disjoint pack, git's `pack.allowPackReuse=multi`): the selection's entries of the
+/// reusable packs ([`crate::bitmap::PackBitmap::reusable_pack`]) go out as their stored bytes,
+/// pack by pack in pack order — no object is looked up or
 /// inflated; an ofs-delta's distance is rewritten for the entries left out between it and its
 /// base, a delta whose base is not reused names the base by id when the base is sent anyway or
 /// the client has it (thin, where allowed and readable), and only a delta with no usable base
@@ -221,7 +223,6 @@ pub(super) fn write_reused<W: Sink>(
     out: &mut W,
 ) -> Result<Stats, ServeError> {
     let hash = repo.object_hash();
-    let pack = &*bitmap.data;
     let mut sent = crate::bitmap::Bits::new(bitmap.len());
     for pos in positions.iter() {
         sent.set(pos as usize);
@@ -230,17 +231,21 @@ pub(super) fn write_reused<W: Sink>(
         options.thin_pack && selection.client_has(id) && (selection.client_has_readably(id) || may_send(id))
     };
     // First the decisions (headers only), so the entry count is known before anything is written.
-    // With each entry: where its data starts after the header, and its decompressed size.
-    let mut plan: Vec<(u32, Reuse, usize, u64)> = Vec::with_capacity(positions.len());
+    // With each entry: its pack, where its data starts after the header, and its decompressed size.
+    let mut plan: Vec<(u32, usize, Reuse, usize, u64)> = Vec::with_capacity(positions.len());
     let mut reused = crate::bitmap::Bits::new(bitmap.len());
     let mut reused_count = 0usize;
     let mut later: Vec<ObjectId> = Vec::new();
     for pos in positions.iter() {
+        let which = bitmap
+            .reusable_pack(pos as usize)
+            .ok_or_else(|| ServeError::corrupt_pack("a reused entry no pack holds"))?;
         let (offset, _) = bitmap.entry_at(pos as usize);
-        let entry = pack.entry(offset).map_err(ServeError::pack)?;
+        let entry = bitmap.reusable_data(which).entry(offset).map_err(ServeError::pack)?;
         let decision = match entry.header {
             gix_pack::data::entry::Header::OfsDelta { base_distance } => {
-                let base = offset.checked_sub(base_distance).and_then(|o| bitmap.pos_at_offset(o)).map(|p| p as u32);
+                let base =
+                    offset.checked_sub(base_distance).and_then(|o| bitmap.pos_at_offset(which, o)).map(|p| p as u32);
                 match base {
                     Some(base) if reused.get(base as usize) && options.ofs_delta => Reuse::Ofs { base },
                     Some(base) if sent.get(base as usize) => Reuse::ByBase { base },
@@ -262,7 +267,7 @@ pub(super) fn write_reused<W: Sink>(
                 reused_count += 1;
             }
         }
-        plan.push((pos, decision, (entry.data_offset - offset) as usize, entry.decompressed_size));
+        plan.push((pos, which, decision, (entry.data_offset - offset) as usize, entry.decompressed_size));
     }
     // What is not in the bitmapped pack: the listed objects past its positions.
     let extra = &selection.objects[positions.len() - selection.unlisted..];
@@ -277,13 +282,14 @@ pub(super) fn write_reused<W: Sink>(
     let mut head = Vec::with_capacity(64);
     // Entries that go out as they are and lie one after the other in the pack go out as one run
     // (a range of the pack file, not a copy per entry: [`Hashed::emit_mapped`]).
-    for (pos, decision, data_start, decompressed_size) in plan {
+    for (pos, which, decision, data_start, decompressed_size) in plan {
+        let pack = bitmap.reusable_data(which);
         let (offset, size) = bitmap.entry_at(pos as usize);
         let end = offset + size as u64;
         if pack.entry_slice(offset..end).is_none() {
             return Err(ServeError::corrupt_pack(format!(
                 "{}: entry at {offset} out of bounds",
-                bitmap.pack.display()
+                pack.path().display()
             )));
         }
         let here = answer.written;

@@ -111,13 +111,13 @@ pub(super) fn select_with_bitmap(
     // A tag that must be included and is not in the pack's bits sends more than the pack.
     let everything = bitmap.is_one_pack() && want.bits.ones().count() == bitmap.len() && tags_included.is_empty();
     // The positions whose entries can be copied from the bitmap's pack (with a multi-pack-index,
-    // its preferred pack's), then the rest by id. The whole pack goes out by its count: its
+    // its disjoint packs'), then the rest by id. The whole pack goes out by its count: its
     // positions and entries are not listed ([`Selection::unlisted`]).
     let (positions, unlisted, mut objects) = if everything {
         (Positions::Whole(bitmap.len()), bitmap.len(), Vec::new())
     } else {
         let (positions, elsewhere): (Vec<u32>, Vec<u32>) =
-            bitmap.send_order(&want.bits).map(|pos| pos as u32).partition(|pos| (*pos as usize) < bitmap.reusable());
+            bitmap.send_order(&want.bits).map(|pos| pos as u32).partition(|pos| bitmap.is_reusable(*pos as usize));
         let objects = positions.iter().chain(&elsewhere).map(|pos| bitmap.oid_at(*pos as usize)).collect();
         (Positions::Listed(positions), 0, objects)
     };
