@@ -89,10 +89,19 @@ pub fn report(root: &Path) -> Result<Option<String>> {
     if files.is_empty() {
         return Ok(None);
     }
-    // The newest file per repository (by modification order of the commit's file name is not
-    // knowable here: the one listed last in name order per repository wins, and the report
-    // names its commit).
-    files.sort();
+    // The newest file per repository: of the commit committed last (its commit time in this
+    // repository's history; name order among commits git does not know), and the report names
+    // its commit. A commit's short hash says nothing of its age.
+    let committed = |commit: &str| {
+        std::process::Command::new("git")
+            .args(["show", "-s", "--format=%ct", commit])
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    files.sort_by_cached_key(|(repository, commit, _)| (repository.clone(), committed(commit), commit.clone()));
     let mut rows = Vec::new();
     let mut seen = std::collections::BTreeMap::new();
     for (repository, commit, path) in &files {
