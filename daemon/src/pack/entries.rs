@@ -84,12 +84,7 @@ pub(super) fn write_through_gix_pack<W: Sink>(
     // What is searched is stored (level 0) until the search says it stays whole.
     let compression = if search.is_some() { gix::zlib::Compression::NONE } else { gix::zlib::Compression::DEFAULT };
     let (_, chunks) = gix_entries(repo, ids, true, compression, packs, Some(copies.clone()), decide)?;
-    let whole = |id: &ObjectId| -> Result<output::Entry, ServeError> {
-        let mut buf = Vec::new();
-        let data = gix_object::Find::try_find(&repo.objects, id, &mut buf)?.ok_or(ServeError::MissingObject(*id))?;
-        let count = output::Count { id: *id, entry_pack_location: output::count::PackLocation::NotLookedUp };
-        output::Entry::from_data(&count, &data, gix::zlib::Compression::DEFAULT).map_err(ServeError::pack)
-    };
+    let whole = |id: &ObjectId| whole_entry(repo, id);
     let mut out = BaseFirst {
         earlier,
         at_by_id: Default::default(),
@@ -161,6 +156,65 @@ pub(super) fn write_through_gix_pack<W: Sink>(
     out.write_base_first(out.at.len() - held.len(), &held, answer, &mut count)
 }
 
+/// `id` as a whole entry, deflated anew: how a member of a cycle of deltas goes out ([`base_first`]).
+pub(super) fn whole_entry(repo: &gix::Repository, id: &ObjectId) -> Result<output::Entry, ServeError> {
+    let mut buf = Vec::new();
+    let data = gix_object::Find::try_find(&repo.objects, id, &mut buf)?.ok_or(ServeError::MissingObject(*id))?;
+    let count = output::Count { id: *id, entry_pack_location: output::count::PackLocation::NotLookedUp };
+    output::Entry::from_data(&count, &data, gix::zlib::Compression::DEFAULT).map_err(ServeError::pack)
+}
+
+/// Entries `0..n` in the order they go out so that each delta follows its base among them, told
+/// to `emit` one by one: `base_of(i)` is the entry that entry `i` is a delta of, if it is one of
+/// them. In the given order, an entry whose base is not out yet waits for it and follows it at
+/// once. What still waits at the end is a cycle, each delta's base waiting on the next (an object
+/// two packs hold as deltas of each other, met once as a stored delta of the other and once
+/// named by id from the other pack — seen while git gc rewrote the packs under a fetch): its
+/// first member by index goes out whole (`emit(i, true)`), the rest follow it. Every pack gixd
+/// writes with deltas among its entries is ordered here.
+pub(super) fn base_first<E>(
+    n: usize,
+    base_of: impl Fn(usize) -> Option<usize>,
+    mut emit: impl FnMut(usize, bool) -> Result<(), E>,
+) -> Result<(), E> {
+    type Waiting = std::collections::HashMap<usize, Vec<usize>>;
+    /// Emit `first` (whole when asked), then every delta that waited on it, and theirs, each once.
+    fn release<E>(
+        first: usize,
+        whole: bool,
+        waiting: &mut Waiting,
+        done: &mut [bool],
+        emit: &mut impl FnMut(usize, bool) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut ready = vec![first];
+        while let Some(i) = ready.pop() {
+            if done[i] {
+                continue;
+            }
+            emit(i, whole && i == first)?;
+            done[i] = true;
+            if let Some(mut next) = waiting.remove(&i) {
+                next.reverse();
+                ready.extend(next);
+            }
+        }
+        Ok(())
+    }
+    let mut waiting = Waiting::new();
+    let mut done = vec![false; n];
+    for first in 0..n {
+        if let Some(base) = base_of(first).filter(|base| *base < n && !done[*base]) {
+            waiting.entry(base).or_default().push(first);
+            continue;
+        }
+        release(first, false, &mut waiting, &mut done, &mut emit)?;
+    }
+    while let Some(&stuck) = waiting.keys().min() {
+        release(stuck, true, &mut waiting, &mut done, &mut emit)?;
+    }
+    Ok(())
+}
+
 /// Compressed bytes of entries held to put bases before their deltas; past it, the rest go out
 /// as they come (a delta before its base names it by id).
 const BASE_FIRST_BUDGET: usize = 64 << 20;
@@ -216,7 +270,7 @@ impl BaseFirst<'_> {
     }
 
     /// Write `entries` (gix-pack's from index `start` on), each delta whose base is among them
-    /// after that base.
+    /// after that base ([`base_first`]).
     fn write_base_first<W: Write>(
         &mut self,
         start: usize,
@@ -226,64 +280,18 @@ impl BaseFirst<'_> {
     ) -> Result<(), ServeError> {
         let by_id: gix::hashtable::HashMap<ObjectId, usize> =
             entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
-        let base_of = |e: &output::Entry| match e.kind {
+        let base_of = |i: usize| match entries[i].kind {
             output::entry::Kind::DeltaOid { id } => by_id.get(&id).copied(),
             output::entry::Kind::DeltaRef { object_index } => object_index.checked_sub(start),
             output::entry::Kind::Base(_) => None,
         };
-        let mut waiting: std::collections::HashMap<usize, Vec<usize>> = std::collections::HashMap::new();
-        let mut done = vec![false; entries.len()];
-        for first in 0..entries.len() {
-            if let Some(base) = base_of(&entries[first])
-                && base < entries.len()
-                && !done[base]
-            {
-                waiting.entry(base).or_default().push(first);
-                continue;
-            }
-            self.write_ready(start, entries, first, None, &mut waiting, &mut done, answer, count)?;
-        }
-        // What still waits is a cycle, each delta's base waiting on the next: an object two packs
-        // hold as deltas of each other, met once as a stored delta of the other and once named by
-        // id from the other pack — seen while git gc rewrote the packs under a fetch. One member
-        // of each cycle goes out whole, deflated anew; the rest follow it.
-        while let Some(&stuck) = waiting.keys().next() {
-            let whole = (self.whole)(&entries[stuck].id)?;
-            self.write_ready(start, entries, stuck, Some(whole), &mut waiting, &mut done, answer, count)?;
-        }
-        Ok(())
-    }
-
-    /// Write entry `first` of `entries` (as `whole` when given), then every delta that waited on
-    /// it, and theirs, each once.
-    #[allow(clippy::too_many_arguments, reason = "the state of write_base_first's one pass")]
-    fn write_ready<W: Write>(
-        &mut self,
-        start: usize,
-        entries: &[output::Entry],
-        first: usize,
-        mut whole: Option<output::Entry>,
-        waiting: &mut std::collections::HashMap<usize, Vec<usize>>,
-        done: &mut [bool],
-        answer: &mut Hashed<'_, W>,
-        count: &mut impl FnMut(&output::Entry),
-    ) -> Result<(), ServeError> {
-        let mut ready = vec![first];
-        while let Some(i) = ready.pop() {
-            if done[i] {
-                continue;
-            }
-            let taken = if i == first { whole.take() } else { None };
-            let entry = taken.as_ref().unwrap_or(&entries[i]);
+        base_first(entries.len(), base_of, |i, whole| {
+            let whole = if whole { Some((self.whole)(&entries[i].id)?) } else { None };
+            let entry = whole.as_ref().unwrap_or(&entries[i]);
             self.write(start + i, entry, answer)?;
             count(entry);
-            done[i] = true;
-            if let Some(mut next) = waiting.remove(&i) {
-                next.reverse();
-                ready.extend(next);
-            }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 }
 
@@ -318,10 +326,9 @@ mod tests {
         output::Entry { id: blob_id(target), kind, decompressed_size: delta.len(), compressed_data: deflated(&delta) }
     }
 
-    #[test]
-    fn a_cycle_of_deltas_goes_out_with_one_member_whole_and_git_indexes_the_pack() {
-        // x a stored delta of y (named by index), y one of x (named by id): as gix-pack gave them
-        // for an object two packs hold as deltas of each other while git gc rewrote them.
+    /// x a delta of y (named by index), y one of x (named by id), and their whole entries.
+    #[allow(clippy::type_complexity, reason = "a test's pair")]
+    fn a_cycle() -> (Vec<output::Entry>, Vec<(ObjectId, Vec<u8>)>) {
         let x: Vec<u8> = (0..200).flat_map(|n| format!("line {n} of the pair\n").into_bytes()).collect();
         let mut y = x.clone();
         y.extend_from_slice(b"one more line\n");
@@ -329,16 +336,68 @@ mod tests {
             delta_entry(&x, &y, output::entry::Kind::DeltaRef { object_index: 1 }),
             delta_entry(&y, &x, output::entry::Kind::DeltaOid { id: blob_id(&x) }),
         ];
-        let objects = [(blob_id(&x), x.clone()), (blob_id(&y), y.clone())];
-        let whole = |id: &ObjectId| -> Result<output::Entry, ServeError> {
-            let data = &objects.iter().find(|(i, _)| i == id).expect("one of the pair").1;
-            Ok(output::Entry {
-                id: *id,
-                kind: output::entry::Kind::Base(gix_object::Kind::Blob),
-                decompressed_size: data.len(),
-                compressed_data: deflated(data),
-            })
-        };
+        (entries, vec![(blob_id(&x), x), (blob_id(&y), y)])
+    }
+
+    fn whole_of(objects: &[(ObjectId, Vec<u8>)], id: &ObjectId) -> Result<output::Entry, ServeError> {
+        let data = &objects.iter().find(|(i, _)| i == id).expect("one of the pair").1;
+        Ok(output::Entry {
+            id: *id,
+            kind: output::entry::Kind::Base(gix_object::Kind::Blob),
+            decompressed_size: data.len(),
+            compressed_data: deflated(data),
+        })
+    }
+
+    fn git_indexes(bytes: &[u8]) {
+        let dir = tempfile::tempdir().unwrap();
+        let git =
+            |args: &[&str]| std::process::Command::new("git").current_dir(dir.path()).args(args).output().unwrap();
+        assert!(git(&["init", "-q"]).status.success());
+        std::fs::write(dir.path().join("cycle.pack"), bytes).unwrap();
+        let indexed = git(&["index-pack", "cycle.pack"]);
+        assert!(indexed.status.success(), "git indexes it: {}", String::from_utf8_lossy(&indexed.stderr));
+    }
+
+    #[test]
+    fn base_first_puts_each_delta_after_its_base_and_breaks_a_cycle_at_its_first_member() {
+        // 0 ← 2 (2 a delta of 0, after it already); 3 → 4 (3 waits for 4); 5 ↔ 6 a cycle.
+        let bases = [None, None, Some(0), Some(4), None, Some(6), Some(5)];
+        let mut order = Vec::new();
+        base_first::<()>(
+            bases.len(),
+            |i| bases[i],
+            |i, whole| {
+                order.push((i, whole));
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(order, [(0, false), (1, false), (2, false), (4, false), (3, false), (5, true), (6, false)]);
+    }
+
+    /// The search's entries (a fetch without bitmap, a repack) go out through the same ordering
+    /// as gix-pack's: a cycle among them no longer fails the answer. Red before: "a delta's base
+    /// was never written".
+    #[test]
+    fn a_cycle_among_searched_entries_goes_out_with_one_member_whole_and_git_indexes_the_pack() {
+        let (entries, objects) = a_cycle();
+        let mut bytes = Vec::new();
+        let mut answer = Hashed::new(&mut bytes, gix_hash::Kind::Sha1);
+        answer.emit(b"PACK\0\0\0\x02\0\0\0\x02").unwrap();
+        let mut written = EntryOffsets::default();
+        written.emit_in_base_order(&entries, true, &|id| whole_of(&objects, id), &mut answer).unwrap();
+        answer.finish().unwrap();
+        assert_eq!(written.offsets.len(), 2, "both go out");
+        git_indexes(&bytes);
+    }
+
+    #[test]
+    fn a_cycle_of_deltas_goes_out_with_one_member_whole_and_git_indexes_the_pack() {
+        // As gix-pack gave them for an object two packs hold as deltas of each other while git
+        // gc rewrote them.
+        let (entries, objects) = a_cycle();
+        let whole = |id: &ObjectId| whole_of(&objects, id);
         let mut bytes = Vec::new();
         let mut answer = Hashed::new(&mut bytes, gix_hash::Kind::Sha1);
         answer.emit(b"PACK\0\0\0\x02\0\0\0\x02").unwrap();
@@ -356,13 +415,6 @@ mod tests {
         answer.finish().unwrap();
         assert_eq!(written.len(), 2, "both go out: {written:?}");
         assert!(matches!(written[0], output::entry::Kind::Base(_)), "one member whole, first: {written:?}");
-
-        let dir = tempfile::tempdir().unwrap();
-        let git =
-            |args: &[&str]| std::process::Command::new("git").current_dir(dir.path()).args(args).output().unwrap();
-        assert!(git(&["init", "-q"]).status.success());
-        std::fs::write(dir.path().join("cycle.pack"), &bytes).unwrap();
-        let indexed = git(&["index-pack", "cycle.pack"]);
-        assert!(indexed.status.success(), "git indexes it: {}", String::from_utf8_lossy(&indexed.stderr));
+        git_indexes(&bytes);
     }
 }

@@ -215,7 +215,8 @@ fn write_noting<W: Sink>(
             };
             Ok(((), searched))
         })?;
-        written.emit_in_base_order(&entries, options.ofs_delta, &mut answer)?;
+        let whole = |id: &ObjectId| entries::whole_entry(repo, id);
+        written.emit_in_base_order(&entries, options.ofs_delta, &whole, &mut answer)?;
     }
     for chunk in chunks.by_ref() {
         let (_seq, mut entries) = chunk.map_err(ServeError::pack)?;
@@ -278,7 +279,8 @@ fn write_searched_anew<W: Sink>(
     answer.emit(&gix_pack::data::header::encode(gix_pack::data::Version::V2, num_entries_u32))?;
     let entries = progress::compressing(&mut answer, options.progress_every, |tell| search.anew(limits, tell))?;
     let mut written = EntryOffsets { index: note_index.then(Vec::new), ..EntryOffsets::default() };
-    written.emit_in_base_order(&entries, options.ofs_delta, &mut answer)?;
+    let whole = |id: &ObjectId| entries::whole_entry(search.repo, id);
+    written.emit_in_base_order(&entries, options.ofs_delta, &whole, &mut answer)?;
     drop(entries);
     let bytes = answer.finish()?;
     let stats = Stats {

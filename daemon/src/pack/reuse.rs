@@ -95,50 +95,40 @@ pub(super) struct EntryOffsets {
 
 impl EntryOffsets {
     /// Write every entry of `entries`, each base before its deltas (the search may have made an
-    /// entry the base of an earlier one): in the given order, an entry whose base is not out yet
-    /// waits for it. A delta against another entry is an ofs-delta where the client takes them,
-    /// else it names its base by id; a thin one names the object the client has.
+    /// entry the base of an earlier one; a cycle of deltas has a member go out whole, as `whole`
+    /// makes it: [`super::entries::base_first`]). A delta against another entry is an
+    /// ofs-delta where the client takes them, else it names its base by id; a thin one names
+    /// the object the client has.
     pub(super) fn emit_in_base_order<W: Write>(
         &mut self,
         entries: &[output::Entry],
         ofs_delta: bool,
+        whole: &dyn Fn(&ObjectId) -> Result<output::Entry, ServeError>,
         answer: &mut Hashed<'_, W>,
     ) -> Result<(), ServeError> {
         let by_id: HashMap<ObjectId, usize> = entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
-        let mut waiting: HashMap<usize, Vec<usize>> = HashMap::new();
         let mut at: Vec<u64> = vec![u64::MAX; entries.len()];
         let Some(mut entry) = entries.first().cloned() else { return Ok(()) };
-        for first in 0..entries.len() {
-            if let Some(base) = base_in_pack(&entries[first], &by_id)
-                && at[base] == u64::MAX
-            {
-                waiting.entry(base).or_default().push(first);
-                continue;
-            }
-            let mut ready = vec![first];
-            while let Some(i) = ready.pop() {
+        let base_of = |i: usize| base_in_pack(&entries[i], &by_id);
+        super::entries::base_first(entries.len(), base_of, |i, as_whole| {
+            if as_whole {
+                entry = whole(&entries[i].id)?;
+            } else {
                 entry.clone_from(&entries[i]);
-                if let Some(base) = base_in_pack(&entries[i], &by_id) {
+                if let Some(base) = base_of(i) {
                     entry.kind = if ofs_delta {
                         output::entry::Kind::DeltaRef { object_index: base }
                     } else {
                         output::entry::Kind::DeltaOid { id: entries[base].id }
                     };
                 }
-                let here = write_entry(&mut self.head, &entry, answer, |index| at[index], None)?;
-                at[i] = here;
-                self.offsets.push(here);
-                self.note(&entry, here);
-                if let Some(mut next) = waiting.remove(&i) {
-                    next.reverse();
-                    ready.extend(next);
-                }
             }
-        }
-        if !waiting.is_empty() {
-            return Err(ServeError::corrupt_pack("a delta's base was never written"));
-        }
-        Ok(())
+            let here = write_entry(&mut self.head, &entry, answer, |index| at[index], None)?;
+            at[i] = here;
+            self.offsets.push(here);
+            self.note(&entry, here);
+            Ok(())
+        })
     }
 
     /// Write `entry` (header and compressed data) to `answer`; an invalid entry (a missing
