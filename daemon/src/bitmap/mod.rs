@@ -14,7 +14,7 @@ mod open;
 mod tables;
 pub mod write;
 
-pub use open::{Cache, of};
+pub use open::{Cache, any_in, of};
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -354,6 +354,17 @@ impl PackBitmap {
 
     pub fn commit_bitmaps(&self) -> usize {
         self.stored.len()
+    }
+
+    /// The commits this bitmap has a stored closure for.
+    pub fn commits_with_closures(&self) -> impl Iterator<Item = &ObjectId> + '_ {
+        self.by_commit.keys()
+    }
+
+    /// The stored closure of `commit` (every object it reaches, as bits over this bitmap's
+    /// positions), if it has one that decodes.
+    pub fn stored_closure(&self, commit: &gix_hash::oid) -> Option<std::sync::Arc<Bits>> {
+        self.closure(commit)
     }
 
     /// The closure of a commit that has a bitmap, composed down its XOR chain (or kept from a

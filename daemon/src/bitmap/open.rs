@@ -343,6 +343,23 @@ impl PackBitmap {
     }
 }
 
+/// A bitmap of the pack directory `pack_dir` as it is now, for a bitmap writer to take its
+/// closures over ([`super::write::write_bitmap_over`]): the multi-pack-index's, else the first
+/// pack's own that opens. `None` when none does (each refusal is only a walk more).
+pub fn any_in(pack_dir: &Path, hash: gix_hash::Kind) -> Option<PackBitmap> {
+    if let Ok(Some(bitmap)) = PackBitmap::open_midx(pack_dir, hash) {
+        return Some(bitmap);
+    }
+    let mut indexes: Vec<PathBuf> = std::fs::read_dir(pack_dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "idx") && p.with_extension("bitmap").is_file())
+        .collect();
+    indexes.sort();
+    indexes.into_iter().find_map(|idx| PackBitmap::open(&idx, hash).ok().flatten())
+}
+
 /// What the cached bitmap of a repository was read from: the `.bitmap` files of its pack
 /// directory and their modification times, as a fingerprint.
 fn bitmap_files_state(served: &crate::repo::Served) -> (u64, Vec<std::path::PathBuf>) {

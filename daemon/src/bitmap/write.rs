@@ -142,11 +142,18 @@ pub struct Over<'a> {
     pub lookup: &'a dyn Fn(&gix_hash::oid) -> Option<u32>,
     /// The checksum of what the bitmap is for (the pack's, the MIDX's).
     pub checksum: ObjectId,
+    /// An older bitmap of these objects, whose closures are carried over ([`write_bitmap_over`]).
+    pub carried: Option<&'a super::PackBitmap>,
 }
 
 /// The commits that get a bitmap: every ref tip that is a commit, and one commit in 100 of the
-/// rest, newest first.
-fn select_commits(repo: &gix::Repository, tips: &[ObjectId]) -> Result<Vec<ObjectId>, ServeError> {
+/// rest, newest first — counting from the last one chosen, and choosing every commit `kept`
+/// says an older bitmap has a closure for (taken over, not walked: [`write_bitmap_over`]).
+fn select_commits(
+    repo: &gix::Repository,
+    tips: &[ObjectId],
+    kept: &dyn Fn(&ObjectId) -> bool,
+) -> Result<Vec<ObjectId>, ServeError> {
     let mut chosen = Vec::new();
     let mut commit_tips = Vec::new();
     for tip in tips {
@@ -157,10 +164,13 @@ fn select_commits(repo: &gix::Repository, tips: &[ObjectId]) -> Result<Vec<Objec
     chosen.extend(commit_tips.iter().copied());
     if !commit_tips.is_empty() {
         let walk = repo.rev_walk(commit_tips.clone()).all()?;
-        for (i, info) in walk.enumerate() {
+        let mut since = 0;
+        for info in walk {
             let info = info?;
-            if i % 100 == 99 && !chosen.contains(&info.id) {
+            since += 1;
+            if (since == 100 || kept(&info.id)) && !chosen.contains(&info.id) {
                 chosen.push(info.id);
+                since = 0;
             }
         }
     }
@@ -273,6 +283,7 @@ pub fn write_bitmap(
     index: &gix_pack::index::File,
     order: &[u32],
     tips: &[ObjectId],
+    reuse: Option<&super::PackBitmap>,
     path: &Path,
     hash: gix_hash::Kind,
 ) -> Result<Written, ServeError> {
@@ -280,6 +291,7 @@ pub fn write_bitmap(
         id_at: &|i| index.oid_at_index(i).to_owned(),
         lookup: &|id| index.lookup(id),
         checksum: index.pack_checksum(),
+        carried: reuse,
     };
     let pack = gix_pack::data::File::at(index.path().with_extension("pack"), hash).map_err(ServeError::pack)?;
     let offsets: Vec<u64> = order.iter().map(|i| index.pack_offset_at_index(*i)).collect();
@@ -300,6 +312,7 @@ pub fn write_bitmap_over(
     hash: gix_hash::Kind,
 ) -> Result<Written, ServeError> {
     let n = order.len();
+    let reuse = index.carried;
     // Pack position by id, in one id-keyed table: the closures below ask it for every object
     // they meet, and a binary search of the index each time (memcmp of ids) was over half of a
     // git.git repack's bitmap writing.
@@ -348,13 +361,38 @@ pub fn write_bitmap_over(
     // Commit times, read once for the order of the closures and for every walk below.
     let mut times: gix::hashtable::HashMap<ObjectId, i64> = gix::hashtable::HashMap::default();
     // Commit closures, oldest chosen commit first so later ones reuse earlier closures.
-    let mut chosen: Vec<(i64, ObjectId)> = select_commits(repo, tips)?
+    let kept = |id: &ObjectId| reuse.is_some_and(|old| old.has_closure(id));
+    let mut chosen: Vec<(i64, ObjectId)> = select_commits(repo, tips, &kept)?
         .into_iter()
         .map(|id| Ok((commit_time(&objects, &mut times, &id, pos_of(&id), &mut buf)?, id)))
         .collect::<Result<_, ServeError>>()?;
     chosen.sort_by_key(|(time, _)| *time); // stable: equal times keep their order
     let chosen: Vec<ObjectId> = chosen.into_iter().map(|(_, id)| id).collect();
     let mut closures: HashMap<ObjectId, Bits> = HashMap::new();
+    // The closures an older bitmap of these objects holds (git's `rebuild_existing_bitmaps`):
+    // carried over to this bitmap's positions, their commits not walked. One with an object
+    // this bitmap does not have is left to the walk.
+    if let Some(old) = reuse.filter(|_| chosen.iter().any(&kept)) {
+        let new_pos: Vec<u32> =
+            (0..old.len()).map(|pos| pos_of(&old.oid_at(pos)).map_or(u32::MAX, |p| p as u32)).collect();
+        for commit in chosen.iter().filter(|id| kept(id)) {
+            let Some(closure) = old.stored_closure(commit) else { continue };
+            let mut bits = Bits::new(n);
+            let mut complete = true;
+            for pos in closure.ones() {
+                match new_pos.get(pos) {
+                    Some(&p) if p != u32::MAX => bits.set(p as usize),
+                    _ => {
+                        complete = false;
+                        break;
+                    }
+                }
+            }
+            if complete {
+                closures.insert(*commit, bits);
+            }
+        }
+    }
     // Trees and blobs below `roots` into `bits`, a tree that is in it already not read again.
     let mut tree_buf = Vec::new();
     let mut fill = |bits: &mut Bits, roots: Vec<ObjectId>| -> Result<(), ServeError> {
@@ -374,6 +412,9 @@ pub fn write_bitmap_over(
         Ok(())
     };
     for commit in &chosen {
+        if closures.contains_key(commit) {
+            continue; // carried over
+        }
         let mut bits = Bits::new(n);
         // 1. The commits, newest first: where the walk meets a chosen commit it takes that
         //    commit's closure whole. In time order a side branch's old base is met after the
@@ -394,6 +435,8 @@ pub fn write_bitmap_over(
                 continue;
             }
             bits.set(pos);
+            #[cfg(feature = "test-hooks")]
+            COMMITS_WALKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let (_, data) = objects.find(&id, Some(pos), &mut buf)?;
             let parsed = gix_object::CommitRefIter::from_bytes(data, hash);
             trees.push(parsed.clone().tree_id().map_err(|_| ServeError::MissingObject(id))?);
@@ -456,6 +499,11 @@ pub fn write_bitmap_over(
     write_checksummed(path, &out, hash)?;
     Ok(Written { commits: chosen.len(), reachable })
 }
+
+/// Commits the closures' walks decoded (test builds only): a closure carried over from an older
+/// bitmap walks none.
+#[cfg(feature = "test-hooks")]
+pub static COMMITS_WALKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 #[cfg(test)]
 mod tests {

@@ -298,6 +298,7 @@ pub fn run(git_dir: &Path) -> Result<Option<Report>, MaintenanceError> {
             &index,
             &order,
             &refs.tips(),
+            None,
             &index_path.with_extension("bitmap"),
             hash,
         ) {

@@ -103,12 +103,18 @@ fn write_midx(
     let order: Vec<u32> = locations.into_iter().map(|(_, _, _, i)| i).collect();
     let name = |ext: &str| pack_dir.join(format!("multi-pack-index-{}.{ext}", checksum.to_hex()));
     crate::bitmap::write::write_rev_for(&name("rev"), &checksum, &order, hash)?;
+    // The closures of the bitmap the pack directory has now (the MIDX's this one replaces, or
+    // the big pack's own) are carried over, not walked again.
+    let old_bitmap = crate::bitmap::any_in(pack_dir, hash);
     let over = crate::bitmap::write::Over {
         id_at: &|i| midx.oid_at_index(i).to_owned(),
         lookup: &|id| midx.lookup(id),
         checksum,
+        carried: old_bitmap.as_ref(),
     };
-    match crate::bitmap::write::write_bitmap_over(repo, &over, &order, None, tips, &name("bitmap"), hash) {
+    let written = crate::bitmap::write::write_bitmap_over(repo, &over, &order, None, tips, &name("bitmap"), hash);
+    drop(old_bitmap);
+    match written {
         Ok(written) => Ok((checksum, written.commits)),
         // An object reachable from a ref is in none of the packs (written loose meanwhile): the
         // MIDX goes without a bitmap.

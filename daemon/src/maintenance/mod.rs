@@ -164,7 +164,11 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
     let index = gix_pack::index::File::at(&index_path, hash).map_err(MaintenanceError::pack)?;
     let order = pack_order(&index);
     write_rev(&index_path.with_extension("rev"), &index, &order, hash)?;
-    let bitmaps = write_bitmap(&repo, &index, &order, &tips, &index_path.with_extension("bitmap"), hash)?.commits;
+    // The closures the replaced packs' bitmap holds are carried over, not walked again.
+    let old_bitmap = crate::bitmap::any_in(&pack_dir, hash);
+    let bitmap_path = index_path.with_extension("bitmap");
+    let bitmaps = write_bitmap(&repo, &index, &order, &tips, old_bitmap.as_ref(), &bitmap_path, hash)?.commits;
+    drop(old_bitmap);
     let commit_graph = graph(&repo, &objects_dir, &tips);
 
     // 4. What no ref reached: kept in a cruft pack while young or needed, else left out.
@@ -238,7 +242,7 @@ fn bitmap_in_place(
     let bitmap_path = pack.index.with_extension("bitmap");
     // The reverse index first: the bitmap's presence is what readers go by.
     write_rev(&pack.index.with_extension("rev"), &index, &order, hash)?;
-    match write_bitmap(repo, &index, &order, tips, &bitmap_path, hash) {
+    match write_bitmap(repo, &index, &order, tips, None, &bitmap_path, hash) {
         // Something in it is unreachable: the repack leaves it out (or keeps it as cruft).
         Ok(written) if !after_pushes && written.reachable < index.num_objects() as usize => {
             let _ = std::fs::remove_file(&bitmap_path);
