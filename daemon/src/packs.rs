@@ -91,7 +91,7 @@ impl Packs {
     /// once: without this every page of every pack stayed resident until the writer was done
     /// (counted in the process's peak beside the copies themselves), where git's pack-objects
     /// holds no copies. The pages stay in the page cache; one read again faults back in.
-    pub(crate) fn copied(&self, bytes: usize) {
+    fn copied(&self, bytes: usize) {
         use std::sync::atomic::Ordering;
         if !self.let_pages_go {
             return;

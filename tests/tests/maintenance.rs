@@ -795,68 +795,6 @@ fn loose_objects_stock_git_pushed_are_rolled_up_once_a_fetch_finds_the_refs_move
     assert_eq!(all_objects(&client), rev_list_objects(&repo, &["--all"]), "the fetch carried every object");
 }
 
-/// A repack holds no copy of the stored deltas it keeps: they are written from their pack files
-/// (git's pack-objects reads each entry as it writes it), and what it holds at once is the whole
-/// objects its search looks at. Red before: every stored delta's data was copied and held until
-/// the search was done (rust-analyzer after 300 pushes stored loose: 93 MB of its peak).
-#[test]
-fn a_repack_holds_no_copy_of_the_stored_deltas_it_keeps() {
-    let tmp = tempfile::tempdir().unwrap();
-    let work = tmp.path().join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    git_ok(&work, &["init", "-q", "-b", "main"]);
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
-    // 120 versions of a 100 KB file, each with 2 000 letters changed: deltas of some KB each,
-    // one chain (the first version whole).
-    let mut data: Vec<u8> = (0..100_000).map(|_| b'a' + (next() % 26) as u8).collect();
-    let commit = |work: &Path, n: usize| {
-        git_ok(work, &["add", "."]);
-        git_ok(work, &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", &format!("v{n}")]);
-    };
-    for n in 0..120 {
-        for _ in 0..2_000 {
-            let at = (next() % data.len() as u64) as usize;
-            data[at] = b'a' + (next() % 26) as u8;
-        }
-        std::fs::write(work.join("file.txt"), &data).unwrap();
-        commit(&work, n);
-    }
-    let repo = work.join(".git");
-    git_ok(&repo, &["-c", "pack.depth=200", "repack", "-adq"]);
-    let pack = std::fs::read_dir(repo.join("objects/pack"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "idx"))
-        .unwrap();
-    // `git verify-pack -v`: id, kind, size, size in the pack, offset[, depth, base] per entry.
-    let delta_bytes: usize = git_ok(&repo, &["verify-pack", "-v", pack.to_str().unwrap()])
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|f| f.len() == 7)
-        .map(|f| f[3].parse::<usize>().unwrap())
-        .sum();
-    // One more version, loose: the repack has something to search.
-    data[0] = b'#';
-    std::fs::write(work.join("file.txt"), &data).unwrap();
-    commit(&work, 120);
-    let before = rev_list_objects(&repo, &["--all"]);
-    gixd::pack::REPACK_BYTES_HELD.store(0, std::sync::atomic::Ordering::Relaxed);
-    gixd::maintenance::run(&repo).unwrap();
-    let held = gixd::pack::REPACK_BYTES_HELD.load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(rev_list_objects(&repo, &["--all"]), before);
-    assert_fsck_clean(&repo);
-    // The whole objects searched (two versions of the file, inflated) and what is whole in the
-    // pack; the deltas, many times that, not.
-    assert!(held > 0 && held < delta_bytes / 2, "held {held} bytes at once; the stored deltas are {delta_bytes} bytes");
-}
-
 #[test]
 fn a_repack_holds_each_loose_objects_data_once_while_it_searches() {
     // 120 loose blobs of 20 KB that deflate poorly (git stores them loose; the repack's search

@@ -175,9 +175,8 @@ fn write_noting<W: Sink>(
     let compression = if search.enabled { gix::zlib::Compression::NONE } else { gix::zlib::Compression::DEFAULT };
     let packs = (options.packs)();
     // Entries sent as gix-pack gives them are sent as their stored bytes where it copied them
-    // (a run of them one range of the pack file); the search's are rewritten, and held — but for
-    // a repack's, the stored deltas among them, held as ranges of their pack files instead.
-    let copies = (!search.enabled || search.deltify).then(|| std::sync::Arc::new(crate::packs::Copies::default()));
+    // (a run of them one range of the pack file); the search's are rewritten, and held.
+    let copies = (!search.enabled).then(|| std::sync::Arc::new(crate::packs::Copies::default()));
     let (num_entries, mut chunks) = gix_entries(
         repo,
         selection.objects.iter().copied(),
@@ -201,16 +200,9 @@ fn write_noting<W: Sink>(
         let mut entries = Vec::with_capacity(num_entries);
         let mut counting = counting.take().expect("not finished yet");
         for chunk in chunks.by_ref() {
-            for mut entry in chunk.map_err(ServeError::pack)?.1 {
-                if search.deltify {
-                    written.hollow.push(written.copies.as_ref().and_then(|copies| hollow(&mut entry, copies)));
-                }
-                entries.push(entry);
-            }
+            entries.extend(chunk.map_err(ServeError::pack)?.1);
             counting.advance(entries.len() - counting.done, &mut answer)?;
         }
-        written.copies = None;
-        written.packs = packs.clone();
         counting.finish(&mut answer)?;
         if entries.iter().any(|e| e.is_invalid()) {
             return Err(ServeError::corrupt_pack("an object to send is missing from the repository"));
@@ -270,26 +262,6 @@ fn write_noting<W: Sink>(
         deltas_computed: search.found,
     };
     Ok((stats, written.index))
-}
-
-/// A stored delta gix-pack copied out of a pack file (`copies` says where from), for a repack
-/// that holds every entry until its search is done: its copy is let go, and the range of the
-/// file it is returned instead ([`EntryOffsets::hollow`]) — the search looks at whole objects
-/// only, and the pack's deltas are most of what a repack held (git's pack-objects holds no
-/// copies: it reads each entry from its pack as it writes it).
-fn hollow(entry: &mut output::Entry, copies: &crate::packs::Copies) -> Option<crate::pack_ranges::Range> {
-    let stored = copies.take(&entry.compressed_data)?;
-    if matches!(entry.kind, output::entry::Kind::Base(_)) {
-        return None;
-    }
-    let len = entry.compressed_data.len();
-    let head = stored.len().checked_sub(len).filter(|n| *n > 0)?;
-    let data = stored.sub(head, len);
-    if data.as_ref() != entry.compressed_data.as_slice() {
-        return None;
-    }
-    entry.compressed_data = Vec::new();
-    Some(data)
 }
 
 /// [`write_noting`] with every delta searched anew ([`Options::search_anew`]): the entries come

@@ -91,11 +91,6 @@ pub(super) struct EntryOffsets {
     pub(super) index: Option<Vec<super::IndexEntry>>,
     /// Where gix-pack's entries were copied from, to send those stored bytes instead.
     pub(super) copies: Option<std::sync::Arc<crate::packs::Copies>>,
-    /// For [`Self::emit_in_base_order`], by entry: where a pack file stores the data of an entry
-    /// whose own data was let go (empty: [`super::hollow`]).
-    pub(super) hollow: Vec<Option<crate::pack_ranges::Range>>,
-    /// The packs those ranges are of: their resident pages are let go as they are written.
-    pub(super) packs: Option<std::sync::Arc<crate::packs::Packs>>,
 }
 
 impl EntryOffsets {
@@ -115,9 +110,7 @@ impl EntryOffsets {
         let mut at: Vec<u64> = vec![u64::MAX; entries.len()];
         let Some(mut entry) = entries.first().cloned() else { return Ok(()) };
         let base_of = |i: usize| base_in_pack(&entries[i], &by_id);
-        let hollow = std::mem::take(&mut self.hollow);
         super::entries::base_first(entries.len(), base_of, |i, as_whole| {
-            let stored = hollow.get(i).cloned().flatten().filter(|_| !as_whole);
             if as_whole {
                 entry = whole(&entries[i].id)?;
             } else {
@@ -130,24 +123,10 @@ impl EntryOffsets {
                     };
                 }
             }
-            let here = match &stored {
-                None => write_entry(&mut self.head, &entry, answer, |index| at[index], None)?,
-                Some(data) => {
-                    let here = answer.written;
-                    let header = entry.to_entry_header(gix_pack::data::Version::V2, |index| here - at[index]);
-                    self.head.clear();
-                    header.write_to(entry.decompressed_size as u64, &mut self.head)?;
-                    answer.emit(&self.head)?;
-                    answer.emit_stored(data.clone())?;
-                    if let Some(packs) = &self.packs {
-                        packs.copied(data.len());
-                    }
-                    here
-                }
-            };
+            let here = write_entry(&mut self.head, &entry, answer, |index| at[index], None)?;
             at[i] = here;
             self.offsets.push(here);
-            self.note_data(&entry, stored.as_ref().map_or(&entry.compressed_data[..], |data| data.as_ref()), here);
+            self.note(&entry, here);
             Ok(())
         })
     }
@@ -173,15 +152,10 @@ impl EntryOffsets {
 
     /// Note `entry`, just written at `here` (its header still in `head`), for the index.
     fn note(&mut self, entry: &output::Entry, here: u64) {
-        self.note_data(entry, &entry.compressed_data, here);
-    }
-
-    /// [`Self::note`] of an entry whose compressed data is `data`.
-    fn note_data(&mut self, entry: &output::Entry, data: &[u8], here: u64) {
         if let Some(index) = &mut self.index {
             let mut crc = crc32fast::Hasher::new();
             crc.update(&self.head);
-            crc.update(data);
+            crc.update(&entry.compressed_data);
             index.push((entry.id, here, crc.finalize()));
         }
     }
