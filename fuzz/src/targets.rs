@@ -817,8 +817,9 @@ fn open_and_reach(f: &Fixture, repo: &Path) -> Result<(), String> {
         .map(|l| ObjectId::from_hex(l.split(' ').next().unwrap().as_bytes()).unwrap())
         .collect();
     for bitmap in bitmaps {
-        if bitmap.reusable() > 0 {
-            let _ = bitmap.entry_at(bitmap.reusable() - 1);
+        // Every reusable entry's place and size, as a clone would copy them.
+        for pos in (0..bitmap.len()).filter(|pos| bitmap.is_reusable(*pos)) {
+            let _ = bitmap.entry_at(pos);
         }
         // A file opens only when its checksums hold, so when it does it is git's own: its reach
         // of main is all of main's history.
