@@ -105,6 +105,21 @@ impl Packs {
         }
     }
 
+    /// The stored data (deflated, after the entry's header) a [`Hollow::PACKED`] mark stands
+    /// for, read from its pack's map (counted as copied: [`Self::letting_pages_go`]); `None` for
+    /// anything else.
+    pub fn hollow_data(&self, mark: &[u8]) -> Option<&[u8]> {
+        let (&Hollow::PACKED, rest) = mark.split_first()? else { return None };
+        let rest: &[u8; 16] = rest.try_into().ok()?;
+        let pack_id = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes"));
+        let offset = u64::from_le_bytes(rest[4..12].try_into().expect("8 bytes"));
+        let len = u32::from_le_bytes(rest[12..].try_into().expect("4 bytes"));
+        let data = self.files.get(pack_id as usize)?.data.entry_slice(offset..offset + u64::from(len))?;
+        // A search reads them in its order, not the pack's: each read faults its neighbours in.
+        self.copied(data.len().max(Self::HEADER_READ));
+        Some(data)
+    }
+
     /// Bytes copied out of the maps between two releases of their resident pages.
     const RESIDENT_BYTES: usize = 8 << 20;
 
@@ -305,6 +320,48 @@ pub struct Locating {
     /// Where each entry copied out of `packs` came from, for a writer that sends the stored
     /// bytes instead of the copy ([`Copies`]).
     pub copies: Option<Arc<Copies>>,
+    /// A repack's: entries are left [`Hollow`], their data read where it is needed.
+    pub hollow: Option<Arc<Hollow>>,
+}
+
+/// A repack's entries without their data (git's pack-objects holds none either: it reads each
+/// entry as it searches or writes it). An entry of `packs` gets, in place of its stored data,
+/// [`Hollow::PACKED`] and where that data lies (pack, offset, length: [`Packs::hollow_data`]);
+/// an object gix-pack would decode and deflate anew (loose, or a delta it cannot keep) gets
+/// [`Hollow::LOOSE`] and its size, noted here, and is read from the object database when the
+/// search or the writer needs it. Neither mark can start a zlib stream (its method nibble is not
+/// 8), so no stored or deflated data is ever mistaken for one.
+#[derive(Default)]
+pub struct Hollow {
+    loose: std::sync::Mutex<std::collections::HashMap<gix_hash::ObjectId, usize>>,
+}
+
+impl Hollow {
+    /// The mark of an entry whose data is in a pack map: 0xFF, then pack id (u32), offset of the
+    /// data (u64) and its length (u32), little-endian.
+    pub const PACKED: u8 = 0xFF;
+    /// The mark of an entry whose data is read from the object database.
+    pub const LOOSE: u8 = 0xFE;
+
+    /// The size of `id`, noted when its entry was left [`Self::LOOSE`]; forgotten when taken.
+    pub fn take_loose(&self, id: &gix_hash::oid) -> Option<usize> {
+        self.loose.lock().expect("not poisoned").remove(id)
+    }
+
+    /// Whether `data` (an entry's) is one of the marks, not data.
+    pub fn is_mark(data: &[u8]) -> bool {
+        matches!(data.first(), Some(&(Self::PACKED | Self::LOOSE)))
+    }
+
+    fn packed(pack_id: u32, offset: u64, len: u32, header: &[u8]) -> Vec<u8> {
+        let mut mark = Vec::with_capacity(header.len() + 17);
+        mark.extend_from_slice(header);
+        mark.push(Self::PACKED);
+        mark.extend_from_slice(&pack_id.to_le_bytes());
+        mark.extend_from_slice(&offset.to_le_bytes());
+        mark.extend_from_slice(&len.to_le_bytes());
+        mark
+    }
 }
 
 /// Where the entries a [`Locating`] copied out of the pack maps lie in them, by the address of
@@ -341,6 +398,17 @@ impl gix_pack::Find for Locating {
         buffer: &'a mut Vec<u8>,
         pack_cache: &mut dyn gix_pack::cache::DecodeEntry,
     ) -> gix_error::Result<Option<(gix_object::Data<'a>, Option<Location>)>> {
+        if let Some(hollow) = &self.hollow
+            && let Ok(Some(header)) = gix_odb::Header::try_header(&self.odb, id)
+        {
+            // gix-pack makes an entry of nothing; the writer gives it its mark and size.
+            hollow.loose.lock().expect("not poisoned").insert(id.to_owned(), header.size() as usize);
+            buffer.clear();
+            return Ok(Some((
+                gix_object::Data { kind: header.kind(), object_hash: id.kind(), data: buffer.as_slice() },
+                None,
+            )));
+        }
         let first = gix_pack::Find::try_find_cached(&self.odb, id, buffer, pack_cache)
             .map(|found| found.map(|(data, location)| (data.kind, location)));
         let (kind, location) = match first {
@@ -392,7 +460,19 @@ impl gix_pack::Find for Locating {
         };
         let file = packs.files.get(location.pack_id as usize)?;
         let data = file.data.entry_slice(location.entry_range(location.pack_offset))?;
-        packs.copied(data.len());
+        if self.hollow.is_some()
+            && let Ok(entry) = file.data.entry(location.pack_offset)
+            && let Ok(len) = u32::try_from(data.len() - entry.header_size().min(data.len()))
+            && len > 0
+        {
+            let header = &data[..entry.header_size()];
+            let mark = Hollow::packed(location.pack_id, entry.data_offset, len, header);
+            packs.copied(Packs::HEADER_READ);
+            return Some(gix_pack::find::Entry { data: mark, version: file.data.version() });
+        }
+        // Also a read of a header alone (gix-pack's base inclusion reads every entry's) makes
+        // its page and its neighbours resident.
+        packs.copied(data.len().max(Packs::HEADER_READ));
         let copy = data.to_owned();
         if let Some(copies) = &self.copies {
             copies.note(&copy, data);
@@ -541,7 +621,7 @@ pub(crate) mod tests {
         assert_eq!(packs.files.len(), 3);
         let mut odb = repo.objects.clone().into_inner();
         odb.prevent_pack_unload();
-        let ours = Locating { odb: odb.clone(), packs: Some(Arc::new(packs)), copies: None };
+        let ours = Locating { odb: odb.clone(), packs: Some(Arc::new(packs)), copies: None, hollow: None };
         let ids = git(dir.path(), &["cat-file", "--batch-all-objects", "--batch-check=%(objectname)"], None);
         // What the third pack holds a second copy of.
         let copied = git(dir.path(), &["rev-list", "--objects", "HEAD~3"], None);

@@ -260,6 +260,7 @@ fn a_delta_whose_base_goes_out_from_another_pack_names_it_by_id_instead_of_being
         odb: gix::odb::Handle::from(odb),
         packs: Some(std::sync::Arc::new(packs)),
         copies: None,
+        hollow: None,
     };
     let (num_entries, mut chunks) = output::entry::iter_from_counts_with_delta_bases(
         counts,
@@ -349,6 +350,7 @@ fn a_delta_on_a_base_another_delta_names_by_id_is_re_deflated_when_its_chain_wou
         odb: gix::odb::Handle::from(odb),
         packs: Some(std::sync::Arc::new(packs)),
         copies: None,
+        hollow: None,
     };
     // z before y: the base decision for "x in pack B" is made for z first.
     let counts: Vec<output::Count> = [x, z, y]

@@ -239,12 +239,15 @@ impl<'a> DeltaSearch<'a> {
             rest = next;
             // A stored entry's data is taken out as it is inflated (the batch holds it once); it
             // is deflated, or made a delta, from the batch's copy below.
+            // A hollow entry's object is read here, from its pack map or the object database
+            // ([`crate::packs::Hollow`]); one kept in the database is taken too.
+            let repo = self.repo;
             let inflated: Vec<(usize, Vec<u8>)> = batch
                 .iter()
                 .filter_map(|(.., i)| {
                     let entry = &mut entries[*i];
-                    let data = inflated(entry)?;
-                    if is_stored(entry) {
+                    let data = hollow_object(entry, packs, repo).unwrap_or_else(|| inflated(entry))?;
+                    if is_stored(entry) || is_loose(entry) {
                         entry.compressed_data = Vec::new();
                     }
                     Some((*i, data))
@@ -286,9 +289,18 @@ impl<'a> DeltaSearch<'a> {
             searched += inflated.len();
         }
         // What stays stored (level 0) and was not searched is deflated now (once: a searched
-        // entry that does not deflate smaller is not tried again).
+        // entry that does not deflate smaller is not tried again); what the object database
+        // keeps is read and deflated.
         for (entry, _) in entries.iter_mut().zip(deflated).filter(|(_, done)| !done) {
-            deflate_stored(entry, None, &mut self.zlib);
+            if is_loose(entry) {
+                // One that cannot be read keeps its mark: the writer refuses it.
+                if let Some(Some(data)) = hollow_object(entry, packs, self.repo) {
+                    entry.compressed_data = Vec::new();
+                    deflate_stored(entry, Some(&data), &mut self.zlib);
+                }
+            } else {
+                deflate_stored(entry, None, &mut self.zlib);
+            }
         }
         searched
     }
@@ -409,7 +421,7 @@ impl<'a> DeltaSearch<'a> {
     /// delta as git takes what its search found: the delta is under half the object already.
     pub(super) fn replace_with_delta(&mut self, entry: &mut output::Entry, base: ObjectId, delta: &[u8]) -> bool {
         let Ok(compressed) = self.zlib.deflate(delta) else { return false };
-        if !is_stored(entry) && !is_taken(entry) && compressed.len() >= entry.compressed_data.len() {
+        if !is_stored(entry) && !is_taken(entry) && compressed.len() >= held_len(entry) {
             return false;
         }
         entry.kind = output::entry::Kind::DeltaOid { id: base };
@@ -452,9 +464,16 @@ fn decode(odb: &impl gix_object::Find, entry: &mut output::Entry, buf: &mut Vec<
 /// (a window's worth, however large they are).
 fn batch_len(sizes: impl Iterator<Item = usize>) -> usize {
     let mut bytes = 0;
+    #[cfg(feature = "test-hooks")]
+    let most = match REPACK_BATCH_BYTES.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => DeltaSearch::REPACK_BATCH_BYTES,
+        set => set,
+    };
+    #[cfg(not(feature = "test-hooks"))]
+    let most = DeltaSearch::REPACK_BATCH_BYTES;
     let take = sizes.enumerate().take_while(|(k, size)| {
         bytes += size;
-        bytes <= DeltaSearch::REPACK_BATCH_BYTES || *k < DeltaSearch::REPACK_BATCH_OBJECTS
+        bytes <= most || *k < DeltaSearch::REPACK_BATCH_OBJECTS
     });
     take.count().max(1)
 }
@@ -524,6 +543,11 @@ pub(super) fn deflate_stored(entry: &mut output::Entry, data: Option<&[u8]>, zli
     }
 }
 
+/// A repack's batch in bytes instead of [`DeltaSearch::REPACK_BATCH_BYTES`], when not 0 (test
+/// builds only: a test repository small enough to build needs several batches).
+#[cfg(feature = "test-hooks")]
+pub static REPACK_BATCH_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// The most bytes of object data a repack's search held at once (test builds only): its
 /// entries' data and the batch it inflated, when the batch is full.
 #[cfg(feature = "test-hooks")]
@@ -546,7 +570,40 @@ fn stored_stream(data: &[u8]) -> Vec<u8> {
 /// The entry's data is stored rather than compressed: a stored zlib stream is longer than what
 /// it holds (a deflated one of incompressible data can be too; it is only tried again).
 pub(super) fn is_stored(entry: &output::Entry) -> bool {
-    entry.compressed_data.len() > entry.decompressed_size
+    entry.compressed_data.len() > entry.decompressed_size && !crate::packs::Hollow::is_mark(&entry.compressed_data)
+}
+
+/// The length of an entry's deflated data, also where a hollow entry's lies in its pack.
+fn held_len(entry: &output::Entry) -> usize {
+    match entry.compressed_data.as_slice() {
+        [crate::packs::Hollow::PACKED, .., a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]) as usize,
+        data => data.len(),
+    }
+}
+
+/// A repack's entry whose object is read from the object database ([`crate::packs::Hollow::LOOSE`]).
+fn is_loose(entry: &output::Entry) -> bool {
+    entry.compressed_data == [crate::packs::Hollow::LOOSE]
+}
+
+/// The object of a hollow entry ([`crate::packs::Hollow`]): inflated from its pack map, or read
+/// from the object database (`Some(None)` if it is not there, or does not inflate to its size);
+/// `None` for an entry that holds its data.
+fn hollow_object(
+    entry: &output::Entry,
+    packs: Option<&crate::packs::Packs>,
+    repo: &gix::Repository,
+) -> Option<Option<Vec<u8>>> {
+    if is_loose(entry) {
+        let mut buf = Vec::new();
+        let found = gix_object::Find::try_find(&repo.objects, &entry.id, &mut buf).ok().flatten();
+        return Some(found.filter(|o| o.data.len() == entry.decompressed_size).map(|o| o.data.to_vec()));
+    }
+    let stored = packs?.hollow_data(&entry.compressed_data)?;
+    let mut out = Vec::with_capacity(entry.decompressed_size);
+    let ok =
+        flate2::read::ZlibDecoder::new(stored).read_to_end(&mut out).is_ok() && out.len() == entry.decompressed_size;
+    Some(ok.then_some(out))
 }
 
 /// A whole entry's object, inflated (`None` if its data does not inflate to its size).

@@ -10,18 +10,27 @@ use gix_pack::data::output::entry::iter_from_counts::DeltaBase;
 use super::*;
 use crate::error::ServeError;
 
+/// What a [`crate::packs::Locating`] is given besides the object database: the packs to locate
+/// entries in, and where it notes copies or leaves entries hollow.
+#[derive(Default)]
+pub(crate) struct Sources {
+    pub(crate) packs: Option<std::sync::Arc<crate::packs::Packs>>,
+    pub(crate) copies: Option<std::sync::Arc<crate::packs::Copies>>,
+    pub(crate) hollow: Option<std::sync::Arc<crate::packs::Hollow>>,
+}
+
 /// gix-pack's pack entries for `ids`: looked up one by one in `repo`'s object database (its packs
 /// kept mapped), their stored entries located in `packs` when given (without inflating each,
 /// [`crate::packs`]), on the calling thread; a delta whose base is outside `ids` is what
-/// `decide` says. Every pack gixd writes through gix-pack starts here.
+/// `decide` says; with `hollow` (a repack's), the entries hold no data, only where to read it
+/// ([`crate::packs::Hollow`]). Every pack gixd writes through gix-pack starts here.
 #[allow(clippy::type_complexity, reason = "gix-pack's own iterator type, spelled where it is returned")]
 pub(crate) fn gix_entries<I: Iterator<Item = ObjectId>, D: FnMut(&gix_hash::oid) -> DeltaBase>(
     repo: &gix::Repository,
     ids: I,
     allow_thin_pack: bool,
     compression: gix::zlib::Compression,
-    packs: Option<std::sync::Arc<crate::packs::Packs>>,
-    copies: Option<std::sync::Arc<crate::packs::Copies>>,
+    sources: Sources,
     decide: D,
 ) -> Result<
     (
@@ -51,12 +60,23 @@ pub(crate) fn gix_entries<I: Iterator<Item = ObjectId>, D: FnMut(&gix_hash::oid)
     let progress = Box::new(gix_utils::progress::Discard);
     output::entry::iter_from_counts_with_delta_bases(
         counts,
-        crate::packs::Locating { odb, packs, copies },
+        crate::packs::Locating { odb, packs: sources.packs, copies: sources.copies, hollow: sources.hollow },
         progress,
         options,
         Some(decide),
     )
     .map_err(ServeError::pack)
+}
+
+/// Give `entry` its [`crate::packs::Hollow::LOOSE`] mark and its size, if gix-pack made it of
+/// nothing for a repack (its size 0 until then).
+pub(super) fn mark_loose(entry: &mut output::Entry, hollow: &crate::packs::Hollow) {
+    if entry.decompressed_size == 0
+        && let Some(size) = hollow.take_loose(&entry.id)
+    {
+        entry.decompressed_size = size;
+        entry.compressed_data = vec![crate::packs::Hollow::LOOSE];
+    }
 }
 
 /// Whether an object is in a pack the bitmap covers.
@@ -83,7 +103,14 @@ pub(super) fn write_through_gix_pack<W: Sink>(
     let search = search.filter(|(search, ..)| search.enabled);
     // What is searched is stored (level 0) until the search says it stays whole.
     let compression = if search.is_some() { gix::zlib::Compression::NONE } else { gix::zlib::Compression::DEFAULT };
-    let (_, chunks) = gix_entries(repo, ids, true, compression, packs, Some(copies.clone()), decide)?;
+    let (_, chunks) = gix_entries(
+        repo,
+        ids,
+        true,
+        compression,
+        Sources { packs, copies: Some(copies.clone()), hollow: None },
+        decide,
+    )?;
     let whole = |id: &ObjectId| whole_entry(repo, id);
     let mut out = BaseFirst {
         earlier,

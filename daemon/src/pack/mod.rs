@@ -19,7 +19,7 @@ use crate::select::Selection;
 
 mod deltas;
 #[cfg(feature = "test-hooks")]
-pub use deltas::REPACK_BYTES_HELD;
+pub use deltas::{REPACK_BATCH_BYTES, REPACK_BYTES_HELD};
 mod entries;
 pub mod index;
 mod progress;
@@ -177,13 +177,16 @@ fn write_noting<W: Sink>(
     // Entries sent as gix-pack gives them are sent as their stored bytes where it copied them
     // (a run of them one range of the pack file); the search's are rewritten, and held.
     let copies = (!search.enabled).then(|| std::sync::Arc::new(crate::packs::Copies::default()));
-    let (num_entries, mut chunks) = gix_entries(
+    // A repack holds no entry's data, as git's pack-objects holds none: its search reads the
+    // whole objects batch by batch, and the writer reads what is kept from the pack maps.
+    let hollow =
+        packs.as_ref().filter(|_| search.deltify).map(|_| std::sync::Arc::new(crate::packs::Hollow::default()));
+    let (num_entries, chunks) = gix_entries(
         repo,
         selection.objects.iter().copied(),
         options.thin_pack,
         compression,
-        packs.clone(),
-        copies.clone(),
+        entries::Sources { packs: packs.clone(), copies: copies.clone(), hollow: hollow.clone() },
         decide,
     )?;
     let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::too_many_objects())?;
@@ -196,13 +199,21 @@ fn write_noting<W: Sink>(
     let mut written = EntryOffsets { index: note_index.then(Vec::new), copies, ..EntryOffsets::default() };
     // git's counting is its look-up of each object's stored entry, as gix-pack's here.
     let mut counting = Some(Phase::new("Counting objects", num_entries, options.progress_every));
-    if search.enabled {
+    let mut chunks = Some(chunks);
+    let mut outcome = None;
+    if let Some(mut drained) = chunks.take_if(|_| search.enabled) {
         let mut entries = Vec::with_capacity(num_entries);
         let mut counting = counting.take().expect("not finished yet");
-        for chunk in chunks.by_ref() {
-            entries.extend(chunk.map_err(ServeError::pack)?.1);
+        for chunk in drained.by_ref() {
+            let mut chunk = chunk.map_err(ServeError::pack)?.1;
+            if let Some(hollow) = &hollow {
+                chunk.iter_mut().for_each(|entry| entries::mark_loose(entry, hollow));
+            }
+            entries.extend(chunk);
             counting.advance(entries.len() - counting.done, &mut answer)?;
         }
+        // gix-pack's counts go with its iterator, drained (a tenth of a repack's peak).
+        outcome = Some(gix_parallel::Finalize::finalize(drained).map_err(ServeError::pack)?);
         counting.finish(&mut answer)?;
         if entries.iter().any(|e| e.is_invalid()) {
             return Err(ServeError::corrupt_pack("an object to send is missing from the repository"));
@@ -216,9 +227,10 @@ fn write_noting<W: Sink>(
             Ok(((), searched))
         })?;
         let whole = |id: &ObjectId| entries::whole_entry(repo, id);
+        written.hollow_in = hollow.and(packs.clone());
         written.emit_in_base_order(&entries, options.ofs_delta, &whole, &mut answer)?;
     }
-    for chunk in chunks.by_ref() {
+    for chunk in chunks.iter_mut().flatten() {
         let (_seq, mut entries) = chunk.map_err(ServeError::pack)?;
         if let Some(counting) = counting.as_mut() {
             counting.advance(entries.len(), &mut answer)?;
@@ -249,7 +261,11 @@ fn write_noting<W: Sink>(
         )));
     }
     let bytes = answer.finish()?;
-    let outcome = gix_parallel::Finalize::finalize(chunks).map_err(ServeError::pack)?;
+    let outcome = match (outcome, chunks) {
+        (Some(outcome), _) => outcome,
+        (None, Some(chunks)) => gix_parallel::Finalize::finalize(chunks).map_err(ServeError::pack)?,
+        (None, None) => unreachable!("finalized where it was drained"),
+    };
     let stats = Stats {
         entries: num_entries,
         copied: outcome.objects_copied_from_pack,

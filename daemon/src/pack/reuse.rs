@@ -91,6 +91,8 @@ pub(super) struct EntryOffsets {
     pub(super) index: Option<Vec<super::IndexEntry>>,
     /// Where gix-pack's entries were copied from, to send those stored bytes instead.
     pub(super) copies: Option<std::sync::Arc<crate::packs::Copies>>,
+    /// The packs a repack's hollow entries' data is read from ([`crate::packs::Hollow`]).
+    pub(super) hollow_in: Option<std::sync::Arc<crate::packs::Packs>>,
 }
 
 impl EntryOffsets {
@@ -106,7 +108,21 @@ impl EntryOffsets {
         whole: &dyn Fn(&ObjectId) -> Result<output::Entry, ServeError>,
         answer: &mut Hashed<'_, W>,
     ) -> Result<(), ServeError> {
-        let by_id: HashMap<ObjectId, usize> = entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
+        // Only the entries a delta names by id are looked up by id (the search's few thousand,
+        // not a repack's every entry: the map of all of them was a tenth of its peak).
+        let named: std::collections::HashSet<ObjectId> = entries
+            .iter()
+            .filter_map(|e| match e.kind {
+                output::entry::Kind::DeltaOid { id } => Some(id),
+                _ => None,
+            })
+            .collect();
+        let by_id: HashMap<ObjectId, usize> =
+            entries.iter().enumerate().filter(|(_, e)| named.contains(&e.id)).map(|(i, e)| (e.id, i)).collect();
+        drop(named);
+        if let Some(index) = &mut self.index {
+            index.reserve_exact(entries.len());
+        }
         let mut at: Vec<u64> = vec![u64::MAX; entries.len()];
         let Some(mut entry) = entries.first().cloned() else { return Ok(()) };
         let base_of = |i: usize| base_in_pack(&entries[i], &by_id);
@@ -115,6 +131,14 @@ impl EntryOffsets {
                 entry = whole(&entries[i].id)?;
             } else {
                 entry.clone_from(&entries[i]);
+                if crate::packs::Hollow::is_mark(&entry.compressed_data) {
+                    let data = self.hollow_in.as_ref().and_then(|packs| packs.hollow_data(&entries[i].compressed_data));
+                    let data = data.ok_or_else(|| {
+                        ServeError::corrupt_pack(format!("the stored data of {} is not where it was found", entry.id))
+                    })?;
+                    entry.compressed_data.clear();
+                    entry.compressed_data.extend_from_slice(data);
+                }
                 if let Some(base) = base_of(i) {
                     entry.kind = if ofs_delta {
                         output::entry::Kind::DeltaRef { object_index: base }
