@@ -266,7 +266,8 @@ impl Objects<'_> {
                 };
                 let (inflate, cache, read) = &mut *state.borrow_mut();
                 let outcome = pack.decode_entry(entry, buf, inflate, &resolve, cache).map_err(ServeError::pack)?;
-                *read += outcome.compressed_size;
+                // Each entry of its chain read faulted its neighbours in too.
+                *read += (outcome.num_deltas as usize + 1) * crate::packs::FAULT_AROUND;
                 if *read >= Self::RESIDENT_BYTES {
                     *read = 0;
                     crate::packs::let_resident_pages_go(pack, 0..pack.data_len() as u64);
@@ -276,9 +277,9 @@ impl Objects<'_> {
         }
     }
 
-    /// Compressed bytes read between two releases of the pack's resident pages: small, as the
-    /// objects read are small and far apart (each touches a page or two of the map).
-    const RESIDENT_BYTES: usize = 1 << 20;
+    /// Bytes made resident between two releases of the pack's resident pages, as
+    /// [`crate::packs::Packs`] counts them: each entry read counts what a read fault maps in.
+    const RESIDENT_BYTES: usize = 8 << 20;
 }
 
 /// One pack a bitmap is written for, read directly ([`Objects::Pack`]).

@@ -160,7 +160,7 @@ pub fn write(git_dir: &Path) -> Result<Option<u64>, MaintenanceError> {
         prerequisites.dedup();
     }
     let selection = if full {
-        crate::select::everything_reachable(&repo, &tips)?
+        crate::select::everything_reachable(&repo, &tips, None)?
     } else {
         let request = crate::select::Request {
             wants: &tips,

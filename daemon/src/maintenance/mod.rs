@@ -23,6 +23,8 @@ pub mod commit_graph;
 pub mod geometric;
 pub mod midx;
 pub mod prune;
+mod refs;
+use refs::pack_refs;
 
 /// Why a maintenance run did not finish. It serves no request: the service counts it
 /// (`skipped` for [`MaintenanceError::Busy`] and [`MaintenanceError::Repo`], else `failed`), the
@@ -145,9 +147,18 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
     }
     // Through a handle of its own: its packs' maps and caches go with it, before the pack writer
     // maps them again (each map's resident pages count against the run's peak).
+    // The walk reads every commit and tree, all over the packs: what it has read is let go as it
+    // goes, as the pack writer's reads are ([`crate::packs::Packs::letting_pages_go`]).
     let selection = {
         let walk = open(git_dir)?;
-        crate::select::everything_reachable(&walk, &tips)?
+        // As the kernel names the files it maps.
+        let mapped_dir = pack_dir.canonicalize().unwrap_or_else(|_| pack_dir.clone());
+        let let_go = |selected: usize| {
+            if selected.is_multiple_of(WALK_PAGES_EVERY) {
+                crate::packs::let_mapped_pages_go(&mapped_dir);
+            }
+        };
+        crate::select::everything_reachable(&walk, &tips, Some(&let_go))?
     };
     release_freed_memory();
 
@@ -278,6 +289,9 @@ fn graph(repo: &gix::Repository, objects_dir: &Path, tips: &[ObjectId]) -> Optio
     }
 }
 
+/// How many objects the walk selects between two releases of the packs' resident pages.
+const WALK_PAGES_EVERY: usize = 16 << 10;
+
 /// Give the heap a phase freed back to the system (glibc keeps it otherwise, and the next phase's
 /// peak stacks on it): maintenance runs its phases one after the other, each sized by the
 /// repository.
@@ -371,83 +385,6 @@ fn remove_loose(
     // it and then renames its object file in, and removing it in between failed that push
     // ("unable to write file ./objects/5c/…: No such file or directory", 1 run of the soak in 4).
     Ok(())
-}
-
-/// Move every loose ref that names an object into packed-refs (with its peeled value) and
-/// remove the loose file, as `git pack-refs --all --prune`: a repository that only takes pushes
-/// keeps every pushed ref loose, and every ls-refs and fetch reads every loose ref to know the
-/// refs' state (`repo::loose_refs_state`). Symbolic refs stay loose. One gix-ref transaction
-/// with each ref's value as read as its expected value, under git's lock files (the ones a push
-/// takes): packed-refs is written first, and only then is each loose file removed, under its
-/// lock, so a reader finds the same value at every moment. A ref a push moves or locks meanwhile
-/// fails the transaction, which then changes nothing; the refs stay loose until the next run.
-///
-/// Between taking the locks and committing, `scratch` notes them ([`crate::ref_locks`]): a run
-/// killed there leaves them, and the next run, or the next gixd start, removes them.
-fn pack_refs(repo: &gix::Repository, scratch: &Path) -> Result<usize, MaintenanceError> {
-    use gix::refs::Target;
-    if let crate::repo::ref_store::RefStore::Reftable(dir) = crate::repo::ref_store::RefStore::of(repo) {
-        return compact_reftable(repo, &dir, scratch);
-    }
-    use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
-    let edits: Vec<RefEdit> = repo
-        .refs
-        .loose_iter()?
-        .flatten()
-        .filter_map(|reference| match reference.target {
-            Target::Object(id) => Some(RefEdit {
-                change: Change::Update {
-                    // Old and new are the same value: gix-ref writes no reflog line for it.
-                    log: LogChange {
-                        mode: RefLog::AndReference,
-                        force_create_reflog: false,
-                        message: "pack-refs".into(),
-                    },
-                    expected: PreviousValue::MustExistAndMatch(Target::Object(id)),
-                    new: Target::Object(id),
-                },
-                name: reference.name,
-                deref: false,
-            }),
-            Target::Symbolic(_) => None,
-        })
-        .collect();
-    if edits.is_empty() {
-        return Ok(0);
-    }
-    let count = edits.len();
-    let names: Vec<String> = edits.iter().map(|e| e.name.as_bstr().to_string()).collect();
-    let packed = gix::refs::file::transaction::PackedRefs::DeletionsAndNonSymbolicUpdatesRemoveLooseSourceReference(
-        Box::new(repo.objects.clone()),
-    );
-    let fail = gix::lock::acquire::Fail::Immediately;
-    crate::ref_locks::intend(scratch, &crate::ref_locks::held_for(repo, &names, true));
-    let result = repo.refs.transaction().packed_refs(packed).prepare(edits, fail, fail).and_then(|locked| {
-        crate::ref_locks::note(scratch, &crate::ref_locks::held_for(repo, &names, true));
-        crate::kill_point("maintenance-refs-locked");
-        locked.commit(None)
-    });
-    crate::ref_locks::forget(scratch);
-    match result {
-        Ok(_) => Ok(count),
-        Err(err) => {
-            tracing::info!(repo = %repo.git_dir().display(), %err, "loose refs left loose: a ref changed or was locked while they were packed");
-            Ok(0)
-        }
-    }
-}
-
-/// A reftable repository's `pack-refs`: every table compacted into one, its locks noted in
-/// `scratch` meanwhile as loose refs' are; 1 when it compacted (a busy stack is left as it is).
-fn compact_reftable(repo: &gix::Repository, dir: &Path, scratch: &Path) -> Result<usize, MaintenanceError> {
-    let stack = gix_reftable::Stack::open(dir).map_err(crate::error::ServeError::from)?;
-    let mut locks = vec![dir.join("tables.list.lock")];
-    locks.extend(stack.names().iter().map(|name| dir.join(format!("{name}.lock"))));
-    crate::ref_locks::intend(scratch, &locks);
-    let options = gix_reftable::Options::new(repo.object_hash());
-    let compacted = gix_reftable::Stack::compact_all(dir, options, std::time::Duration::from_millis(100));
-    crate::ref_locks::forget(scratch);
-    Ok(usize::from(compacted.map_err(crate::error::ServeError::from)?))
 }
 
 /// One maintenance of a repository at a time: an advisory lock (`flock`) on

@@ -44,7 +44,7 @@ impl<'a> DeltaSearch<'a> {
     /// window holds ten objects; a batch loses a window's worth of pairs at each boundary (cargo
     /// after 40 pushes: 48.21, 48.20, 48.20 MB at 8, 16, 32 MiB) and its inflated objects and
     /// their delta indexes are the search's memory (peak 284, 289, 314 MB).
-    const REPACK_BATCH_BYTES: usize = 16 << 20;
+    const REPACK_BATCH_BYTES: usize = 4 << 20;
     /// A batch holds at least a window of objects, however large they are.
     const REPACK_BATCH_OBJECTS: usize = 10;
 

@@ -562,10 +562,15 @@ pub fn select_by_walking(repo: &gix::Repository, request: &Request<'_>) -> Resul
 /// Everything reachable from `tips` as a selection for a client that has nothing: in walk order
 /// (commits, then trees and blobs as met), with the name hash of each tree's and blob's path —
 /// what a repack writes and searches for deltas. Commits newest first by commit time, as git's
-/// repack walks them.
-pub fn everything_reachable(repo: &gix::Repository, tips: &[ObjectId]) -> Result<Selection, ServeError> {
+/// repack walks them. `tell` hears how many objects are selected, every few thousand.
+pub fn everything_reachable(
+    repo: &gix::Repository,
+    tips: &[ObjectId],
+    tell: Option<&dyn Fn(usize)>,
+) -> Result<Selection, ServeError> {
     let walk_repo = crate::repo::with_walk_cache(repo);
     let mut walker = Walker::new(&walk_repo);
     walker.name_hashes = true;
+    walker.progress = tell;
     walker.run(tips, &[], None)
 }

@@ -12,7 +12,7 @@ use crate::repo::RefSnapshot;
 
 /// Every object reachable from `tips`: what a client that may read those refs may be sent.
 pub fn reachable_from(repo: &gix::Repository, tips: &[ObjectId]) -> Result<HashSet<ObjectId>, ServeError> {
-    Ok(everything_reachable(repo, tips)?.objects.into_iter().collect())
+    Ok(everything_reachable(repo, tips, None)?.objects.into_iter().collect())
 }
 
 /// What selection keeps per repository, each in its own typed cell: the pack bitmap, the pack
