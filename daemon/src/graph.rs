@@ -31,13 +31,14 @@ impl From<GraphError> for crate::error::ServeError {
 /// gives parents only, and the trees cost a second decode of every commit, a fifth of a tokio
 /// clone's CPU without a commit-graph). Without a commit-graph and in a repository that is not
 /// shallow only (gix's walk rewrites a shallow repository's commits); `None` otherwise.
+/// With the trees, each commit's committer time (seconds), as a commit-graph holds it.
 #[allow(clippy::type_complexity, reason = "the walk's commits and the trees met, as the caller keeps them")]
 pub fn walk_noting_trees(
     repo: &gix::Repository,
     tips: Vec<ObjectId>,
     hidden: &[ObjectId],
 ) -> Result<
-    Option<(Vec<(ObjectId, Vec<ObjectId>)>, gix::hashtable::HashMap<ObjectId, ObjectId>)>,
+    Option<(Vec<(ObjectId, Vec<ObjectId>)>, gix::hashtable::HashMap<ObjectId, (ObjectId, u64)>)>,
     crate::error::ServeError,
 > {
     use gix::traverse::commit::{Parents, Simple, simple::Sorting};
@@ -47,7 +48,7 @@ pub fn walk_noting_trees(
     /// The object database, noting the tree of each commit read through it.
     struct Noting<'a> {
         repo: &'a gix::Repository,
-        trees: std::cell::RefCell<gix::hashtable::HashMap<ObjectId, ObjectId>>,
+        trees: std::cell::RefCell<gix::hashtable::HashMap<ObjectId, (ObjectId, u64)>>,
     }
     impl gix_object::Find for Noting<'_> {
         fn try_find<'a>(
@@ -60,7 +61,12 @@ pub fn walk_noting_trees(
                 && data.kind == Kind::Commit
                 && let Ok(tree) = gix_object::CommitRefIter::from_bytes(data.data, id.kind()).tree_id()
             {
-                self.trees.borrow_mut().insert(id.to_owned(), tree);
+                let time = gix_object::CommitRefIter::from_bytes(data.data, id.kind())
+                    .committer()
+                    .ok()
+                    .and_then(|c| c.time().ok())
+                    .map_or(0, |t| u64::try_from(t.seconds).unwrap_or(0));
+                self.trees.borrow_mut().insert(id.to_owned(), (tree, time));
             }
             Ok(data)
         }
@@ -78,6 +84,15 @@ pub fn walk_noting_trees(
         commits.push((info.id, info.parent_ids.iter().copied().collect::<Vec<_>>()));
     }
     Ok(Some((commits, objects.trees.into_inner())))
+}
+
+/// One commit as a commit-graph describes it: its tree, parents and committer time (seconds).
+#[derive(Debug, Clone)]
+pub struct Commit {
+    pub id: ObjectId,
+    pub tree: ObjectId,
+    pub parents: Vec<ObjectId>,
+    pub time: u64,
 }
 
 /// Push the objects `data` (the object `id`, of `kind`) refers to, each with the type the referrer

@@ -916,6 +916,35 @@ fn a_repack_reads_each_loose_object_when_its_batch_is_searched() {
     assert!(held > 0 && held < blob_bytes / 2, "held {held} bytes at once for {blob_bytes} bytes of blobs");
 }
 
+/// A full run writes its commit-graph from the commits its walk decoded (each commit's tree,
+/// parents and committer time noted as it was read), not by decoding every commit again: the
+/// graph git verifies, and no object decoded for it. Red before: the writer decoded every commit
+/// a second time (git.git: 4 % of the run's CPU).
+#[test]
+fn a_full_run_writes_the_commit_graph_from_the_commits_its_walk_decoded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git_ok(&work, &["init", "-q", "-b", "main"]);
+    for n in 0..30 {
+        std::fs::write(work.join("file.txt"), format!("version {n}\n")).unwrap();
+        commit_all(&work, &format!("v{n}"));
+        if n % 10 == 0 {
+            git_ok(&work, &["branch", &format!("b{n}")]);
+            git_ok(&work, &["tag", "-a", "-m", "t", &format!("t{n}")]);
+        }
+    }
+    let repo = work.join(".git");
+    assert!(!repo.join("objects/info/commit-graph").exists());
+    gixd::maintenance::commit_graph::OBJECTS_DECODED.store(0, std::sync::atomic::Ordering::Relaxed);
+    let report = gixd::maintenance::run(&repo).unwrap();
+    let decoded = gixd::maintenance::commit_graph::OBJECTS_DECODED.load(std::sync::atomic::Ordering::Relaxed);
+    git_ok(&repo, &["commit-graph", "verify"]);
+    let commits = git_ok(&repo, &["rev-list", "--all", "--count"]).trim().parse::<usize>().unwrap();
+    assert_eq!(report.commit_graph, Some(commits), "every commit in the graph");
+    assert_eq!(decoded, 0, "the commit-graph writer decoded {decoded} objects of its own");
+}
+
 #[test]
 fn a_repack_holds_each_loose_objects_data_once_while_it_searches() {
     // Blobs of 20 KB that deflate poorly (git stores them loose; the repack's search takes them

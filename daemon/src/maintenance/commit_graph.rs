@@ -18,18 +18,20 @@ const EDGE_BIT: u32 = 0x8000_0000;
 /// The largest topological level the 30 bits hold.
 const LEVEL_MAX: u32 = 0x3FFF_FFFF;
 
-struct Commit {
-    id: ObjectId,
-    tree: ObjectId,
-    parents: Vec<ObjectId>,
-    time: u64,
-}
+use crate::graph::Commit;
 
 /// Write the commit-graph of every commit reachable from `tips` into `objects_dir/info`,
 /// replacing what was there (a split chain too). Returns how many commits it holds; `None` when
 /// the repository's history cannot be described by one (shallow, grafts or replace refs, as git
 /// declines, or a parent missing), and then any old graph is removed rather than left stale.
-pub fn write(repo: &gix::Repository, objects_dir: &Path, tips: &[ObjectId]) -> Result<Option<usize>, MaintenanceError> {
+/// `walked`, when given, is every commit reachable from `tips` as a walk decoded them
+/// ([`crate::select::Selection::history`]): they are not decoded again.
+pub fn write(
+    repo: &gix::Repository,
+    objects_dir: &Path,
+    tips: &[ObjectId],
+    walked: Option<Vec<Commit>>,
+) -> Result<Option<usize>, MaintenanceError> {
     let info = objects_dir.join("info");
     let git_dir = repo.git_dir();
     let declined = git_dir.join("shallow").exists()
@@ -38,7 +40,11 @@ pub fn write(repo: &gix::Repository, objects_dir: &Path, tips: &[ObjectId]) -> R
             Some(has) => has,
             None => repo.refs.iter()?.prefixed(b"refs/replace/".try_into().expect("valid"))?.next().is_some(),
         };
-    let commits = if declined { None } else { commits(repo, tips)? };
+    let commits = match (declined, walked) {
+        (true, _) => None,
+        (false, Some(walked)) => Some(walked),
+        (false, None) => commits(repo, tips)?,
+    };
     let Some(mut commits) = commits else {
         remove(&info);
         return Ok(None);
@@ -59,6 +65,10 @@ fn remove(info: &Path) {
     let _ = std::fs::remove_dir_all(info.join("commit-graphs"));
 }
 
+/// Objects the commit-graph writer decoded itself, its walk's commits and tags (test builds only).
+#[cfg(feature = "test-hooks")]
+pub static OBJECTS_DECODED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// Every commit reachable from `tips` (tags peeled), each decoded once; `None` if a parent is
 /// missing.
 fn commits(repo: &gix::Repository, tips: &[ObjectId]) -> Result<Option<Vec<Commit>>, MaintenanceError> {
@@ -72,6 +82,8 @@ fn commits(repo: &gix::Repository, tips: &[ObjectId]) -> Result<Option<Vec<Commi
         if !seen.insert(id) {
             continue;
         }
+        #[cfg(feature = "test-hooks")]
+        OBJECTS_DECODED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let Some(object) = repo.objects.try_find(&id, &mut buf).map_err(MaintenanceError::pack)? else {
             return Ok(None);
         };

@@ -149,7 +149,7 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
     // maps them again (each map's resident pages count against the run's peak).
     // The walk reads every commit and tree, all over the packs: what it has read is let go as it
     // goes, as the pack writer's reads are ([`crate::packs::Packs::letting_pages_go`]).
-    let selection = {
+    let mut selection = {
         let walk = open(git_dir)?;
         // As the kernel names the files it maps.
         let mapped_dir = pack_dir.canonicalize().unwrap_or_else(|_| pack_dir.clone());
@@ -160,6 +160,8 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
         };
         crate::select::everything_reachable(&walk, &tips, Some(&let_go))?
     };
+    // The commits the walk decoded, for the commit-graph (not decoded again there).
+    let history = selection.history.take();
     release_freed_memory();
 
     // 2. A pack of them, indexed into place: stored deltas kept (their bases are in it too),
@@ -180,7 +182,7 @@ pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
     let bitmap_path = index_path.with_extension("bitmap");
     let bitmaps = write_bitmap(&repo, &index, &order, &tips, old_bitmap.as_ref(), &bitmap_path, hash)?.commits;
     drop(old_bitmap);
-    let commit_graph = graph(&repo, &objects_dir, &tips);
+    let commit_graph = graph(&repo, &objects_dir, &tips, history);
 
     // 4. What no ref reached: kept in a cruft pack while young or needed, else left out.
     let unreachable = prune::sort_out(&repo, &objects_dir, &before, &index, &index_path, expiry)?;
@@ -263,7 +265,7 @@ fn bitmap_in_place(
             objects: index.num_objects() as usize,
             pack: pack.index.with_extension("pack"),
             bitmaps: written.commits,
-            commit_graph: graph(repo, objects_dir, tips),
+            commit_graph: graph(repo, objects_dir, tips, None),
             bundle: None,
             ..Report::default()
         })),
@@ -278,8 +280,13 @@ fn bitmap_in_place(
 
 /// The commit-graph of everything reachable from `tips` ([`commit_graph::write`]); a failure is
 /// logged and leaves the repository without one (walks decode commits then), not the run failed.
-fn graph(repo: &gix::Repository, objects_dir: &Path, tips: &[ObjectId]) -> Option<usize> {
-    match commit_graph::write(repo, objects_dir, tips) {
+fn graph(
+    repo: &gix::Repository,
+    objects_dir: &Path,
+    tips: &[ObjectId],
+    walked: Option<Vec<crate::graph::Commit>>,
+) -> Option<usize> {
+    match commit_graph::write(repo, objects_dir, tips, walked) {
         Ok(commits) => commits,
         Err(err) => {
             tracing::warn!(repo = %repo.git_dir().display(), %err, "no commit-graph written");

@@ -141,6 +141,7 @@ pub(super) fn select_with_bitmap(
         same_path_sent,
         name_hash: want.names.iter().map(|(id, path)| (*id, path.name)).collect(),
         by_bitmap: true,
+        history: None,
     }))
 }
 

@@ -76,6 +76,10 @@ pub struct Selection {
     /// Walking: git's name hash ([`gix_pack::data::delta::search::name_hash`]) of the path each
     /// tree and blob being sent was met at, for the delta search's order.
     pub name_hash: gix::hashtable::HashMap<ObjectId, u32>,
+    /// Every commit selected, as a commit-graph describes it, when the walk decoded each one and
+    /// was asked to keep them (a repack's: [`everything_reachable`]); its commit-graph is then
+    /// written without decoding them again.
+    pub history: Option<Vec<crate::graph::Commit>>,
     /// By bitmap: everything the wants reach, before what the client has was taken out. The
     /// wants are readable (checked before selection), so all of it is: a delta base found here
     /// may be sent or referred to thin without computing what every visible ref reaches.
@@ -159,7 +163,9 @@ struct Walker<'r> {
     /// object where edges differ).
     held_by_path: HashMap<u64, ObjectId>,
     /// The root tree of each commit the walk decoded ([`crate::graph::walk_noting_trees`]).
-    commit_trees: gix::hashtable::HashMap<ObjectId, ObjectId>,
+    commit_trees: gix::hashtable::HashMap<ObjectId, (ObjectId, u64)>,
+    /// Whether the selection keeps every commit the walk decoded ([`Selection::history`]).
+    keep_history: bool,
     /// `include-tag`: the refs whose annotated tags are added when their targets are sent.
     include_tags_of: Option<&'r RefSnapshot>,
     /// Note every tree's and blob's name hash ([`Selection::name_hash`]), not only where the
@@ -195,6 +201,7 @@ impl<'r> Walker<'r> {
             tree_depths: Default::default(),
             held_by_path: HashMap::new(),
             commit_trees: Default::default(),
+            keep_history: false,
             include_tags_of: None,
             name_hashes: false,
         }
@@ -357,7 +364,7 @@ impl<'r> Walker<'r> {
         if let Some(tree) = self.commit_graph.and_then(|graph| crate::repo::commit_graph::root_tree(graph, commit)) {
             return Ok(tree);
         }
-        if let Some(tree) = self.commit_trees.get(commit) {
+        if let Some((tree, _)) = self.commit_trees.get(commit) {
             return Ok(*tree);
         }
         #[cfg(feature = "test-hooks")]
@@ -416,6 +423,7 @@ impl<'r> Walker<'r> {
         // a small delta cache holds the bases the next trees need (git.git, clone without bitmap
         // or commit-graph, walk cache 100 MiB: 588 071 bases cached breadth first, 104 147 by
         // commit time; CPU 18.7 s, 9.2 s), and a repack's delta search breaks ties in this order.
+        let mut history = None;
         let commits = if grafts.is_empty() {
             let mut commits = Vec::new();
             let noted = match self.commit_graph {
@@ -425,8 +433,17 @@ impl<'r> Walker<'r> {
                 _ => None,
             };
             if let Some((walked, trees)) = noted {
-                commits = walked;
                 self.commit_trees = trees;
+                if self.keep_history {
+                    history = walked
+                        .iter()
+                        .map(|(id, parents)| {
+                            let (tree, time) = self.commit_trees.get(id).copied()?;
+                            Some(crate::graph::Commit { id: *id, tree, parents: parents.clone(), time })
+                        })
+                        .collect();
+                }
+                commits = walked;
             } else if !commit_tips.is_empty() {
                 // gix reads the commit-graph for the walk's parents only where ours verified.
                 let walk = self
@@ -489,6 +506,7 @@ impl<'r> Walker<'r> {
         if let Some(refs) = self.include_tags_of {
             self.include_tags(refs)?;
         }
+        self.out.history = history;
         Ok(self.out)
     }
 }
@@ -571,6 +589,7 @@ pub fn everything_reachable(
     let walk_repo = crate::repo::with_walk_cache(repo);
     let mut walker = Walker::new(&walk_repo);
     walker.name_hashes = true;
+    walker.keep_history = true;
     walker.progress = tell;
     walker.run(tips, &[], None)
 }
