@@ -888,6 +888,22 @@ fn a_repack_holds_no_copy_of_the_stored_deltas_it_keeps() {
     assert!(held > 0 && held < delta_bytes / 2, "held {held} bytes at once; the stored deltas are {delta_bytes} bytes");
 }
 
+/// A repack too large for the search (past its entry limit: half a million objects) writes
+/// every entry as gix-pack made it, its stored entries copied: nothing it writes is a mark of
+/// data left in a pack map. Red before: the entries were left hollow whether or not the search
+/// ran, and the pack was written with the marks in place of their data.
+#[test]
+fn a_repack_past_the_search_limit_writes_every_entrys_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut next = xorshift(0x0123_4567_89ab_cdef);
+    let (repo, _) = loose_blobs(tmp.path(), || (0..2_000).map(|_| b'a' + (next() % 26) as u8).collect());
+    git_ok(&repo, &["repack", "-adq"]);
+    std::fs::write(repo.join("../one-more.txt"), "loose\n").unwrap();
+    commit_all(&repo.join(".."), "one more");
+    gixd::pack::SEARCHED_ENTRIES_MOST.store(1, std::sync::atomic::Ordering::Relaxed);
+    bytes_held_by_maintenance(&repo);
+}
+
 /// A repack holds a loose object's data only while its batch is searched, as git's pack-objects
 /// reads each object for its window: what waits for a later batch is read from the object
 /// database then. Red before: gix-pack made an entry of every loose object's data (stored, to be

@@ -53,7 +53,7 @@ impl<'a> DeltaSearch<'a> {
         // whole is new (a clone's whole objects are its pack's delta bases already).
         let enabled = !selection.by_bitmap
             && (options.deltify || !selection.client_has.is_empty())
-            && selection.objects.len() <= Self::MAX_SEARCHED_ENTRIES;
+            && selection.objects.len() <= max_searched_entries();
         DeltaSearch {
             repo,
             selection,
@@ -542,6 +542,20 @@ pub(super) fn deflate_stored(entry: &mut output::Entry, data: Option<&[u8]>, zli
         entry.compressed_data = compressed;
     }
 }
+
+/// [`DeltaSearch::MAX_SEARCHED_ENTRIES`], or what a test set instead ([`SEARCHED_ENTRIES_MOST`]).
+fn max_searched_entries() -> usize {
+    #[cfg(feature = "test-hooks")]
+    if let set @ 1.. = SEARCHED_ENTRIES_MOST.load(std::sync::atomic::Ordering::Relaxed) {
+        return set;
+    }
+    DeltaSearch::MAX_SEARCHED_ENTRIES
+}
+
+/// The most entries a search takes instead of [`DeltaSearch::MAX_SEARCHED_ENTRIES`], when not 0
+/// (test builds only: a repository past half a million objects is too large to build in a test).
+#[cfg(feature = "test-hooks")]
+pub static SEARCHED_ENTRIES_MOST: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// A repack's batch in bytes instead of [`DeltaSearch::REPACK_BATCH_BYTES`], when not 0 (test
 /// builds only: a test repository small enough to build needs several batches).

@@ -19,7 +19,7 @@ use crate::select::Selection;
 
 mod deltas;
 #[cfg(feature = "test-hooks")]
-pub use deltas::{REPACK_BATCH_BYTES, REPACK_BYTES_HELD};
+pub use deltas::{REPACK_BATCH_BYTES, REPACK_BYTES_HELD, SEARCHED_ENTRIES_MOST};
 mod entries;
 pub mod index;
 mod progress;
@@ -178,9 +178,13 @@ fn write_noting<W: Sink>(
     // (a run of them one range of the pack file); the search's are rewritten, and held.
     let copies = (!search.enabled).then(|| std::sync::Arc::new(crate::packs::Copies::default()));
     // A repack holds no entry's data, as git's pack-objects holds none: its search reads the
-    // whole objects batch by batch, and the writer reads what is kept from the pack maps.
-    let hollow =
-        packs.as_ref().filter(|_| search.deltify).map(|_| std::sync::Arc::new(crate::packs::Hollow::default()));
+    // whole objects batch by batch, and the writer reads what is kept from the pack maps. Only
+    // where the search runs (not past its entry limit): what it leaves is written in base order,
+    // where the marks are read.
+    let hollow = packs
+        .as_ref()
+        .filter(|_| search.enabled && search.deltify)
+        .map(|_| std::sync::Arc::new(crate::packs::Hollow::default()));
     let (num_entries, chunks) = gix_entries(
         repo,
         selection.objects.iter().copied(),

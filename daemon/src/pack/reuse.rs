@@ -166,6 +166,10 @@ impl EntryOffsets {
             self.offsets.push(u64::MAX);
             return Ok(());
         }
+        // Hollow entries are a repack search's, written in base order: never here.
+        if crate::packs::Hollow::is_mark(&entry.compressed_data) {
+            return Err(ServeError::corrupt_pack(format!("the entry of {} holds no data", entry.id)));
+        }
         let offsets = &self.offsets;
         let stored = self.copies.as_ref().and_then(|copies| copies.take(&entry.compressed_data));
         let here = write_entry(&mut self.head, entry, answer, |index| offsets[index], stored)?;
