@@ -59,14 +59,17 @@ pub fn walk_noting_trees(
             let data = self.repo.objects.try_find(id, buffer)?;
             if let Some(data) = &data
                 && data.kind == Kind::Commit
-                && let Ok(tree) = gix_object::CommitRefIter::from_bytes(data.data, id.kind()).tree_id()
             {
-                let time = gix_object::CommitRefIter::from_bytes(data.data, id.kind())
-                    .committer()
-                    .ok()
-                    .and_then(|c| c.time().ok())
-                    .map_or(0, |t| u64::try_from(t.seconds).unwrap_or(0));
-                self.trees.borrow_mut().insert(id.to_owned(), (tree, time));
+                // One pass over the header: the tree first, then on to the committer.
+                let mut header = gix_object::CommitRefIter::from_bytes(data.data, id.kind());
+                if let Ok(tree) = header.tree_id() {
+                    let time = header
+                        .committer()
+                        .ok()
+                        .and_then(|c| c.time().ok())
+                        .map_or(0, |t| u64::try_from(t.seconds).unwrap_or(0));
+                    self.trees.borrow_mut().insert(id.to_owned(), (tree, time));
+                }
             }
             Ok(data)
         }

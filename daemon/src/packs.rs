@@ -109,11 +109,7 @@ impl Packs {
     /// for, read from its pack's map (counted as copied: [`Self::letting_pages_go`]); `None` for
     /// anything else.
     pub fn hollow_data(&self, mark: &[u8]) -> Option<&[u8]> {
-        let (&Hollow::PACKED, rest) = mark.split_first()? else { return None };
-        let rest: &[u8; 16] = rest.try_into().ok()?;
-        let pack_id = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes"));
-        let offset = u64::from_le_bytes(rest[4..12].try_into().expect("8 bytes"));
-        let len = u32::from_le_bytes(rest[12..].try_into().expect("4 bytes"));
+        let (pack_id, offset, len) = Hollow::packed_at(mark)?;
         let data = self.files.get(pack_id as usize)?.data.entry_slice(offset..offset + u64::from(len))?;
         // A search reads them in its order, not the pack's: each read faults its neighbours in.
         self.copied(data.len().max(Self::HEADER_READ));
@@ -386,6 +382,21 @@ impl Hollow {
         matches!(data.first(), Some(&(Self::PACKED | Self::LOOSE)))
     }
 
+    /// Whether `data` (an entry's) is the [`Self::LOOSE`] mark.
+    pub fn is_loose(data: &[u8]) -> bool {
+        data == [Self::LOOSE]
+    }
+
+    /// Where the data a [`Self::PACKED`] mark stands for lies: pack id, offset, length.
+    pub fn packed_at(mark: &[u8]) -> Option<(u32, u64, u32)> {
+        let (&Self::PACKED, rest) = mark.split_first()? else { return None };
+        let rest: &[u8; 16] = rest.try_into().ok()?;
+        let pack_id = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes"));
+        let offset = u64::from_le_bytes(rest[4..12].try_into().expect("8 bytes"));
+        let len = u32::from_le_bytes(rest[12..].try_into().expect("4 bytes"));
+        Some((pack_id, offset, len))
+    }
+
     fn packed(pack_id: u32, offset: u64, len: u32, header: &[u8]) -> Vec<u8> {
         let mut mark = Vec::with_capacity(header.len() + 17);
         mark.extend_from_slice(header);
@@ -575,6 +586,22 @@ pub(crate) mod tests {
         kb
     }
 
+    /// A repository of one commit of `files` blobs of a page of noise each (xorshift from
+    /// `seed`), in one pack.
+    fn pack_of_page_blobs(files: usize, seed: u64) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        git(d, &["init", "-q"], None);
+        let mut state = seed;
+        for i in 0..files {
+            std::fs::write(d.join(format!("f{i}")), noise(&mut state, 4096)).unwrap();
+        }
+        git(d, &["add", "."], None);
+        git(d, &["commit", "-qm", "blobs"], None);
+        git(d, &["repack", "-adq"], None);
+        dir
+    }
+
     /// `len` bytes no compressor makes smaller (xorshift from `state`).
     fn noise(state: &mut u64, len: usize) -> Vec<u8> {
         (0..len)
@@ -618,18 +645,10 @@ pub(crate) mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn locating_every_object_lets_the_pages_its_header_reads_touched_go_as_copies_do() {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        git(d, &["init", "-q"], None);
         // Incompressible blobs of a page each: every header read touches a page of its own.
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let files = 2 * Packs::RESIDENT_BYTES / 4096;
-        for i in 0..files {
-            std::fs::write(d.join(format!("f{i}")), noise(&mut state, 4096)).unwrap();
-        }
-        git(d, &["add", "."], None);
-        git(d, &["commit", "-qm", "blobs"], None);
-        git(d, &["repack", "-adq"], None);
+        let dir = pack_of_page_blobs(files, 0x9e37_79b9_7f4a_7c15);
+        let d = dir.path();
         let repo = gix::open(d).unwrap();
         let packs = Packs::open(&d.join(".git/objects/pack"), gix_hash::Kind::Sha1).unwrap().letting_pages_go();
         let path = packs.files[0].data.path().canonicalize().unwrap();
@@ -652,16 +671,8 @@ pub(crate) mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn the_pages_gix_odb_mapped_for_a_walk_are_let_go_by_their_pack_directory() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = pack_of_page_blobs(256, 0x2545_f491_4f6c_dd1d);
         let d = dir.path();
-        git(d, &["init", "-q"], None);
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        for i in 0..256 {
-            std::fs::write(d.join(format!("f{i}")), noise(&mut state, 4096)).unwrap();
-        }
-        git(d, &["add", "."], None);
-        git(d, &["commit", "-qm", "blobs"], None);
-        git(d, &["repack", "-adq"], None);
         let repo = gix::open(d).unwrap();
         let pack_dir = d.join(".git/objects/pack").canonicalize().unwrap();
         let pack = std::fs::read_dir(&pack_dir)

@@ -465,10 +465,7 @@ fn decode(odb: &impl gix_object::Find, entry: &mut output::Entry, buf: &mut Vec<
 fn batch_len(sizes: impl Iterator<Item = usize>) -> usize {
     let mut bytes = 0;
     #[cfg(feature = "test-hooks")]
-    let most = match REPACK_BATCH_BYTES.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => DeltaSearch::REPACK_BATCH_BYTES,
-        set => set,
-    };
+    let most = set_or(&REPACK_BATCH_BYTES, DeltaSearch::REPACK_BATCH_BYTES);
     #[cfg(not(feature = "test-hooks"))]
     let most = DeltaSearch::REPACK_BATCH_BYTES;
     let take = sizes.enumerate().take_while(|(k, size)| {
@@ -546,10 +543,18 @@ pub(super) fn deflate_stored(entry: &mut output::Entry, data: Option<&[u8]>, zli
 /// [`DeltaSearch::MAX_SEARCHED_ENTRIES`], or what a test set instead ([`SEARCHED_ENTRIES_MOST`]).
 fn max_searched_entries() -> usize {
     #[cfg(feature = "test-hooks")]
-    if let set @ 1.. = SEARCHED_ENTRIES_MOST.load(std::sync::atomic::Ordering::Relaxed) {
-        return set;
-    }
+    return set_or(&SEARCHED_ENTRIES_MOST, DeltaSearch::MAX_SEARCHED_ENTRIES);
+    #[cfg(not(feature = "test-hooks"))]
     DeltaSearch::MAX_SEARCHED_ENTRIES
+}
+
+/// What a test set in `hook`, or `default` where it set nothing (0).
+#[cfg(feature = "test-hooks")]
+fn set_or(hook: &std::sync::atomic::AtomicUsize, default: usize) -> usize {
+    match hook.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => default,
+        set => set,
+    }
 }
 
 /// The most entries a search takes instead of [`DeltaSearch::MAX_SEARCHED_ENTRIES`], when not 0
@@ -589,15 +594,15 @@ pub(super) fn is_stored(entry: &output::Entry) -> bool {
 
 /// The length of an entry's deflated data, also where a hollow entry's lies in its pack.
 fn held_len(entry: &output::Entry) -> usize {
-    match entry.compressed_data.as_slice() {
-        [crate::packs::Hollow::PACKED, .., a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]) as usize,
-        data => data.len(),
+    match crate::packs::Hollow::packed_at(&entry.compressed_data) {
+        Some((_, _, len)) => len as usize,
+        None => entry.compressed_data.len(),
     }
 }
 
 /// A repack's entry whose object is read from the object database ([`crate::packs::Hollow::LOOSE`]).
 fn is_loose(entry: &output::Entry) -> bool {
-    entry.compressed_data == [crate::packs::Hollow::LOOSE]
+    crate::packs::Hollow::is_loose(&entry.compressed_data)
 }
 
 /// The object of a hollow entry ([`crate::packs::Hollow`]): inflated from its pack map, or read
