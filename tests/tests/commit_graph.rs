@@ -34,6 +34,16 @@ fn with_graph(tmp: &Path, name: &str, hash: Hash, split: bool) -> PathBuf {
     dest
 }
 
+/// A mirror of the corpus's `merges` repository (no commit-graph), opened, with its refs.
+fn merges_mirror(tmp: &Path, hash: Hash) -> (PathBuf, gix::Repository, RefSnapshot) {
+    let src = corpus::ensure("merges", hash);
+    let path = tmp.join(format!("merges-{}.git", hash.name()));
+    git_ok(tmp, &["clone", "-q", "--mirror", "--no-local", src.to_str().unwrap(), path.to_str().unwrap()]);
+    let repo = gix::open(&path).unwrap();
+    let refs = RefSnapshot::load(&repo).unwrap();
+    (path, repo, refs)
+}
+
 fn ids(selection: &select::Selection) -> BTreeSet<ObjectId> {
     selection.objects.iter().copied().collect()
 }
@@ -73,11 +83,7 @@ fn without_a_commit_graph_a_walk_reads_each_commit_once_its_tree_noted_as_it_is_
     let read = || select::COMMITS_READ_FOR_THEIR_TREE.load(Relaxed);
     let tmp = tempfile::tempdir().unwrap();
     for hash in Hash::ALL {
-        let src = corpus::ensure("merges", hash);
-        let path = tmp.path().join(format!("merges-{}.git", hash.name()));
-        git_ok(tmp.path(), &["clone", "-q", "--mirror", "--no-local", src.to_str().unwrap(), path.to_str().unwrap()]);
-        let repo = gix::open(&path).unwrap();
-        let refs = RefSnapshot::load(&repo).unwrap();
+        let (path, repo, refs) = merges_mirror(tmp.path(), hash);
         let wants = refs.tips();
         let head = repo.head_id().unwrap().detach();
         let old: ObjectId = gixd_tests::git_out(&path, &["rev-list", "--skip=5", "-1", "HEAD"]).trim().parse().unwrap();
@@ -99,6 +105,21 @@ fn without_a_commit_graph_a_walk_reads_each_commit_once_its_tree_noted_as_it_is_
             .count();
         assert!(fetch.commits > 0 && edges > 0 && fetch.objects.contains(&head));
         assert_eq!(read() - before, 0, "{} commits read again for their tree ({edges} edges)", read() - before);
+    }
+}
+
+#[test]
+fn without_a_commit_graph_a_walk_decodes_each_commit_once() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let decoded = || gixd::graph::COMMITS_DECODED.load(Relaxed);
+    let tmp = tempfile::tempdir().unwrap();
+    for hash in Hash::ALL {
+        let (_, repo, refs) = merges_mirror(tmp.path(), hash);
+        let wants = refs.tips();
+        let before = decoded();
+        let clone = select::select_by_walking(&repo, &gixd_tests::select_request(&wants, &[], &refs)).unwrap();
+        assert!(clone.commits > 10, "{} commits", clone.commits);
+        assert_eq!(decoded() - before, clone.commits, "commits decoded for {} commits walked", clone.commits);
     }
 }
 
