@@ -5,6 +5,8 @@
 use gix_hash::ObjectId;
 use gix_object::Kind;
 
+pub mod unchanged;
+
 /// What a walk over the object graph meets: an object missing (or not the object it is said to
 /// be), or the object database failing. Every layer above reports it as its own error's
 /// "missing object" or "repository access" case ([`From`] below).

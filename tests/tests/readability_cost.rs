@@ -5,7 +5,8 @@
 //! Tags on old commits sent as haves (as go-git does) do not change that. And a bitmap reach over
 //! the packs pushes left inflates no blob (`gixd::bitmap::BLOBS_INFLATED_BY_REACH`), and names
 //! (hashes the path of) only what the client lacks, each entry once
-//! (`gixd::bitmap::ENTRIES_NAMED_BY_REACH`).
+//! (`gixd::bitmap::ENTRIES_NAMED_BY_REACH`); an entry unchanged from the version of its tree the
+//! reach walked before is not tested again (`gixd::bitmap::ENTRIES_TESTED_BY_REACH`).
 
 use std::sync::atomic::Ordering;
 
@@ -179,4 +180,36 @@ fn a_bitmap_fetch_names_each_new_entry_once_and_nothing_the_client_holds() {
     // The newest commit's trees once (root and `many/`: 62 entries), then each older commit's
     // changed file and tree; every entry of every tree on both sides would be 20 x 62.
     assert!(named <= 62 + 10 * 2, "the reach named {named} entries");
+}
+
+#[test]
+fn a_bitmap_reach_tests_only_the_tree_entries_changed_since_the_version_walked_before() {
+    // Sixty files in one directory, bitmapped; then twenty commits changing one file each, left
+    // loose: the reach of the tip walks twenty root trees and twenty versions of `many/`.
+    let (_tmp, repo, _) = tagged_history(1);
+    let files: Vec<(String, String)> = (0..60).map(|f| (format!("many/f{f}.txt"), format!("file {f}\n"))).collect();
+    let files: Vec<(&str, &[u8])> = files.iter().map(|(p, t)| (p.as_str(), t.as_bytes())).collect();
+    commit_files(&repo, &files, "many");
+    git(&repo, &["repack", "-adbq"]);
+    for n in 0..20 {
+        let path = format!("many/f{}.txt", n * 3);
+        commit_files(&repo, &[(path.as_str(), format!("change {n}\n").as_bytes())], "change");
+    }
+    let gix_repo = gix::open(&repo).unwrap();
+    let idx = std::fs::read_dir(repo.join(".git/objects/pack"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "idx"))
+        .unwrap();
+    let bitmap = gixd::bitmap::PackBitmap::open(&idx, gix_repo.object_hash()).unwrap().expect("a bitmap");
+    let tip = gix_repo.head_id().unwrap().detach();
+    let before = gixd::bitmap::ENTRIES_TESTED_BY_REACH.load(Ordering::Relaxed);
+    let reach = bitmap.reachable_unnamed(&gix_repo, &[tip]).unwrap();
+    let tested = gixd::bitmap::ENTRIES_TESTED_BY_REACH.load(Ordering::Relaxed) - before;
+    let all = gixd_tests::server::rev_list_objects(&repo, &["HEAD"]);
+    let reached = all.iter().filter(|id| reach.has(&bitmap, &id.parse::<gix_hash::ObjectId>().unwrap())).count();
+    assert_eq!(reached, all.len(), "the reach has every object the tip reaches");
+    // The newest root (file.txt, many/) and many/'s sixty entries once; then per older commit
+    // the root's changed `many/` and many/'s changed file. Every entry of every version: 20 x 62.
+    assert!(tested <= 62 + 19 * 2, "the reach tested {tested} entries");
 }

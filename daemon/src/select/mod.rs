@@ -23,7 +23,6 @@ mod by_bitmap;
 mod met;
 mod readable;
 mod tags;
-mod unchanged;
 
 pub use by_bitmap::Positions;
 use by_bitmap::select_with_bitmap;
@@ -167,8 +166,8 @@ struct Walker<'r> {
     commit_trees: gix::hashtable::HashMap<ObjectId, (ObjectId, u64)>,
     /// Whether the selection keeps every commit the walk decoded ([`Selection::history`]).
     keep_history: bool,
-    /// The tree walked last at each path ([`unchanged`]).
-    last_at_path: unchanged::LastAtPath,
+    /// The tree walked last at each path ([`crate::graph::unchanged`]).
+    last_at_path: crate::graph::unchanged::LastAtPath,
     /// `include-tag`: the refs whose annotated tags are added when their targets are sent.
     include_tags_of: Option<&'r RefSnapshot>,
     /// Note every tree's and blob's name hash ([`Selection::name_hash`]), not only where the
@@ -297,10 +296,10 @@ impl<'r> Walker<'r> {
             find_into(self.repo, &tree, &mut data)?;
             // Most entries of a tree are objects an earlier version of it already had: those are
             // skipped before their path is hashed (a clone of git.git meets 68 million entries
-            // for 330 000 trees and blobs), most without a look-up ([`unchanged`]).
+            // for 330 000 trees and blobs), most without a look-up ([`crate::graph::unchanged`]).
             let skip_seen = self.filter.tree_depth.is_none();
             let walked = if skip_seen { self.last_at_path.take(path.full) } else { Vec::new() };
-            let mut unchanged = unchanged::Unchanged::new(&walked, tree.kind().len_in_bytes());
+            let mut unchanged = crate::graph::unchanged::Unchanged::new(&walked, tree.kind().len_in_bytes());
             let mut rest: &[u8] = &data;
             while !rest.is_empty() {
                 if skip_seen {

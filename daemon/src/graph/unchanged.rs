@@ -1,16 +1,17 @@
 //! Tree entries a walk need not look up: those a tree shares with the version of it walked last
-//! at the same path. A whole-history walk meets each tree entry of every new tree version (a
-//! clone of git.git: 59 million), and almost every one is unchanged from the version before; each
-//! look-up in the table of objects met missed the CPU cache and was a third of that clone's
-//! CPU. An entry byte-for-byte equal to one of a tree the walk already walked names an object
-//! that walk met (or left out by the same rule), so it is skipped as a look-up would have
-//! skipped it; the comparison runs over two tree buffers in the cache.
+//! at the same path. A walk over many commits' trees meets each entry of every new tree version
+//! (a clone of git.git: 59 million), and almost every one is unchanged from the version before;
+//! each look-up among the objects met missed the CPU cache and was a third of that clone's CPU.
+//! An entry byte-for-byte equal to one of a tree the walk already walked names an object that
+//! walk met (or left out by the same rule), so it is skipped as a look-up would have skipped
+//! it; the comparison runs over two tree buffers in the cache, and only a changed entry is
+//! parsed. Selection's walk ([`crate::select`]) and the bitmap reach's ([`crate::bitmap`]) use it.
 
 use std::collections::HashMap;
 
 /// The last tree walked at each path (by its hash), with the bytes they hold, up to a cap.
 #[derive(Default)]
-pub(super) struct LastAtPath {
+pub struct LastAtPath {
     trees: HashMap<u64, Vec<u8>>,
     bytes: usize,
 }
@@ -21,14 +22,14 @@ const LAST_AT_PATH_BYTES: usize = 8 << 20;
 
 impl LastAtPath {
     /// The tree walked last at `path`, taken out (to be given back with [`Self::keep`]).
-    pub(super) fn take(&mut self, path: u64) -> Vec<u8> {
+    pub fn take(&mut self, path: u64) -> Vec<u8> {
         let tree = self.trees.remove(&path).unwrap_or_default();
         self.bytes -= tree.capacity();
         tree
     }
 
     /// Keep `tree` (walked, every entry met or left out) as the last at `path`.
-    pub(super) fn keep(&mut self, path: u64, tree: Vec<u8>) {
+    pub fn keep(&mut self, path: u64, tree: Vec<u8>) {
         if self.bytes + tree.capacity() > LAST_AT_PATH_BYTES {
             self.trees.clear();
             self.bytes = 0;
@@ -39,13 +40,13 @@ impl LastAtPath {
 }
 
 /// A cursor over the entries of a walked tree, in order, for the entries of a newer version of it.
-pub(super) struct Unchanged<'a> {
+pub struct Unchanged<'a> {
     walked: &'a [u8],
     hash_len: usize,
 }
 
 impl<'a> Unchanged<'a> {
-    pub(super) fn new(walked: &'a [u8], hash_len: usize) -> Self {
+    pub fn new(walked: &'a [u8], hash_len: usize) -> Self {
         Unchanged { walked, hash_len }
     }
 
@@ -53,7 +54,7 @@ impl<'a> Unchanged<'a> {
     /// entries equal to the walked tree's at the cursor; the cursor passes them. An entry's bytes
     /// are its mode, name and id; mode and name hold no NUL, so equal bytes up to the walked
     /// entry's end are one equal entry.
-    pub(super) fn same_prefix(&mut self, newer: &[u8]) -> usize {
+    pub fn same_prefix(&mut self, newer: &[u8]) -> usize {
         let mut same = 0;
         while let Some(entry) = self.first()
             && newer.get(same..same + entry.len()) == Some(entry)
@@ -69,10 +70,10 @@ impl<'a> Unchanged<'a> {
     /// order puts a directory as if its name ended in `/`, and where that differs from the bytes'
     /// order an unchanged entry is only looked up (never skipped wrongly: skipping needs equal
     /// bytes).
-    pub(super) fn pass(&mut self, name: &[u8]) {
+    pub fn pass(&mut self, name: &[u8]) {
         while let Some(entry) = self.first() {
             let space = memchr::memchr(b' ', entry).unwrap_or(0);
-            let walked_name = &entry[space + 1..entry.len() - 1 - self.hash_len];
+            let walked_name = entry.get(space + 1..entry.len() - 1 - self.hash_len).unwrap_or_default();
             match walked_name.cmp(name) {
                 std::cmp::Ordering::Greater => return,
                 order => {
@@ -85,11 +86,11 @@ impl<'a> Unchanged<'a> {
         }
     }
 
-    /// The walked tree's entry at the cursor; `None` at its end (or at bytes that do not parse,
-    /// which then match nothing).
+    /// The walked tree's entry at the cursor; `None` at its end (or where it is cut short). Its
+    /// entries parsed when it was walked (each was parsed, or equal to one parsed before), so
+    /// its end is all there is to find.
     fn first(&self) -> Option<&'a [u8]> {
         let nul = memchr::memchr(0, self.walked)?;
-        memchr::memchr(b' ', &self.walked[..nul])?;
         self.walked.get(..nul + 1 + self.hash_len)
     }
 }
