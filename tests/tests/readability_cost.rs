@@ -31,6 +31,15 @@ fn tagged_history(commits: usize) -> (tempfile::TempDir, std::path::PathBuf, Str
     (tmp, repo, text)
 }
 
+/// [`tagged_history`] of one commit, then a commit of sixty files in the directory `many/`.
+fn sixty_files_in_many() -> (tempfile::TempDir, std::path::PathBuf) {
+    let (tmp, repo, _) = tagged_history(1);
+    let files: Vec<(String, String)> = (0..60).map(|f| (format!("many/f{f}.txt"), format!("file {f}\n"))).collect();
+    let files: Vec<(&str, &[u8])> = files.iter().map(|(p, t)| (p.as_str(), t.as_bytes())).collect();
+    commit_files(&repo, &files, "many");
+    (tmp, repo)
+}
+
 #[test]
 fn fetches_clones_and_wants_by_id_compute_no_readable_set_of_all_objects() {
     let (tmp, repo, text) = tagged_history(40);
@@ -137,10 +146,7 @@ fn a_bitmap_fetch_names_each_new_entry_once_and_nothing_the_client_holds() {
     // Sixty files in one directory, bitmapped; then two rounds of ten commits changing one file
     // each, a pack per push. The client fetched the first round: the fetch of the second walks
     // ten root trees of sixty entries on each side (what the client holds, what it wants).
-    let (tmp, repo, _) = tagged_history(1);
-    let files: Vec<(String, String)> = (0..60).map(|f| (format!("many/f{f}.txt"), format!("file {f}\n"))).collect();
-    let files: Vec<(&str, &[u8])> = files.iter().map(|(p, t)| (p.as_str(), t.as_bytes())).collect();
-    commit_files(&repo, &files, "many");
+    let (tmp, repo) = sixty_files_in_many();
     let server_dir = tmp.path().join("served");
     let bare = server_dir.join("repo");
     git_ok(tmp.path(), &["clone", "-q", "--bare", repo.to_str().unwrap(), bare.to_str().unwrap()]);
@@ -186,10 +192,7 @@ fn a_bitmap_fetch_names_each_new_entry_once_and_nothing_the_client_holds() {
 fn a_bitmap_reach_tests_only_the_tree_entries_changed_since_the_version_walked_before() {
     // Sixty files in one directory, bitmapped; then twenty commits changing one file each, left
     // loose: the reach of the tip walks twenty root trees and twenty versions of `many/`.
-    let (_tmp, repo, _) = tagged_history(1);
-    let files: Vec<(String, String)> = (0..60).map(|f| (format!("many/f{f}.txt"), format!("file {f}\n"))).collect();
-    let files: Vec<(&str, &[u8])> = files.iter().map(|(p, t)| (p.as_str(), t.as_bytes())).collect();
-    commit_files(&repo, &files, "many");
+    let (_tmp, repo) = sixty_files_in_many();
     git(&repo, &["repack", "-adbq"]);
     for n in 0..20 {
         let path = format!("many/f{}.txt", n * 3);

@@ -8,7 +8,7 @@ use gix_object::{Find, Kind};
 
 use super::{Bits, Depth, PackBitmap, Reach};
 use crate::graph::TreePath;
-use crate::graph::unchanged::{LastAtPath, Unchanged};
+use crate::graph::unchanged::{LastAtPath, changed_entries};
 
 impl PackBitmap {
     pub(super) fn walk(
@@ -177,22 +177,8 @@ impl PackBitmap {
             }
             if data.kind == Kind::Tree {
                 let walked = last_at_path.take(path.full);
-                let mut unchanged = Unchanged::new(&walked, id.kind().len_in_bytes());
-                let mut rest = data.data;
-                while !rest.is_empty() {
-                    let same = unchanged.same_prefix(rest);
-                    if same > 0 {
-                        rest = &rest[same..]; // met where the version walked before was
-                        continue;
-                    }
-                    let entry = gix_object::TreeRefIter::from_bytes(rest, id.kind())
-                        .next()
-                        .and_then(Result::ok)
-                        .ok_or(ServeError::MissingObject(id))?;
-                    let end =
-                        entry.oid.as_bytes().as_ptr() as usize - rest.as_ptr() as usize + entry.oid.as_bytes().len();
-                    rest = &rest[end..];
-                    unchanged.pass(entry.filename);
+                for entry in changed_entries(data.data, &walked, id.kind()) {
+                    let entry = entry.map_err(|_| ServeError::MissingObject(id))?;
                     #[cfg(feature = "test-hooks")]
                     super::ENTRIES_TESTED_BY_REACH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if entry.mode.is_commit() || seen.contains(entry.oid) {

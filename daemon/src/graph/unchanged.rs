@@ -39,14 +39,49 @@ impl LastAtPath {
     }
 }
 
+/// The entries of `newer` (a tree's bytes) that are not unchanged from `walked` (the version of it
+/// walked before at its path; empty: none), in order, each parsed; the rest are skipped unparsed.
+/// An entry that does not parse is the last item.
+pub fn changed_entries<'a>(newer: &'a [u8], walked: &'a [u8], hash: gix_hash::Kind) -> ChangedEntries<'a> {
+    ChangedEntries { rest: newer, unchanged: Unchanged::new(walked, hash.len_in_bytes()), hash }
+}
+
+/// [`changed_entries`].
+pub struct ChangedEntries<'a> {
+    rest: &'a [u8],
+    unchanged: Unchanged<'a>,
+    hash: gix_hash::Kind,
+}
+
+impl<'a> Iterator for ChangedEntries<'a> {
+    type Item = gix_error::Result<gix_object::tree::EntryRef<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let same = self.unchanged.same_prefix(self.rest);
+        self.rest = &self.rest[same..];
+        let entry = match gix_object::TreeRefIter::from_bytes(self.rest, self.hash).next()? {
+            Ok(entry) => entry,
+            Err(err) => {
+                self.rest = &[];
+                return Some(Err(err));
+            }
+        };
+        // Past the entry: its id ends it.
+        let id = entry.oid.as_bytes();
+        self.rest = &self.rest[id.as_ptr() as usize - self.rest.as_ptr() as usize + id.len()..];
+        self.unchanged.pass(entry.filename);
+        Some(Ok(entry))
+    }
+}
+
 /// A cursor over the entries of a walked tree, in order, for the entries of a newer version of it.
-pub struct Unchanged<'a> {
+struct Unchanged<'a> {
     walked: &'a [u8],
     hash_len: usize,
 }
 
 impl<'a> Unchanged<'a> {
-    pub fn new(walked: &'a [u8], hash_len: usize) -> Self {
+    fn new(walked: &'a [u8], hash_len: usize) -> Self {
         Unchanged { walked, hash_len }
     }
 
@@ -54,7 +89,7 @@ impl<'a> Unchanged<'a> {
     /// entries equal to the walked tree's at the cursor; the cursor passes them. An entry's bytes
     /// are its mode, name and id; mode and name hold no NUL, so equal bytes up to the walked
     /// entry's end are one equal entry.
-    pub fn same_prefix(&mut self, newer: &[u8]) -> usize {
+    fn same_prefix(&mut self, newer: &[u8]) -> usize {
         let mut same = 0;
         while let Some(entry) = self.first()
             && newer.get(same..same + entry.len()) == Some(entry)
@@ -70,7 +105,7 @@ impl<'a> Unchanged<'a> {
     /// order puts a directory as if its name ended in `/`, and where that differs from the bytes'
     /// order an unchanged entry is only looked up (never skipped wrongly: skipping needs equal
     /// bytes).
-    pub fn pass(&mut self, name: &[u8]) {
+    fn pass(&mut self, name: &[u8]) {
         while let Some(entry) = self.first() {
             let space = memchr::memchr(b' ', entry).unwrap_or(0);
             let walked_name = entry.get(space + 1..entry.len() - 1 - self.hash_len).unwrap_or_default();

@@ -299,29 +299,13 @@ impl<'r> Walker<'r> {
             // for 330 000 trees and blobs), most without a look-up ([`crate::graph::unchanged`]).
             let skip_seen = self.filter.tree_depth.is_none();
             let walked = if skip_seen { self.last_at_path.take(path.full) } else { Vec::new() };
-            let mut unchanged = crate::graph::unchanged::Unchanged::new(&walked, tree.kind().len_in_bytes());
-            let mut rest: &[u8] = &data;
-            while !rest.is_empty() {
-                if skip_seen {
-                    let same = unchanged.same_prefix(rest);
-                    if same > 0 {
-                        rest = &rest[same..];
-                        continue;
-                    }
-                }
-                let entry = gix_object::TreeRefIter::from_bytes(rest, tree.kind())
-                    .next()
-                    .and_then(Result::ok)
-                    .ok_or(ServeError::MissingObject(tree))?;
-                // Past the entry: its id ends it.
-                let end = entry.oid.as_bytes().as_ptr() as usize - rest.as_ptr() as usize + entry.oid.as_bytes().len();
-                rest = &rest[end..];
+            for entry in crate::graph::unchanged::changed_entries(&data, &walked, tree.kind()) {
+                let entry = entry.map_err(|_| ServeError::MissingObject(tree))?;
                 if entry.mode.is_commit() {
                     continue; // a gitlink: the commit lives in another repository
                 }
                 let id = entry.oid;
                 if skip_seen {
-                    unchanged.pass(entry.filename);
                     #[cfg(feature = "test-hooks")]
                     ENTRIES_LOOKED_UP.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if self.met.contains(&self.out.objects, id) || self.out.client_has.contains(id) {
