@@ -53,7 +53,8 @@
 //!   [`bitmap`] — git's pack bitmaps, for selection without a walk.
 //! - [`repo`] — repository access: URL path to repository under the base path, export rules,
 //!   the ref snapshot, where refs are kept (`repo::ref_store`: the files backend or a reftable
-//!   stack, and a reftable transaction), per-repository caches (`repo::cache`), git's commit-graph read and
+//!   stack, and a reftable transaction), per-repository caches (`repo::cache`), trailing checksums
+//!   checked once per file (`repo::checked`), git's commit-graph read and
 //!   verified for walks (`repo::commit_graph`); [`packs`] — the pack files, so an entry is copied
 //!   without being inflated to find its end; [`pack_ranges`] — a pack file mapped with its
 //!   descriptor, so that its bytes travel up the layers as ranges of the file, not copies; [`ref_locks`] — the ref lock files a push or a

@@ -491,3 +491,41 @@ fn a_corrupt_or_stale_multi_pack_index_bitmap_is_served_around() {
         assert_eq!(all_objects(&dest), expected, "{damage}: the clone carries every object");
     }
 }
+
+/// A multi-pack-index and its bitmap are hashed (their trailing checksums checked) when first
+/// opened, not again when the repository's cache was given back while idle and the next request
+/// reopens them; a bitmap damaged in place is a changed file: hashed again, and refused.
+#[test]
+fn a_multi_pack_index_bitmap_reopened_is_not_hashed_again_until_its_file_changes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo_path = tmp.path().join("repo.git");
+    let source = corpus::ensure("midx", Hash::Sha1);
+    let status =
+        std::process::Command::new("cp").args(["-a", source.to_str().unwrap(), repo_path.to_str().unwrap()]).status();
+    assert!(status.unwrap().success());
+    let pack_dir = repo_path.join("objects/pack");
+    let hash = gix_hash::Kind::Sha1;
+    let hashed = || gixd::repo::checked::TRAILERS_HASHED.load(std::sync::atomic::Ordering::Relaxed);
+    let before = hashed();
+    let open = || gixd::bitmap::PackBitmap::open_midx(&pack_dir, hash);
+    assert!(open().unwrap().is_some());
+    assert_eq!(hashed() - before, 2, "the MIDX and its bitmap, each hashed once");
+    for _ in 0..3 {
+        assert!(open().unwrap().is_some());
+    }
+    assert_eq!(hashed() - before, 2, "reopened, the same files are not hashed again");
+
+    let file = std::fs::read_dir(&pack_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "bitmap") && p.to_string_lossy().contains("multi-pack-index-"))
+        .expect("git wrote a MIDX bitmap");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x55;
+    std::fs::write(&file, &bytes).unwrap();
+    let err = open().unwrap_err();
+    assert!(err.to_string().contains("checksum"), "{err}");
+    assert_eq!(hashed() - before, 3, "the bitmap written again is hashed again");
+}

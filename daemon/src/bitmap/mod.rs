@@ -124,7 +124,7 @@ enum Ids {
     /// its pack, read by the reusable packs' entries ([`PackBitmap::entry_at`]).
     /// `by_pack`: each pack's run of positions, the packs with the most objects first.
     Multi {
-        index: gix_pack::multi_index::File<std::sync::Arc<[u8]>>,
+        index: gix_pack::multi_index::File<tables::Shared>,
         offsets: Vec<u64>,
         by_pack: Vec<std::ops::Range<usize>>,
     },

@@ -1,15 +1,15 @@
 //! Opening a bitmap (object selection layer): a pack's own `.bitmap` or a multi-pack-index's
-//! (`multi-pack-index-<checksum>.bitmap`) read into a [`PackBitmap`] — the file checked (its
-//! checksum, and that it was written for this pack or MIDX), the type bitmaps and commit entries
-//! parsed, the positions' order taken from the reverse index — and which of a repository's
-//! bitmaps serves it ([`of`]).
+//! (`multi-pack-index-<checksum>.bitmap`) mapped into a [`PackBitmap`] — the file checked (its
+//! checksum, once per file: [`crate::repo::checked`]; and that it was written for this pack or
+//! MIDX), the type bitmaps and commit entries parsed, the positions' order taken from the reverse
+//! index — and which of a repository's bitmaps serves it ([`of`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use gix_hash::ObjectId;
 
-use super::tables::{Order, Stored, map};
+use super::tables::{Order, Shared, Stored, map};
 use super::{BitmapError, Bits, Ids, PackBitmap, fanout_table, write};
 
 /// The most packs of a multi-pack-index whose entries are copied as they stand (each held open
@@ -25,13 +25,13 @@ struct Parsed {
     by_commit: HashMap<ObjectId, usize>,
 }
 
-/// Check and parse the bitmap `data` read from `path`: its trailing checksum, magic, version,
-/// that it was written for what has the checksum `expected` (the pack's, or the
+/// Check and parse the bitmap `data` mapped from `file` at `path`: its trailing checksum, magic,
+/// version, that it was written for what has the checksum `expected` (the pack's, or the
 /// multi-pack-index's), the type bitmaps and the commit entries (`id_at`: the id at an index
 /// position).
 fn parse(
     path: &Path,
-    data: &[u8],
+    (data, file): (&[u8], &std::fs::File),
     hash: gix_hash::Kind,
     n: usize,
     expected: &gix_hash::oid,
@@ -43,13 +43,10 @@ fn parse(
     if data.len() < 12 + 2 * hash_len {
         return Err(corrupt("truncated"));
     }
-    let (body, trailer) = data.split_at(data.len() - hash_len);
-    let mut hasher = gix_hash::hasher(hash);
-    hasher.update(body);
-    let digest = hasher.try_finalize().map_err(|_| corrupt("checksum"))?;
-    if digest.as_bytes() != trailer {
+    if !crate::repo::checked::trailer_matches(file, data, hash) {
         return Err(corrupt("checksum mismatch"));
     }
+    let body = &data[..data.len() - hash_len];
     if &data[0..4] != b"BITM" {
         return Err(corrupt("not a bitmap (magic)"));
     }
@@ -74,8 +71,9 @@ fn parse(
         let position = be32(rest, 0).ok_or_else(|| corrupt("entry"))? as usize;
         let xor = *rest.get(4).ok_or_else(|| corrupt("entry"))? as usize;
         let bitmap = rest.get(6..).ok_or_else(|| corrupt("entry"))?;
-        // Checked now, decoded again when a walk meets the commit (from the mapped file).
-        let (_, tail) = gix_bitmap::ewah::decode(bitmap).map_err(|e| corrupt(&format!("entry {i}: {e}")))?;
+        // Only stepped over now: decoded when a walk meets the commit (from the mapped file), and
+        // one that does not decode then is walked instead ([`super::tables::Stored`]).
+        let tail = ewah_skipped(bitmap).ok_or_else(|| corrupt(&format!("entry {i}: truncated")))?;
         let at = bitmap.as_ptr() as usize - data.as_ptr() as usize;
         rest = tail;
         if position >= n || xor > i {
@@ -91,12 +89,7 @@ fn parse(
 /// A multi-pack-index's reverse index (pseudo-pack position → MIDX position): its `RIDX`
 /// chunk (git writes one with every MIDX bitmap), else the `multi-pack-index-<checksum>.rev`
 /// file older gits wrote beside it. `None`: neither, or one that does not read.
-fn midx_reverse_index(
-    raw: &std::sync::Arc<[u8]>,
-    pack_dir: &Path,
-    checksum: &gix_hash::oid,
-    n: usize,
-) -> Option<Order> {
+fn midx_reverse_index(raw: &Shared, pack_dir: &Path, checksum: &gix_hash::oid, n: usize) -> Option<Order> {
     let be32s = |bytes: &[u8]| -> Vec<u32> {
         bytes.chunks_exact(4).map(|c| u32::from_be_bytes(c.try_into().expect("four bytes"))).collect()
     };
@@ -113,6 +106,13 @@ fn midx_reverse_index(
     (rev.get(0..4)? == b"RIDX").then(|| Order::Owned(be32s(body)))
 }
 
+/// What follows the EWAH bitmap at the start of `data` (its bit count, word count, the words
+/// and the position of the last run-length word), or `None` if it does not fit.
+fn ewah_skipped(data: &[u8]) -> Option<&[u8]> {
+    let words = be32(data, 4)? as usize;
+    data.get(8usize.checked_add(words.checked_mul(8)?)?.checked_add(4)?..)
+}
+
 fn be32(data: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
 }
@@ -122,12 +122,13 @@ impl PackBitmap {
     /// the pack has no bitmap.
     pub fn open(idx: &Path, hash: gix_hash::Kind) -> Result<Option<PackBitmap>, BitmapError> {
         let path = idx.with_extension("bitmap");
-        let Some(data) = map(&path)? else { return Ok(None) };
+        let Some((data, file)) = map(&path)? else { return Ok(None) };
         let corrupt = |message: &str| BitmapError::Corrupt { path: path.clone(), message: message.to_owned() };
         let index = gix_pack::index::File::at(idx, hash)
             .map_err(|e| BitmapError::Index { path: idx.to_owned(), message: e.to_string() })?;
         let n = index.num_objects() as usize;
-        let parsed = parse(&path, &data, hash, n, &index.pack_checksum(), |i| index.oid_at_index(i).to_owned())?;
+        let parsed =
+            parse(&path, (&data, &file), hash, n, &index.pack_checksum(), |i| index.oid_at_index(i).to_owned())?;
         let order = match Order::map_rev(&idx.with_extension("rev"), n, &index.pack_checksum(), hash) {
             Some(order) => order,
             None => Order::Owned(write::pack_order(&index)),
@@ -171,18 +172,12 @@ impl PackBitmap {
     pub fn open_midx(pack_dir: &Path, hash: gix_hash::Kind) -> Result<Option<PackBitmap>, BitmapError> {
         let midx_path = pack_dir.join("multi-pack-index");
         // Shared with the parsed MIDX, which keeps it: the reverse index is read from it too.
-        let raw: std::sync::Arc<[u8]> = match std::fs::read(&midx_path) {
-            Ok(d) => d.into(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(BitmapError::Io { path: midx_path, source }),
-        };
+        let Some((raw, file)) = map(&midx_path)? else { return Ok(None) };
         // Its trailing checksum first: a damaged offset table would place bits on other objects.
-        let trailer = raw.len().saturating_sub(hash.len_in_bytes());
-        let mut hasher = gix_hash::hasher(hash);
-        hasher.update(&raw[..trailer]);
-        if hasher.try_finalize().ok().is_none_or(|digest| digest.as_bytes() != &raw[trailer..]) {
+        if !crate::repo::checked::trailer_matches(&file, &raw, hash) {
             return Err(BitmapError::Index { path: midx_path, message: "checksum mismatch: damaged".into() });
         }
+        let raw = Shared(std::sync::Arc::new(raw));
         let index = gix_pack::multi_index::File::from_data(raw.clone(), midx_path.clone(), Some(1 << 30))
             .map_err(|e| BitmapError::Index { path: midx_path.clone(), message: e.to_string() })?;
         if index.object_hash() != hash {
@@ -190,7 +185,7 @@ impl PackBitmap {
         }
         let checksum = index.checksum();
         let path = pack_dir.join(format!("multi-pack-index-{}.bitmap", checksum.to_hex()));
-        let Some(data) = map(&path)? else { return Ok(None) };
+        let Some((data, file)) = map(&path)? else { return Ok(None) };
         // A MIDX naming a pack a repack deleted (git rewrites it on its next repack) is stale.
         if let Some(gone) = index
             .index_names()
@@ -203,21 +198,24 @@ impl PackBitmap {
         }
         let corrupt = |message: &str| BitmapError::Corrupt { path: path.clone(), message: message.to_owned() };
         let n = index.num_objects() as usize;
-        let parsed = parse(&path, &data, hash, n, &checksum, |i| index.oid_at_index(i).to_owned())?;
+        let parsed = parse(&path, (&data, &file), hash, n, &checksum, |i| index.oid_at_index(i).to_owned())?;
         let order = midx_reverse_index(&raw, pack_dir, &checksum, n)
             .ok_or_else(|| corrupt("the multi-pack-index has no reverse index that reads"))?;
         let position = order.inverse(n).ok_or_else(|| corrupt("the reverse index is no permutation"))?;
+        // Each position's pack and offset, read in the MIDX's order (its offsets table front to
+        // back, not at random: a cold open pays for the table once, not per position).
+        let mut located = vec![(0u32, 0u64); n];
+        for (i, pos) in position.iter().enumerate() {
+            located[*pos as usize] =
+                index.pack_id_and_pack_offset_at_index(i as u32).map_err(|e| corrupt(&format!("entry {i}: {e}")))?;
+        }
         let position = super::Position::Table(position);
         // The preferred pack: the one of the first position. Its objects lead the order, by
         // offset; all of them (the MIDX picks the preferred pack's copy of an object first).
         // Each other pack's objects follow as one run, by offset too.
-        let location = |pos: usize| {
-            index.pack_id_and_pack_offset_at_index(order.get(pos)).map_err(|e| corrupt(&format!("position {pos}: {e}")))
-        };
         let mut offsets = Vec::with_capacity(n);
         let mut runs: Vec<(u32, std::ops::Range<usize>)> = Vec::new();
-        for pos in 0..n {
-            let (pack_id, offset) = location(pos)?;
+        for (pos, (pack_id, offset)) in located.into_iter().enumerate() {
             match runs.last_mut() {
                 Some((id, run)) if *id == pack_id => {
                     if offsets.last().is_some_and(|last| *last >= offset) {
@@ -284,7 +282,7 @@ impl PackBitmap {
 /// a pack of which the MIDX does not pick every object (`runs`: each pack's positions) names,
 /// through the MIDX, the packs its other objects were picked from.
 fn packs_sharing_objects(
-    index: &gix_pack::multi_index::File<std::sync::Arc<[u8]>>,
+    index: &gix_pack::multi_index::File<Shared>,
     pack_dir: &Path,
     runs: &[(u32, std::ops::Range<usize>)],
 ) -> Result<Vec<bool>, BitmapError> {

@@ -11,8 +11,10 @@ use std::sync::{Arc, Mutex};
 
 use super::{BitmapError, Bits};
 
-/// The file at `path` mapped (a `.bitmap`, a `.rev`); `Ok(None)` if there is none.
-pub(super) fn map(path: &Path) -> Result<Option<memmap2::Mmap>, BitmapError> {
+/// The file at `path` mapped (a `.bitmap`, a `.rev`, a multi-pack-index), with the file it was
+/// mapped from (whose identity says whether its checksum was found right before:
+/// [`crate::repo::checked`]); `Ok(None)` if there is none.
+pub(super) fn map(path: &Path) -> Result<Option<(memmap2::Mmap, std::fs::File)>, BitmapError> {
     let file = match std::fs::File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -21,8 +23,20 @@ pub(super) fn map(path: &Path) -> Result<Option<memmap2::Mmap>, BitmapError> {
     // SAFETY: git writes these files once, under a temporary name, and renames them into place;
     // a private read-only map sees the bytes it was opened on.
     unsafe { memmap2::MmapOptions::new().map_copy_read_only(&file) }
-        .map(Some)
+        .map(|map| Some((map, file)))
         .map_err(|source| BitmapError::Io { path: path.to_owned(), source })
+}
+
+/// A mapped file shared by what reads it (a multi-pack-index: its parsed index and the reverse
+/// index in its `RIDX` chunk).
+#[derive(Clone)]
+pub(super) struct Shared(pub(super) Arc<memmap2::Mmap>);
+
+impl std::ops::Deref for Shared {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 /// Pack position → index position.
@@ -30,7 +44,7 @@ pub(super) enum Order {
     /// A pack's `.rev` file (`RIDX`, version, hash id, then the table), mapped.
     Rev(memmap2::Mmap),
     /// The `RIDX` chunk of a multi-pack-index, which the parsed index holds.
-    Chunk { raw: Arc<[u8]>, start: usize },
+    Chunk { raw: Shared, start: usize },
     /// Computed (no `.rev` beside the pack).
     Owned(Vec<u32>),
 }
@@ -40,13 +54,13 @@ impl Order {
     /// `pack_checksum`; `None` if there is none, or it is not that pack's
     /// ([`crate::packs::rev_table`]).
     pub(super) fn map_rev(path: &Path, n: usize, pack_checksum: &gix_hash::oid, hash: gix_hash::Kind) -> Option<Order> {
-        let map = map(path).ok()??;
+        let (map, _) = map(path).ok()??;
         crate::packs::rev_table(&map, n, pack_checksum, hash)?;
         Some(Order::Rev(map))
     }
 
     /// The `RIDX` chunk at `start..start + 4 * n` of a multi-pack-index's bytes.
-    pub(super) fn chunk(raw: Arc<[u8]>, start: usize, n: usize) -> Option<Order> {
+    pub(super) fn chunk(raw: Shared, start: usize, n: usize) -> Option<Order> {
         raw.get(start..start + 4 * n)?;
         Some(Order::Chunk { raw, start })
     }

@@ -1,6 +1,7 @@
 //! Repository access: a URL path to a repository below the base path (never outside it), git
 //! daemon's export rule, the snapshot of refs one request sees (kept per ref state), and the typed
-//! per-repository cache cells ([`cache`]) every layer that computes from a repository keeps.
+//! per-repository cache cells ([`cache`]) every layer that computes from a repository keeps, and
+//! the files whose trailing checksum was found right, by identity ([`checked`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use crate::config::{Exports, PathRules};
 use crate::error::{RepoError, ServeError};
 
 pub mod cache;
+pub mod checked;
 pub mod commit_graph;
 pub mod create;
 pub mod format;
