@@ -127,3 +127,29 @@ fn inner_compute_the_ref_state() {
         assert_eq!(gixd::repo::upload_ref_state(&repo).unwrap(), first);
     }
 }
+
+/// Stock git packs refs (`git pack-refs --all`: packed-refs rewritten, then the loose files
+/// deleted) while gixd reads them, between its read of packed-refs and its listing of the loose
+/// files: that read shows a branch where packed-refs had it before, older than the refs were
+/// when the request began, and a fetch of its new tip was refused as "not our ref" (the soak's
+/// 1 in 2 252). The refs are read again when their state moved under the read.
+#[test]
+fn refs_packed_by_git_while_gixd_reads_them_are_served_as_they_are_after_not_before() {
+    let (_tmp, repo, first) = repo_with_a_commit();
+    let second = commit_files(&repo, &[("a", b"b\n")], "two");
+    git(&repo, &["update-ref", "refs/heads/moving", &first]);
+    git(&repo, &["pack-refs", "--all"]);
+    git(&repo, &["update-ref", "refs/heads/moving", &second]);
+    let repos = gixd::repo::Repos::new(repo.parent().unwrap(), gixd::config::Exports::All).unwrap();
+    let served = repos.resolve("/repo").unwrap();
+    let packer = repo.clone();
+    let mut packed = false;
+    *gixd::repo::ref_store::BETWEEN_PACKED_AND_LOOSE.lock().unwrap() = Some(Box::new(move || {
+        if !std::mem::replace(&mut packed, true) {
+            git(&packer, &["pack-refs", "--all"]);
+        }
+    }));
+    let (refs, _) = repos.upload_refs(&served, &served.repo.to_thread_local()).unwrap();
+    let at = refs.refs.iter().find(|r| r.name == "refs/heads/moving").map(|r| r.id.to_string());
+    assert_eq!(at.as_deref(), Some(second.as_str()), "the branch where it is, not where packed-refs had it");
+}

@@ -352,8 +352,38 @@ impl Repos {
             }
         };
         drop(refs_seen);
-        Ok((self.refs.get_or_compute(served, state, || RefSnapshot::load(repo))?, seen))
+        // A read is kept only if the state after it is the state before it: refs that moved
+        // while they were read (git's pack-refs rewrites packed-refs, then deletes the loose
+        // files) can show a branch where packed-refs had it before, older than the state they
+        // were read at, and a fetch of its new tip was refused as "not our ref".
+        let mut state = state;
+        for _ in 1..REF_READS {
+            let read = self.refs.get_or_compute(served, state, || {
+                let snapshot = RefSnapshot::load(repo).map_err(Reread::Failed)?;
+                match upload_ref_state(repo).map_err(Reread::Failed)? {
+                    after if after == state => Ok(snapshot),
+                    after => Err(Reread::Moved(after)),
+                }
+            });
+            match read {
+                Ok(snapshot) => return Ok((snapshot, seen)),
+                Err(Reread::Moved(after)) => state = after,
+                Err(Reread::Failed(err)) => return Err(err),
+            }
+        }
+        // Still moving: the last read is served, not kept.
+        Ok((Arc::new(RefSnapshot::load(repo)?), seen))
     }
+}
+
+/// Reads of a repository's refs while they keep moving, the last one served as it is.
+const REF_READS: usize = 8;
+
+/// Why a read of the refs is not kept.
+enum Reread {
+    /// They moved while they were read: their state after it.
+    Moved(u64),
+    Failed(ServeError),
 }
 
 /// This machine's name (its UTS namespace's: each container has its own).

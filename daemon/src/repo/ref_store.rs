@@ -37,6 +37,11 @@ pub(super) enum Peel {
 /// decoded it twice — a fifth of a no-op fetch on git.git's thousand tags). packed-refs is
 /// sorted already (git writes it so), the loose refs are few: a merge of two sorted lists, where
 /// inserting every ref into a map was a seventh of that no-op fetch.
+/// What another process does between the moment the files backend's refs are read from
+/// packed-refs and the moment the loose ones are listed (for tests: `git pack-refs` there).
+#[doc(hidden)]
+pub static BETWEEN_PACKED_AND_LOOSE: std::sync::Mutex<Option<Box<dyn FnMut() + Send>>> = std::sync::Mutex::new(None);
+
 pub(super) fn files_refs(repo: &gix::Repository) -> Result<Vec<(BString, StoredRef)>, ServeError> {
     let mut packed: Vec<(BString, StoredRef)> = Vec::new();
     if let Ok(Some(buffer)) = repo.refs.cached_packed_buffer() {
@@ -65,6 +70,9 @@ pub(super) fn files_refs(repo: &gix::Repository) -> Result<Vec<(BString, StoredR
                 ));
             }
         }
+    }
+    if let Some(between) = BETWEEN_PACKED_AND_LOOSE.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        between();
     }
     let mut loose: Vec<(BString, StoredRef)> = Vec::new();
     for reference in repo.refs.loose_iter().map_err(ServeError::Io)?.flatten() {
