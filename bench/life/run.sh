@@ -12,7 +12,8 @@
 # gixd after its geometric run with git on a copy of the pushed state after git's own
 # `git repack --geometric=2 -d --write-midx -b`.
 #
-#   bench/life/run.sh SRC OUT [GIXD]     (BACK=2000 PUSHES=40 STEP=50 REPS=3 by default)
+#   cargo xtask bench life SRC OUT [--writer …] [--pushes N] …   (writes bench/results/life/)
+#   bench/life/run.sh SRC OUT [GIXD]     (BACK=2000 PUSHES=40 STEP=50 REPS=3 by default; to stdout)
 #
 # STATE_ONLY=1 stops after the pushes: OUT/base/repo.git is the state, for profiling by hand.
 #

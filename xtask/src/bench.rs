@@ -8,6 +8,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::queue::Queue;
+use bench_support::run::{free_port, output, round_order, wait_for_port};
 
 pub const RESULTS: &str = "bench/results/patch-costs.json";
 
@@ -56,14 +57,6 @@ fn build_arm(root: &Path, arm: &str, queue: &Queue) -> Result<(PathBuf, Vec<Stri
         built.push(if from_vendor { format!("{krate} {v} + patches/") } else { format!("{krate} {v}") });
     }
     Ok((dir.join("target/release/patch-costs"), built))
-}
-
-pub(crate) fn output(cmd: &mut Command) -> Result<String> {
-    let out = cmd.output()?;
-    if !out.status.success() {
-        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(String::from_utf8(out.stdout)?.trim().to_owned())
 }
 
 /// A self-signed certificate for 127.0.0.1 and its key (`cert.pem`, `key.pem` in `dir`), made by
@@ -125,15 +118,6 @@ pub(crate) fn finish(
     std::fs::write(root.join(results), serde_json::to_string_pretty(&doc)? + "\n")?;
     println!("wrote {results} ({} runs); render with `cargo xtask report`", doc["runs"].as_array().map_or(0, Vec::len));
     Ok(())
-}
-
-/// The arms' order in `round`: as given, reversed every other round.
-pub(crate) fn round_order(arms: usize, round: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..arms).collect();
-    if round % 2 == 1 {
-        order.reverse();
-    }
-    order
 }
 
 /// The gixd a benchmark measures: `given`, or a release build of the committed tree.
@@ -378,21 +362,6 @@ pub fn clone(root: &Path, rounds: usize, repos: Vec<PathBuf>) -> Result<()> {
 
 pub const WRITES_RESULTS: &str = "bench/results/writes.json";
 pub const RAMP_RESULTS: &str = "bench/results/ramp.json";
-
-/// A free TCP port on loopback (bound, then released).
-pub(crate) fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-pub(crate) fn wait_for_port(port: u16) -> Result<()> {
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(());
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
-    bail!("nothing listens on port {port}")
-}
 
 /// Attach `strace -f -c` to `pid` (and every process it forks) counting write-family calls;
 /// returns the strace child, once it is attached.

@@ -18,7 +18,7 @@ fn generate_big(dest: &Path) -> Result<()> {
     let scratch = dest.with_extension("building");
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch)?;
-    crate::bench::output(Command::new("git").args(["init", "-q", "--bare", "-b", "main"]).arg(&scratch))?;
+    bench_support::run::output(Command::new("git").args(["init", "-q", "--bare", "-b", "main"]).arg(&scratch))?;
     let mut child =
         Command::new("git").args(["fast-import", "--quiet"]).current_dir(&scratch).stdin(Stdio::piped()).spawn()?;
     let mut stdin = std::io::BufWriter::new(child.stdin.take().context("stdin")?);
@@ -58,7 +58,7 @@ fn generate_big(dest: &Path) -> Result<()> {
     if !child.wait()?.success() {
         bail!("fast-import failed");
     }
-    crate::bench::output(Command::new("git").current_dir(&scratch).args([
+    bench_support::run::output(Command::new("git").current_dir(&scratch).args([
         "-c",
         "pack.writeReverseIndex=true",
         "repack",
@@ -75,9 +75,11 @@ fn variant(repo: &Path, dest: &Path, bitmap: bool) -> Result<()> {
         return Ok(());
     }
     let _ = std::fs::remove_dir_all(dest);
-    crate::bench::output(Command::new("git").args(["clone", "-q", "--mirror", "--no-local"]).arg(repo).arg(dest))?;
+    bench_support::run::output(
+        Command::new("git").args(["clone", "-q", "--mirror", "--no-local"]).arg(repo).arg(dest),
+    )?;
     let flag = if bitmap { "--write-bitmap-index" } else { "--no-write-bitmap-index" };
-    crate::bench::output(Command::new("git").current_dir(dest).args([
+    bench_support::run::output(Command::new("git").current_dir(dest).args([
         "-c",
         "pack.writeReverseIndex=true",
         "repack",
@@ -107,7 +109,7 @@ pub fn run(root: &Path, rounds: usize) -> Result<()> {
         std::fs::create_dir_all(without.parent().unwrap())?;
         variant(source, &with, true)?;
         variant(source, &without, false)?;
-        let objects: u64 = crate::bench::output(
+        let objects: u64 = bench_support::run::output(
             Command::new("git").args(["rev-list", "--objects", "--all", "--count"]).current_dir(&with),
         )?
         .parse()?;
@@ -126,7 +128,7 @@ pub fn run(root: &Path, rounds: usize) -> Result<()> {
     let mut runs = Vec::new();
     for (name, objects, with, without) in &repos {
         for round in 0..rounds {
-            for i in crate::bench::round_order(arms.len(), round) {
+            for i in bench_support::run::round_order(arms.len(), round) {
                 let arm = arms[i];
                 let repo = if arm.ends_with("bitmap") { with } else { without };
                 let dest = scratch.0.join(format!("{round}-{i}"));
@@ -135,7 +137,7 @@ pub fn run(root: &Path, rounds: usize) -> Result<()> {
                 } else {
                     crate::bench::clone_git(&xtask, repo, &dest, &scratch.0)?
                 };
-                let got: u64 = crate::bench::output(
+                let got: u64 = bench_support::run::output(
                     Command::new("git").args(["rev-list", "--objects", "--all", "--count"]).current_dir(&dest),
                 )?
                 .parse()?;

@@ -10,18 +10,15 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
+use bench_support::run::git;
 
 pub const BUNDLE_RESULTS: &str = "bench/results/bundles.json";
 pub const ARMS: [&str; 2] = ["plain clone", "bundle-uri clone"];
 
-fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    crate::bench::output(Command::new("git").current_dir(dir).args(args))
-}
-
 /// CPU of `gixd maintenance <repo>` (µs, from getrusage of the child).
 fn maintenance_cpu_us(gixd: &Path, repo: &Path) -> Result<i64> {
     let before = crate::bench::children_cpu_us();
-    crate::bench::output(Command::new(gixd).arg("maintenance").arg(repo))?;
+    bench_support::run::output(Command::new(gixd).arg("maintenance").arg(repo))?;
     Ok(crate::bench::children_cpu_us() - before)
 }
 
@@ -95,7 +92,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
     let result = (|| -> Result<()> {
         for round in 0..rounds {
             for name in &names {
-                for i in crate::bench::round_order(ARMS.len(), round) {
+                for i in bench_support::run::round_order(ARMS.len(), round) {
                     let arm = ARMS[i];
                     let url = format!("http://{addr}/{name}.git");
                     let dest = scratch.0.join(format!("clone-{name}-{round}-{i}"));

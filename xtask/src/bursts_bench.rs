@@ -112,7 +112,7 @@ pub(crate) fn start(name: &str, mut cmd: Command, ports: &[u16]) -> Result<Serve
     // Before it serves anything (and forks for it): everything it forks later is counted too.
     group.enter(child.id())?;
     for port in ports {
-        crate::bench::wait_for_port(*port)?;
+        bench_support::run::wait_for_port(*port)?;
     }
     Ok(Server { child, group, version: String::new() })
 }
@@ -198,7 +198,7 @@ pub(crate) fn warm(repo: &Path) -> Result<()> {
 /// touched by the cloning clients first, so without this gixd alone paid for its own code
 /// (up to 18 MiB of an idle gixd's cgroup).
 pub(crate) fn warm_programs(gixd: &Path) -> Result<()> {
-    let exec_path = crate::bench::output(Command::new("git").arg("--exec-path"))?;
+    let exec_path = bench_support::run::output(Command::new("git").arg("--exec-path"))?;
     let mut programs = vec![gixd.to_owned(), PathBuf::from("/usr/sbin/lighttpd"), PathBuf::from("/usr/sbin/sshd")];
     for entry in std::fs::read_dir(exec_path.trim())? {
         programs.push(entry?.path());
@@ -231,15 +231,18 @@ pub(crate) fn repacked_copies(repos: &[PathBuf], base: &Path) -> Result<Vec<Copy
             if !dest.join("HEAD").is_file() {
                 let partial = base.join(format!("{name}-{state}.partial"));
                 let _ = std::fs::remove_dir_all(&partial);
-                crate::bench::output(
+                bench_support::run::output(
                     Command::new("git").args(["clone", "-q", "--bare", "--no-local"]).arg(source).arg(&partial),
                 )?;
-                crate::bench::output(Command::new("git").current_dir(&partial).args(["remote", "remove", "origin"]))?;
-                crate::bench::output(Command::new("git").current_dir(&partial).arg("repack").args(flags))?;
+                bench_support::run::output(
+                    Command::new("git").current_dir(&partial).args(["remote", "remove", "origin"]),
+                )?;
+                bench_support::run::output(Command::new("git").current_dir(&partial).arg("repack").args(flags))?;
                 std::fs::rename(&partial, &dest)?;
             }
             let count = ["rev-list", "--objects", "--all", "--count"];
-            let objects: u64 = crate::bench::output(Command::new("git").current_dir(&dest).args(count))?.parse()?;
+            let objects: u64 =
+                bench_support::run::output(Command::new("git").current_dir(&dest).args(count))?.parse()?;
             copies.push((name.clone(), state, dest, objects));
         }
     }
@@ -285,7 +288,7 @@ pub fn run(
         }
     }
 
-    let metrics = crate::bench::free_port()?;
+    let metrics = bench_support::run::free_port()?;
     let (servers, arms, describe) = if secure {
         secure_servers(&gixd, &base, &scratch.0, metrics)?
     } else {
@@ -316,7 +319,7 @@ pub fn run(
         let dir_name = path.file_name().unwrap().to_string_lossy().into_owned();
         for &clients in sizes {
             for round in 0..rounds {
-                for arm in crate::bench::round_order(arms.len(), round).into_iter().map(|i| &arms[i]) {
+                for arm in bench_support::run::round_order(arms.len(), round).into_iter().map(|i| &arms[i]) {
                     let (server, url) = (&servers[arm.server], arm.url.replace("{repo}", &dir_name));
                     let arm_env = &arm.env;
                     let arm = arm.name;
@@ -385,7 +388,7 @@ type Described = Vec<(&'static str, String)>;
 
 /// gixd at its defaults over HTTP and git://, git daemon, git http-backend behind lighttpd.
 fn plain_servers(gixd: &Path, base: &Path, scratch: &Path, metrics: u16) -> Result<(Vec<Server>, Vec<Arm>, Described)> {
-    let (http, git_port) = (crate::bench::free_port()?, crate::bench::free_port()?);
+    let (http, git_port) = (bench_support::run::free_port()?, bench_support::run::free_port()?);
     let mut cmd = Command::new(gixd);
     cmd.args(["serve", "--export-all", "--listen", &format!("127.0.0.1:{http}")])
         .args(["--git-listen", &format!("127.0.0.1:{git_port}")])
@@ -394,24 +397,24 @@ fn plain_servers(gixd: &Path, base: &Path, scratch: &Path, metrics: u16) -> Resu
         .arg(base)
         .env("GIXD_LOG", "warn");
     let mut gixd_server = start("gixd", cmd, &[http, git_port])?;
-    gixd_server.version = crate::bench::output(Command::new(gixd).arg("--version"))?;
+    gixd_server.version = bench_support::run::output(Command::new(gixd).arg("--version"))?;
 
-    let daemon_port = crate::bench::free_port()?;
-    let exec_path = crate::bench::output(Command::new("git").arg("--exec-path"))?;
+    let daemon_port = bench_support::run::free_port()?;
+    let exec_path = bench_support::run::output(Command::new("git").arg("--exec-path"))?;
     let mut cmd = Command::new(Path::new(&exec_path).join("git-daemon"));
     cmd.args(["--export-all", "--reuseaddr", "--listen=127.0.0.1", &format!("--port={daemon_port}")])
         .arg(format!("--base-path={}", base.display()));
     let mut daemon = start("git daemon", cmd, &[daemon_port])?;
-    daemon.version = crate::bench::output(Command::new("git").arg("--version"))?;
+    daemon.version = bench_support::run::output(Command::new("git").arg("--version"))?;
 
-    let backend_port = crate::bench::free_port()?;
+    let backend_port = bench_support::run::free_port()?;
     let conf = scratch.join("lighttpd.conf");
     let backend = Path::new(&exec_path).join("git-http-backend");
     std::fs::write(&conf, bench_support::http_backend_conf(scratch, base, &backend, backend_port, true))?;
     let mut cmd = Command::new("lighttpd");
     cmd.arg("-D").arg("-f").arg(&conf);
     let mut lighttpd = start("git http-backend", cmd, &[backend_port])?;
-    lighttpd.version = crate::bench::output(Command::new("lighttpd").arg("-v")).unwrap_or_default();
+    lighttpd.version = bench_support::run::output(Command::new("lighttpd").arg("-v")).unwrap_or_default();
 
     let arm = |name, server, url: String| Arm { name, server, url, env: Vec::new() };
     let arms = vec![
@@ -443,7 +446,7 @@ pub(crate) fn http_backend_tls(
     port: u16,
     (cert, key): (&Path, &Path),
 ) -> Result<Server> {
-    let exec_path = crate::bench::output(Command::new("git").arg("--exec-path"))?;
+    let exec_path = bench_support::run::output(Command::new("git").arg("--exec-path"))?;
     let conf = scratch.join("lighttpd.conf");
     let backend = Path::new(&exec_path).join("git-http-backend");
     let mut text = bench_support::http_backend_conf(scratch, base, &backend, port, true);
@@ -457,7 +460,7 @@ pub(crate) fn http_backend_tls(
     let mut cmd = Command::new("lighttpd");
     cmd.arg("-D").arg("-f").arg(&conf);
     let mut lighttpd = start(name, cmd, &[port])?;
-    lighttpd.version = crate::bench::output(Command::new("lighttpd").arg("-v")).unwrap_or_default();
+    lighttpd.version = bench_support::run::output(Command::new("lighttpd").arg("-v")).unwrap_or_default();
     Ok(lighttpd)
 }
 
@@ -474,7 +477,7 @@ fn secure_servers(
     let keygen = |name: &str| crate::bench::ssh_key(scratch, name);
     let (client_key, host_key) = (keygen("client_key")?, keygen("ssh_host_ed25519_key")?);
     let tokens = scratch.join("tokens.toml");
-    crate::bench::output(
+    bench_support::run::output(
         Command::new(gixd)
             .args(["key", "add", "--user", "bench", "--key-file"])
             .arg(client_key.with_extension("pub"))
@@ -490,7 +493,8 @@ fn secure_servers(
             tokens.display().to_string()
         ),
     )?;
-    let (http, https, ssh) = (crate::bench::free_port()?, crate::bench::free_port()?, crate::bench::free_port()?);
+    let (http, https, ssh) =
+        (bench_support::run::free_port()?, bench_support::run::free_port()?, bench_support::run::free_port()?);
     let mut cmd = Command::new(gixd);
     cmd.args(["serve", "--config"])
         .arg(&config)
@@ -504,13 +508,13 @@ fn secure_servers(
         .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
         .env("GIXD_LOG", "warn");
     let mut gixd_server = start("gixd", cmd, &[http, https, ssh])?;
-    gixd_server.version = crate::bench::output(Command::new(gixd).arg("--version"))?;
+    gixd_server.version = bench_support::run::output(Command::new(gixd).arg("--version"))?;
 
-    let backend_port = crate::bench::free_port()?;
+    let backend_port = bench_support::run::free_port()?;
     let lighttpd = http_backend_tls("git http-backend https", scratch, base, backend_port, (&cert, &key))?;
 
     std::fs::create_dir_all("/run/sshd")?;
-    let sshd_port = crate::bench::free_port()?;
+    let sshd_port = bench_support::run::free_port()?;
     let authorized = scratch.join("authorized_keys");
     std::fs::write(&authorized, std::fs::read_to_string(client_key.with_extension("pub"))?)?;
     let sshd_config = scratch.join("sshd_config");
@@ -559,7 +563,7 @@ fn secure_servers(
         ),
         ("lighttpd", lighttpd.version.clone()),
         ("sshd", sshd.version.clone()),
-        ("git_daemon", crate::bench::output(Command::new("git").arg("--version"))?),
+        ("git_daemon", bench_support::run::output(Command::new("git").arg("--version"))?),
     ];
     Ok((vec![gixd_server, lighttpd, sshd], arms, described))
 }

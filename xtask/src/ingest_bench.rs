@@ -15,6 +15,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use bench_support::run::git;
 
 pub const INGEST_RESULTS: &str = "bench/results/ingest.json";
 
@@ -23,10 +24,6 @@ const ARMS: [&str; 4] = ["gixd", "gixd git://", "git", "git http-backend"];
 
 /// What every arm pushes: every branch and tag.
 const REFSPECS: [&str; 2] = ["refs/heads/*:refs/heads/*", "refs/tags/*:refs/tags/*"];
-
-fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    crate::bench::output(Command::new("git").current_dir(dir).args(args))
-}
 
 pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf>) -> Result<()> {
     let gixd = crate::bench::gixd_or_build(root, gixd)?;
@@ -60,7 +57,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
     let mut runs = Vec::new();
     for round in 0..rounds {
         for (name, client) in &sources {
-            for arm in crate::bench::round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
+            for arm in bench_support::run::round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
                 let base = scratch.0.join(format!("base-{name}-{round}-{}", arm.replace([' ', ':', '/'], "")));
                 std::fs::create_dir_all(&base)?;
                 git(&base, &["init", "-q", "--bare", "r.git"])?;
@@ -103,7 +100,7 @@ fn peak_kb(pid: u32) -> Result<i64> {
 }
 
 fn push_gixd(gixd: &Path, base: &Path, client: &Path, git_protocol: bool) -> Result<(i64, i64, i64)> {
-    let port = crate::bench::free_port()?;
+    let port = bench_support::run::free_port()?;
     let listen = format!("127.0.0.1:{port}");
     let mut extra: Vec<&std::ffi::OsStr> = vec!["--auto-maintenance=false".as_ref()];
     if git_protocol {
@@ -149,7 +146,7 @@ fn push_git(xtask: &Path, repo: &Path, client: &Path, scratch: &Path) -> Result<
 /// processes are not followed).
 fn push_http_backend(base: &Path, client: &Path, scratch: &Path) -> Result<(i64, i64, i64)> {
     git(&base.join("r.git"), &["config", "http.receivepack", "true"])?;
-    let port = crate::bench::free_port()?;
+    let port = bench_support::run::free_port()?;
     let dir = scratch.join(format!("lighttpd-{port}"));
     std::fs::create_dir_all(&dir)?;
     let conf = dir.join("lighttpd.conf");
@@ -157,7 +154,7 @@ fn push_http_backend(base: &Path, client: &Path, scratch: &Path) -> Result<(i64,
     std::fs::write(&conf, bench_support::http_backend_conf(&dir, base, backend, port, false))?;
     let mut child = Command::new("lighttpd").arg("-D").arg("-f").arg(&conf).spawn().context("lighttpd")?;
     let result = (|| {
-        crate::bench::wait_for_port(port)?;
+        bench_support::run::wait_for_port(port)?;
         let started = Instant::now();
         let status = Command::new("git")
             .current_dir(client)

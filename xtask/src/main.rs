@@ -6,12 +6,14 @@
 //! - pristine sources come through cargo itself (`tree::pristine`), cached in `target/xtask/`.
 
 mod appliance;
+mod bakeoff;
 mod bench;
 mod bitmaps_bench;
 mod bundle_bench;
 mod bursts_bench;
 mod guards;
 mod ingest_bench;
+mod life;
 mod maintenance_bench;
 mod narrow;
 mod push_bench;
@@ -93,6 +95,15 @@ enum Top {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// The bake-off: gixd against git http-backend (lighttpd), git daemon and JGit's daemon, each
+    /// a real server in a cgroup of its own behind one counting relay (as root); its reports are
+    /// `bench/bakeoff*.md` and `bench/bakeoff.svg`.
+    Bakeoff(bakeoff::Args),
+    /// A repository's life under pushes (`bench/life/run.sh`): states written by gixd, by stock
+    /// git or both, and clone, blob:none, fetch 200 behind and no-op against git upload-pack on
+    /// the same directory, after the pushes and after each maintenance; report `bench/life.md`.
+    /// By hand, on a real repository.
+    Life(life::Args),
     /// Pack generation on stock crates vs the patched vendor/ (threads, re-deflated objects, CPU).
     Patches {
         #[arg(long, default_value_t = 9)]
@@ -128,13 +139,17 @@ enum BenchCmd {
     },
     /// Real repositories, each repacked with and without a bitmap: clone, `--depth 1`,
     /// `blob:none`, a fetch 200 commits behind and a no-op fetch, gixd (HTTP) vs git upload-pack
-    /// (server CPU, bytes, objects). Run by hand (bench/real-repos.sh); not in CI.
+    /// (server CPU, bytes, objects). Run by hand (it needs the repositories); not in CI.
     Real {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
-        /// Bare repositories to serve (copied and repacked under target/real-bench/, never modified).
+        /// Bare repositories to serve: each copied once into target/real-repos/ (heads and tags;
+        /// the source is never written to), then repacked under target/real-bench/.
         #[arg(long, required = true)]
         repo: Vec<PathBuf>,
+        /// Make the copies in target/real-repos/ and stop (other benchmarks take them as --repo).
+        #[arg(long)]
+        copy_only: bool,
         /// Measure this gixd binary instead of a release build of the committed tree.
         #[arg(long)]
         gixd: Option<PathBuf>,
@@ -374,6 +389,8 @@ fn run(cli: Cli) -> Result<()> {
                 rebase(&root, &moves, !no_test)
             }
         },
+        Top::Bench { command: BenchCmd::Bakeoff(args) } => bakeoff::run(&root, args),
+        Top::Bench { command: BenchCmd::Life(args) } => life::run(&root, args),
         Top::Bench { command: BenchCmd::Patches { rounds } } => bench::patches(&root, rounds),
         Top::Bench { command: BenchCmd::Clone { rounds, repo } } => bench::clone(&root, rounds, repo),
         Top::Rusage { .. } => unreachable!("handled above"),
@@ -398,7 +415,9 @@ fn run(cli: Cli) -> Result<()> {
             };
             maintenance_bench::run(&root, rounds, repo, state, gixd)
         }
-        Top::Bench { command: BenchCmd::Real { rounds, repo, gixd } } => real_bench::run(&root, rounds, repo, gixd),
+        Top::Bench { command: BenchCmd::Real { rounds, repo, copy_only, gixd } } => {
+            real_bench::run(&root, rounds, repo, gixd, copy_only)
+        }
         Top::Bench { command: BenchCmd::Bundles { rounds, repo, gixd } } => {
             bundle_bench::run(&root, rounds, repo, gixd)
         }

@@ -42,7 +42,7 @@ pub const ARMS: [&str; 4] =
 pub const LOOSE_ARMS: [&str; 2] = ["gixd maintenance", "git repack -adb"];
 
 fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    crate::bench::output(Command::new("git").current_dir(dir).args(["-c", "pack.threads=1"]).args(args))
+    bench_support::run::git_with(dir, &["pack.threads=1"], args)
 }
 
 /// Bytes of every `.pack` file of `repo`, how many there are, and its loose objects.
@@ -110,7 +110,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, state: State, gixd: 
         repos_meta.push(serde_json::json!({ "repo": name, "objects": objects, "as_pushed": { "pack_bytes": bytes, "packs": packs, "loose": loose } }));
         let arms: &[&str] = if matches!(state, State::LooseByGit(_)) { &LOOSE_ARMS } else { &ARMS };
         for round in 0..rounds {
-            for arm in crate::bench::round_order(arms.len(), round).into_iter().map(|i| arms[i]) {
+            for arm in bench_support::run::round_order(arms.len(), round).into_iter().map(|i| arms[i]) {
                 let copy = scratch.0.join(format!("{name}-{round}-copy"));
                 if copy.exists() {
                     std::fs::remove_dir_all(&copy)?;

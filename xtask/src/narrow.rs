@@ -27,7 +27,7 @@ fn clone(url: &str, flags: &[&str], dest: &Path) -> Result<u64> {
     if !status.success() {
         bail!("git clone {flags:?} {url} failed");
     }
-    let listing = crate::bench::output(
+    let listing = bench_support::run::output(
         Command::new("git").args(["cat-file", "--batch-all-objects", "--batch-check=%(objectname)"]).current_dir(dest),
     )?;
     Ok(listing.lines().count() as u64)
@@ -41,11 +41,11 @@ pub fn run(root: &Path, rounds: usize, repo: Option<PathBuf>) -> Result<()> {
     };
     let base = repo.parent().context("repo parent")?.to_owned();
     let name = repo.file_name().context("repo name")?.to_string_lossy().into_owned();
-    let objects: u64 = crate::bench::output(
+    let objects: u64 = bench_support::run::output(
         Command::new("git").args(["rev-list", "--objects", "--all", "--count"]).current_dir(&repo),
     )?
     .parse()?;
-    let filters = crate::bench::output(
+    let filters = bench_support::run::output(
         Command::new("git").args(["config", "--get", "uploadpack.allowFilter"]).current_dir(&repo),
     )
     .unwrap_or_default();
@@ -54,7 +54,7 @@ pub fn run(root: &Path, rounds: usize, repo: Option<PathBuf>) -> Result<()> {
     }
     let xtask = std::env::current_exe()?;
     let scratch = crate::tree::Scratch::new("bench-narrow")?;
-    let exec_path = crate::bench::output(Command::new("git").arg("--exec-path"))?;
+    let exec_path = bench_support::run::output(Command::new("git").arg("--exec-path"))?;
     let rusage_file = scratch.0.join("rusage.json");
     let git_daemon = Relay::start(Upstream::Spawn(vec![
         xtask.display().to_string(),
@@ -81,7 +81,7 @@ pub fn run(root: &Path, rounds: usize, repo: Option<PathBuf>) -> Result<()> {
     let mut runs = Vec::new();
     for round in 0..rounds {
         for (op, flags) in OPERATIONS {
-            for arm in crate::bench::round_order(2, round).into_iter().map(|i| ["gixd", "git daemon"][i]) {
+            for arm in bench_support::run::round_order(2, round).into_iter().map(|i| ["gixd", "git daemon"][i]) {
                 let dest = scratch.0.join(format!("{round}-{}", runs.len()));
                 let (client_objects, cpu_us, bytes) = match arm {
                     "gixd" => {
@@ -116,7 +116,7 @@ pub fn run(root: &Path, rounds: usize, repo: Option<PathBuf>) -> Result<()> {
 }
 
 fn start_gixd(gixd: &Path, base: &Path) -> Result<(u16, u32, std::process::Child)> {
-    let git_port = crate::bench::free_port()?;
+    let git_port = bench_support::run::free_port()?;
     let child = Command::new(gixd)
         .args([
             "serve",
@@ -131,7 +131,7 @@ fn start_gixd(gixd: &Path, base: &Path) -> Result<(u16, u32, std::process::Child
         .env("GIXD_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()?;
-    crate::bench::wait_for_port(git_port)?;
+    bench_support::run::wait_for_port(git_port)?;
     let pid = child.id();
     Ok((git_port, pid, child))
 }

@@ -11,9 +11,7 @@ use anyhow::{Context, Result, bail};
 pub const PUSH_RESULTS: &str = "bench/results/push.json";
 
 fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    crate::bench::output(
-        Command::new("git").current_dir(dir).args(["-c", "user.name=bench", "-c", "user.email=bench@gixd"]).args(args),
-    )
+    bench_support::run::git_with(dir, &["user.name=bench", "user.email=bench@gixd"], args)
 }
 
 pub fn run(root: &Path, rounds: usize, repo: Option<PathBuf>) -> Result<()> {
@@ -39,7 +37,7 @@ pub fn run(root: &Path, rounds: usize, repo: Option<PathBuf>) -> Result<()> {
     )?;
     let mut runs = Vec::new();
     for round in 0..rounds {
-        for arm in crate::bench::round_order(2, round).into_iter().map(|i| ["gixd", "git"][i]) {
+        for arm in bench_support::run::round_order(2, round).into_iter().map(|i| ["gixd", "git"][i]) {
             // A fresh copy of the repository, and one new commit to push into it.
             let base = scratch.0.join(format!("base-{round}-{arm}"));
             let server_repo = base.join("r.git");

@@ -28,7 +28,9 @@ use anyhow::{Context, Result, bail};
 use bench_support::relay::{Relay, Upstream};
 use serde_json::{Value, json};
 
-use crate::bench::{output, pack_bytes, proc_cpu_us, round_order};
+use crate::bench::{pack_bytes, proc_cpu_us};
+use bench_support::run::git;
+use bench_support::run::{output, round_order};
 
 pub const REAL_RESULTS: &str = "bench/results/real-repos.json";
 
@@ -64,10 +66,6 @@ const ARMS: [&str; 3] = ["gixd", "gixd fresh", "git"];
 
 /// The refspecs both fetches use: every branch and tag, as a bare clone holds them.
 const REFSPECS: &[&str] = &["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"];
-
-fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    output(Command::new("git").current_dir(dir).args(args))
-}
 
 fn lines(text: &str) -> usize {
     text.lines().filter(|l| !l.is_empty()).count()
@@ -403,9 +401,52 @@ fn machine() -> String {
     format!("{model}, {} GiB RAM, {kernel}", mem_kb / (1024 * 1024))
 }
 
-pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf>) -> Result<()> {
-    if repos.is_empty() {
-        bail!("give at least one --repo PATH (a bare repository; bench/real-repos.sh makes local copies)");
+/// The local copy of the bare repository `src` the benchmark measures:
+/// `target/real-repos/<name>.git`, made once (heads and tags, `git clone --bare --no-local`, so
+/// `src` is never written to), named after the repository (`…/owner+name/repo`, as a fetched
+/// snapshot lies, is `name`, its origin `owner/name`). A path below `target/real-repos/` is
+/// taken as it is.
+pub fn copied(root: &Path, src: &Path) -> Result<PathBuf> {
+    let src = src.canonicalize().with_context(|| format!("{}", src.display()))?;
+    let copies = root.join("target/real-repos");
+    if src.starts_with(&copies) {
+        return Ok(src);
+    }
+    let base = src.file_name().and_then(|n| n.to_str()).context("a repository path")?;
+    let (name, origin) = match base {
+        "repo" => {
+            let parent = src.parent().and_then(|p| p.file_name()).and_then(|n| n.to_str()).context("owner+name")?;
+            let name = parent.split_once('+').map_or(parent, |(_, name)| name);
+            (name.to_owned(), parent.replacen('+', "/", 1))
+        }
+        _ => {
+            let name = base.strip_suffix(".git").unwrap_or(base);
+            (name.to_owned(), name.to_owned())
+        }
+    };
+    let dest = copies.join(format!("{name}.git"));
+    if !dest.join("HEAD").is_file() {
+        eprintln!("copying {} to {}", src.display(), dest.display());
+        let partial = copies.join(format!("{name}.git.partial"));
+        let _ = std::fs::remove_dir_all(&partial);
+        std::fs::create_dir_all(&copies)?;
+        output(
+            Command::new("nice")
+                .args(["-n", "15", "git", "clone", "-q", "--bare", "--no-local"])
+                .arg(&src)
+                .arg(&partial),
+        )?;
+        git(&partial, &["remote", "remove", "origin"])?;
+        git(&partial, &["config", "gixdbench.origin", &origin])?;
+        std::fs::rename(&partial, &dest)?;
+    }
+    Ok(dest)
+}
+
+pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf>, copy_only: bool) -> Result<()> {
+    let repos: Vec<PathBuf> = repos.iter().map(|r| copied(root, r)).collect::<Result<_>>()?;
+    if copy_only {
+        return Ok(());
     }
     let started = Instant::now();
     let scratch = crate::tree::Scratch::new("bench-real")?;

@@ -11,15 +11,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use bench_support::run::git;
 
 pub const REFS_RESULTS: &str = "bench/results/refs.json";
 
 /// The arms, by the name the report shows, and the repository each serves.
 pub const ARMS: [(&str, &str); 2] = [("loose refs, as pushed", "loose.git"), ("after gixd maintenance", "packed.git")];
-
-fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    crate::bench::output(Command::new("git").current_dir(dir).args(args))
-}
 
 /// CPU of `pid` so far, in microseconds: utime + stime, which count its exited threads too
 /// (`bench::proc_cpu_us` sums the live ones' schedstat), at the clock tick's resolution.
@@ -29,12 +26,12 @@ fn cpu_us(pid: u32) -> Result<u64> {
     let fields: Vec<&str> = after_name.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
     let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
-    let hz: u64 = crate::bench::output(Command::new("getconf").arg("CLK_TCK"))?.parse()?;
+    let hz: u64 = bench_support::run::output(Command::new("getconf").arg("CLK_TCK"))?.parse()?;
     Ok(ticks * 1_000_000 / hz)
 }
 
 fn ls_remote(url: &str) -> Result<()> {
-    crate::bench::output(Command::new("git").args(["-c", "protocol.version=2", "ls-remote", url])).map(|_| ())
+    bench_support::run::output(Command::new("git").args(["-c", "protocol.version=2", "ls-remote", url])).map(|_| ())
 }
 
 /// The server's system calls for one `git ls-remote`.
@@ -84,9 +81,11 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, requests: usize, gix
         if !copied.success() {
             bail!("copying {}", loose.display());
         }
-        crate::bench::output(Command::new(&gixd).arg("maintenance").arg(base.join("packed.git")))?;
+        bench_support::run::output(Command::new(&gixd).arg("maintenance").arg(base.join("packed.git")))?;
         let count_files = |repo: &Path| -> Result<usize> {
-            Ok(crate::bench::output(Command::new("find").arg(repo.join("refs")).args(["-type", "f"]))?.lines().count())
+            Ok(bench_support::run::output(Command::new("find").arg(repo.join("refs")).args(["-type", "f"]))?
+                .lines()
+                .count())
         };
         let refs = git(&loose, &["for-each-ref", "--format=x"])?.lines().count();
         let (loose_files, packed_files) = (count_files(&loose)?, count_files(&base.join("packed.git"))?);
@@ -98,7 +97,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, requests: usize, gix
         let (mut child, addr) = crate::bench::serve_gixd(&gixd, &base, &[])?;
         let result = (|| -> Result<()> {
             for round in 0..rounds {
-                for (arm, dir) in crate::bench::round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
+                for (arm, dir) in bench_support::run::round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
                     let url = format!("http://{addr}/{dir}");
                     ls_remote(&url)?; // the ref snapshot cached: what follows is the steady state
                     let syscalls = syscalls_of_one(child.id(), &url, &scratch.0)?;

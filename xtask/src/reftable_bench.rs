@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
+use bench_support::run::git;
 
 pub const REFTABLE_RESULTS: &str = "bench/results/reftable.json";
 
@@ -46,10 +47,6 @@ fn body(request: &str, object_format: &str) -> Vec<u8> {
     }
     out.extend_from_slice(b"0000");
     out
-}
-
-fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    crate::bench::output(Command::new("git").current_dir(dir).args(args))
 }
 
 /// git's answer: `git upload-pack --stateless-rpc` with `body` on stdin; (answer, its CPU µs).
@@ -235,7 +232,7 @@ pub fn run(
                         })
                     })
                     .collect();
-                for i in crate::bench::round_order(arms.len(), round) {
+                for i in bench_support::run::round_order(arms.len(), round) {
                     let (format, server, state, request) = arms[i];
                     let repo_name = format!("{name}-{format}.git");
                     let repo = base.join(&repo_name);

@@ -94,6 +94,9 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             }
         }
     }
+    // The reports that are whole files: the bake-off's and the life benchmark's.
+    crate::bakeoff::render::run(root, check)?;
+    crate::life::render(root, check)?;
     if !stale.is_empty() {
         bail!("not rendered from the current results: {stale:?}; run `cargo xtask report`");
     }
@@ -229,7 +232,11 @@ fn measured<'d>(doc: &'d Value, command: &str) -> Result<(&'d Vec<Value>, &'d Va
 
 /// The real-repository results (both reports read them), or how to make them.
 fn real_results(root: &Path) -> Result<Result<Value, String>> {
-    load(root, crate::real_bench::REAL_RESULTS, "`bench/real-repos.sh PATH…` (by hand: it needs the repositories)")
+    load(
+        root,
+        crate::real_bench::REAL_RESULTS,
+        "`cargo xtask bench real --repo PATH…` (by hand: it needs the repositories)",
+    )
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -18,6 +18,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::bursts_bench::{Server, start, warm};
+use bench_support::run::git;
 
 pub const SSH_RESULTS: &str = "bench/results/ssh.json";
 
@@ -25,10 +26,6 @@ pub const ARMS: [&str; 4] = ["gixd http", "gixd ssh", "git (sshd)", "gixd shell 
 
 /// What a push sends: every branch and tag.
 const REFSPECS: [&str; 2] = ["refs/heads/*:refs/heads/*", "refs/tags/*:refs/tags/*"];
-
-fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    crate::bench::output(Command::new("git").current_dir(dir).args(args))
-}
 
 pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf>) -> Result<()> {
     if unsafe { libc::geteuid() } != 0 {
@@ -57,10 +54,10 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
     let keygen = |name: &str| crate::bench::ssh_key(&scratch.0, name);
     let (git_key, gixd_key, host_key) = (keygen("git_key")?, keygen("gixd_key")?, keygen("ssh_host_ed25519_key")?);
     let tokens = scratch.0.join("tokens.toml");
-    let token = crate::bench::output(
+    let token = bench_support::run::output(
         Command::new(&gixd).args(["token", "add", "--user", "bench", "--write", "--token-file"]).arg(&tokens),
     )?;
-    crate::bench::output(
+    bench_support::run::output(
         Command::new(&gixd)
             .args(["key", "add", "--user", "bench", "--write", "--key-file"])
             .arg(gixd_key.with_extension("pub"))
@@ -77,7 +74,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
         ),
     )?;
 
-    let (http, ssh) = (crate::bench::free_port()?, crate::bench::free_port()?);
+    let (http, ssh) = (bench_support::run::free_port()?, bench_support::run::free_port()?);
     let mut cmd = Command::new(&gixd);
     cmd.arg("serve")
         .arg("--config")
@@ -87,9 +84,9 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
         .arg(scratch.0.join("gixd_host_key"))
         .env("GIXD_LOG", "warn");
     let mut gixd_server = start("gixd-ssh", cmd, &[http, ssh])?;
-    gixd_server.version = crate::bench::output(Command::new(&gixd).arg("--version"))?;
+    gixd_server.version = bench_support::run::output(Command::new(&gixd).arg("--version"))?;
 
-    let sshd_port = crate::bench::free_port()?;
+    let sshd_port = bench_support::run::free_port()?;
     let authorized = scratch.0.join("authorized_keys");
     std::fs::write(&authorized, std::fs::read_to_string(git_key.with_extension("pub"))?)?;
     let sshd_config = scratch.0.join("sshd_config");
@@ -161,7 +158,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
             )?;
         }
         for round in 0..rounds {
-            for arm in crate::bench::round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
+            for arm in bench_support::run::round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
                 let (server, key): (&Server, Option<&Path>) = match arm {
                     "gixd http" => (&gixd_server, None),
                     "gixd ssh" | "gixd shell (sshd)" => {

@@ -29,7 +29,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
     let (cert, key) = crate::bench::self_signed_cert(&scratch.0)?;
     let served = crate::bursts_bench::repacked_copies(&repos, &base)?;
 
-    let (http, https) = (crate::bench::free_port()?, crate::bench::free_port()?);
+    let (http, https) = (bench_support::run::free_port()?, bench_support::run::free_port()?);
     let mut cmd = Command::new(&gixd);
     cmd.args(["serve", "--export-all", "--listen", &format!("127.0.0.1:{http}")])
         .args(["--https-listen", &format!("127.0.0.1:{https}")])
@@ -41,9 +41,9 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
         .arg(&base)
         .env("GIXD_LOG", "warn");
     let mut gixd_server = start("gixd-tls", cmd, &[http, https])?;
-    gixd_server.version = crate::bench::output(Command::new(&gixd).arg("--version"))?;
+    gixd_server.version = bench_support::run::output(Command::new(&gixd).arg("--version"))?;
 
-    let lighttpd_port = crate::bench::free_port()?;
+    let lighttpd_port = bench_support::run::free_port()?;
     let lighttpd =
         crate::bursts_bench::http_backend_tls("lighttpd-tls", &scratch.0, &base, lighttpd_port, (&cert, &key))?;
 
@@ -61,7 +61,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
     for (name, state, path, _) in &served {
         let dir_name = path.file_name().unwrap().to_string_lossy().into_owned();
         for round in 0..rounds {
-            for arm in crate::bench::round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
+            for arm in bench_support::run::round_order(ARMS.len(), round).into_iter().map(|i| ARMS[i]) {
                 let (server, url): (&Server, String) = match arm {
                     "gixd http" => (&gixd_server, format!("http://127.0.0.1:{http}/{dir_name}")),
                     "gixd https" => (&gixd_server, format!("https://127.0.0.1:{https}/{dir_name}")),

@@ -3,6 +3,7 @@
 //! so every arm is started and counted the same way.
 
 pub mod relay;
+pub mod run;
 pub mod sshd;
 
 use std::path::Path;

@@ -5,13 +5,12 @@
 //! other, the order swapped every round; every client's exit status and resulting tip are
 //! checked, and a failure aborts the run rather than scoring it. Results append as JSON lines
 //! (a `conditions` line, then one line per measurement) to `bench/results/bakeoff/<run>.jsonl`;
-//! `render` writes `bench/bakeoff.md` and `bench/bakeoff.svg` from that file only.
+//! [`render`] writes `bench/bakeoff.md` and `bench/bakeoff.svg` from that file only (as part of
+//! `cargo xtask report`).
 //!
-//! `cargo run -p bench --release -- bakeoff [--quick] [--rounds N] [--repo PATH]… [--label NAME] [--identical N [--split-cpus | --placements shared,split]]`
-//! `cargo run -p bench --release -- render`
+//! `cargo xtask bench bakeoff [--quick] [--rounds N] [--repo PATH]… [--label NAME] [--identical N [--split-cpus | --placements shared,split]]`
 
-mod life;
-mod render;
+pub mod render;
 
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -19,42 +18,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bench_support::relay::{Relay, Upstream};
+use bench_support::run::{free_port, output, round_order, wait_for_port};
 
 /// One file per run, `<run id>.jsonl`; a run that did not finish stays `.jsonl.partial` and is
 /// removed by the next run, so only finished runs are ever rendered or committed.
 pub const RESULTS: &str = "bench/results/bakeoff";
 const CGROUP: &str = "gixd-bakeoff";
-
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("bakeoff") => bakeoff(&args[1..]),
-        Some("render") => render::run(&root(), args.get(1).map(String::as_str) == Some("--check")),
-        _ => {
-            eprintln!(
-                "usage: bench bakeoff [--quick] [--rounds N] [--repo PATH]… [--label NAME] [--identical N [--split-cpus | --placements shared,split]] | bench render [--check]"
-            );
-            std::process::exit(2);
-        }
-    };
-    if let Err(err) = result {
-        eprintln!("error: {err:#}");
-        std::process::exit(1);
-    }
-}
-
-/// The checkout (where `bench/results/` lives).
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the checkout")
-}
-
-fn output(cmd: &mut Command) -> Result<String> {
-    let out = cmd.output().with_context(|| format!("{cmd:?}"))?;
-    if !out.status.success() {
-        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(String::from_utf8(out.stdout)?.trim().to_owned())
-}
 
 fn git(dir: &Path, args: &[&str]) -> Result<String> {
     output(
@@ -75,6 +44,34 @@ fn client(dir: &Path, args: &[&str]) -> Result<Duration> {
         bail!("client failed: git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
     Ok(wall)
+}
+
+/// `cargo xtask bench bakeoff`'s arguments.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A few minutes: 2 rounds (unless `--rounds`), the ramp at 1 and 4 clients.
+    #[arg(long)]
+    quick: bool,
+    /// Rounds (default 3, 2 with `--quick`).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Bare repositories to serve (default: the corpus's linear and wide).
+    #[arg(long)]
+    repo: Vec<PathBuf>,
+    /// Runs with a label are rendered into their own report (`bench/bakeoff-<label>.md`):
+    /// letters, digits and dashes.
+    #[arg(long)]
+    label: Option<String>,
+    /// Instead of the operations and the ramp, N identical concurrent clones against one, for
+    /// gixd with its pack cache, gixd without it and git daemon.
+    #[arg(long, default_value_t = 0)]
+    identical: usize,
+    /// With `--identical`: servers on the first CPU, clients and relay on the others.
+    #[arg(long, conflicts_with = "placements")]
+    split_cpus: bool,
+    /// With `--identical`: each round in every placement given (`shared`, `split`).
+    #[arg(long)]
+    placements: Option<String>,
 }
 
 struct Options {
@@ -115,49 +112,26 @@ impl Placement {
     }
 }
 
-fn parse(args: &[String]) -> Result<Options> {
-    let quick = args.iter().any(|a| a == "--quick");
+fn parse(args: Args) -> Result<Options> {
+    let quick = args.quick;
     let mut o = Options {
         quick,
         label: None,
-        rounds: if quick { 2 } else { 3 },
-        repos: Vec::new(),
+        rounds: args.rounds.unwrap_or(if quick { 2 } else { 3 }),
+        repos: args.repo.iter().map(|r| r.canonicalize()).collect::<Result<_, _>>()?,
         rungs: if quick { vec![1, 4] } else { vec![1, 2, 4, 8, 16, 32] },
-        identical: 0,
-        placements: vec![Placement::Shared],
+        identical: args.identical,
+        placements: match (&args.placements, args.split_cpus) {
+            (Some(list), _) => Placement::parse(list)?,
+            (None, true) => vec![Placement::Split],
+            (None, false) => vec![Placement::Shared],
+        },
     };
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
-            "--quick" => {}
-            "--rounds" => {
-                i += 1;
-                o.rounds = args.get(i).context("--rounds N")?.parse()?;
-            }
-            "--repo" => {
-                i += 1;
-                o.repos.push(PathBuf::from(args.get(i).context("--repo PATH")?).canonicalize()?);
-            }
-            "--identical" => {
-                i += 1;
-                o.identical = args.get(i).context("--identical N")?.parse()?;
-            }
-            "--split-cpus" => o.placements = vec![Placement::Split],
-            "--placements" => {
-                i += 1;
-                o.placements = Placement::parse(args.get(i).context("--placements shared,split")?)?;
-            }
-            "--label" => {
-                i += 1;
-                let label = args.get(i).context("--label NAME")?;
-                if label.is_empty() || !label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-                    bail!("--label takes letters, digits and dashes");
-                }
-                o.label = Some(label.clone());
-            }
-            other => bail!("unknown argument {other}"),
+    if let Some(label) = args.label {
+        if label.is_empty() || !label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            bail!("--label takes letters, digits and dashes");
         }
-        i += 1;
+        o.label = Some(label);
     }
     if o.placements != [Placement::Shared] && o.identical == 0 {
         bail!("--split-cpus and --placements go with --identical N");
@@ -306,34 +280,11 @@ impl Arm {
     }
 }
 
-/// The arms' order in `round`: as given, reversed every other round.
-fn round_order(arms: usize, round: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..arms).collect();
-    if round % 2 == 1 {
-        order.reverse();
-    }
-    order
-}
-
 impl Drop for Arm {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-fn wait_for_port(port: u16) -> Result<()> {
-    for _ in 0..400 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    bail!("nothing listens on port {port}")
 }
 
 /// A private copy of every repository for one arm (pushes land there), set up for all
@@ -484,7 +435,7 @@ fn start_jgit(root: &Path, base: &Path, group: Group) -> Result<Arm> {
     let classpath = classpath.join(":");
     let classes = root.join("target/bench/jgit");
     std::fs::create_dir_all(&classes)?;
-    let source = root.join("bench/harness/JGitDaemon.java");
+    let source = root.join("bench/bakeoff/JGitDaemon.java");
     output(Command::new("javac").args(["-d"]).arg(&classes).args(["-cp", &classpath]).arg(&source))
         .context("javac (apt-get install default-jdk-headless)")?;
     let port = free_port()?;
@@ -620,9 +571,9 @@ fn loadavg() -> String {
         .join(" ")
 }
 
-fn bakeoff(args: &[String]) -> Result<()> {
+pub fn run(root: &Path, args: Args) -> Result<()> {
     let o = parse(args)?;
-    let root = root();
+    let root = root.to_owned();
     if unsafe { libc::geteuid() } != 0 {
         bail!("the bake-off puts each server in a cgroup of its own: run it as root");
     }
@@ -824,7 +775,7 @@ fn finish_run(
     std::fs::rename(&partial, &results)?;
     drop(arms);
     let _ = std::fs::remove_dir_all(scratch);
-    eprintln!("wrote run {run_id} to {}; render with `cargo run -p bench --release -- render`", results.display());
+    eprintln!("wrote run {run_id} to {}; render with `cargo xtask report`", results.display());
     render::run(root, false)
 }
 
