@@ -6,25 +6,11 @@
 //! - pristine sources come through cargo itself (`tree::pristine`), cached in `target/xtask/`.
 
 mod appliance;
-mod bakeoff;
 mod bench;
-mod bitmaps_bench;
-mod bundle_bench;
-mod bursts_bench;
 mod guards;
-mod ingest_bench;
-mod life;
-mod maintenance_bench;
-mod narrow;
-mod push_bench;
 mod queue;
-mod real_bench;
-mod refs_bench;
-mod reftable_bench;
 mod report;
-mod ssh_bench;
 mod sync;
-mod tls_bench;
 mod tree;
 
 use anyhow::{Context, Result, bail};
@@ -51,7 +37,7 @@ enum Top {
     /// Benchmarks that compare arms side by side in one run and store their results.
     Bench {
         #[command(subcommand)]
-        command: BenchCmd,
+        command: bench::Bench,
     },
     /// Build the deterministic corpus (target/corpus/) and list it with object counts.
     Corpus,
@@ -90,212 +76,6 @@ enum Top {
         /// Only verify that the documents match the results.
         #[arg(long)]
         check: bool,
-    },
-}
-
-#[derive(Subcommand)]
-enum BenchCmd {
-    /// The bake-off: gixd against git http-backend (lighttpd), git daemon and JGit's daemon, each
-    /// a real server in a cgroup of its own behind one counting relay (as root); its reports are
-    /// `bench/bakeoff*.md` and `bench/bakeoff.svg`.
-    Bakeoff(bakeoff::Args),
-    /// A repository's life under pushes (`bench/life/run.sh`): states written by gixd, by stock
-    /// git or both, and clone, blob:none, fetch 200 behind and no-op against git upload-pack on
-    /// the same directory, after the pushes and after each maintenance; report `bench/life.md`.
-    /// By hand, on a real repository.
-    Life(life::Args),
-    /// Pack generation on stock crates vs the patched vendor/ (threads, re-deflated objects, CPU).
-    Patches {
-        #[arg(long, default_value_t = 9)]
-        rounds: usize,
-    },
-    /// Server CPU and peak RSS of one clone: gixd over HTTP vs git upload-pack (file://).
-    Clone {
-        #[arg(long, default_value_t = 5)]
-        rounds: usize,
-        /// Bare repositories to clone (default: the corpus's linear and wide, ≥ 10 000 objects).
-        #[arg(long)]
-        repo: Vec<PathBuf>,
-    },
-    /// Write-family syscalls per clone: gixd over HTTP vs git http-backend (lighttpd) and git daemon.
-    Writes {
-        #[arg(long, default_value_t = 3)]
-        rounds: usize,
-    },
-    /// `--depth 1` and `--filter=blob:none` clones over git://: gixd vs git daemon, objects,
-    /// bytes (one counting relay) and server CPU.
-    Narrow {
-        #[arg(long, default_value_t = 3)]
-        rounds: usize,
-        /// Bare repository to clone (default: the corpus's linear, ≥ 10 000 objects).
-        #[arg(long)]
-        repo: Option<PathBuf>,
-    },
-    /// Server CPU per clone with and without pack bitmaps: gixd vs git upload-pack, on a generated
-    /// ≥ 100 000-object repository and the corpus's linear one.
-    Bitmaps {
-        #[arg(long, default_value_t = 5)]
-        rounds: usize,
-    },
-    /// Real repositories, each repacked with and without a bitmap: clone, `--depth 1`,
-    /// `blob:none`, a fetch 200 commits behind and a no-op fetch, gixd (HTTP) vs git upload-pack
-    /// (server CPU, bytes, objects). Run by hand (it needs the repositories); not in CI.
-    Real {
-        #[arg(long, default_value_t = 3)]
-        rounds: usize,
-        /// Bare repositories to serve: each copied once into target/real-repos/ (heads and tags;
-        /// the source is never written to), then repacked under target/real-bench/.
-        #[arg(long, required = true)]
-        repo: Vec<PathBuf>,
-        /// Make the copies in target/real-repos/ and stop (other benchmarks take them as --repo).
-        #[arg(long)]
-        copy_only: bool,
-        /// Measure this gixd binary instead of a release build of the committed tree.
-        #[arg(long)]
-        gixd: Option<PathBuf>,
-    },
-    /// Server CPU of a one-commit push: gixd over HTTP vs git receive-pack.
-    Push {
-        #[arg(long, default_value_t = 5)]
-        rounds: usize,
-        /// Bare repository to push into (default: the corpus's linear, ≥ 10 000 objects).
-        #[arg(long)]
-        repo: Option<PathBuf>,
-    },
-    /// A whole history pushed into an empty repository: gixd over HTTP vs git receive-pack —
-    /// server CPU, wall time, peak memory. Run by hand on real repositories; not in CI.
-    Ingest {
-        #[arg(long, default_value_t = 2)]
-        rounds: usize,
-        /// Bare repositories whose branches and tags are pushed (read only, never modified).
-        #[arg(long, required = true)]
-        repo: Vec<PathBuf>,
-        /// Measure this gixd binary instead of a release build of the committed tree.
-        #[arg(long)]
-        gixd: Option<PathBuf>,
-    },
-    /// Pack bytes and CPU of `gixd maintenance` on a repository that only received pushes
-    /// (the default branch pushed in steps), vs `git repack -adf --window=10` and `git repack -ad`.
-    /// Run by hand on real repositories; not in CI.
-    Maintenance {
-        #[arg(long, default_value_t = 2)]
-        rounds: usize,
-        /// Bare repositories whose history is pushed (read only, never modified).
-        #[arg(long, required = true)]
-        repo: Vec<PathBuf>,
-        /// How many pushes the history arrives in.
-        #[arg(long, default_value_t = 40)]
-        pushes: usize,
-        /// Start from the repository as `git clone --bare --no-local` leaves it (one pack git
-        /// wrote, no bitmap) instead of pushes; results in their own file.
-        #[arg(long)]
-        as_cloned: bool,
-        /// Start from the history up to `--pushes` first-parent commits before the tip, repacked
-        /// by `git repack -adb`, then those commits pushed one at a time by stock git into the
-        /// directory (its receive-pack at its defaults: small pushes stored as loose objects), and
-        /// compare with `git repack -adb`; results in their own file.
-        #[arg(long, conflicts_with = "as_cloned")]
-        loose_by_git: bool,
-        /// Measure this gixd binary instead of a release build of the committed tree.
-        #[arg(long)]
-        gixd: Option<PathBuf>,
-    },
-    /// What loose refs cost each request: a real repository's refs pushed to gixd (loose) and
-    /// after `gixd maintenance` (packed): server syscalls and CPU of `git ls-remote`. By hand.
-    Refs {
-        #[arg(long, default_value_t = 3)]
-        rounds: usize,
-        /// Bare repositories whose heads and tags are pushed (read only, never modified).
-        #[arg(long, required = true)]
-        repo: Vec<PathBuf>,
-        /// `git ls-remote` requests per arm and round for the CPU figure.
-        #[arg(long, default_value_t = 100)]
-        requests: usize,
-        /// Measure this gixd binary instead of a release build of the committed tree.
-        #[arg(long)]
-        gixd: Option<PathBuf>,
-    },
-    /// What bundle-uri saves the server: plain clones against `--bundle-uri` clones of real
-    /// repositories (server CPU, bytes, client wall), and maintenance with and without bundles.
-    Bundles {
-        #[arg(long, default_value_t = 3)]
-        rounds: usize,
-        #[arg(long, required = true)]
-        repo: Vec<PathBuf>,
-        /// Measure this gixd binary instead of a release build of the committed tree.
-        #[arg(long)]
-        gixd: Option<PathBuf>,
-    },
-    /// Requests that read every ref (ls-remote, a no-op fetch), gixd against git upload-pack,
-    /// refs in packed-refs and in reftable, on a synthetic repository of `--refs` refs and real
-    /// ones (`--repo`). By hand; not in CI.
-    Reftable {
-        #[arg(long, default_value_t = 3)]
-        rounds: usize,
-        /// Bare repositories to copy (each twice: packed refs, reftable).
-        #[arg(long)]
-        repo: Vec<PathBuf>,
-        /// Refs of the synthetic repository.
-        #[arg(long, default_value_t = 100_000)]
-        refs: usize,
-        /// Requests per arm and round.
-        #[arg(long, default_value_t = 20)]
-        requests: usize,
-        /// Measure this gixd binary instead of a release build of the committed tree.
-        #[arg(long)]
-        gixd: Option<PathBuf>,
-    },
-    /// Bursts of concurrent distinct clones of real repositories (with and without a bitmap):
-    /// gixd at its defaults (HTTP, git://) vs git http-backend and git daemon — refused clones,
-    /// server CPU, wall, peak memory (cgroup and RSS). Run by hand, as root; not in CI.
-    Bursts {
-        #[arg(long, default_value_t = 1)]
-        rounds: usize,
-        /// Bare repositories to serve (copied and repacked under target/bench-bursts/); `PATH@8,32`
-        /// gives that repository burst sizes of its own instead of `--clients`.
-        #[arg(long, required = true)]
-        repo: Vec<PathBuf>,
-        #[arg(long, value_delimiter = ',', default_value = "8,16,32,64")]
-        clients: Vec<usize>,
-        /// Over HTTPS and SSH instead: gixd against git http-backend behind lighttpd with TLS and
-        /// git behind OpenSSH's sshd (bench/results/bursts-secure.json).
-        #[arg(long)]
-        secure: bool,
-        /// Measure this gixd binary instead of a release build of the committed tree.
-        #[arg(long)]
-        gixd: Option<PathBuf>,
-    },
-    /// What TLS costs a clone: server CPU of a full clone from gixd over HTTP and over HTTPS,
-    /// and from git http-backend behind lighttpd with TLS. Run by hand, as root; not in CI.
-    Tls {
-        #[arg(long, default_value_t = 5)]
-        rounds: usize,
-        /// Bare repositories to clone (copied and repacked under target/bench-tls/).
-        #[arg(long, required = true)]
-        repo: Vec<PathBuf>,
-        /// Measure this gixd binary instead of a release build of the committed tree.
-        #[arg(long)]
-        gixd: Option<PathBuf>,
-    },
-    /// What SSH costs: server CPU of a full clone and a whole-history push from gixd over HTTP,
-    /// over its in-process SSH, behind sshd as `gixd shell`, and from git behind sshd. Run by
-    /// hand, as root; not in CI.
-    Ssh {
-        #[arg(long, default_value_t = 3)]
-        rounds: usize,
-        /// Bare repositories to serve (copied and repacked under target/bench-ssh/).
-        #[arg(long, required = true)]
-        repo: Vec<PathBuf>,
-        /// Measure this gixd binary instead of a release build of the committed tree.
-        #[arg(long)]
-        gixd: Option<PathBuf>,
-    },
-    /// Server CPU per clone at 1…32 concurrent clients, under a CPU quota and pinned.
-    Ramp {
-        #[arg(long, default_value_t = 3)]
-        rounds: usize,
-        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32")]
-        clients: Vec<usize>,
     },
 }
 
@@ -355,7 +135,7 @@ fn run(cli: Cli) -> Result<()> {
     // `rusage` wraps a server command wherever git starts it: it needs no checkout.
     if let Top::Rusage { out, git_request, command } = &cli.command {
         return match git_request {
-            Some(base) => real_bench::rusage_git_request(out, base, command),
+            Some(base) => bench::real::rusage_git_request(out, base, command),
             None => bench::rusage(out, command),
         };
     }
@@ -389,44 +169,8 @@ fn run(cli: Cli) -> Result<()> {
                 rebase(&root, &moves, !no_test)
             }
         },
-        Top::Bench { command: BenchCmd::Bakeoff(args) } => bakeoff::run(&root, args),
-        Top::Bench { command: BenchCmd::Life(args) } => life::run(&root, args),
-        Top::Bench { command: BenchCmd::Patches { rounds } } => bench::patches(&root, rounds),
-        Top::Bench { command: BenchCmd::Clone { rounds, repo } } => bench::clone(&root, rounds, repo),
+        Top::Bench { command } => bench::run(&root, command),
         Top::Rusage { .. } => unreachable!("handled above"),
-        Top::Bench { command: BenchCmd::Writes { rounds } } => bench::writes(&root, rounds),
-        Top::Bench { command: BenchCmd::Ramp { rounds, clients } } => bench::ramp(&root, rounds, clients),
-        Top::Bench { command: BenchCmd::Tls { rounds, repo, gixd } } => tls_bench::run(&root, rounds, repo, gixd),
-        Top::Bench { command: BenchCmd::Ssh { rounds, repo, gixd } } => ssh_bench::run(&root, rounds, repo, gixd),
-        Top::Bench { command: BenchCmd::Bursts { rounds, repo, clients, secure, gixd } } => {
-            bursts_bench::run(&root, rounds, repo, clients, secure, gixd)
-        }
-        Top::Bench { command: BenchCmd::Narrow { rounds, repo } } => narrow::run(&root, rounds, repo),
-        Top::Bench { command: BenchCmd::Push { rounds, repo } } => push_bench::run(&root, rounds, repo),
-        Top::Bench { command: BenchCmd::Bitmaps { rounds } } => bitmaps_bench::run(&root, rounds),
-        Top::Bench { command: BenchCmd::Ingest { rounds, repo, gixd } } => ingest_bench::run(&root, rounds, repo, gixd),
-        Top::Bench { command: BenchCmd::Maintenance { rounds, repo, pushes, as_cloned, loose_by_git, gixd } } => {
-            let state = if as_cloned {
-                maintenance_bench::State::AsCloned
-            } else if loose_by_git {
-                maintenance_bench::State::LooseByGit(pushes)
-            } else {
-                maintenance_bench::State::Pushed(pushes)
-            };
-            maintenance_bench::run(&root, rounds, repo, state, gixd)
-        }
-        Top::Bench { command: BenchCmd::Real { rounds, repo, copy_only, gixd } } => {
-            real_bench::run(&root, rounds, repo, gixd, copy_only)
-        }
-        Top::Bench { command: BenchCmd::Bundles { rounds, repo, gixd } } => {
-            bundle_bench::run(&root, rounds, repo, gixd)
-        }
-        Top::Bench { command: BenchCmd::Reftable { rounds, repo, refs, requests, gixd } } => {
-            reftable_bench::run(&root, rounds, repo, refs, requests, gixd)
-        }
-        Top::Bench { command: BenchCmd::Refs { rounds, repo, requests, gixd } } => {
-            refs_bench::run(&root, rounds, repo, requests, gixd)
-        }
         Top::Report { check } => report::run(&root, check),
         Top::Fuzz { seconds, seed, targets } => {
             let mut cmd = Command::new("cargo");

@@ -55,7 +55,7 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             "decode-costs" => decode_costs(root)?,
             "loose-entry-costs" => loose_entry_costs(root)?,
             "real-fetches" => real_fetches(root)?,
-            "clone-cost" => clone_cost(root, crate::bench::CLONE_RESULTS, "cargo xtask bench clone")?,
+            "clone-cost" => clone_cost(root, crate::bench::clone::CLONE_RESULTS, "cargo xtask bench clone")?,
             "clone-commit-graph" => clone_cost(
                 root,
                 CLONE_COMMIT_GRAPH_RESULTS,
@@ -66,16 +66,16 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
             "narrow" => narrow(root)?,
             "push" => push(root)?,
             "ingest" => ingest(root)?,
-            "maintenance" => maintenance(root, crate::maintenance_bench::MAINTENANCE_RESULTS, "")?,
+            "maintenance" => maintenance(root, crate::bench::maintenance::MAINTENANCE_RESULTS, "")?,
             "maintenance-as-cloned" => {
-                maintenance(root, crate::maintenance_bench::MAINTENANCE_AS_CLONED_RESULTS, " --as-cloned")?
+                maintenance(root, crate::bench::maintenance::MAINTENANCE_AS_CLONED_RESULTS, " --as-cloned")?
             }
             "maintenance-loose-by-git" => maintenance_loose_by_git(root)?,
             "refs" => refs(root)?,
             "bitmaps" => bitmaps(root)?,
             "real-repos" => real_repos(root)?,
-            "bursts" => bursts(root, crate::bursts_bench::BURSTS_RESULTS, "", &PLAIN_PAIRS)?,
-            "bursts-secure" => bursts(root, crate::bursts_bench::BURSTS_SECURE_RESULTS, " --secure", &SECURE_PAIRS)?,
+            "bursts" => bursts(root, crate::bench::bursts::BURSTS_RESULTS, "", &PLAIN_PAIRS)?,
+            "bursts-secure" => bursts(root, crate::bench::bursts::BURSTS_SECURE_RESULTS, " --secure", &SECURE_PAIRS)?,
             "tls" => tls(root)?,
             "ssh" => ssh(root)?,
             "reftable" => reftable(root)?,
@@ -95,8 +95,8 @@ pub fn run(root: &Path, check: bool) -> Result<()> {
         }
     }
     // The reports that are whole files: the bake-off's and the life benchmark's.
-    crate::bakeoff::render::run(root, check)?;
-    crate::life::render(root, check)?;
+    crate::bench::bakeoff::render::run(root, check)?;
+    crate::bench::life::render(root, check)?;
     if !stale.is_empty() {
         bail!("not rendered from the current results: {stale:?}; run `cargo xtask report`");
     }
@@ -138,7 +138,7 @@ fn versions_line(c: &Value) -> String {
 }
 
 fn measured_behind(root: &Path, queue: &crate::queue::Queue) -> Result<Vec<String>> {
-    let Ok(Ok(doc)) = load(root, crate::bench::RESULTS, "") else { return Ok(Vec::new()) };
+    let Ok(Ok(doc)) = load(root, crate::bench::patches::RESULTS, "") else { return Ok(Vec::new()) };
     let measured = measured_versions(&doc["conditions"]);
     let mut out = Vec::new();
     for (krate, version) in queue.published_crates() {
@@ -146,9 +146,9 @@ fn measured_behind(root: &Path, queue: &crate::queue::Queue) -> Result<Vec<Strin
             Some((_, v)) if *v == version => {}
             Some((_, v)) => out.push(format!(
                 "{} was measured on {krate} {v}, the queue is on {krate} {version}: run `cargo xtask bench patches`, then `cargo xtask report`",
-                crate::bench::RESULTS
+                crate::bench::patches::RESULTS
             )),
-            None => out.push(format!("{} does not say which {krate} it measured: run `cargo xtask bench patches`", crate::bench::RESULTS)),
+            None => out.push(format!("{} does not say which {krate} it measured: run `cargo xtask bench patches`", crate::bench::patches::RESULTS)),
         }
     }
     Ok(out)
@@ -234,7 +234,7 @@ fn measured<'d>(doc: &'d Value, command: &str) -> Result<(&'d Vec<Value>, &'d Va
 fn real_results(root: &Path) -> Result<Result<Value, String>> {
     load(
         root,
-        crate::real_bench::REAL_RESULTS,
+        crate::bench::real::REAL_RESULTS,
         "`cargo xtask bench real --repo PATH…` (by hand: it needs the repositories)",
     )
 }
@@ -286,7 +286,7 @@ fn stock_vs_patched(stock: &[&Value], patched: &[&Value], counts: &[(&str, &str)
 }
 
 fn patch_costs(root: &Path) -> Result<String> {
-    let doc = match load(root, crate::bench::RESULTS, "`cargo xtask bench patches`")? {
+    let doc = match load(root, crate::bench::patches::RESULTS, "`cargo xtask bench patches`")? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
@@ -364,14 +364,14 @@ const CLONE_COMMIT_GRAPH_RESULTS: &str = "bench/results/clone-commit-graph.json"
 /// The results of `cargo xtask bench patches` if they hold `key` (a measurement added after the
 /// first runs): the document, or the NOT MEASURED text to render instead.
 fn patch_results(root: &Path, key: &str, what: &str) -> Result<Result<Value, String>> {
-    let doc = match load(root, crate::bench::RESULTS, "`cargo xtask bench patches`")? {
+    let doc = match load(root, crate::bench::patches::RESULTS, "`cargo xtask bench patches`")? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(Err(not_measured)),
     };
     if doc["runs"].as_array().context("runs")?.iter().all(|r| r.get(key).is_none()) {
         return Ok(Err(format!(
             "NOT MEASURED: {} predates the {what} measurement. Run `cargo xtask bench patches`.\n",
-            crate::bench::RESULTS
+            crate::bench::patches::RESULTS
         )));
     }
     Ok(Ok(doc))
@@ -473,7 +473,7 @@ fn loose_entry_costs(root: &Path) -> Result<String> {
 }
 
 fn narrow(root: &Path) -> Result<String> {
-    let doc = match load(root, crate::narrow::NARROW_RESULTS, "`cargo xtask bench narrow`")? {
+    let doc = match load(root, crate::bench::narrow::NARROW_RESULTS, "`cargo xtask bench narrow`")? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
@@ -513,7 +513,7 @@ fn narrow(root: &Path) -> Result<String> {
 }
 
 fn push(root: &Path) -> Result<String> {
-    let doc = match load(root, crate::push_bench::PUSH_RESULTS, "`cargo xtask bench push`")? {
+    let doc = match load(root, crate::bench::push::PUSH_RESULTS, "`cargo xtask bench push`")? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
@@ -539,7 +539,7 @@ fn push(root: &Path) -> Result<String> {
 fn ingest(root: &Path) -> Result<String> {
     let doc = match load(
         root,
-        crate::ingest_bench::INGEST_RESULTS,
+        crate::bench::ingest::INGEST_RESULTS,
         "`cargo xtask bench ingest --repo PATH…` (by hand: it needs the repositories)",
     )? {
         Ok(doc) => doc,
@@ -593,10 +593,10 @@ fn ingest(root: &Path) -> Result<String> {
 /// `gixd maintenance` against `git repack -adb` on a repository stock git pushed into (small
 /// pushes loose): bytes, CPU and peak memory, worst first by CPU or peak.
 fn maintenance_loose_by_git(root: &Path) -> Result<String> {
-    use crate::maintenance_bench::LOOSE_ARMS;
+    use crate::bench::maintenance::LOOSE_ARMS;
     let doc = match load(
         root,
-        crate::maintenance_bench::MAINTENANCE_LOOSE_BY_GIT_RESULTS,
+        crate::bench::maintenance::MAINTENANCE_LOOSE_BY_GIT_RESULTS,
         "`cargo xtask bench maintenance --loose-by-git --pushes 300 --repo PATH…` (by hand: it needs the repositories)",
     )? {
         Ok(doc) => doc,
@@ -646,7 +646,7 @@ fn arm_medians<const N: usize>(runs: &[Value], repo: &str, arms: [&str; N]) -> (
 }
 
 fn maintenance(root: &Path, results: &str, flag: &str) -> Result<String> {
-    use crate::maintenance_bench::ARMS;
+    use crate::bench::maintenance::ARMS;
     let doc = match load(
         root,
         results,
@@ -716,10 +716,10 @@ fn maintenance(root: &Path, results: &str, flag: &str) -> Result<String> {
 
 /// What loose refs cost a request: a row per repository, the largest loose ÷ packed CPU first.
 fn refs(root: &Path) -> Result<String> {
-    use crate::refs_bench::ARMS;
+    use crate::bench::refs::ARMS;
     let doc = match load(
         root,
-        crate::refs_bench::REFS_RESULTS,
+        crate::bench::refs::REFS_RESULTS,
         "`cargo xtask bench refs --repo PATH…` (by hand: it needs the repositories)",
     )? {
         Ok(doc) => doc,
@@ -759,7 +759,7 @@ fn refs(root: &Path) -> Result<String> {
 }
 
 fn bitmaps(root: &Path) -> Result<String> {
-    let doc = match load(root, crate::bitmaps_bench::BITMAP_RESULTS, "`cargo xtask bench bitmaps`")? {
+    let doc = match load(root, crate::bench::bitmaps::BITMAP_RESULTS, "`cargo xtask bench bitmaps`")? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
@@ -964,7 +964,7 @@ fn conditions_line(c: &Value, command: &str) -> String {
 }
 
 fn writes(root: &Path) -> Result<String> {
-    let doc = match load(root, crate::bench::WRITES_RESULTS, "`cargo xtask bench writes`")? {
+    let doc = match load(root, crate::bench::writes::WRITES_RESULTS, "`cargo xtask bench writes`")? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
@@ -1118,7 +1118,7 @@ fn bursts(root: &Path, results: &str, flag: &str, pairs: &[(&str, &str, &str)]) 
 fn tls(root: &Path) -> Result<String> {
     let doc = match load(
         root,
-        crate::tls_bench::TLS_RESULTS,
+        crate::bench::tls::TLS_RESULTS,
         "`cargo xtask bench tls --repo PATH…` (by hand, as root: it needs the repositories and cgroups)",
     )? {
         Ok(doc) => doc,
@@ -1143,7 +1143,7 @@ fn tls(root: &Path) -> Result<String> {
         };
         let med = |arm: &str| median(of(arm).iter().filter_map(|r| r["cpu_us"].as_f64()).collect()) / 1000.0;
         let spoke = |arm: &str| of(arm).first().and_then(|r| r["http"].as_str()).unwrap_or("?").to_owned();
-        let [plain, tls, peer] = crate::tls_bench::ARMS.map(med);
+        let [plain, tls, peer] = crate::bench::tls::ARMS.map(med);
         let badness = (tls / plain / 1.15).max(tls / peer / 0.5);
         rows.push((
             badness,
@@ -1153,8 +1153,8 @@ fn tls(root: &Path) -> Result<String> {
                 if state == "bitmap" { "yes" } else { "no" },
                 ratio(plain, tls),
                 ratio(peer, tls),
-                spoke(crate::tls_bench::ARMS[1]),
-                spoke(crate::tls_bench::ARMS[2]),
+                spoke(crate::bench::tls::ARMS[1]),
+                spoke(crate::bench::tls::ARMS[2]),
             ),
         ));
     }
@@ -1169,7 +1169,7 @@ fn tls(root: &Path) -> Result<String> {
 fn ssh(root: &Path) -> Result<String> {
     let doc = match load(
         root,
-        crate::ssh_bench::SSH_RESULTS,
+        crate::bench::ssh::SSH_RESULTS,
         "`cargo xtask bench ssh --repo PATH…` (by hand, as root: it needs the repositories, sshd and cgroups)",
     )? {
         Ok(doc) => doc,
@@ -1198,7 +1198,7 @@ fn ssh(root: &Path) -> Result<String> {
                         .collect(),
                 ) / 1000.0
             };
-            let [http, ssh, git, shell] = crate::ssh_bench::ARMS.map(med);
+            let [http, ssh, git, shell] = crate::bench::ssh::ARMS.map(med);
             let badness = (ssh / http / 1.15).max(ssh / git / 0.5);
             rows.push((
                 badness,
@@ -1221,7 +1221,7 @@ fn ssh(root: &Path) -> Result<String> {
 fn bundles(root: &Path) -> Result<String> {
     let doc = match load(
         root,
-        crate::bundle_bench::BUNDLE_RESULTS,
+        crate::bench::bundles::BUNDLE_RESULTS,
         "`cargo xtask bench bundles --repo PATH…` (by hand: it needs the repositories)",
     )? {
         Ok(doc) => doc,
@@ -1245,7 +1245,7 @@ fn bundles(root: &Path) -> Result<String> {
                     .collect(),
             )
         };
-        let [plain, bundled] = crate::bundle_bench::ARMS;
+        let [plain, bundled] = crate::bench::bundles::ARMS;
         let (cpu_p, cpu_b) = (med(plain, "cpu_us") / 1000.0, med(bundled, "cpu_us") / 1000.0);
         let (mib_p, mib_b) = (med(plain, "bytes") / 1048576.0, med(bundled, "bytes") / 1048576.0);
         let (wall_p, wall_b) = (med(plain, "wall_us") / 1e6, med(bundled, "wall_us") / 1e6);
@@ -1271,7 +1271,7 @@ fn bundles(root: &Path) -> Result<String> {
 fn reftable(root: &Path) -> Result<String> {
     let doc = match load(
         root,
-        crate::reftable_bench::REFTABLE_RESULTS,
+        crate::bench::reftable::REFTABLE_RESULTS,
         "`cargo xtask bench reftable --repo PATH…` (by hand: it needs the repositories)",
     )? {
         Ok(doc) => doc,
@@ -1287,8 +1287,8 @@ fn reftable(root: &Path) -> Result<String> {
     let mut rows = Vec::new();
     for repo in c["repos"].as_array().context("repos")? {
         let name = repo["repo"].as_str().context("repo")?;
-        for request in crate::reftable_bench::REQUESTS {
-            for state in crate::reftable_bench::STATES {
+        for request in crate::bench::reftable::REQUESTS {
+            for state in crate::bench::reftable::STATES {
                 let med = |format: &str, server: &str| {
                     median(
                         runs.iter()
@@ -1298,7 +1298,7 @@ fn reftable(root: &Path) -> Result<String> {
                             .collect(),
                     ) / 1000.0
                 };
-                for format in crate::reftable_bench::FORMATS {
+                for format in crate::bench::reftable::FORMATS {
                     let (ours, theirs) = (med(format, "gixd"), med(format, "git upload-pack"));
                     let vs_files = if format == "reftable" { ratio(med("files", "gixd"), ours) } else { "—".into() };
                     rows.push((
@@ -1319,7 +1319,7 @@ fn reftable(root: &Path) -> Result<String> {
 }
 
 fn ramp(root: &Path) -> Result<String> {
-    let doc = match load(root, crate::bench::RAMP_RESULTS, "`cargo xtask bench ramp` (root, cgroup v1 cpu)")? {
+    let doc = match load(root, crate::bench::ramp::RAMP_RESULTS, "`cargo xtask bench ramp` (root, cgroup v1 cpu)")? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };

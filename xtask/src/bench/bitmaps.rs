@@ -89,7 +89,15 @@ fn variant(repo: &Path, dest: &Path, bitmap: bool) -> Result<()> {
     Ok(())
 }
 
-pub fn run(root: &Path, rounds: usize) -> Result<()> {
+/// `cargo xtask bench bitmaps`'s arguments.
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
+}
+
+pub fn run(root: &Path, args: Args) -> Result<()> {
+    let Args { rounds } = args;
     let gixd = crate::bench::build_gixd(root)?;
     let fixtures = root.join("target/bench/fixtures");
     std::fs::create_dir_all(&fixtures)?;

@@ -262,14 +262,28 @@ fn repo_and_sizes(arg: &Path, sizes: &[usize]) -> Result<(PathBuf, Vec<usize>)> 
     }
 }
 
-pub fn run(
-    root: &Path,
-    rounds: usize,
-    repos: Vec<PathBuf>,
-    sizes: Vec<usize>,
-    secure: bool,
-    gixd: Option<PathBuf>,
-) -> Result<()> {
+/// `cargo xtask bench bursts`'s arguments.
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
+    /// Bare repositories to serve (copied and repacked under target/bench-bursts/); `PATH@8,32`
+    /// gives that repository burst sizes of its own instead of `--clients`.
+    #[arg(long, required = true)]
+    pub repo: Vec<PathBuf>,
+    #[arg(long, value_delimiter = ',', default_value = "8,16,32,64")]
+    pub clients: Vec<usize>,
+    /// Over HTTPS and SSH instead: gixd against git http-backend behind lighttpd with TLS and
+    /// git behind OpenSSH's sshd (bench/results/bursts-secure.json).
+    #[arg(long)]
+    pub secure: bool,
+    /// Measure this gixd binary instead of a release build of the committed tree.
+    #[arg(long)]
+    pub gixd: Option<PathBuf>,
+}
+
+pub fn run(root: &Path, args: Args) -> Result<()> {
+    let Args { rounds, repo: repos, clients: sizes, secure, gixd } = args;
     if unsafe { libc::geteuid() } != 0 {
         bail!("each server goes into cgroups of its own: run as root");
     }

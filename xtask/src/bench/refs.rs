@@ -56,7 +56,24 @@ fn syscalls_of_one(pid: u32, url: &str, scratch: &Path) -> Result<u64> {
         .map_err(Into::into)
 }
 
-pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, requests: usize, gixd: Option<PathBuf>) -> Result<()> {
+/// `cargo xtask bench refs`'s arguments.
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Bare repositories whose heads and tags are pushed (read only, never modified).
+    #[arg(long, required = true)]
+    pub repo: Vec<PathBuf>,
+    /// `git ls-remote` requests per arm and round for the CPU figure.
+    #[arg(long, default_value_t = 100)]
+    pub requests: usize,
+    /// Measure this gixd binary instead of a release build of the committed tree.
+    #[arg(long)]
+    pub gixd: Option<PathBuf>,
+}
+
+pub fn run(root: &Path, args: Args) -> Result<()> {
+    let Args { rounds, repo: repos, requests, gixd } = args;
     let gixd = crate::bench::gixd_or_build(root, gixd)?;
     let scratch = crate::tree::Scratch::new("bench-refs")?;
     let mut conditions = crate::bench::conditions(

@@ -151,14 +151,27 @@ fn synthetic(dir: &Path, n: usize) -> Result<PathBuf> {
     Ok(repo)
 }
 
-pub fn run(
-    root: &Path,
-    rounds: usize,
-    repos: Vec<PathBuf>,
-    refs: usize,
-    requests: usize,
-    gixd: Option<PathBuf>,
-) -> Result<()> {
+/// `cargo xtask bench reftable`'s arguments.
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Bare repositories to copy (each twice: packed refs, reftable).
+    #[arg(long)]
+    pub repo: Vec<PathBuf>,
+    /// Refs of the synthetic repository.
+    #[arg(long, default_value_t = 100_000)]
+    pub refs: usize,
+    /// Requests per arm and round.
+    #[arg(long, default_value_t = 20)]
+    pub requests: usize,
+    /// Measure this gixd binary instead of a release build of the committed tree.
+    #[arg(long)]
+    pub gixd: Option<PathBuf>,
+}
+
+pub fn run(root: &Path, args: Args) -> Result<()> {
+    let Args { rounds, repo: repos, refs, requests, gixd } = args;
     let gixd = crate::bench::gixd_or_build(root, gixd)?;
     let scratch = crate::tree::Scratch::new("bench-reftable")?;
     let base = scratch.0.join("base");

@@ -14,7 +14,18 @@ fn git(dir: &Path, args: &[&str]) -> Result<String> {
     bench_support::run::git_with(dir, &["user.name=bench", "user.email=bench@gixd"], args)
 }
 
-pub fn run(root: &Path, rounds: usize, repo: Option<PathBuf>) -> Result<()> {
+/// `cargo xtask bench push`'s arguments.
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
+    /// Bare repository to push into (default: the corpus's linear, ≥ 10 000 objects).
+    #[arg(long)]
+    pub repo: Option<PathBuf>,
+}
+
+pub fn run(root: &Path, args: Args) -> Result<()> {
+    let Args { rounds, repo } = args;
     let gixd = crate::bench::build_gixd(root)?;
     let source = match repo {
         Some(r) => r.canonicalize()?,

@@ -25,7 +25,21 @@ const ARMS: [&str; 4] = ["gixd", "gixd git://", "git", "git http-backend"];
 /// What every arm pushes: every branch and tag.
 const REFSPECS: [&str; 2] = ["refs/heads/*:refs/heads/*", "refs/tags/*:refs/tags/*"];
 
-pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf>) -> Result<()> {
+/// `cargo xtask bench ingest`'s arguments.
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
+    /// Bare repositories whose branches and tags are pushed (read only, never modified).
+    #[arg(long, required = true)]
+    pub repo: Vec<PathBuf>,
+    /// Measure this gixd binary instead of a release build of the committed tree.
+    #[arg(long)]
+    pub gixd: Option<PathBuf>,
+}
+
+pub fn run(root: &Path, args: Args) -> Result<()> {
+    let Args { rounds, repo: repos, gixd } = args;
     let gixd = crate::bench::gixd_or_build(root, gixd)?;
     let xtask = std::env::current_exe()?;
     let scratch = crate::tree::Scratch::new("bench-ingest")?;

@@ -17,7 +17,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::bursts_bench::{Server, start, warm};
+use crate::bench::bursts::{Server, start, warm};
 use bench_support::run::git;
 
 pub const SSH_RESULTS: &str = "bench/results/ssh.json";
@@ -27,7 +27,21 @@ pub const ARMS: [&str; 4] = ["gixd http", "gixd ssh", "git (sshd)", "gixd shell 
 /// What a push sends: every branch and tag.
 const REFSPECS: [&str; 2] = ["refs/heads/*:refs/heads/*", "refs/tags/*:refs/tags/*"];
 
-pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf>) -> Result<()> {
+/// `cargo xtask bench ssh`'s arguments.
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Bare repositories to serve (copied and repacked under target/bench-ssh/).
+    #[arg(long, required = true)]
+    pub repo: Vec<PathBuf>,
+    /// Measure this gixd binary instead of a release build of the committed tree.
+    #[arg(long)]
+    pub gixd: Option<PathBuf>,
+}
+
+pub fn run(root: &Path, args: Args) -> Result<()> {
+    let Args { rounds, repo: repos, gixd } = args;
     if unsafe { libc::geteuid() } != 0 {
         bail!("each server goes into a cgroup of its own, and sshd runs as root: run as root");
     }
@@ -35,7 +49,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
     let scratch = crate::tree::Scratch::new("bench-ssh")?;
     let base = root.join("target/bench-ssh");
     std::fs::create_dir_all(&base)?;
-    let served = crate::bursts_bench::repacked_copies(&repos, &base)?;
+    let served = crate::bench::bursts::repacked_copies(&repos, &base)?;
 
     // sshd runs an AuthorizedKeysCommand only from a root-owned path nobody else may write to.
     let safe = PathBuf::from("/run/gixd-bench");

@@ -443,7 +443,25 @@ pub fn copied(root: &Path, src: &Path) -> Result<PathBuf> {
     Ok(dest)
 }
 
-pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf>, copy_only: bool) -> Result<()> {
+/// `cargo xtask bench real`'s arguments.
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Bare repositories to serve: each copied once into target/real-repos/ (heads and tags;
+    /// the source is never written to), then repacked under target/real-bench/.
+    #[arg(long, required = true)]
+    pub repo: Vec<PathBuf>,
+    /// Make the copies in target/real-repos/ and stop (other benchmarks take them as --repo).
+    #[arg(long)]
+    pub copy_only: bool,
+    /// Measure this gixd binary instead of a release build of the committed tree.
+    #[arg(long)]
+    pub gixd: Option<PathBuf>,
+}
+
+pub fn run(root: &Path, args: Args) -> Result<()> {
+    let Args { rounds, repo: repos, gixd, copy_only } = args;
     let repos: Vec<PathBuf> = repos.iter().map(|r| copied(root, r)).collect::<Result<_>>()?;
     if copy_only {
         return Ok(());
@@ -532,7 +550,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
                                 let _ = std::fs::remove_file(&rusage_file);
                                 relay.take();
                                 client(*op, &format!("git://127.0.0.1:{}/{name}.git", relay.port), repo, &dest)?;
-                                let cpu = crate::narrow::wait_for_rusage(&rusage_file)?;
+                                let cpu = crate::bench::narrow::wait_for_rusage(&rusage_file)?;
                                 std::thread::sleep(std::time::Duration::from_millis(20));
                                 (cpu, relay.take(), None)
                             }

@@ -12,13 +12,27 @@ use std::process::Command;
 
 use anyhow::{Result, bail};
 
-use crate::bursts_bench::{Server, start, warm};
+use crate::bench::bursts::{Server, start, warm};
 
 pub const TLS_RESULTS: &str = "bench/results/tls.json";
 
 pub const ARMS: [&str; 3] = ["gixd http", "gixd https", "git http-backend https (lighttpd)"];
 
-pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf>) -> Result<()> {
+/// `cargo xtask bench tls`'s arguments.
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
+    /// Bare repositories to clone (copied and repacked under target/bench-tls/).
+    #[arg(long, required = true)]
+    pub repo: Vec<PathBuf>,
+    /// Measure this gixd binary instead of a release build of the committed tree.
+    #[arg(long)]
+    pub gixd: Option<PathBuf>,
+}
+
+pub fn run(root: &Path, args: Args) -> Result<()> {
+    let Args { rounds, repo: repos, gixd } = args;
     if unsafe { libc::geteuid() } != 0 {
         bail!("each server goes into a cgroup of its own: run as root");
     }
@@ -27,7 +41,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
     let base = root.join("target/bench-tls");
     std::fs::create_dir_all(&base)?;
     let (cert, key) = crate::bench::self_signed_cert(&scratch.0)?;
-    let served = crate::bursts_bench::repacked_copies(&repos, &base)?;
+    let served = crate::bench::bursts::repacked_copies(&repos, &base)?;
 
     let (http, https) = (bench_support::run::free_port()?, bench_support::run::free_port()?);
     let mut cmd = Command::new(&gixd);
@@ -45,7 +59,7 @@ pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf
 
     let lighttpd_port = bench_support::run::free_port()?;
     let lighttpd =
-        crate::bursts_bench::http_backend_tls("lighttpd-tls", &scratch.0, &base, lighttpd_port, (&cert, &key))?;
+        crate::bench::bursts::http_backend_tls("lighttpd-tls", &scratch.0, &base, lighttpd_port, (&cert, &key))?;
 
     let conditions = crate::bench::conditions(
         root,

@@ -34,7 +34,20 @@ fn logged_bytes(log: &Path, from: usize) -> Result<(u64, usize)> {
     Ok((bytes, lines.len()))
 }
 
-pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, gixd: Option<PathBuf>) -> Result<()> {
+/// `cargo xtask bench bundles`'s arguments.
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    #[arg(long, required = true)]
+    pub repo: Vec<PathBuf>,
+    /// Measure this gixd binary instead of a release build of the committed tree.
+    #[arg(long)]
+    pub gixd: Option<PathBuf>,
+}
+
+pub fn run(root: &Path, args: Args) -> Result<()> {
+    let Args { rounds, repo: repos, gixd } = args;
     let gixd = crate::bench::gixd_or_build(root, gixd)?;
     let scratch = crate::tree::Scratch::new("bench-bundles")?;
     let base = scratch.0.join("base");

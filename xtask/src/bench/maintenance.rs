@@ -66,7 +66,41 @@ fn pack_bytes(repo: &Path) -> Result<(u64, usize, usize)> {
     Ok((bytes, packs, loose))
 }
 
-pub fn run(root: &Path, rounds: usize, repos: Vec<PathBuf>, state: State, gixd: Option<PathBuf>) -> Result<()> {
+/// `cargo xtask bench maintenance`'s arguments.
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
+    /// Bare repositories whose history is pushed (read only, never modified).
+    #[arg(long, required = true)]
+    pub repo: Vec<PathBuf>,
+    /// How many pushes the history arrives in.
+    #[arg(long, default_value_t = 40)]
+    pub pushes: usize,
+    /// Start from the repository as `git clone --bare --no-local` leaves it (one pack git
+    /// wrote, no bitmap) instead of pushes; results in their own file.
+    #[arg(long)]
+    pub as_cloned: bool,
+    /// Start from the history up to `--pushes` first-parent commits before the tip, repacked
+    /// by `git repack -adb`, then those commits pushed one at a time by stock git into the
+    /// directory (its receive-pack at its defaults: small pushes stored as loose objects), and
+    /// compare with `git repack -adb`; results in their own file.
+    #[arg(long, conflicts_with = "as_cloned")]
+    pub loose_by_git: bool,
+    /// Measure this gixd binary instead of a release build of the committed tree.
+    #[arg(long)]
+    pub gixd: Option<PathBuf>,
+}
+
+pub fn run(root: &Path, args: Args) -> Result<()> {
+    let Args { rounds, repo: repos, pushes, as_cloned, loose_by_git, gixd } = args;
+    let state = if as_cloned {
+        State::AsCloned
+    } else if loose_by_git {
+        State::LooseByGit(pushes)
+    } else {
+        State::Pushed(pushes)
+    };
     let gixd = crate::bench::gixd_or_build(root, gixd)?;
     let xtask = std::env::current_exe()?;
     let scratch = crate::tree::Scratch::new("bench-maintenance")?;

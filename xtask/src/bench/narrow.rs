@@ -33,7 +33,18 @@ fn clone(url: &str, flags: &[&str], dest: &Path) -> Result<u64> {
     Ok(listing.lines().count() as u64)
 }
 
-pub fn run(root: &Path, rounds: usize, repo: Option<PathBuf>) -> Result<()> {
+/// `cargo xtask bench narrow`'s arguments.
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Bare repository to clone (default: the corpus's linear, ≥ 10 000 objects).
+    #[arg(long)]
+    pub repo: Option<PathBuf>,
+}
+
+pub fn run(root: &Path, args: Args) -> Result<()> {
+    let Args { rounds, repo } = args;
     let gixd = crate::bench::build_gixd(root)?;
     let repo = match repo {
         Some(r) => r.canonicalize()?,
