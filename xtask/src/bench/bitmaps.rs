@@ -8,6 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use super::table::*;
 use anyhow::{Context, Result, bail};
 
 pub const BITMAP_RESULTS: &str = "bench/results/bitmaps.json";
@@ -160,4 +161,41 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
     }
     eprintln!();
     crate::bench::finish(root, BITMAP_RESULTS, conditions, runs)
+}
+
+// The report.
+
+pub fn render(root: &Path) -> Result<String> {
+    let doc = match load(root, crate::bench::bitmaps::BITMAP_RESULTS, "`cargo xtask bench bitmaps`")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench bitmaps")?;
+    out.push_str(&format!(
+        " gixd: {}. git: {}. Repacked by git: {}. Medians.\n\n",
+        c["gixd"].as_str().unwrap_or("?"),
+        c["git_arm"].as_str().unwrap_or("?"),
+        c["repack"].as_str().unwrap_or("?"),
+    ));
+    out.push_str("| repository | objects | gixd with bitmap (ms) | git with bitmap (ms) | gixd ÷ git, bitmaps | gixd walking (ms) | git walking (ms) | gixd ÷ git, walking |\n|---|---|---|---|---|---|---|---|\n");
+    let mut repos: Vec<&str> = runs.iter().filter_map(|r| r["repo"].as_str()).collect();
+    repos.dedup();
+    for repo in repos {
+        let of = |arm: &str| {
+            median(
+                runs.iter()
+                    .filter(|r| r["repo"] == repo && r["arm"] == arm)
+                    .filter_map(|r| r["cpu_us"].as_f64())
+                    .collect(),
+            ) / 1000.0
+        };
+        let objects = runs.iter().find(|r| r["repo"] == repo).and_then(|r| r["objects"].as_u64()).unwrap_or(0);
+        let (gb, tb, gw, tw) = (of("gixd bitmap"), of("git bitmap"), of("gixd walk"), of("git walk"));
+        out.push_str(&format!(
+            "| {repo} | {objects} | {gb:.1} | {tb:.1} | {} | {gw:.1} | {tw:.1} | {} |\n",
+            ratio(tb, gb),
+            ratio(tw, gw)
+        ));
+    }
+    Ok(out)
 }

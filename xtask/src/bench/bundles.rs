@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{Result, bail};
+use super::table::*;
+use anyhow::{Context, Result, bail};
 use bench_support::run::git;
 
 pub const BUNDLE_RESULTS: &str = "bench/results/bundles.json";
@@ -144,4 +145,56 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
     let _ = child.wait();
     result?;
     crate::bench::finish(root, BUNDLE_RESULTS, conditions, runs)
+}
+
+// The report.
+
+pub fn render(root: &Path) -> Result<String> {
+    let doc = match load(
+        root,
+        crate::bench::bundles::BUNDLE_RESULTS,
+        "`cargo xtask bench bundles --repo PATH…` (by hand: it needs the repositories)",
+    )? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench bundles")?;
+    out.push_str(&format!(
+        " gixd: {}. {} Medians.\n\n",
+        c["gixd"].as_str().unwrap_or("?"),
+        c["how"].as_str().unwrap_or("?")
+    ));
+    out.push_str("| repository | objects | bundle MiB | server CPU ms: plain | bundle-uri | bundle-uri ÷ plain | MiB sent: plain | bundle-uri | client wall s: plain | bundle-uri | bundle-uri ÷ plain | maintenance CPU with ÷ without bundles |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut rows = Vec::new();
+    for repo in c["repos"].as_array().context("repos")? {
+        let name = repo["repo"].as_str().context("repo")?;
+        let med = |arm: &str, field: &str| {
+            median(
+                runs.iter()
+                    .filter(|r| r["repo"] == name && r["arm"] == arm)
+                    .filter_map(|r| r[field].as_f64())
+                    .collect(),
+            )
+        };
+        let [plain, bundled] = crate::bench::bundles::ARMS;
+        let (cpu_p, cpu_b) = (med(plain, "cpu_us") / 1000.0, med(bundled, "cpu_us") / 1000.0);
+        let (mib_p, mib_b) = (med(plain, "bytes") / 1048576.0, med(bundled, "bytes") / 1048576.0);
+        let (wall_p, wall_b) = (med(plain, "wall_us") / 1e6, med(bundled, "wall_us") / 1e6);
+        let m = &repo["maintenance_cpu_us"];
+        let maintenance =
+            ratio(m["without bundles"].as_f64().unwrap_or(f64::NAN), m["with bundles"].as_f64().unwrap_or(f64::NAN));
+        rows.push((
+            cpu_b / cpu_p,
+            format!(
+                "| {name} | {} | {:.1} | {cpu_p:.0} | {cpu_b:.0} | {} | {mib_p:.1} | {mib_b:.1} | {wall_p:.2} | {wall_b:.2} | {} | {maintenance} |\n",
+                repo["objects"].as_str().unwrap_or("?"),
+                repo["bundle_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
+                ratio(cpu_p, cpu_b),
+                ratio(wall_p, wall_b),
+            ),
+        ));
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    rows.into_iter().for_each(|(_, row)| out.push_str(&row));
+    Ok(out)
 }

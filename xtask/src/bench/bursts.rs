@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::table::*;
 use anyhow::{Context, Result, bail};
+use serde_json::Value;
 
 pub const BURSTS_RESULTS: &str = "bench/results/bursts.json";
 
@@ -590,4 +592,130 @@ fn metrics_text(port: u16) -> Result<String> {
     let mut text = String::new();
     s.read_to_string(&mut text)?;
     Ok(text)
+}
+
+// The report.
+
+/// The bursts' arms side by side: gixd's, git's, and how the row names them.
+pub const PLAIN_PAIRS: [(&str, &str, &str); 2] =
+    [("gixd http", "git http-backend", "HTTP, http-backend"), ("gixd git://", "git daemon", "git://, git daemon")];
+
+pub const SECURE_PAIRS: [(&str, &str, &str); 2] = [
+    ("gixd https", "git http-backend https", "HTTPS, http-backend (lighttpd TLS)"),
+    ("gixd ssh", "git (sshd)", "SSH, git behind OpenSSH"),
+];
+
+/// Bursts of distinct clones: gixd over each transport against git's server for it (HTTP: git
+/// http-backend; git://: git daemon), a row per repository state, burst size and transport, the
+/// row furthest from its goals first: any refused clone; CPU ≤ 1.0× git's (issue 45); the memory
+/// cgroup's peak ≤ 0.3× git's for 8+ clones of a repository of 300 000 objects or more and for
+/// 32+ clones of any, and in smaller rows the peak above gixd's idle footprint ≤ 0.3× git's peak
+/// (issue 59); gixd's spill per clone beside it.
+pub fn render(root: &Path, results: &str, flag: &str, pairs: &[(&str, &str, &str)]) -> Result<String> {
+    let doc = match load(
+        root,
+        results,
+        &format!(
+            "`cargo xtask bench bursts{flag} --repo PATH…` (by hand, as root: it needs the repositories and cgroups)"
+        ),
+    )? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, &format!("cargo xtask bench bursts{flag}"))?;
+    out.push_str(&format!(
+        " gixd: {}. git: {}. http-backend under {}.{} {} Most transfers holding a slot at once in gixd over the run: {}. Medians over rounds; refused clones summed.\n\n",
+        c["gixd"].as_str().unwrap_or("?"),
+        c["git_daemon"].as_str().unwrap_or("?"),
+        c["lighttpd"].as_str().unwrap_or("?").lines().next().unwrap_or("?"),
+        c["sshd"].as_str().map_or(String::new(), |v| format!(" sshd: {v}.")),
+        c["how"].as_str().unwrap_or("?"),
+        c["gixd_transfers_in_flight_max"].as_str().unwrap_or("?"),
+    ));
+    out.push_str("A clone that failed counts as refused, whatever it said (git daemon resets the connections past its `--max-connections`, 32 by default). CPU is per clone served, so a server that refused some is not credited for the work it did not do.\n\n");
+    out.push_str("Peak goal (issue 59): the cgroup peak ≤ 0.3× git's for 8+ clones of 300 000+ objects and 32+ clones of any; in smaller rows the peak above gixd's idle footprint (its cgroup's use as the burst starts) ≤ 0.3× git's peak; one clone: bitmapped, of 300 000+ objects, CPU ≤ 0.2× git's; without a bitmap, peak ≤ 1.0× git's. Spill is what gixd wrote to its spill directory per clone served.\n\n");
+    out.push_str("| repository | objects | bitmap | clones | gixd over, against | refused: gixd | git | CPU ms per served clone: gixd | git | ÷ | wall s: gixd | git | ÷ | cgroup peak MiB: gixd | git | ÷ | gixd idle MiB | peak goal | spill MiB per clone: gixd | RSS peak MiB: gixd | git | ÷ |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut rows = Vec::new();
+    for repo in c["repos"].as_array().context("repos")? {
+        let (name, state) = (repo["repo"].as_str().context("repo")?, repo["state"].as_str().context("state")?);
+        // A repository's own burst sizes, else the run's.
+        let sizes = repo["sizes"].as_array().or_else(|| c["sizes"].as_array()).context("sizes")?;
+        for clients in sizes.iter().filter_map(Value::as_u64) {
+            for &(ours, theirs, transport) in pairs {
+                let of = |arm: &str| -> Vec<&Value> {
+                    runs.iter()
+                        .filter(|r| {
+                            r["repo"] == name && r["state"] == state && r["clients"] == clients && r["arm"] == arm
+                        })
+                        .collect()
+                };
+                let (a, b) = (of(ours), of(theirs));
+                if a.is_empty() || b.is_empty() {
+                    continue;
+                }
+                let med = |rs: &[&Value], key: &str| median(rs.iter().filter_map(|r| r[key].as_f64()).collect());
+                let sum = |rs: &[&Value], key: &str| rs.iter().filter_map(|r| r[key].as_u64()).sum::<u64>();
+                let (ra, rb) = (sum(&a, "refused"), sum(&b, "refused"));
+                let per_served = |rs: &[&Value]| {
+                    median(
+                        rs.iter()
+                            .filter_map(|r| Some(r["cpu_us"].as_f64()? / r["served"].as_f64().filter(|n| *n > 0.0)?))
+                            .collect(),
+                    ) / 1e3
+                };
+                let (ca, cb) = (per_served(&a), per_served(&b));
+                let (wa, wb) = (med(&a, "wall_ms") / 1e3, med(&b, "wall_ms") / 1e3);
+                let (ma, mb) = (med(&a, "cgroup_peak_bytes") / 1048576.0, med(&b, "cgroup_peak_bytes") / 1048576.0);
+                let (pa, pb) = (med(&a, "peak_rss_kb") / 1024.0, med(&b, "peak_rss_kb") / 1024.0);
+                // Older results lack the idle footprint and the spill: not measured.
+                let idle = a.iter().all(|r| r["idle_bytes"].is_u64()).then(|| med(&a, "idle_bytes") / 1048576.0);
+                let spill = a.iter().all(|r| r["spill_bytes"].is_u64()).then(|| {
+                    median(
+                        a.iter()
+                            .filter_map(|r| {
+                                Some(r["spill_bytes"].as_f64()? / r["served"].as_f64().filter(|n| *n > 0.0)?)
+                            })
+                            .collect(),
+                    ) / 1048576.0
+                });
+                let whole_peak = clients >= 32 || (clients >= 8 && repo["objects"].as_u64().unwrap_or(0) >= 300_000);
+                let judged = if whole_peak { Some(ma) } else { idle.map(|idle| (ma - idle).max(0.0)) };
+                let met = |ok: bool| if ok { "met" } else { "**missed**" };
+                let large = repo["objects"].as_u64().unwrap_or(0) >= 300_000;
+                let peak_goal = match judged {
+                    // One clone: a bitmapped one of a large repository costs ≤ 0.2× git's CPU, a
+                    // clone without a bitmap peaks ≤ 1.0× git's.
+                    _ if clients == 1 && state == "bitmap" && large => {
+                        format!("{} (CPU {}, goal ≤ 0.2)", met(ca <= 0.2 * cb), ratio(cb, ca))
+                    }
+                    _ if clients == 1 && state != "bitmap" => {
+                        format!("{} (peak {}, goal ≤ 1.0)", met(ma <= mb), ratio(mb, ma))
+                    }
+                    Some(peak) => format!(
+                        "{} ({}{})",
+                        met(peak <= 0.3 * mb),
+                        if whole_peak { "peak " } else { "above idle " },
+                        ratio(mb, peak)
+                    ),
+                    None => "not measured".into(),
+                };
+                let badness = if ra > 0 { f64::INFINITY } else { (ca / cb).max(judged.unwrap_or(ma) / mb / 0.3) };
+                let row = format!(
+                    "| {name} | {} | {} | {clients} | {transport} | {ra} | {rb} | {ca:.1} | {cb:.1} | {} | {wa:.1} | {wb:.1} | {} | {ma:.0} | {mb:.0} | {} | {} | {peak_goal} | {} | {pa:.0} | {pb:.0} | {} |\n",
+                    repo["objects"],
+                    if state == "bitmap" { "yes" } else { "no" },
+                    ratio(cb, ca),
+                    ratio(wb, wa),
+                    ratio(mb, ma),
+                    idle.map_or("not measured".into(), |i| format!("{i:.0}")),
+                    spill.map_or("not measured".into(), |s| format!("{s:.1}")),
+                    ratio(pb, pa),
+                );
+                rows.push((badness, row));
+            }
+        }
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    rows.into_iter().for_each(|(_, row)| out.push_str(&row));
+    Ok(out)
 }

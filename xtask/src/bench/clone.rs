@@ -6,6 +6,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
+use super::table::*;
 use super::*;
 use bench_support::run::round_order;
 
@@ -65,3 +66,49 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
     eprintln!();
     finish(root, CLONE_RESULTS, conditions, runs)
 }
+
+// The report.
+
+/// Clone cost rows, worst first (gixd's CPU over git's): of the corpus (`CLONE_RESULTS`), or of
+/// real repositories without a bitmap, with and without a commit-graph (kept apart in
+/// [`CLONE_COMMIT_GRAPH_RESULTS`]).
+pub fn render(root: &Path, results: &str, command: &str) -> Result<String> {
+    let doc = match load(root, results, &format!("`{command}`"))? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench clone")?;
+    out.push_str(&format!(
+        " gixd: {}. git: {}. Medians per repository, worst first.\n\n",
+        c["gixd"].as_str().unwrap_or("?"),
+        c["git_arm"].as_str().unwrap_or("?"),
+    ));
+    out.push_str("| repository | objects | server CPU per clone, gixd (ms) | git (ms) | gixd ÷ git | peak RSS, gixd (MiB) | git (MiB) | gixd ÷ git |\n|---|---|---|---|---|---|---|---|\n");
+    let mut repos: Vec<&str> = runs.iter().filter_map(|r| r["repo"].as_str()).collect();
+    repos.sort();
+    repos.dedup();
+    let mut rows = Vec::new();
+    for repo in repos {
+        let of = |arm: &str, key: &str| {
+            median(
+                runs.iter().filter(|r| r["repo"] == repo && r["arm"] == arm).filter_map(|r| r[key].as_f64()).collect(),
+            )
+        };
+        let objects = runs.iter().find(|r| r["repo"] == repo).and_then(|r| r["objects"].as_u64()).unwrap_or(0);
+        let (cg, ct) = (of("gixd", "cpu_us") / 1000.0, of("git", "cpu_us") / 1000.0);
+        let (rg, rt) = (of("gixd", "peak_rss_kb") / 1024.0, of("git", "peak_rss_kb") / 1024.0);
+        let row = format!(
+            "| {repo} | {objects} | {cg:.1} | {ct:.1} | {} | {rg:.1} | {rt:.1} | {} |\n",
+            ratio(ct, cg),
+            ratio(rt, rg)
+        );
+        rows.push((cg / ct, row));
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    rows.into_iter().for_each(|(_, row)| out.push_str(&row));
+    Ok(out)
+}
+
+/// Where `cargo xtask bench clone --repo` results on real repositories without a bitmap are kept
+/// (moved there by hand from `CLONE_RESULTS`, which holds the corpus's).
+pub const COMMIT_GRAPH_RESULTS: &str = "bench/results/clone-commit-graph.json";

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use super::table::*;
 use anyhow::{Context, Result, bail};
 use bench_support::run::git;
 
@@ -184,4 +185,59 @@ fn push_http_backend(base: &Path, client: &Path, scratch: &Path) -> Result<(i64,
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
     result
+}
+
+// The report.
+
+/// A whole history pushed into an empty repository: a row per repository, the worst CPU ratio
+/// (gixd ÷ git receive-pack) first.
+pub fn render(root: &Path) -> Result<String> {
+    let doc = match load(
+        root,
+        crate::bench::ingest::INGEST_RESULTS,
+        "`cargo xtask bench ingest --repo PATH…` (by hand: it needs the repositories)",
+    )? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench ingest")?;
+    out.push_str(&format!(
+        " Pushed: {}. gixd: {}. git: {}. Medians.\n\n",
+        c["pushed"].as_str().unwrap_or("?"),
+        c["gixd"].as_str().unwrap_or("?"),
+        c["git_arm"].as_str().unwrap_or("?"),
+    ));
+    out.push_str("| repository | objects | refs | CPU s: gixd | git | ÷ | wall s: gixd | git | ÷ | wall s: gixd git:// | ÷ | wall s: git http-backend | gixd ÷ it | peak MiB: gixd | git | ÷ |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut rows = Vec::new();
+    for repo in c["repos"].as_array().context("repos")? {
+        let name = repo["repo"].as_str().context("repo")?;
+        let med = |arm: &str, key: &str| {
+            median(
+                runs.iter().filter(|r| r["repo"] == name && r["arm"] == arm).filter_map(|r| r[key].as_f64()).collect(),
+            )
+        };
+        let (cg, ct) = (med("gixd", "cpu_us") / 1e6, med("git", "cpu_us") / 1e6);
+        let (wg, wt) = (med("gixd", "wall_ms") / 1e3, med("git", "wall_ms") / 1e3);
+        let (pg, pt) = (med("gixd", "peak_kb") / 1024.0, med("git", "peak_kb") / 1024.0);
+        // Runs of before the git:// arm have none: a dash.
+        let wn = med("gixd git://", "wall_ms") / 1e3;
+        let wh = med("git http-backend", "wall_ms") / 1e3;
+        let seconds = |s: f64| if s.is_finite() { format!("{s:.1}") } else { "—".into() };
+        let row = format!(
+            "| {name} | {} | {} | {cg:.1} | {ct:.1} | {} | {wg:.1} | {wt:.1} | {} | {} | {} | {} | {} | {pg:.0} | {pt:.0} | {} |\n",
+            repo["objects"],
+            repo["refs"],
+            ratio(ct, cg),
+            ratio(wt, wg),
+            seconds(wn),
+            ratio(wt, wn),
+            seconds(wh),
+            ratio(wh, wg),
+            ratio(pt, pg)
+        );
+        rows.push((cg / ct, row));
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    rows.into_iter().for_each(|(_, row)| out.push_str(&row));
+    Ok(out)
 }

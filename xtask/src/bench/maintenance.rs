@@ -17,7 +17,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::table::*;
 use anyhow::{Context, Result, bail};
+use serde_json::Value;
 
 pub const MAINTENANCE_RESULTS: &str = "bench/results/maintenance.json";
 pub const MAINTENANCE_AS_CLONED_RESULTS: &str = "bench/results/maintenance-as-cloned.json";
@@ -266,4 +268,123 @@ fn empty_repo_and_history(source: &Path, dir: &Path, commits: usize) -> Result<(
     }
     git(dir, &["init", "-q", "--bare", "-b", "main", "r.git"])?;
     Ok((dir.join("r.git"), history))
+}
+
+// The report.
+
+/// Pack bytes after repacking a push-only repository: gixd maintenance against git's two
+/// repacks, a row per repository, the worst bytes ratio (gixd's aggressive repack ÷ `git repack -adf`)
+/// first.
+/// `gixd maintenance` against `git repack -adb` on a repository stock git pushed into (small
+/// pushes loose): bytes, CPU and peak memory, worst first by CPU or peak.
+pub fn render_loose_by_git(root: &Path) -> Result<String> {
+    use crate::bench::maintenance::LOOSE_ARMS;
+    let doc = match load(
+        root,
+        crate::bench::maintenance::MAINTENANCE_LOOSE_BY_GIT_RESULTS,
+        "`cargo xtask bench maintenance --loose-by-git --pushes 300 --repo PATH…` (by hand: it needs the repositories)",
+    )? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench maintenance --loose-by-git")?;
+    out.push_str(&format!(" Setup: {}; {} pushes. gixd: {}. Bytes: every `.pack` file after the repack; CPU and peak memory (maximum resident set) of the repacking process and its children: medians; ÷ is gixd's over git's.\n\n", c["how"].as_str().unwrap_or("?"), c["pushes"], c["gixd"].as_str().unwrap_or("?")));
+    out.push_str(&format!(
+        "| repository | objects | before: packs, loose | {} bytes | {} bytes | ÷ | CPU ms: gixd | git | ÷ | peak MB: gixd | git | ÷ |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        LOOSE_ARMS[0], LOOSE_ARMS[1]
+    ));
+    let mut rows = Vec::new();
+    for repo in c["repos"].as_array().context("repos")? {
+        let name = repo["repo"].as_str().context("repo")?;
+        let of = |arm: &str| -> Vec<&Value> { runs.iter().filter(|r| r["repo"] == name && r["arm"] == arm).collect() };
+        let (b, c, p) = arm_medians(runs, name, LOOSE_ARMS);
+        let row = format!(
+            "| {name} | {} | {}, {} | {} | {} | {} | {:.0} | {:.0} | {} | {:.1} | {:.1} | {} |\n",
+            repo["objects"],
+            repo["as_pushed"]["packs"],
+            repo["as_pushed"]["loose"],
+            count(&of(LOOSE_ARMS[0]), "pack_bytes"),
+            count(&of(LOOSE_ARMS[1]), "pack_bytes"),
+            ratio(b[1], b[0]),
+            c[0],
+            c[1],
+            ratio(c[1], c[0]),
+            p[0],
+            p[1],
+            ratio(p[1], p[0]),
+        );
+        rows.push(((c[0] / c[1]).max(p[0] / p[1]), row));
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    rows.into_iter().for_each(|(_, row)| out.push_str(&row));
+    Ok(out)
+}
+
+pub fn render(root: &Path, results: &str, flag: &str) -> Result<String> {
+    use crate::bench::maintenance::ARMS;
+    let doc = match load(
+        root,
+        results,
+        &format!("`cargo xtask bench maintenance{flag} --repo PATH…` (by hand: it needs the repositories)"),
+    )? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, &format!("cargo xtask bench maintenance{flag}"))?;
+    let as_cloned = c["pushes"].is_null();
+    let pushes = if as_cloned { String::new() } else { format!("; {} pushes", c["pushes"]) };
+    out.push_str(&format!(" Setup: {}{pushes}. gixd: {}. Bytes: every `.pack` file after the repack (the same every round); CPU and peak memory (maximum resident set): medians; ÷ is gixd's over git's.\n\n", c["how"].as_str().unwrap_or("?"), c["gixd"].as_str().unwrap_or("?")));
+    out.push_str(&format!(
+        "| repository | objects | before: packs, bytes | {} bytes | {} bytes | ÷ | {} bytes | ÷ | CPU ms: gixd | -adf | ÷ | -ad | ÷ | peak MB: gixd | -adf | ÷ | -ad | ÷ | {} bytes | ÷ -adf | CPU ms | ÷ -adf | peak MB | ÷ -adf |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        ARMS[0], ARMS[1], ARMS[2], ARMS[3]
+    ));
+    let mut rows = Vec::new();
+    for repo in c["repos"].as_array().context("repos")? {
+        let name = repo["repo"].as_str().context("repo")?;
+        let of = |arm: &str| -> Vec<&Value> { runs.iter().filter(|r| r["repo"] == name && r["arm"] == arm).collect() };
+        let (b, c, p) = arm_medians(runs, name, ARMS);
+        let row = format!(
+            "| {name} | {} | {}, {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {} | {:.0} | {} | {:.0} | {:.0} | {} | {:.0} | {} | {} | {} | {:.0} | {} | {:.0} | {} |\n",
+            repo["objects"],
+            repo["as_pushed"]["packs"],
+            repo["as_pushed"]["pack_bytes"],
+            count(&of(ARMS[0]), "pack_bytes"),
+            count(&of(ARMS[1]), "pack_bytes"),
+            ratio(b[1], b[0]),
+            count(&of(ARMS[2]), "pack_bytes"),
+            ratio(b[2], b[0]),
+            c[0],
+            c[1],
+            ratio(c[1], c[0]),
+            c[2],
+            ratio(c[2], c[0]),
+            p[0],
+            p[1],
+            ratio(p[1], p[0]),
+            p[2],
+            ratio(p[2], p[0]),
+            count(&of(ARMS[3]), "pack_bytes"),
+            ratio(b[1], b[3]),
+            c[3],
+            ratio(c[1], c[3]),
+            p[3],
+            ratio(p[1], p[3]),
+        );
+        // Worst first: after pushes by the aggressive repack's bytes against git's -adf (what the
+        // two compare); as cloned, by plain maintenance's CPU or peak against -ad (the bytes are
+        // git's own pack's).
+        let worst = if as_cloned {
+            (c[0] / c[2]).max(p[0] / p[2])
+        } else if b[3].is_finite() {
+            b[3] / b[1]
+        } else {
+            b[0] / b[1]
+        };
+        rows.push((worst, row));
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    for (_, row) in rows {
+        out.push_str(&row);
+    }
+    Ok(out)
 }

@@ -26,8 +26,51 @@ pub mod real;
 pub mod refs;
 pub mod reftable;
 pub mod ssh;
+pub mod table;
 pub mod tls;
 pub mod writes;
+
+/// Every generated block: the document that holds it (between `<!-- generated: NAME -->` and
+/// `<!-- end generated -->`), its name, and what renders it from the committed results.
+pub type Render = fn(&Path) -> Result<String>;
+pub const BLOCKS: &[(&str, &str, Render)] = &[
+    ("upstream/serial-stepwise.md", "patch-costs", patches::render_patch_costs),
+    ("upstream/delta-base-inclusion.md", "patch-costs", patches::render_patch_costs),
+    ("upstream/serial-delta-resolution.md", "index-costs", patches::render_index_costs),
+    ("upstream/delta-chain-base-cache.md", "decode-costs", patches::render_decode_costs),
+    ("upstream/deflate-stream-reuse.md", "loose-entry-costs", patches::render_loose_entry_costs),
+    ("upstream/delta-search.md", "real-fetches", real::render_real_fetches),
+    ("upstream/delta-search.md", "maintenance", |root| maintenance::render(root, maintenance::MAINTENANCE_RESULTS, "")),
+    ("bench/README.md", "clone-cost", |root| clone::render(root, clone::CLONE_RESULTS, "cargo xtask bench clone")),
+    ("bench/README.md", "clone-commit-graph", |root| {
+        clone::render(
+            root,
+            clone::COMMIT_GRAPH_RESULTS,
+            "cargo xtask bench clone --repo …; then move bench/results/clone-cost.json there",
+        )
+    }),
+    ("bench/README.md", "writes", writes::render),
+    ("bench/README.md", "ramp", ramp::render),
+    ("bench/README.md", "narrow", narrow::render),
+    ("bench/README.md", "push", push::render),
+    ("bench/README.md", "ingest", ingest::render),
+    ("bench/README.md", "maintenance", |root| maintenance::render(root, maintenance::MAINTENANCE_RESULTS, "")),
+    ("bench/README.md", "maintenance-as-cloned", |root| {
+        maintenance::render(root, maintenance::MAINTENANCE_AS_CLONED_RESULTS, " --as-cloned")
+    }),
+    ("bench/README.md", "maintenance-loose-by-git", maintenance::render_loose_by_git),
+    ("bench/README.md", "refs", refs::render),
+    ("bench/README.md", "bitmaps", bitmaps::render),
+    ("bench/README.md", "real-repos", real::render_real_repos),
+    ("bench/README.md", "bursts", |root| bursts::render(root, bursts::BURSTS_RESULTS, "", &bursts::PLAIN_PAIRS)),
+    ("bench/README.md", "bursts-secure", |root| {
+        bursts::render(root, bursts::BURSTS_SECURE_RESULTS, " --secure", &bursts::SECURE_PAIRS)
+    }),
+    ("bench/README.md", "tls", tls::render),
+    ("bench/README.md", "ssh", ssh::render),
+    ("bench/README.md", "reftable", reftable::render),
+    ("bench/README.md", "bundles", bundles::render),
+];
 
 /// Every benchmark, by the name `cargo xtask bench` takes.
 #[derive(clap::Subcommand)]

@@ -8,8 +8,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use super::table::*;
 use anyhow::{Context, Result, bail};
 use bench_support::relay::{Relay, Upstream};
+use serde_json::Value;
 
 pub const NARROW_RESULTS: &str = "bench/results/narrow.json";
 
@@ -158,4 +160,46 @@ pub(crate) fn wait_for_rusage(file: &Path) -> Result<i64> {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     bail!("git daemon's rusage never arrived at {}", file.display())
+}
+
+// The report.
+
+pub fn render(root: &Path) -> Result<String> {
+    let doc = match load(root, crate::bench::narrow::NARROW_RESULTS, "`cargo xtask bench narrow`")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench narrow")?;
+    out.push_str(&format!(
+        " Repository {} ({} objects). gixd: {}. git: {}. Bytes: {}. Objects: what the client holds after the clone. CPU: medians.\n\n",
+        c["repo"].as_str().unwrap_or("?"),
+        c["objects"],
+        c["gixd"].as_str().unwrap_or("?"),
+        c["git_arm"].as_str().unwrap_or("?"),
+        c["bytes"].as_str().unwrap_or("?"),
+    ));
+    out.push_str("| clone | objects, gixd | git daemon | bytes, gixd | git daemon | gixd ÷ git | server CPU, gixd (ms) | git daemon (ms) | gixd ÷ git |\n|---|---|---|---|---|---|---|---|---|\n");
+    let mut ops: Vec<&str> = Vec::new();
+    for r in runs {
+        if let Some(op) = r["op"].as_str()
+            && !ops.contains(&op)
+        {
+            ops.push(op);
+        }
+    }
+    for op in ops {
+        let arm = |name: &str| runs.iter().filter(|r| r["op"] == op && r["arm"] == name).collect::<Vec<_>>();
+        let (g, t) = (arm("gixd"), arm("git daemon"));
+        let med = |runs: &[&Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect());
+        let (bg, bt) = (med(&g, "bytes"), med(&t, "bytes"));
+        let (cg, ct) = (med(&g, "cpu_us") / 1000.0, med(&t, "cpu_us") / 1000.0);
+        out.push_str(&format!(
+            "| {op} | {} | {} | {bg:.0} | {bt:.0} | {} | {cg:.1} | {ct:.1} | {} |\n",
+            count(&g, "client_objects"),
+            count(&t, "client_objects"),
+            ratio(bt, bg),
+            ratio(ct, cg)
+        ));
+    }
+    Ok(out)
 }

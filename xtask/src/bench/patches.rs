@@ -7,9 +7,11 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
+use super::table::*;
 use super::{conditions, finish};
 use crate::queue::Queue;
 use bench_support::run::{output, round_order};
+use serde_json::Value;
 
 pub const RESULTS: &str = "bench/results/patch-costs.json";
 
@@ -111,4 +113,169 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
     }
     eprintln!();
     finish(root, RESULTS, conditions, runs)
+}
+
+// The report.
+
+/// The stock-vs-patched table of one measurement: counts (the same in every run of an arm) and
+/// times in milliseconds (medians of microsecond fields).
+fn stock_vs_patched(stock: &[&Value], patched: &[&Value], counts: &[(&str, &str)], times: &[(&str, &str)]) -> String {
+    let mut out = String::from("| measure | stock crates | patched (vendor/) | patched ÷ stock |\n|---|---|---|---|\n");
+    for (label, key) in counts {
+        let (s, p) = (count(stock, key), count(patched, key));
+        let r = match (s.parse::<f64>(), p.parse::<f64>()) {
+            (Ok(s), Ok(p)) => ratio(s, p),
+            _ => "—".into(),
+        };
+        out.push_str(&format!("| {label} | {s} | {p} | {r} |\n"));
+    }
+    let ms = |runs: &[&Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect()) / 1000.0;
+    for (label, key) in times {
+        let (s, p) = (ms(stock, key), ms(patched, key));
+        out.push_str(&format!("| {label} | {s:.2} | {p:.2} | {} |\n", ratio(s, p)));
+    }
+    out
+}
+
+pub fn render_patch_costs(root: &Path) -> Result<String> {
+    let doc = match load(root, crate::bench::patches::RESULTS, "`cargo xtask bench patches`")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let runs = doc["runs"].as_array().context("runs")?;
+    let arm = |name: &str| runs.iter().filter(|r| r["arm"] == name).collect::<Vec<_>>();
+    let (stock, patched) = (arm("stock"), arm("patched"));
+    let c = &doc["conditions"];
+    let mut out = conditions_line(c, "cargo xtask bench patches");
+    out.push_str(&versions_line(c));
+    out.push_str(&format!(
+        " {}. Fixture: the deterministic `patch-costs` repository (bench/patch-costs), pack of `{}`'s objects with `thread_limit: Some(1)`.\n\n",
+        c["rustc"].as_str().unwrap_or("?"),
+        c["rev"].as_str().unwrap_or("?"),
+    ));
+    out.push_str(&stock_vs_patched(
+        &stock,
+        &patched,
+        &[
+            ("threads started during generation", "threads_started"),
+            ("objects selected", "selected_objects"),
+            ("pack entries written", "pack_entries"),
+            ("entries copied from the pack", "copied_from_pack"),
+            ("entries decoded and re-deflated", "re_deflated"),
+            ("pack bytes", "pack_bytes"),
+        ],
+        &[("process CPU per generation, median (ms)", "cpu_us"), ("wall per generation, median (ms)", "wall_us")],
+    ));
+    Ok(out)
+}
+
+/// The results of `cargo xtask bench patches` if they hold `key` (a measurement added after the
+/// first runs): the document, or the NOT MEASURED text to render instead.
+fn patch_results(root: &Path, key: &str, what: &str) -> Result<Result<Value, String>> {
+    let doc = match load(root, crate::bench::patches::RESULTS, "`cargo xtask bench patches`")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(Err(not_measured)),
+    };
+    if doc["runs"].as_array().context("runs")?.iter().all(|r| r.get(key).is_none()) {
+        return Ok(Err(format!(
+            "NOT MEASURED: {} predates the {what} measurement. Run `cargo xtask bench patches`.\n",
+            crate::bench::patches::RESULTS
+        )));
+    }
+    Ok(Ok(doc))
+}
+
+/// The stock and the patched arm's runs of a `cargo xtask bench patches` document.
+fn stock_and_patched(doc: &Value) -> Result<(Vec<&Value>, Vec<&Value>)> {
+    let runs = doc["runs"].as_array().context("runs")?;
+    let arm = |name: &str| runs.iter().filter(|r| r["arm"] == name).collect::<Vec<_>>();
+    Ok((arm("stock"), arm("patched")))
+}
+
+/// The conditions and crate versions of a `cargo xtask bench patches` run, as a sentence.
+fn patch_conditions(doc: &Value) -> String {
+    let c = &doc["conditions"];
+    let mut out = conditions_line(c, "cargo xtask bench patches");
+    out.push_str(&versions_line(c));
+    out
+}
+
+/// Indexing a pack as a push is indexed, from the same run as `patch-costs`.
+pub fn render_index_costs(root: &Path) -> Result<String> {
+    let doc = match patch_results(root, "index_threads_started", "indexing")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (stock, patched) = stock_and_patched(&doc)?;
+    let mut out = patch_conditions(&doc);
+    out.push_str(" Fixture: the `patch-costs` repository's pack, indexed by `Bundle::write_to_directory` with `thread_limit: Some(1)` (threads seen by a sampler of /proc/self/task during the call).\n\n");
+    out.push_str(&stock_vs_patched(
+        &stock,
+        &patched,
+        &[("objects indexed", "index_objects"), ("threads started during indexing", "index_threads_started")],
+        &[
+            ("process CPU per indexing, median (ms)", "index_cpu_us"),
+            ("wall per indexing, median (ms)", "index_wall_us"),
+        ],
+    ));
+    Ok(out)
+}
+
+pub fn render_decode_costs(root: &Path) -> Result<String> {
+    let doc = match patch_results(root, "decode_capped_reversed_deltas_applied", "decoding")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (stock, patched) = stock_and_patched(&doc)?;
+    let c = &doc["conditions"];
+    let mut out = patch_conditions(&doc);
+    out.push_str(&format!(
+        " Fixture: the `patch-costs` repository's pack (`git repack -adf --window=50 --depth=50`); every object of `{}`, in `git rev-list --objects` order, decoded by `File::decode_entry` through each of gix's delta caches: the list of 64 objects a repository gets by default, and the cache capped by bytes (96 MiB here, git's default) it gets with `core.deltaBaseCacheLimit` set — the one that asks for chain bases; with it also in the opposite order (oldest versions first, as a walk from old tags meets the deep end of chains first).\n\n",
+        c["rev"].as_str().unwrap_or("?"),
+    ));
+    out.push_str(&stock_vs_patched(
+        &stock,
+        &patched,
+        &[
+            ("objects decoded", "decode_objects"),
+            ("deltas applied, `StaticLinkedList<64>`", "decode_deltas_applied"),
+            ("deltas applied, `MemoryCappedHashmap`", "decode_capped_deltas_applied"),
+            ("deltas applied, `MemoryCappedHashmap`, opposite order", "decode_capped_reversed_deltas_applied"),
+        ],
+        &[
+            ("process CPU per pass, `StaticLinkedList<64>`, median (ms)", "decode_cpu_us"),
+            ("process CPU per pass, `MemoryCappedHashmap`, median (ms)", "decode_capped_cpu_us"),
+            (
+                "process CPU per pass, `MemoryCappedHashmap`, opposite order, median (ms)",
+                "decode_capped_reversed_cpu_us",
+            ),
+        ],
+    ));
+    Ok(out)
+}
+
+/// Pack entries made of loose objects, from the same run as `patch-costs`.
+pub fn render_loose_entry_costs(root: &Path) -> Result<String> {
+    let doc = match patch_results(root, "loose_stored_cpu_us", "loose entries")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (stock, patched) = stock_and_patched(&doc)?;
+    let mut out = patch_conditions(&doc);
+    out.push_str(" Fixture: every object of the `patch-costs` repository's pack written loose by `git unpack-objects` into a scratch repository, then made into pack entries by `iter_from_counts` with `thread_limit: Some(1)` at the default compression, then at level 0 (stored, as a writer that searches deltas next asks for): each read, inflated and deflated again by `Entry::from_data`; the entries' bytes summed.\n\n");
+    out.push_str(&stock_vs_patched(
+        &stock,
+        &patched,
+        &[
+            ("loose objects", "loose_objects"),
+            ("entries deflated from the object's data", "loose_re_deflated"),
+            ("entries' compressed bytes", "loose_entry_bytes"),
+            ("entries' bytes, level 0", "loose_stored_entry_bytes"),
+        ],
+        &[
+            ("process CPU per pass, median (ms)", "loose_cpu_us"),
+            ("process CPU per pass, level 0, median (ms)", "loose_stored_cpu_us"),
+        ],
+    ));
+    Ok(out)
 }

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::table::*;
 use anyhow::{Context, Result, bail};
 
 pub const PUSH_RESULTS: &str = "bench/results/push.json";
@@ -117,4 +118,28 @@ fn push_git(xtask: &Path, repo: &Path, work: &Path, scratch: &Path) -> Result<i6
     }
     let row: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out)?)?;
     row["cpu_us"].as_i64().context("cpu_us")
+}
+
+// The report.
+
+pub fn render(root: &Path) -> Result<String> {
+    let doc = match load(root, crate::bench::push::PUSH_RESULTS, "`cargo xtask bench push`")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench push")?;
+    out.push_str(&format!(
+        " Repository {} ({} objects), one new commit per push. gixd: {}. git: {}. Medians.\n\n",
+        c["repo"].as_str().unwrap_or("?"),
+        c["objects"],
+        c["gixd"].as_str().unwrap_or("?"),
+        c["git_arm"].as_str().unwrap_or("?"),
+    ));
+    let med = |arm: &str| {
+        median(runs.iter().filter(|r| r["arm"] == arm).filter_map(|r| r["cpu_us"].as_f64()).collect()) / 1000.0
+    };
+    let (g, t) = (med("gixd"), med("git"));
+    out.push_str("| measure | gixd | git receive-pack | gixd ÷ git |\n|---|---|---|---|\n");
+    out.push_str(&format!("| server CPU per push (ms) | {g:.1} | {t:.1} | {} |\n", ratio(t, g)));
+    Ok(out)
 }

@@ -6,6 +6,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
+use super::table::*;
 use super::*;
 use bench_support::run::{free_port, wait_for_port};
 
@@ -117,4 +118,46 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
     }
     let _ = std::fs::remove_dir(&cgroup);
     finish(root, RAMP_RESULTS, conditions, runs)
+}
+
+// The report.
+
+pub fn render(root: &Path) -> Result<String> {
+    let doc = match load(root, crate::bench::ramp::RAMP_RESULTS, "`cargo xtask bench ramp` (root, cgroup v1 cpu)")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench ramp")?;
+    out.push_str(&format!(
+        " Repository {}; clones with protocol v2 over HTTP. Kernel read-back: quota {} µs per {} µs; {}.\n\n",
+        c["repo"].as_str().unwrap_or("?"),
+        c["cgroup_readback"]["quota_us"].as_str().unwrap_or("?"),
+        c["cgroup_readback"]["period_us"].as_str().unwrap_or("?"),
+        c["affinity"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join("; "))
+            .unwrap_or_default(),
+    ));
+    out.push_str("| concurrent clients | server CPU per clone, quota without cpuset (ms) | ÷ 1 client | pinned to 1 CPU (ms) | ÷ 1 client |\n|---|---|---|---|---|\n");
+    let mut rungs: Vec<u64> = runs.iter().filter_map(|r| r["clients"].as_u64()).collect();
+    rungs.sort();
+    rungs.dedup();
+    let per = |arm: &str, n: u64| {
+        median(
+            runs.iter()
+                .filter(|r| r["arm"] == arm && r["clients"] == n)
+                .filter_map(|r| r["cpu_per_clone_us"].as_f64())
+                .collect(),
+        ) / 1000.0
+    };
+    let first = rungs.first().copied().unwrap_or(1);
+    for n in &rungs {
+        let (q, p) = (per("quota", *n), per("pinned", *n));
+        out.push_str(&format!(
+            "| {n} | {q:.1} | {} | {p:.1} | {} |\n",
+            ratio(per("quota", first), q),
+            ratio(per("pinned", first), p)
+        ));
+    }
+    Ok(out)
 }

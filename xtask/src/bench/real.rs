@@ -28,6 +28,7 @@ use anyhow::{Context, Result, bail};
 use bench_support::relay::{Relay, Upstream};
 use serde_json::{Value, json};
 
+use super::table::*;
 use crate::bench::{pack_bytes, proc_cpu_us};
 use bench_support::run::git;
 use bench_support::run::{output, round_order};
@@ -657,8 +658,178 @@ fn parse_git_request(body: &[u8]) -> Result<(String, Option<String>)> {
     Ok((path.to_owned(), (!extra.is_empty()).then(|| extra.join(":"))))
 }
 
+// The report.
+
+/// The real-repository results (both reports read them), or how to make them.
+fn real_results(root: &Path) -> Result<Result<Value, String>> {
+    load(
+        root,
+        crate::bench::real::REAL_RESULTS,
+        "`cargo xtask bench real --repo PATH…` (by hand: it needs the repositories)",
+    )
+}
+
+/// One row of the real-repository table: medians of both arms for a repository × variant × operation.
+struct RealRow {
+    repo: String,
+    variant: String,
+    op: String,
+    cpu: (f64, f64),
+    /// gixd's CPU when the operation is the first request of its process (NaN if not measured).
+    fresh_cpu: f64,
+    bytes: (f64, f64),
+    objects: (String, String),
+}
+
+impl RealRow {
+    fn cpu_ratio(&self) -> f64 {
+        if self.cpu.1 > 0.0 { self.cpu.0 / self.cpu.1 } else { f64::NAN }
+    }
+}
+
+/// Rows with the worst CPU ratio (gixd ÷ git) first; a row without a ratio goes last.
+fn worst_first(rows: &mut [RealRow]) {
+    rows.sort_by(|a, b| {
+        let key = |r: &RealRow| if r.cpu_ratio().is_finite() { r.cpu_ratio() } else { f64::NEG_INFINITY };
+        key(b).total_cmp(&key(a)).then_with(|| (&a.repo, &a.variant, &a.op).cmp(&(&b.repo, &b.variant, &b.op)))
+    });
+}
+
+pub fn render_real_repos(root: &Path) -> Result<String> {
+    let doc = match real_results(root)? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench real")?;
+    let repos: Vec<String> = c["repos"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|r| {
+                    let origin =
+                        r["origin"].as_str().filter(|o| !o.is_empty()).map(|o| format!(" ({o})")).unwrap_or_default();
+                    format!(
+                        "{}{origin}: {} objects, {} refs ({} branches, {} tags of which {} annotated), {} at {}",
+                        r["name"].as_str().unwrap_or("?"),
+                        r["objects"],
+                        r["refs"],
+                        r["branches"],
+                        r["tags"],
+                        r["annotated_tags"],
+                        r["default_branch"].as_str().unwrap_or("?").trim_start_matches("refs/heads/"),
+                        r["default_tip"].as_str().unwrap_or("?").get(..10).unwrap_or("?"),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.push_str(&format!(
+        " Machine: {}. gixd: {}, {}. git: {}. Variants: {}. Fetches: {}. Bytes: {}. Objects: what the client holds afterwards (both arms leave it the same refs, or the run is aborted). Repositories: {}. The run took {} min. Medians; rows sorted by the CPU ratio, worst first.\n\n",
+        c["machine"].as_str().unwrap_or("?"),
+        c["gixd"].as_str().unwrap_or("?"),
+        c["gixd_binary"]["built"].as_str().unwrap_or("?"),
+        c["git_arm"].as_str().unwrap_or("?"),
+        c["variants"].as_str().unwrap_or("?"),
+        c["fetches"].as_str().unwrap_or("?"),
+        c["bytes"].as_str().unwrap_or("?"),
+        repos.join("; "),
+        c["duration_s"].as_u64().map_or("?".to_owned(), |s| s.div_ceil(60).to_string()),
+    ));
+    out.push_str("Arm `gixd` is a serving process: it answered one `git ls-remote` of the repository before the operation (not counted), as a daemon has; `gixd fresh` is a process whose first request the operation is (its thread stacks, heap and ref snapshot are cold). `git upload-pack` starts per connection either way.\n\n");
+    out.push_str("| repository | variant | operation | server CPU, gixd (ms) | git (ms) | gixd ÷ git | gixd fresh (ms) | fresh ÷ git | bytes, gixd | git | gixd ÷ git | client objects, gixd | git |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut rows = real_rows(runs);
+    worst_first(&mut rows);
+    for r in rows {
+        out.push_str(&format!(
+            "| {} | {} | `{}` | {:.1} | {:.1} | {} | {} | {} | {:.0} | {:.0} | {} | {} | {} |\n",
+            r.repo,
+            r.variant,
+            r.op,
+            r.cpu.0,
+            r.cpu.1,
+            ratio(r.cpu.1, r.cpu.0),
+            if r.fresh_cpu.is_finite() { format!("{:.1}", r.fresh_cpu) } else { "–".to_owned() },
+            if r.fresh_cpu.is_finite() { ratio(r.cpu.1, r.fresh_cpu) } else { "–".to_owned() },
+            r.bytes.0,
+            r.bytes.1,
+            ratio(r.bytes.1, r.bytes.0),
+            r.objects.0,
+            r.objects.1,
+        ));
+    }
+    Ok(out)
+}
+
+/// One row per repository, variant and operation of the real-repository results: medians of each arm.
+fn real_rows(runs: &[Value]) -> Vec<RealRow> {
+    let mut keys: Vec<(&str, &str, &str)> = Vec::new();
+    for r in runs {
+        if let (Some(repo), Some(variant), Some(op)) = (r["repo"].as_str(), r["variant"].as_str(), r["op"].as_str())
+            && !keys.contains(&(repo, variant, op))
+        {
+            keys.push((repo, variant, op));
+        }
+    }
+    keys.into_iter()
+        .map(|(repo, variant, op)| {
+            let arm = |name: &str| {
+                runs.iter()
+                    .filter(|r| r["repo"] == repo && r["variant"] == variant && r["op"] == op && r["arm"] == name)
+                    .collect::<Vec<_>>()
+            };
+            let (g, f, t) = (arm("gixd"), arm("gixd fresh"), arm("git"));
+            let med = |runs: &[&Value], key: &str| median(runs.iter().filter_map(|r| r[key].as_f64()).collect());
+            RealRow {
+                repo: repo.to_owned(),
+                variant: variant.to_owned(),
+                op: op.to_owned(),
+                cpu: (med(&g, "cpu_us") / 1000.0, med(&t, "cpu_us") / 1000.0),
+                fresh_cpu: if f.is_empty() { f64::NAN } else { med(&f, "cpu_us") / 1000.0 },
+                bytes: (med(&g, "bytes"), med(&t, "bytes")),
+                objects: (count(&g, "client_objects"), count(&t, "client_objects")),
+            }
+        })
+        .collect()
+}
+
+/// The fetch rows of the real-repository benchmark, for the delta-search report: what a fetch
+/// costs in bytes and server CPU against git's, every repository and variant, worst bytes first.
+pub fn render_real_fetches(root: &Path) -> Result<String> {
+    let doc = match real_results(root)? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench real")?;
+    out.push_str(&format!(
+        " gixd: {}, arm `gixd` (a serving process). git: {}. Fetches: {}. Bytes: {}. The whole table, with clones and no-op fetches, is in bench/README.md.\n\n",
+        c["gixd"].as_str().unwrap_or("?"),
+        c["git_arm"].as_str().unwrap_or("?"),
+        c["fetches"].as_str().unwrap_or("?"),
+        c["bytes"].as_str().unwrap_or("?"),
+    ));
+    out.push_str("| repository | variant | bytes, gixd | git | gixd ÷ git | server CPU, gixd (ms) | git (ms) | gixd ÷ git |\n|---|---|---|---|---|---|---|---|\n");
+    let mut rows: Vec<RealRow> = real_rows(runs).into_iter().filter(|r| r.op.starts_with("fetch")).collect();
+    rows.sort_by(|a, b| (b.bytes.0 / b.bytes.1).total_cmp(&(a.bytes.0 / a.bytes.1)));
+    for r in rows {
+        out.push_str(&format!(
+            "| {} | {} | {:.0} | {:.0} | {} | {:.1} | {:.1} | {} |\n",
+            r.repo,
+            r.variant,
+            r.bytes.0,
+            r.bytes.1,
+            ratio(r.bytes.1, r.bytes.0),
+            r.cpu.0,
+            r.cpu.1,
+            ratio(r.cpu.1, r.cpu.0),
+        ));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn a_git_request_gives_the_path_and_the_protocol() {
         let (p, v) = super::parse_git_request(b"git-upload-pack /cargo.git\0host=127.0.0.1:9\0\0version=2\0").unwrap();
@@ -667,5 +838,21 @@ mod tests {
         assert_eq!((p.as_str(), v), ("a.git", None));
         assert!(super::parse_git_request(b"git-receive-pack /a.git\0").is_err());
         assert!(super::parse_git_request(b"git-upload-pack /../a.git\0").is_err());
+    }
+
+    #[test]
+    fn real_repository_rows_come_worst_ratio_first() {
+        let row = |op: &str, g: f64, t: f64| RealRow {
+            repo: "r".into(),
+            variant: "bitmap".into(),
+            op: op.into(),
+            cpu: (g, t),
+            fresh_cpu: f64::NAN,
+            bytes: (0.0, 0.0),
+            objects: (String::new(), String::new()),
+        };
+        let mut rows = vec![row("a", 1.0, 2.0), row("b", 9.0, 0.0), row("c", 30.0, 1.0), row("d", 3.0, 2.0)];
+        worst_first(&mut rows);
+        assert_eq!(rows.iter().map(|r| r.op.as_str()).collect::<Vec<_>>(), ["c", "d", "a", "b"]);
     }
 }

@@ -10,8 +10,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::table::*;
 use anyhow::{Context, Result, bail};
 use bench_support::run::git;
+use serde_json::Value;
 
 pub const REFS_RESULTS: &str = "bench/results/refs.json";
 
@@ -148,4 +150,50 @@ fn push_mirror(gixd: &Path, source: &Path, base: &Path) -> Result<u64> {
     let _ = child.kill();
     let _ = child.wait();
     result
+}
+
+// The report.
+
+/// What loose refs cost a request: a row per repository, the largest loose ÷ packed CPU first.
+pub fn render(root: &Path) -> Result<String> {
+    use crate::bench::refs::ARMS;
+    let doc = match load(
+        root,
+        crate::bench::refs::REFS_RESULTS,
+        "`cargo xtask bench refs --repo PATH…` (by hand: it needs the repositories)",
+    )? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench refs")?;
+    out.push_str(&format!(" Setup: {}; {} requests per arm and round. gixd: {}. Syscalls: of one request (min–max over the rounds); CPU: medians per request.\n\n", c["how"].as_str().unwrap_or("?"), c["requests"], c["gixd"].as_str().unwrap_or("?")));
+    out.push_str(&format!(
+        "| repository | refs | mirror push: server CPU (ms) | loose files: {0} | {1} | syscalls per ls-remote: {0} | {1} | CPU µs per ls-remote: {0} | {1} | {1} ÷ {0} |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        ARMS[0].0, ARMS[1].0
+    ));
+    let mut rows = Vec::new();
+    for repo in c["repos"].as_array().context("repos")? {
+        let name = repo["repo"].as_str().context("repo")?;
+        let of = |arm: &str| -> Vec<&Value> { runs.iter().filter(|r| r["repo"] == name && r["arm"] == arm).collect() };
+        let cpu = |arm: &str| {
+            median(of(arm).iter().filter_map(|r| Some(r["cpu_us"].as_f64()? / r["requests"].as_f64()?)).collect())
+        };
+        let (loose, packed) = (cpu(ARMS[0].0), cpu(ARMS[1].0));
+        let row = format!(
+            "| {name} | {} | {:.0} | {} | {} | {} | {} | {loose:.0} | {packed:.0} | {} |\n",
+            repo["refs"],
+            repo["push_cpu_us"].as_f64().unwrap_or(f64::NAN) / 1000.0,
+            repo["loose_files"][ARMS[0].0],
+            repo["loose_files"][ARMS[1].0],
+            count(&of(ARMS[0].0), "syscalls"),
+            count(&of(ARMS[1].0), "syscalls"),
+            ratio(loose, packed),
+        );
+        rows.push((loose / packed, row));
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    for (_, row) in rows {
+        out.push_str(&row);
+    }
+    Ok(out)
 }

@@ -15,6 +15,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use super::table::*;
 use anyhow::{Context, Result, bail};
 use bench_support::run::git;
 
@@ -278,4 +279,56 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
     let _ = child.wait();
     result?;
     crate::bench::finish(root, REFTABLE_RESULTS, conditions, runs)
+}
+
+// The report.
+
+pub fn render(root: &Path) -> Result<String> {
+    let doc = match load(
+        root,
+        crate::bench::reftable::REFTABLE_RESULTS,
+        "`cargo xtask bench reftable --repo PATH…` (by hand: it needs the repositories)",
+    )? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench reftable")?;
+    out.push_str(&format!(
+        " gixd: {}. {} Medians of the rounds, per request.\n\n",
+        c["gixd"].as_str().unwrap_or("?"),
+        c["how"].as_str().unwrap_or("?")
+    ));
+    out.push_str("| repository | refs | request | state | refs in | server CPU ms: gixd | git | gixd ÷ git | reftable ÷ files (gixd) |\n|---|---|---|---|---|---|---|---|---|\n");
+    let mut rows = Vec::new();
+    for repo in c["repos"].as_array().context("repos")? {
+        let name = repo["repo"].as_str().context("repo")?;
+        for request in crate::bench::reftable::REQUESTS {
+            for state in crate::bench::reftable::STATES {
+                let med = |format: &str, server: &str| {
+                    median(
+                        runs.iter()
+                            .filter(|r| r["repo"] == name && r["request"] == request && r["state"] == state)
+                            .filter(|r| r["format"] == format && r["server"] == server)
+                            .filter_map(|r| Some(r["cpu_us"].as_f64()? / r["requests"].as_f64()?))
+                            .collect(),
+                    ) / 1000.0
+                };
+                for format in crate::bench::reftable::FORMATS {
+                    let (ours, theirs) = (med(format, "gixd"), med(format, "git upload-pack"));
+                    let vs_files = if format == "reftable" { ratio(med("files", "gixd"), ours) } else { "—".into() };
+                    rows.push((
+                        ours / theirs,
+                        format!(
+                            "| {name} | {} | {request} | {state} | {format} | {ours:.2} | {theirs:.2} | {} | {vs_files} |\n",
+                            repo["refs"],
+                            ratio(theirs, ours),
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    rows.into_iter().for_each(|(_, row)| out.push_str(&row));
+    Ok(out)
 }

@@ -17,6 +17,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
+use super::table::*;
 use crate::bench::bursts::{Server, start, warm};
 use bench_support::run::git;
 
@@ -246,4 +247,61 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
     drop((gixd_server, sshd));
     let _ = std::fs::remove_dir_all(&safe);
     crate::bench::finish(root, SSH_RESULTS, conditions, runs)
+}
+
+// The report.
+
+/// What SSH costs: per repository, the server CPU of a clone and of a whole-history push from each
+/// arm; gixd over SSH against gixd over HTTP (issue 47's goal on the clone: ≤ 1.15) and against
+/// git behind sshd (goal: ≤ 0.5), the row furthest from its goals first.
+pub fn render(root: &Path) -> Result<String> {
+    let doc = match load(
+        root,
+        crate::bench::ssh::SSH_RESULTS,
+        "`cargo xtask bench ssh --repo PATH…` (by hand, as root: it needs the repositories, sshd and cgroups)",
+    )? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench ssh")?;
+    out.push_str(&format!(
+        " gixd: {}. {}; ciphers: gixd ssh {}, sshd {}. {} Medians.\n\n",
+        c["gixd"].as_str().unwrap_or("?"),
+        c["openssh"].as_str().unwrap_or("?"),
+        c["cipher"]["gixd ssh"].as_str().unwrap_or("?"),
+        c["cipher"]["sshd"].as_str().unwrap_or("?"),
+        c["how"].as_str().unwrap_or("?"),
+    ));
+    out.push_str("| repository | objects | bitmap | operation | server CPU ms: gixd http | gixd ssh | git (sshd) | gixd shell (sshd) | gixd ssh ÷ gixd http | gixd ssh ÷ git (sshd) | gixd shell ÷ git (sshd) |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut rows = Vec::new();
+    for repo in c["repos"].as_array().context("repos")? {
+        let name = repo["repo"].as_str().context("repo")?;
+        let state = repo["state"].as_str().unwrap_or("no-bitmap");
+        for (operation, field) in [("clone", "clone_cpu_us"), ("push", "push_cpu_us")] {
+            let med = |arm: &str| {
+                median(
+                    runs.iter()
+                        .filter(|r| r["repo"] == name && r["state"] == state && r["arm"] == arm)
+                        .filter_map(|r| r[field].as_f64())
+                        .collect(),
+                ) / 1000.0
+            };
+            let [http, ssh, git, shell] = crate::bench::ssh::ARMS.map(med);
+            let badness = (ssh / http / 1.15).max(ssh / git / 0.5);
+            rows.push((
+                badness,
+                format!(
+                    "| {name} | {} | {} | {operation} | {http:.0} | {ssh:.0} | {git:.0} | {shell:.0} | {} | {} | {} |\n",
+                    repo["objects"],
+                    if state == "bitmap" { "yes" } else { "no" },
+                    ratio(http, ssh),
+                    ratio(git, ssh),
+                    ratio(git, shell),
+                ),
+            ));
+        }
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    rows.into_iter().for_each(|(_, row)| out.push_str(&row));
+    Ok(out)
 }

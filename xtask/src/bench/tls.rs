@@ -10,9 +10,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
+use super::table::*;
 use crate::bench::bursts::{Server, start, warm};
+use serde_json::Value;
 
 pub const TLS_RESULTS: &str = "bench/results/tls.json";
 
@@ -111,4 +113,57 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
     }
     drop((gixd_server, lighttpd));
     crate::bench::finish(root, TLS_RESULTS, conditions, runs)
+}
+
+// The report.
+
+/// What TLS costs a clone: per repository, the server CPU of each arm, gixd over HTTPS against
+/// gixd over HTTP (issue 46's goal: ≤ 1.15) and against lighttpd + git http-backend over HTTPS
+/// (goal: ≤ 0.5), the row furthest from its goals first.
+pub fn render(root: &Path) -> Result<String> {
+    let doc = match load(
+        root,
+        crate::bench::tls::TLS_RESULTS,
+        "`cargo xtask bench tls --repo PATH…` (by hand, as root: it needs the repositories and cgroups)",
+    )? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench tls")?;
+    out.push_str(&format!(
+        " gixd: {}. lighttpd: {}. {} Medians.\n\n",
+        c["gixd"].as_str().unwrap_or("?"),
+        c["lighttpd"].as_str().unwrap_or("?").lines().next().unwrap_or("?"),
+        c["how"].as_str().unwrap_or("?"),
+    ));
+    out.push_str("| repository | objects | bitmap | server CPU ms: gixd http | gixd https | http-backend https | gixd https ÷ gixd http | gixd https ÷ http-backend https | HTTP spoken (gixd https, http-backend) |\n|---|---|---|---|---|---|---|---|---|\n");
+    let mut rows = Vec::new();
+    for repo in c["repos"].as_array().context("repos")? {
+        let name = repo["repo"].as_str().context("repo")?;
+        let state = repo["state"].as_str().unwrap_or("no-bitmap");
+        let of = |arm: &str| -> Vec<&Value> {
+            runs.iter()
+                .filter(|r| r["repo"] == name && r["state"].as_str().unwrap_or("no-bitmap") == state && r["arm"] == arm)
+                .collect()
+        };
+        let med = |arm: &str| median(of(arm).iter().filter_map(|r| r["cpu_us"].as_f64()).collect()) / 1000.0;
+        let spoke = |arm: &str| of(arm).first().and_then(|r| r["http"].as_str()).unwrap_or("?").to_owned();
+        let [plain, tls, peer] = crate::bench::tls::ARMS.map(med);
+        let badness = (tls / plain / 1.15).max(tls / peer / 0.5);
+        rows.push((
+            badness,
+            format!(
+                "| {name} | {} | {} | {plain:.0} | {tls:.0} | {peer:.0} | {} | {} | {}, {} |\n",
+                repo["objects"],
+                if state == "bitmap" { "yes" } else { "no" },
+                ratio(plain, tls),
+                ratio(peer, tls),
+                spoke(crate::bench::tls::ARMS[1]),
+                spoke(crate::bench::tls::ARMS[2]),
+            ),
+        ));
+    }
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    rows.into_iter().for_each(|(_, row)| out.push_str(&row));
+    Ok(out)
 }

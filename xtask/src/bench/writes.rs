@@ -6,6 +6,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
+use super::table::*;
 use super::*;
 use bench_support::run::{free_port, output, wait_for_port};
 
@@ -174,4 +175,32 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
         let _ = arm.server.wait();
     }
     finish(root, WRITES_RESULTS, conditions, runs)
+}
+
+// The report.
+
+pub fn render(root: &Path) -> Result<String> {
+    let doc = match load(root, crate::bench::writes::WRITES_RESULTS, "`cargo xtask bench writes`")? {
+        Ok(doc) => doc,
+        Err(not_measured) => return Ok(not_measured),
+    };
+    let (runs, c, mut out) = measured(&doc, "cargo xtask bench writes")?;
+    out.push_str(&format!(
+        " Repository {} ({} objects); clone with protocol v2; every write-family syscall of the serving process tree (strace -f -c).\n\n",
+        c["repo"].as_str().unwrap_or("?"),
+        c["objects"].as_str().unwrap_or("?")
+    ));
+    out.push_str(
+        "| arm | write calls per clone (median) | pack bytes | calls ÷ (bytes / 65516) |\n|---|---|---|---|\n",
+    );
+    let mut arms: Vec<&str> = runs.iter().filter_map(|r| r["arm"].as_str()).collect();
+    arms.sort();
+    arms.dedup();
+    arms.sort_by_key(|a| !a.starts_with("gixd"));
+    for arm in arms {
+        let of = |key: &str| median(runs.iter().filter(|r| r["arm"] == arm).filter_map(|r| r[key].as_f64()).collect());
+        let (calls, bytes) = (of("write_calls"), of("pack_bytes"));
+        out.push_str(&format!("| {arm} | {calls:.0} | {bytes:.0} | {:.2} |\n", calls / (bytes / 65516.0)));
+    }
+    Ok(out)
 }
