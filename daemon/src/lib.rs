@@ -39,7 +39,8 @@
 //!   `layers.rs` checks that no codec touches a repository.
 //! - [`push`] — what a push does below the protocol: quarantine, object and ref checks, hooks,
 //!   the ref transaction; [`maintenance`] — repacking into one pack with a `.rev` and a
-//!   `.bitmap`, in-process, the geometric roll-up of pushed packs (`maintenance::geometric`), and
+//!   `.bitmap`, in-process, the geometric roll-up of pushed packs (`maintenance::geometric`), a
+//!   run again when stock git repacked under it (`maintenance::rerun`), and
 //!   unreachable objects kept in a cruft pack until `gc.pruneExpire` (`maintenance::prune`).
 //! - [`session`] — what a request and the server share, whatever the transport: the server's
 //!   state, a request's context, the protocol version asked for, what a tap is told;

@@ -222,6 +222,10 @@ pub fn due(git_dir: &Path) -> Due {
 /// is never thin). The rolled packs are noted once the new one is in place and removed by a run
 /// [`GRACE`] later ([`expire_rolled`]). `None`: nothing to roll.
 pub fn run(git_dir: &Path) -> Result<Option<Report>, MaintenanceError> {
+    super::rerun::while_packs_change(&git_dir.join("objects/pack"), || run_once(git_dir))
+}
+
+fn run_once(git_dir: &Path) -> Result<Option<Report>, MaintenanceError> {
     let repo = super::open(git_dir)?;
     let hash = repo.object_hash();
     let objects_dir = repo.objects.store_ref().path().to_owned();

@@ -24,6 +24,7 @@ pub mod geometric;
 pub mod midx;
 pub mod prune;
 mod refs;
+mod rerun;
 use refs::pack_refs;
 
 /// Why a maintenance run did not finish. It serves no request: the service counts it
@@ -113,6 +114,10 @@ pub fn aggressive(git_dir: &Path) -> Result<Report, MaintenanceError> {
 /// stored whole are searched for deltas (a run by hand or on the clock) or kept as they are (the
 /// automatic run after pushes: memory bounded by the entries, not by the objects' data).
 pub fn full(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
+    rerun::while_packs_change(&git_dir.join("objects/pack"), || full_once(git_dir, bases))
+}
+
+fn full_once(git_dir: &Path, bases: Bases) -> Result<Report, MaintenanceError> {
     let repo = open(git_dir)?;
     let hash = repo.object_hash();
     let objects_dir = repo.objects.store_ref().path().to_owned();
