@@ -216,6 +216,7 @@ fn a_pack_deleted_mid_send_does_not_break_the_clone_with_a_bitmap_or_without_on_
         for entry in std::fs::read_dir(served.join("objects/pack")).unwrap().flatten() {
             std::fs::remove_file(entry.path()).unwrap();
         }
+        // SAFETY: signalling the clone's own process group, as above.
         unsafe { libc::kill(-group, libc::SIGCONT) };
         finished(child, transport);
         assert_eq!(all_objects(&dest), all_objects(&f.origin), "{transport}: the clone holds every object");

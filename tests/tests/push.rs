@@ -547,7 +547,6 @@ fn a_push_starts_no_process_when_there_is_no_hook_and_one_when_there_is() {
             hook(&f.repo(), "post-update", "true");
         }
         let counts = {
-            // SAFETY of env: set before the strace child starts, read only by it.
             let vars = [
                 ("GIXD_TEST_BASE", f.tmp.path().join("base")),
                 ("GIXD_TEST_BODY", body_file.clone()),
@@ -555,6 +554,8 @@ fn a_push_starts_no_process_when_there_is_no_hook_and_one_when_there_is() {
                 ("GIXD_TEST_SECRET", PathBuf::from(&secret)),
             ];
             for (k, v) in &vars {
+                // SAFETY: set before the strace child starts, read only by it; no other thread
+                // of this test process reads the environment meanwhile.
                 unsafe { std::env::set_var(k, v) };
             }
             gixd_tests::syscall_counts_of_test("inner_push_without_hooks", "execve,execveat")

@@ -54,3 +54,9 @@ pub fn wait_for_port(port: u16) -> Result<()> {
     }
     bail!("nothing listens on port {port}")
 }
+
+/// Whether this process runs as root (the benchmarks that put servers in cgroups need it).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}

@@ -79,6 +79,7 @@ impl LooseState {
             let d_type = unsafe { (*entry).d_type };
             let len = prefix.len();
             prefix.extend_from_slice(bytes);
+            // SAFETY: the stream is open (closed only when `stream` drops); its descriptor stays its own.
             let at = unsafe { libc::dirfd(stream.0) };
             let result = if d_type == libc::DT_DIR {
                 self.subdirectory(at, name, prefix, depth)

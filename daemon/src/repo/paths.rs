@@ -22,6 +22,7 @@ pub(super) fn home_of(user: &str) -> Option<PathBuf> {
         return None;
     }
     let name = std::ffi::CString::new(user).ok()?;
+    // SAFETY: `passwd` is plain data (integers and pointers), for which all zeroes is a value.
     let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
     let mut buf = vec![0 as libc::c_char; 16 * 1024];
     let mut result: *mut libc::passwd = std::ptr::null_mut();

@@ -426,6 +426,7 @@ pub async fn serve(
         use std::os::fd::{AsRawFd, FromRawFd};
         // SAFETY: dup of a descriptor this function owns; the copy is owned by the OwnedFd.
         let fd = unsafe { libc::dup(tcp.as_raw_fd()) };
+        // SAFETY: `fd`, when dup gave one, is a new descriptor nothing else owns.
         (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
     };
     let session = async {

@@ -71,8 +71,10 @@ impl Pipe {
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } < 0 {
             return Err(io::Error::last_os_error());
         }
+        // SAFETY: pipe2 succeeded: both descriptors are new and owned by nothing else.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         // A smaller pipe (the default 64 KiB where the limit is lower) only means more calls.
+        // SAFETY: fcntl on a descriptor `write` owns; a failure leaves the pipe as it was.
         unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, Pipe::SIZE) };
         Ok(Pipe { read, write, pending: None })
     }
@@ -108,6 +110,7 @@ fn send_memory(fd: i32, pipe: &mut Option<Pipe>, buf: &[u8]) -> io::Result<usize
             Ok(new) => *pipe = Some(new),
             // No descriptors left for a pipe: copy, as for any other bytes (and not counted
             // as sent without a copy).
+            // SAFETY: `buf` is valid for `buf.len()` bytes for the call; `fd` is the caller's open socket.
             Err(_) => return syscall(|| unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) }),
         }
     }

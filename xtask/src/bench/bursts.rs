@@ -286,7 +286,7 @@ pub struct Args {
 
 pub fn run(root: &Path, args: Args) -> Result<()> {
     let Args { rounds, repo: repos, clients: sizes, secure, gixd } = args;
-    if unsafe { libc::geteuid() } != 0 {
+    if !bench_support::run::is_root() {
         bail!("each server goes into cgroups of its own: run as root");
     }
     let gixd = crate::bench::gixd_or_build(root, gixd)?;

@@ -268,6 +268,7 @@ fn loadavg() -> String {
 /// time and peak RSS of it and every descendant it waited for.
 pub fn rusage(out: &Path, command: &[String]) -> Result<()> {
     let status = Command::new(&command[0]).args(&command[1..]).status().context("running the wrapped command")?;
+    // SAFETY: `rusage` is plain data (integers), for which all zeroes is a value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage fills the struct it is given.
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
@@ -402,6 +403,7 @@ pub(crate) fn repo_name(repo: &Path) -> String {
 
 /// CPU of every child this process has reaped so far, in µs (getrusage).
 pub(crate) fn children_cpu_us() -> i64 {
+    // SAFETY: `rusage` is plain data (integers), for which all zeroes is a value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage fills the struct it is given.
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };

@@ -43,7 +43,7 @@ pub struct Args {
 
 pub fn run(root: &Path, args: Args) -> Result<()> {
     let Args { rounds, repo: repos, gixd } = args;
-    if unsafe { libc::geteuid() } != 0 {
+    if !bench_support::run::is_root() {
         bail!("each server goes into a cgroup of its own, and sshd runs as root: run as root");
     }
     let gixd = crate::bench::gixd_or_build(root, gixd)?;
