@@ -153,3 +153,22 @@ fn a_damaged_commit_graph_is_refused_when_read() {
         assert!(loaded.is_err(), "split {split}: a flipped byte is refused");
     }
 }
+
+/// A commit-graph read again (its repository's cache given back while idle, then a request) is
+/// not hashed again while its files are the same files: each file's checksum is computed once.
+#[test]
+fn a_commit_graph_read_again_is_not_hashed_again_while_its_files_are_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hashed = || gixd::repo::checked::TRAILERS_HASHED.load(std::sync::atomic::Ordering::Relaxed);
+    for split in [false, true] {
+        let objects = with_graph(tmp.path(), "linear", Hash::Sha1, split).join("objects");
+        let before = hashed();
+        assert!(gixd::repo::commit_graph::load(&objects, gix_hash::Kind::Sha1).unwrap().is_some());
+        let files = hashed() - before;
+        assert_eq!(files, if split { 2 } else { 1 }, "split {split}: each file hashed once");
+        for _ in 0..3 {
+            assert!(gixd::repo::commit_graph::load(&objects, gix_hash::Kind::Sha1).unwrap().is_some());
+        }
+        assert_eq!(hashed() - before, files, "split {split}: read again, not hashed again");
+    }
+}

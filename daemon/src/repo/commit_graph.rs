@@ -1,6 +1,6 @@
 //! git's commit-graph (`objects/info/commit-graph`, or a chain in `objects/info/commit-graphs/`),
 //! read for walks: a commit's root tree (and parents, date) without inflating the commit. Read
-//! once per state of its files, each file's checksum verified then: a damaged graph is refused
+//! once per state of its files, each file's checksum verified the first time it is read: a damaged graph is refused
 //! (logged once by the caller) and walks decode commits as without one. A graph older than the
 //! repository's newest commits is no harm: what it lacks is decoded, what it holds is fixed by the
 //! commit's id.
@@ -42,11 +42,20 @@ pub fn load(objects_dir: &Path, hash: gix_hash::Kind) -> Result<Option<gix_commi
     };
     let mut files = Vec::with_capacity(paths.len());
     for path in paths {
+        // Opened for its identity just before gix maps it: a checksum found right is not
+        // computed again for the same file ([`super::checked`]).
+        let opened = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let file = gix_commitgraph::File::at(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         if file.object_hash() != hash {
             return Err(format!("{}: object format {} in a {hash} repository", path.display(), file.object_hash()));
         }
-        file.verify_checksum().map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut failed = None;
+        let right = super::checked::found_right(&opened, || {
+            file.verify_checksum().map_err(|e| failed = Some(e.to_string())).is_ok()
+        });
+        if !right {
+            return Err(format!("{}: {}", path.display(), failed.unwrap_or_default()));
+        }
         files.push(file);
     }
     if files.is_empty() {
