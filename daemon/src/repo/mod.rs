@@ -336,7 +336,7 @@ impl Repos {
     /// negotiation, each of which read and parsed every packed ref (a thousand tags) again. With
     /// them, whether they moved since this server last served the repository.
     pub fn upload_refs(&self, served: &Served, repo: &gix::Repository) -> Result<(Arc<RefSnapshot>, Refs), ServeError> {
-        let state = upload_ref_state(repo)?;
+        let mut state = upload_ref_state(repo)?;
         // Asked on every request (each round of a stateless negotiation): the path is copied
         // only the first time.
         let mut refs_seen = self.refs_seen.lock().expect("not poisoned");
@@ -356,7 +356,6 @@ impl Repos {
         // while they were read (git's pack-refs rewrites packed-refs, then deletes the loose
         // files) can show a branch where packed-refs had it before, older than the state they
         // were read at, and a fetch of its new tip was refused as "not our ref".
-        let mut state = state;
         for _ in 1..REF_READS {
             let read = self.refs.get_or_compute(served, state, || {
                 let snapshot = RefSnapshot::load(repo).map_err(Reread::Failed)?;

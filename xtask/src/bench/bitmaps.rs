@@ -166,7 +166,7 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
 // The report.
 
 pub fn render(root: &Path) -> Result<String> {
-    let doc = match load(root, crate::bench::bitmaps::BITMAP_RESULTS, "`cargo xtask bench bitmaps`")? {
+    let doc = match load(root, BITMAP_RESULTS, "`cargo xtask bench bitmaps`")? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };

@@ -152,7 +152,7 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
 pub fn render(root: &Path) -> Result<String> {
     let doc = match load(
         root,
-        crate::bench::bundles::BUNDLE_RESULTS,
+        BUNDLE_RESULTS,
         "`cargo xtask bench bundles --repo PATH…` (by hand: it needs the repositories)",
     )? {
         Ok(doc) => doc,
@@ -176,7 +176,7 @@ pub fn render(root: &Path) -> Result<String> {
                     .collect(),
             )
         };
-        let [plain, bundled] = crate::bench::bundles::ARMS;
+        let [plain, bundled] = ARMS;
         let (cpu_p, cpu_b) = (med(plain, "cpu_us") / 1000.0, med(bundled, "cpu_us") / 1000.0);
         let (mib_p, mib_b) = (med(plain, "bytes") / 1048576.0, med(bundled, "bytes") / 1048576.0);
         let (wall_p, wall_b) = (med(plain, "wall_us") / 1e6, med(bundled, "wall_us") / 1e6);

@@ -194,7 +194,7 @@ fn push_http_backend(base: &Path, client: &Path, scratch: &Path) -> Result<(i64,
 pub fn render(root: &Path) -> Result<String> {
     let doc = match load(
         root,
-        crate::bench::ingest::INGEST_RESULTS,
+        INGEST_RESULTS,
         "`cargo xtask bench ingest --repo PATH…` (by hand: it needs the repositories)",
     )? {
         Ok(doc) => doc,

@@ -278,10 +278,9 @@ fn empty_repo_and_history(source: &Path, dir: &Path, commits: usize) -> Result<(
 /// `gixd maintenance` against `git repack -adb` on a repository stock git pushed into (small
 /// pushes loose): bytes, CPU and peak memory, worst first by CPU or peak.
 pub fn render_loose_by_git(root: &Path) -> Result<String> {
-    use crate::bench::maintenance::LOOSE_ARMS;
     let doc = match load(
         root,
-        crate::bench::maintenance::MAINTENANCE_LOOSE_BY_GIT_RESULTS,
+        MAINTENANCE_LOOSE_BY_GIT_RESULTS,
         "`cargo xtask bench maintenance --loose-by-git --pushes 300 --repo PATH…` (by hand: it needs the repositories)",
     )? {
         Ok(doc) => doc,
@@ -321,7 +320,6 @@ pub fn render_loose_by_git(root: &Path) -> Result<String> {
 }
 
 pub fn render(root: &Path, results: &str, flag: &str) -> Result<String> {
-    use crate::bench::maintenance::ARMS;
     let doc = match load(
         root,
         results,

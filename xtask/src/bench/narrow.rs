@@ -165,7 +165,7 @@ pub(crate) fn wait_for_rusage(file: &Path) -> Result<i64> {
 // The report.
 
 pub fn render(root: &Path) -> Result<String> {
-    let doc = match load(root, crate::bench::narrow::NARROW_RESULTS, "`cargo xtask bench narrow`")? {
+    let doc = match load(root, NARROW_RESULTS, "`cargo xtask bench narrow`")? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };

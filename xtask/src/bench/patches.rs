@@ -138,7 +138,7 @@ fn stock_vs_patched(stock: &[&Value], patched: &[&Value], counts: &[(&str, &str)
 }
 
 pub fn render_patch_costs(root: &Path) -> Result<String> {
-    let doc = match load(root, crate::bench::patches::RESULTS, "`cargo xtask bench patches`")? {
+    let doc = match load(root, RESULTS, "`cargo xtask bench patches`")? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
@@ -172,14 +172,14 @@ pub fn render_patch_costs(root: &Path) -> Result<String> {
 /// The results of `cargo xtask bench patches` if they hold `key` (a measurement added after the
 /// first runs): the document, or the NOT MEASURED text to render instead.
 fn patch_results(root: &Path, key: &str, what: &str) -> Result<Result<Value, String>> {
-    let doc = match load(root, crate::bench::patches::RESULTS, "`cargo xtask bench patches`")? {
+    let doc = match load(root, RESULTS, "`cargo xtask bench patches`")? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(Err(not_measured)),
     };
     if doc["runs"].as_array().context("runs")?.iter().all(|r| r.get(key).is_none()) {
         return Ok(Err(format!(
             "NOT MEASURED: {} predates the {what} measurement. Run `cargo xtask bench patches`.\n",
-            crate::bench::patches::RESULTS
+            RESULTS
         )));
     }
     Ok(Ok(doc))

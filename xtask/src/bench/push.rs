@@ -123,7 +123,7 @@ fn push_git(xtask: &Path, repo: &Path, work: &Path, scratch: &Path) -> Result<i6
 // The report.
 
 pub fn render(root: &Path) -> Result<String> {
-    let doc = match load(root, crate::bench::push::PUSH_RESULTS, "`cargo xtask bench push`")? {
+    let doc = match load(root, PUSH_RESULTS, "`cargo xtask bench push`")? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };

@@ -123,7 +123,7 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
 // The report.
 
 pub fn render(root: &Path) -> Result<String> {
-    let doc = match load(root, crate::bench::ramp::RAMP_RESULTS, "`cargo xtask bench ramp` (root, cgroup v1 cpu)")? {
+    let doc = match load(root, RAMP_RESULTS, "`cargo xtask bench ramp` (root, cgroup v1 cpu)")? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };

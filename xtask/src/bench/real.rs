@@ -662,11 +662,7 @@ fn parse_git_request(body: &[u8]) -> Result<(String, Option<String>)> {
 
 /// The real-repository results (both reports read them), or how to make them.
 fn real_results(root: &Path) -> Result<Result<Value, String>> {
-    load(
-        root,
-        crate::bench::real::REAL_RESULTS,
-        "`cargo xtask bench real --repo PATH…` (by hand: it needs the repositories)",
-    )
+    load(root, REAL_RESULTS, "`cargo xtask bench real --repo PATH…` (by hand: it needs the repositories)")
 }
 
 /// One row of the real-repository table: medians of both arms for a repository × variant × operation.

@@ -156,15 +156,12 @@ fn push_mirror(gixd: &Path, source: &Path, base: &Path) -> Result<u64> {
 
 /// What loose refs cost a request: a row per repository, the largest loose ÷ packed CPU first.
 pub fn render(root: &Path) -> Result<String> {
-    use crate::bench::refs::ARMS;
-    let doc = match load(
-        root,
-        crate::bench::refs::REFS_RESULTS,
-        "`cargo xtask bench refs --repo PATH…` (by hand: it needs the repositories)",
-    )? {
-        Ok(doc) => doc,
-        Err(not_measured) => return Ok(not_measured),
-    };
+    let doc =
+        match load(root, REFS_RESULTS, "`cargo xtask bench refs --repo PATH…` (by hand: it needs the repositories)")?
+        {
+            Ok(doc) => doc,
+            Err(not_measured) => return Ok(not_measured),
+        };
     let (runs, c, mut out) = measured(&doc, "cargo xtask bench refs")?;
     out.push_str(&format!(" Setup: {}; {} requests per arm and round. gixd: {}. Syscalls: of one request (min–max over the rounds); CPU: medians per request.\n\n", c["how"].as_str().unwrap_or("?"), c["requests"], c["gixd"].as_str().unwrap_or("?")));
     out.push_str(&format!(

@@ -286,7 +286,7 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
 pub fn render(root: &Path) -> Result<String> {
     let doc = match load(
         root,
-        crate::bench::reftable::REFTABLE_RESULTS,
+        REFTABLE_RESULTS,
         "`cargo xtask bench reftable --repo PATH…` (by hand: it needs the repositories)",
     )? {
         Ok(doc) => doc,
@@ -302,8 +302,8 @@ pub fn render(root: &Path) -> Result<String> {
     let mut rows = Vec::new();
     for repo in c["repos"].as_array().context("repos")? {
         let name = repo["repo"].as_str().context("repo")?;
-        for request in crate::bench::reftable::REQUESTS {
-            for state in crate::bench::reftable::STATES {
+        for request in REQUESTS {
+            for state in STATES {
                 let med = |format: &str, server: &str| {
                     median(
                         runs.iter()
@@ -313,7 +313,7 @@ pub fn render(root: &Path) -> Result<String> {
                             .collect(),
                     ) / 1000.0
                 };
-                for format in crate::bench::reftable::FORMATS {
+                for format in FORMATS {
                     let (ours, theirs) = (med(format, "gixd"), med(format, "git upload-pack"));
                     let vs_files = if format == "reftable" { ratio(med("files", "gixd"), ours) } else { "—".into() };
                     rows.push((

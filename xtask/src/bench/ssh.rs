@@ -257,7 +257,7 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
 pub fn render(root: &Path) -> Result<String> {
     let doc = match load(
         root,
-        crate::bench::ssh::SSH_RESULTS,
+        SSH_RESULTS,
         "`cargo xtask bench ssh --repo PATH…` (by hand, as root: it needs the repositories, sshd and cgroups)",
     )? {
         Ok(doc) => doc,
@@ -286,7 +286,7 @@ pub fn render(root: &Path) -> Result<String> {
                         .collect(),
                 ) / 1000.0
             };
-            let [http, ssh, git, shell] = crate::bench::ssh::ARMS.map(med);
+            let [http, ssh, git, shell] = ARMS.map(med);
             let badness = (ssh / http / 1.15).max(ssh / git / 0.5);
             rows.push((
                 badness,

@@ -123,7 +123,7 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
 pub fn render(root: &Path) -> Result<String> {
     let doc = match load(
         root,
-        crate::bench::tls::TLS_RESULTS,
+        TLS_RESULTS,
         "`cargo xtask bench tls --repo PATH…` (by hand, as root: it needs the repositories and cgroups)",
     )? {
         Ok(doc) => doc,
@@ -148,7 +148,7 @@ pub fn render(root: &Path) -> Result<String> {
         };
         let med = |arm: &str| median(of(arm).iter().filter_map(|r| r["cpu_us"].as_f64()).collect()) / 1000.0;
         let spoke = |arm: &str| of(arm).first().and_then(|r| r["http"].as_str()).unwrap_or("?").to_owned();
-        let [plain, tls, peer] = crate::bench::tls::ARMS.map(med);
+        let [plain, tls, peer] = ARMS.map(med);
         let badness = (tls / plain / 1.15).max(tls / peer / 0.5);
         rows.push((
             badness,
@@ -158,8 +158,8 @@ pub fn render(root: &Path) -> Result<String> {
                 if state == "bitmap" { "yes" } else { "no" },
                 ratio(plain, tls),
                 ratio(peer, tls),
-                spoke(crate::bench::tls::ARMS[1]),
-                spoke(crate::bench::tls::ARMS[2]),
+                spoke(ARMS[1]),
+                spoke(ARMS[2]),
             ),
         ));
     }

@@ -180,7 +180,7 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
 // The report.
 
 pub fn render(root: &Path) -> Result<String> {
-    let doc = match load(root, crate::bench::writes::WRITES_RESULTS, "`cargo xtask bench writes`")? {
+    let doc = match load(root, WRITES_RESULTS, "`cargo xtask bench writes`")? {
         Ok(doc) => doc,
         Err(not_measured) => return Ok(not_measured),
     };
