@@ -1064,6 +1064,11 @@ fn a_soak_of_two_replicas_and_stock_git_on_a_reftable_repository_loses_no_update
 fn soak(reftable: bool) {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let seconds: u64 = std::env::var("GIXD_SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
+    // Why the servers refused what they refused, on stderr (`--no-capture` shows it).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("gixd::refusal=info,warn"))
+        .with_writer(std::io::stderr)
+        .try_init();
     let f = Fixture::new();
     if reftable {
         git(&f.repo(), &["refs", "migrate", "--ref-format=reftable"]);
@@ -1166,7 +1171,10 @@ fn soak(reftable: bool) {
     });
     let errors = errors.into_inner().unwrap();
     let ops = ops.load(Ordering::Relaxed);
-    println!("soak of {seconds} s: {ops} operations, {} errors", errors.len());
+    // Wants the cached readable set refused and a fresh walk then allowed: each is served, and
+    // each names a wrong cached answer (the servers run in this process, so the count is theirs).
+    let disagreed = gixd::select::CACHED_REACH_DISAGREED.load(Ordering::Relaxed);
+    println!("soak of {seconds} s: {ops} operations, {} errors, {disagreed} cached refusals overruled", errors.len());
     assert!(errors.is_empty(), "{} of {ops} operations failed:\n{}", errors.len(), errors.join("\n"));
     for (branch, last) in &last_pushed {
         assert!(!last.is_empty(), "{branch}: its pusher pushed at least once");

@@ -69,10 +69,7 @@ pub(super) fn object_kind(repo: &gix::Repository, received: &gix_odb::Handle, id
     if let Ok(Some(h)) = received.try_header(id) {
         return Some(h.kind);
     }
-    match repo.find_header(*id) {
-        Ok(h) => Some(h.kind()),
-        Err(_) => repo.clone().find_header(*id).ok().map(|h| h.kind()),
-    }
+    crate::repo::header(repo, *id).map(|h| h.kind())
 }
 
 /// `repo` has `id`, looked up once more through a fresh snapshot of its packs (made once per

@@ -37,6 +37,20 @@ pub fn open_options(midx: &midx::Midx) -> gix::open::Options {
     gix::open::Options::isolated().strict_config(false).config_overrides(overrides)
 }
 
+/// The header of `id` in `repo`, looked up once more through a fresh snapshot of its packs when
+/// the handle misses it: gix-odb misses an object now and then while a repack swaps packs under
+/// a handle's snapshot (a loose object packed and deleted between two looks), and a want, a
+/// pushed command or an object-info question refused for that would be refused for nothing.
+pub fn header(repo: &gix::Repository, id: gix_hash::ObjectId) -> Option<gix::odb::find::Header> {
+    repo.find_header(id).ok().or_else(|| {
+        let found = repo.clone().find_header(id).ok();
+        if found.is_some() {
+            tracing::debug!(%id, "object found again through a fresh snapshot of the packs");
+        }
+        found
+    })
+}
+
 /// The file that marks a repository as exported (git daemon's rule).
 pub const EXPORT_OK: &str = "git-daemon-export-ok";
 

@@ -28,7 +28,7 @@ pub use by_bitmap::Positions;
 use by_bitmap::select_with_bitmap;
 
 #[cfg(feature = "test-hooks")]
-pub use readable::READABLE_SETS_COMPUTED;
+pub use readable::{CACHED_REACH_DISAGREED, READABLE_SETS_COMPUTED};
 pub use readable::{Caches, Readable, reachable_from, readable_commits, readable_objects, readable_objects_if_cheap};
 
 /// What one request sends.

@@ -121,8 +121,37 @@ pub fn readable_commits(
     }
     if crate::bitmap::of(&caches.bitmaps, repos, served, repo).is_some() {
         let readable = readable_objects(caches, repos, served, repo, refs)?;
-        return Ok(commits.iter().filter(|c| readable.contains(c)).copied().collect());
+        let found: HashSet<ObjectId> = commits.iter().filter(|c| readable.contains(c)).copied().collect();
+        if found.len() == commits.len() {
+            return Ok(found);
+        }
+        // The cached reach refused some: a refusal is rare (a racing or hostile client) and
+        // final, so those are walked once more at commit level through a fresh snapshot of the
+        // packs, past every cache. A disagreement is a bug in the cached answer: said loudly.
+        let refused: Vec<ObjectId> = commits.iter().filter(|c| !found.contains(*c)).copied().collect();
+        let again = commits_reached(&repo.clone(), refs, &refused)?;
+        if !again.is_empty() {
+            #[cfg(feature = "test-hooks")]
+            CACHED_REACH_DISAGREED.fetch_add(again.len(), std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(repo = %served.name, commits = ?again, "the cached readable set refused commits a walk of the refs reaches");
+        }
+        return Ok(found.into_iter().chain(again).collect());
     }
+    commits_reached(repo, refs, commits)
+}
+
+/// Commits the cached readable set refused that a fresh walk reached ([`readable_commits`]):
+/// in this process, for the soak to count. A test hook (feature `test-hooks`).
+#[cfg(feature = "test-hooks")]
+pub static CACHED_REACH_DISAGREED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Which of `commits` the tips of `refs` reach: a walk of commits only (commit-graph where
+/// present) that stops once every one is found.
+fn commits_reached(
+    repo: &gix::Repository,
+    refs: &RefSnapshot,
+    commits: &[ObjectId],
+) -> Result<HashSet<ObjectId>, ServeError> {
     let mut left: HashSet<ObjectId> = commits.iter().copied().collect();
     let mut found = HashSet::new();
     let mut tips = Vec::new();

@@ -69,6 +69,24 @@ impl<'a> Session<'a> {
             .collect())
     }
 
+    /// A want refused, and why, told on the `gixd::refusal` target (INFO: what a client asks for
+    /// and may not have is its own business, but an operator tracing a refusal needs the reason
+    /// and the refs it was judged against).
+    fn refused(&self, want: ObjectId, why: &'static str) -> ServeError {
+        let refs: Vec<String> =
+            self.refs.refs.iter().take(8).map(|r| format!("{} {}", r.id.to_hex_with_len(12), r.name)).collect();
+        tracing::info!(
+            target: "gixd::refusal",
+            repo = %self.ctx.served.name,
+            %want,
+            why,
+            refs = self.refs.refs.len(),
+            first = ?refs,
+            "want refused"
+        );
+        ProtocolError::WantNotAdvertised(want).into()
+    }
+
     /// The haves so far, and the repository to ask about more (two fields borrowed at once).
     fn negotiation(&mut self) -> (&mut Common, &gix::Repository) {
         let (ctx, repo) = (self.ctx, &self.repo);
@@ -92,7 +110,7 @@ impl Upload for Session<'_> {
     fn object_sizes(&mut self, ids: &[ObjectId]) -> Result<Vec<Option<u64>>, ServeError> {
         // What a client may read decides, as for a want by id: a visible tip or what one peels
         // to, else what a visible ref reaches.
-        let headers: Vec<_> = ids.iter().map(|id| self.repo.find_header(*id).ok()).collect();
+        let headers: Vec<_> = ids.iter().map(|id| crate::repo::header(&self.repo, *id)).collect();
         let candidates: Vec<(ObjectId, bool)> = ids
             .iter()
             .zip(&headers)
@@ -122,11 +140,11 @@ impl Upload for Session<'_> {
                 continue;
             }
             if !by_id {
-                return Err(ProtocolError::WantNotAdvertised(*want).into());
+                return Err(self.refused(*want, "not a tip"));
             }
-            match self.repo.find_header(*want) {
-                Ok(h) => candidates.push((*want, h.kind() == gix_object::Kind::Commit)),
-                Err(_) => return Err(ProtocolError::WantNotAdvertised(*want).into()),
+            match crate::repo::header(&self.repo, *want) {
+                Some(h) => candidates.push((*want, h.kind() == gix_object::Kind::Commit)),
+                None => return Err(self.refused(*want, "no such object")),
             }
         }
         let reachable = self.reachable(&candidates)?;
@@ -139,7 +157,7 @@ impl Upload for Session<'_> {
                 .map(|((id, _), _)| *id)
         };
         match refused(true).or_else(|| refused(false)) {
-            Some(want) => Err(ProtocolError::WantNotAdvertised(want).into()),
+            Some(want) => Err(self.refused(want, "not reachable from a visible ref")),
             None => Ok(()),
         }
     }
@@ -150,12 +168,12 @@ impl Upload for Session<'_> {
             // Each line's object is looked up once: missing ones are ignored, non-commits refused.
             let mut commits = Vec::new();
             for id in std::mem::take(&mut extras.shallow_lines) {
-                match self.repo.find_header(id) {
-                    Err(_) => continue,
-                    Ok(h) if h.kind() != gix_object::Kind::Commit => {
+                match crate::repo::header(&self.repo, id) {
+                    None => continue,
+                    Some(h) if h.kind() != gix_object::Kind::Commit => {
                         return Err(ProtocolError::Shallow(format!("invalid shallow object {id}")).into());
                     }
-                    Ok(_) => commits.push(id),
+                    Some(_) => commits.push(id),
                 }
             }
             let readable = self.readable_commits(&commits)?;
