@@ -110,10 +110,7 @@ impl TokenStoreArg {
         if let Some(path) = &self.token_file {
             return Ok(path.clone());
         }
-        if let Some(file) = &self.config {
-            return Ok(Settings::load(file)?.token_file.expect("a config file always names a token file"));
-        }
-        Ok(gixd::config::default_token_file())
+        Ok(assemble(self.config.as_deref(), &Layers::default())?.token_file.expect("assembled with a token file"))
     }
 }
 
@@ -395,19 +392,14 @@ fn daemon(args: Daemon, matches: &ArgMatches) -> Result<(), Box<dyn std::error::
     let mut layers = Layers::from_matches(matches, &args.settings);
     let announce_http = layers.given.listen.is_some();
     layers.given.git_listen.get_or_insert(SocketAddr::new(args.listen, args.port));
-    let (mut config, line, warning) = resolve_for_budget(&layers.with_file(Settings::default()))?;
+    let (mut config, line, warning) = resolve_for_budget(&assemble(None, &layers)?)?;
     config.paths.whitelist = args.directories;
     run(config, &line, warning, None, announce_http, None)
 }
 
 fn serve(args: Serve, matches: &ArgMatches) -> Result<(), Box<dyn std::error::Error>> {
-    let file = match &args.config {
-        Some(path) => load_config(path)?,
-        None => Settings::default(),
-    };
     let layers = Layers::from_matches(matches, &args.settings);
-    let mut settings = layers.clone().with_file(file);
-    settings.token_file.get_or_insert_with(gixd::config::default_token_file);
+    let mut settings = assemble(args.config.as_deref(), &layers)?;
     // No base path anywhere: serve the checkout gixd runs in, or a demo repository.
     let demo = match &settings.base_path {
         Some(_) => None,
@@ -428,12 +420,7 @@ fn serve(args: Serve, matches: &ArgMatches) -> Result<(), Box<dyn std::error::Er
     // SIGHUP: the same layers over the configuration file read anew.
     let (config_path, base_path) = (args.config.clone(), settings.base_path.clone());
     let reread = move || -> Result<Config, Box<dyn std::error::Error>> {
-        let file = match &config_path {
-            Some(path) => load_config(path)?,
-            None => Settings::default(),
-        };
-        let mut settings = layers.clone().with_file(file);
-        settings.token_file.get_or_insert_with(gixd::config::default_token_file);
+        let mut settings = assemble(config_path.as_deref(), &layers)?;
         if settings.base_path.is_none() {
             settings.base_path = base_path.clone();
         }
@@ -483,6 +470,19 @@ fn reload(reloader: &gixd::server::Reloader, reread: Option<&Reread>, current: &
         }
     }
     notify(&[NotifyState::Ready]);
+}
+
+/// The settings a command runs with, assembled one way for every command and for a reload: the
+/// command line's flags and variables over the configuration file `file` (none: nothing) over
+/// the declared defaults, the token file at its default place unless one is named.
+fn assemble(file: Option<&std::path::Path>, layers: &Layers) -> Result<Settings, Box<dyn std::error::Error>> {
+    let file = match file {
+        Some(path) => load_config(path)?,
+        None => Settings::default(),
+    };
+    let mut settings = layers.clone().with_file(file);
+    settings.token_file.get_or_insert_with(gixd::config::default_token_file);
+    Ok(settings)
 }
 
 /// The configuration file's settings, refused with every problem named when it has any.
@@ -584,8 +584,7 @@ fn key(command: KeyCmd) -> Result<(), Box<dyn std::error::Error>> {
 
 /// `gixd shell`: the command sshd was asked for, served for the key `key`; its exit status.
 fn shell(config_path: &std::path::Path, key: &str) -> Result<u8, Box<dyn std::error::Error>> {
-    let mut settings = load_config(config_path)?;
-    settings.token_file.get_or_insert_with(gixd::config::default_token_file);
+    let settings = assemble(Some(config_path), &Layers::default())?;
     if settings.base_path.is_none() {
         return Err(format!("{} names no base_path", config_path.display()).into());
     }
@@ -596,7 +595,7 @@ fn shell(config_path: &std::path::Path, key: &str) -> Result<u8, Box<dyn std::er
 /// `gixd keys`: the authorized_keys line of the key `typed` (`%t`, `%k`), or of every key.
 fn keys(config_path: &std::path::Path, typed: Option<(String, String)>) -> Result<(), Box<dyn std::error::Error>> {
     let config_path = std::path::absolute(config_path)?;
-    let tokens = load_config(&config_path)?.token_file.unwrap_or_else(gixd::config::default_token_file);
+    let tokens = assemble(Some(&config_path), &Layers::default())?.token_file.expect("assembled with a token file");
     let store = gixd::auth::TokenStore::load(&tokens)?;
     let wanted = typed.map(|(kind, blob)| format!("{kind} {blob}"));
     let gixd = std::env::current_exe()?;
@@ -617,7 +616,7 @@ fn ssh_host_key(path: Option<PathBuf>, store: &TokenStoreArg) -> Result<(), Box<
 }
 
 fn check_config(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
-    let config = load_config(path)?.resolve(1)?;
+    let config = assemble(Some(path), &Layers::default())?.resolve(1)?;
     println!(
         "{}: ok (listen {}, git:// {}, base path {}, tokens in {})",
         path.display(),

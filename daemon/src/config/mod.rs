@@ -231,6 +231,68 @@ pub struct PackCache {
 }
 
 impl Config {
+    /// The settings whose values differ in `other`, by name (a reload names those it cannot
+    /// apply). Every field is listed: a new setting that is not would not compile.
+    pub fn changed_in(&self, other: &Config) -> Vec<&'static str> {
+        macro_rules! changed {
+            ($($field:ident),*) => {{
+                let Config { $($field),* } = self;
+                let mut changed = Vec::new();
+                $(if *$field != other.$field {
+                    changed.push(stringify!($field));
+                })*
+                changed
+            }};
+        }
+        changed!(
+            listen,
+            git_listen,
+            https_listen,
+            tls_cert,
+            tls_key,
+            ssh_listen,
+            ssh_host_key,
+            ssh_ciphers,
+            shutdown_grace,
+            init_timeout,
+            base_path,
+            exports,
+            paths,
+            services,
+            token_file,
+            anonymous_read,
+            push_to_create,
+            maintenance_interval,
+            auto_maintenance,
+            max_connections,
+            informative_errors,
+            stream_window,
+            max_request_body,
+            max_inflated_body,
+            max_push_bytes,
+            max_object_bytes,
+            max_wants,
+            max_haves,
+            worker_threads,
+            blocking_threads,
+            max_transfers,
+            max_queued,
+            buffer_memory_bytes,
+            spill_dir,
+            spill_bytes,
+            walk_cache_bytes,
+            max_transfers_per_repository,
+            max_transfers_per_client,
+            transfer_queue_wait,
+            io_timeout,
+            cache_idle,
+            progress_interval,
+            min_receive_rate,
+            metrics_listen,
+            access_log,
+            pack_cache
+        )
+    }
     /// The configuration every setting's declared default gives ([`Settings`]), serving
     /// `base_path`, sized for one CPU.
     pub fn new(base_path: PathBuf) -> Self {
@@ -347,4 +409,20 @@ pub fn default_token_file() -> PathBuf {
 pub fn default_spill_dir() -> PathBuf {
     let var_tmp = PathBuf::from("/var/tmp");
     if var_tmp.is_dir() { var_tmp } else { std::env::temp_dir() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reload_names_each_changed_setting_and_no_other() {
+        let was = Config::new("/srv/git".into());
+        assert!(was.changed_in(&was.clone()).is_empty());
+        let mut now = was.clone();
+        now.max_transfers += 1;
+        now.services.receive_pack = !now.services.receive_pack;
+        now.io_timeout *= 2;
+        assert_eq!(was.changed_in(&now), ["services", "max_transfers", "io_timeout"]);
+    }
 }
