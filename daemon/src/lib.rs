@@ -18,12 +18,12 @@
 //!   knows URLs, headers, body limits and streaming; it never parses a request's pkt-lines
 //!   (git://'s request line aside) and hands every request to [`service`].
 //!   [`tap`] — a recorder of whole exchanges.
-//! - [`service`] — one entry per service for every transport: upload-pack (`service::upload`,
-//!   through the single-flight pack cache for a fetch that ends its negotiation), receive-pack
-//!   (`service::receive`), a connection's service (`service::connection`); the transfer limits
-//!   and slots, and each request's record (access-log line and metrics) wrap these entries, so a
-//!   transport only carries bytes to them; `service::buffer` holds what a blocking writer wrote
-//!   until the transport has sent it.
+//! - [`service`] — one pipeline for every transfer (`service::pipeline`: authorized, admitted —
+//!   its share, then a slot, taken there only — served, sent, settled and recorded once), and
+//!   one entry per service: upload-pack (`service::upload`, through the single-flight pack cache
+//!   for a fetch that ends its negotiation), receive-pack (`service::receive`), a connection's
+//!   service (`service::connection`); a transport only parses its framing and carries bytes;
+//!   `service::buffer` holds what a blocking writer wrote until the transport has sent it.
 //!   An upload-pack request runs as a session (`service::negotiation`: the repository's answers
 //!   to the codecs — allowed wants, common haves and readiness by `service::negotiate`, the
 //!   shallow boundary — and its pack, selected and written by `service::pack`: the pack-swap

@@ -1,18 +1,15 @@
 //! The server: a runtime built explicitly, its listeners (bound, or passed by a service manager:
-//! socket activation), the accept loops — HTTP/1.1 with keep-alive, HTTPS (HTTP/1.1 or HTTP/2),
-//! git:// — and the stop: accepting ends, connections drain within the grace, what is left is
-//! cancelled ([`crate::lifecycle`]); a reload takes new certificates and tokens ([`Reloader`]).
+//! socket activation), each handed to its transport's accept loop, and the stop: accepting ends,
+//! connections drain within the grace, what is left is cancelled ([`crate::lifecycle`]); a reload
+//! takes new certificates and tokens ([`Reloader`]).
 //! Also [`spawn`], which runs a whole server on a thread of its own (for tests and embedding).
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
-use crate::lifecycle::{Life, Phase};
 use crate::transport::tls::{self, Tls};
 
 use crate::config::Config;
@@ -170,16 +167,16 @@ impl Server {
         grace: std::time::Duration,
     ) -> std::io::Result<()> {
         if let Some(git) = self.git_listener {
-            tokio::spawn(accept_git(git, self.state.clone()));
+            tokio::spawn(crate::transport::git::accept(git, self.state.clone()));
         }
         if let Some((listener, tls)) = self.https {
-            tokio::spawn(accept_https(listener, self.state.clone(), tls));
+            tokio::spawn(tls::accept(listener, self.state.clone(), tls));
         }
         if let Some((listener, config, _)) = self.ssh {
-            tokio::spawn(accept_ssh(listener, self.state.clone(), config));
+            tokio::spawn(crate::transport::ssh::accept(listener, self.state.clone(), config));
         }
         if let Some(metrics) = self.metrics_listener {
-            tokio::spawn(serve_metrics(metrics, self.state.clone()));
+            tokio::spawn(http::serve_metrics(metrics, self.state.clone()));
         }
         if let Some(every) = self.state.config.maintenance_interval {
             tokio::spawn(crate::service::maintenance::on_the_clock(self.state.clone(), every));
@@ -194,7 +191,7 @@ impl Server {
         // connection's task then starts on the worker that accepted it, with no hand-over to
         // another thread (and no wake-up of one) per connection.
         let life = self.state.life.clone();
-        tokio::spawn(accept_http(self.listener, self.state));
+        tokio::spawn(http::accept(self.listener, self.state));
         crate::lifecycle::notify(&[sd_notify::NotifyState::Ready]);
         shutdown.await;
         // Cancelled work stops at its next write or read; a few seconds see it gone.
@@ -240,18 +237,10 @@ impl Reloader {
             (None, Ok(None)) => {}
             _ => out.need_restart.push("tls_cert, tls_key (HTTPS on or off)".into()),
         }
-        // Everything else: compared field by field as the configuration prints it.
-        let mut live = self.state.config.clone();
-        (live.tls_cert, live.tls_key) = (new.tls_cert.clone(), new.tls_key.clone());
-        let (was, now) = (format!("{live:#?}"), format!("{new:#?}"));
-        let was: std::collections::HashSet<&str> = was.lines().collect();
-        for line in now.lines().filter(|l| !was.contains(l)) {
-            if let Some((key, _)) = line.trim().split_once(':')
-                && !out.need_restart.iter().any(|k| k == key)
-            {
-                out.need_restart.push(key.to_owned());
-            }
-        }
+        // Everything else takes effect at the next start: named field by field.
+        let changed = self.state.config.changed_in(new);
+        let later = changed.into_iter().filter(|field| !["tls_cert", "tls_key"].contains(field));
+        out.need_restart.extend(later.map(str::to_owned));
         out
     }
 }
@@ -284,283 +273,6 @@ fn inherited(name: &str) -> std::io::Result<Option<TcpListener>> {
     listener.set_nonblocking(true)?;
     tracing::info!(name, addr = ?listener.local_addr().ok(), "serving on a socket passed by the service manager");
     Ok(Some(TcpListener::from_std(listener)?))
-}
-
-/// Drive one HTTP connection (`$conn`, a hyper connection future) to its end. When `$until`
-/// completes (the server drains; an HTTP/2 connection idles), the requests in flight finish and
-/// the connection closes (an idle one at once), or is dropped when `$settled` completes first;
-/// when the server is cancelled, it is dropped.
-macro_rules! drive {
-    ($life:expr, $conn:expr, $peer:expr, $until:expr) => {
-        drive!($life, $conn, $peer, $until, std::future::pending::<()>())
-    };
-    ($life:expr, $conn:expr, $peer:expr, $until:expr, $settled:expr) => {{
-        let conn = $conn;
-        tokio::pin!(conn);
-        let ended = tokio::select! {
-            ended = conn.as_mut() => Some(ended),
-            () = $until => None,
-        };
-        let ended = match ended {
-            Some(ended) => Some(ended),
-            None => {
-                conn.as_mut().graceful_shutdown();
-                // A peer that does not take part in the close (an HTTP/2 client that never
-                // answers the closing PING) is dropped once `$settled` completes.
-                let closed = async {
-                    tokio::select! {
-                        ended = conn.as_mut() => Some(ended),
-                        () = $settled => None,
-                    }
-                };
-                $life.unless_cancelled(closed).await.flatten()
-            }
-        };
-        if let Some(Err(err)) = ended {
-            tracing::debug!(peer = %$peer, %err, "connection ended with an error");
-        }
-    }};
-}
-
-/// The next connection on `listener`, until the server drains (`None`). A failure (out of file
-/// descriptors and the like) is reported, and accepting goes on after a pause.
-async fn accept(listener: &TcpListener, transport: &str, life: &Life) -> Option<(tokio::net::TcpStream, SocketAddr)> {
-    loop {
-        tokio::select! {
-            biased;
-            () = life.reached(Phase::Draining) => return None,
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => return Some(conn),
-                Err(err) => {
-                    tracing::warn!(%err, transport, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
-            },
-        }
-    }
-}
-
-/// Serve smart HTTP on `listener`, a task per connection.
-async fn accept_http(listener: TcpListener, state: Arc<State>) {
-    while let Some((stream, peer)) = accept(&listener, "http", &state.life).await {
-        // Responses leave in few, large writes; small ones (an ACK round, a short reply) must
-        // not wait for the client's delayed ACK.
-        let _ = stream.set_nodelay(true);
-        let state = state.clone();
-        let header_timeout = state.config.io_timeout;
-        tokio::spawn(async move {
-            let (_busy, life) = (state.life.busy(), state.life.clone());
-            let service = service_fn(move |req| http::handle(state.clone(), peer, req));
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.keep_alive(true).timer(TokioTimer::new()).header_read_timeout(header_timeout);
-            drive!(
-                life,
-                builder.serve_connection(TokioIo::new(crate::transport::zero_copy::Stream::new(stream)), service),
-                peer,
-                life.reached(Phase::Draining)
-            );
-        });
-    }
-}
-
-/// Serve HTTPS on `listener`, a task per connection: the TLS handshake within the init timeout,
-/// then HTTP/1.1 or HTTP/2 as ALPN chose, into the same handler as plain HTTP.
-async fn accept_https(listener: TcpListener, state: Arc<State>, tls: Arc<Tls>) {
-    while let Some((stream, peer)) = accept(&listener, "https", &state.life).await {
-        let _ = stream.set_nodelay(true);
-        let (state, tls) = (state.clone(), tls.clone());
-        tokio::spawn(async move {
-            let (_busy, life) = (state.life.busy(), state.life.clone());
-            let handshake = tokio::time::timeout(state.config.init_timeout, tls.acceptor().accept(stream));
-            let stream = match life.unless_cancelled(handshake).await {
-                Some(Ok(Ok(stream))) => stream,
-                Some(Ok(Err(err))) => return tracing::debug!(%peer, %err, "TLS handshake failed"),
-                Some(Err(_)) => return tracing::info!(%peer, "TLS handshake did not end within the init timeout"),
-                None => return,
-            };
-            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-            let io_timeout = state.config.io_timeout;
-            // HTTP/2 has no header-read timeout to close an idle connection: one with no request
-            // in flight (its response body sent) for the I/O timeout is closed.
-            let activity = Arc::new(Activity::new());
-            let requests = activity.clone();
-            let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                let (state, in_flight) = (state.clone(), requests.enter());
-                req.extensions_mut().insert(http::Transport("https"));
-                async move {
-                    let response = http::handle(state, peer, req).await?;
-                    // In flight until its body is sent (or dropped).
-                    Ok::<_, std::convert::Infallible>(response.map(|body| {
-                        use http_body_util::BodyExt;
-                        body.map_frame(move |frame| {
-                            let _ = &in_flight;
-                            frame
-                        })
-                        .boxed()
-                    }))
-                }
-            });
-            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            builder = if h2 { builder.http2_only() } else { builder.http1_only() };
-            builder.http1().keep_alive(true).timer(TokioTimer::new()).header_read_timeout(io_timeout);
-            builder
-                .http2()
-                .timer(TokioTimer::new())
-                .max_concurrent_streams(tls::H2_MAX_STREAMS)
-                .max_header_list_size(tls::H2_MAX_HEADER_LIST)
-                .max_pending_accept_reset_streams(tls::H2_MAX_PENDING_RESETS)
-                .max_local_error_reset_streams(tls::H2_MAX_ERROR_RESETS)
-                .keep_alive_interval(None);
-            let until = async {
-                tokio::select! {
-                    () = life.reached(Phase::Draining) => {}
-                    () = activity.idle_for(io_timeout), if h2 => {}
-                }
-            };
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            drive!(life, conn, peer, until, tokio::time::sleep(io_timeout));
-        });
-    }
-}
-
-/// `GET /metrics` (the Prometheus text) on a listener of its own; anything else is a 404.
-async fn serve_metrics(listener: TcpListener, state: Arc<State>) {
-    while let Some((stream, _)) = accept(&listener, "metrics", &state.life).await {
-        let state = state.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                let state = state.clone();
-                async move { Ok::<_, std::convert::Infallible>(http::metrics_response(&state, req.uri().path())) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-        });
-    }
-}
-
-/// Serve SSH on `listener`, a task per connection ([`crate::transport::ssh`]).
-async fn accept_ssh(listener: TcpListener, state: Arc<State>, offers: Arc<crate::transport::ssh::Offers>) {
-    let unauthenticated = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    while let Some((stream, peer)) = accept(&listener, "ssh", &state.life).await {
-        let (state, offers, unauthenticated) = (state.clone(), offers.clone(), unauthenticated.clone());
-        tokio::spawn(async move {
-            let _busy = state.life.busy();
-            crate::transport::ssh::serve(state, offers, stream, peer, unauthenticated).await;
-        });
-    }
-}
-
-/// The requests of one connection: how many are in flight, and when the last one ended.
-struct Activity {
-    in_flight: std::sync::atomic::AtomicUsize,
-    last: std::sync::Mutex<std::time::Instant>,
-}
-
-/// One request in flight on a connection, until dropped.
-struct InFlight(Arc<Activity>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        *self.0.last.lock().unwrap_or_else(|e| e.into_inner()) = std::time::Instant::now();
-        self.0.in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-impl Activity {
-    fn new() -> Self {
-        Activity { in_flight: Default::default(), last: std::sync::Mutex::new(std::time::Instant::now()) }
-    }
-
-    fn enter(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        InFlight(self.clone())
-    }
-
-    /// Resolves once no request was in flight for `limit`.
-    async fn idle_for(&self, limit: std::time::Duration) {
-        loop {
-            let since = self.last.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
-            let busy = self.in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0;
-            if !busy && since >= limit {
-                return;
-            }
-            // A request in flight ends at some point and stamps `last`: look again a limit later.
-            tokio::time::sleep(if busy { limit } else { limit - since }).await;
-        }
-    }
-}
-
-/// git:// connections: past `max_connections` one is told so and closed; each takes a transfer
-/// slot (or is told the server is busy) and runs on a blocking thread of the pool.
-async fn accept_git(listener: TcpListener, state: Arc<State>) {
-    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    while let Some((stream, peer)) = accept(&listener, "git://", &state.life).await {
-        let state = state.clone();
-        let limit = state.config.max_connections;
-        let guard = ConnectionCount::enter(&open);
-        if limit > 0 && guard.count > limit {
-            tracing::warn!(%peer, limit, "git:// connection refused: too many connections");
-            // Told why, then closed gently: the request line it already sent is read and dropped
-            // first, or the close would reset the connection and lose the message.
-            tokio::spawn(async move {
-                let _guard = guard;
-                let mut stream = stream;
-                crate::transport::git::refuse(&mut stream, "too many connections, try again later").await;
-            });
-            continue;
-        }
-        tokio::spawn(async move {
-            let _guard = guard;
-            let (_busy, life) = (state.life.busy(), state.life.clone());
-            life.unless_cancelled(serve_git(state, stream, peer)).await;
-        });
-    }
-}
-
-/// One git:// connection: its request line, then the service it asks for.
-async fn serve_git(state: Arc<State>, stream: tokio::net::TcpStream, peer: SocketAddr) {
-    let mut stream = stream;
-    // The request line arrives whole within init_timeout, before the connection takes a
-    // thread or a transfer slot: idle or trickling connections cost neither.
-    let line =
-        match tokio::time::timeout(state.config.init_timeout, crate::transport::git::read_request_line(&mut stream))
-            .await
-        {
-            Ok(Ok(Some(line))) => line,
-            Ok(Ok(None)) => {
-                return crate::transport::git::refuse(&mut stream, "expected a request line: git-upload-pack /path")
-                    .await;
-            }
-            Ok(Err(_)) => return, // hung up
-            Err(_) => {
-                tracing::info!(%peer, "git:// request line did not arrive in time");
-                return crate::transport::git::refuse(
-                    &mut stream,
-                    "timed out waiting for a request line: git-upload-pack /path",
-                )
-                .await;
-            }
-        };
-    crate::transport::git::serve(state, stream, line).await;
-}
-
-/// One open git:// connection, counted while it lives.
-struct ConnectionCount {
-    open: Arc<std::sync::atomic::AtomicUsize>,
-    /// Connections open with this one.
-    count: usize,
-}
-
-impl ConnectionCount {
-    fn enter(open: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
-        let count = open.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        ConnectionCount { open: open.clone(), count }
-    }
-}
-
-impl Drop for ConnectionCount {
-    fn drop(&mut self) {
-        self.open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
 }
 
 /// The runtime gixd serves on, sized explicitly (never `#[tokio::main]`'s defaults): the

@@ -293,3 +293,37 @@ fn the_codecs_ask_what_the_service_gives_them_and_touch_no_repository() {
         }
     }
 }
+
+/// Every transfer goes through one pipeline (`service::pipeline`): a place among its
+/// repository's and its client's transfers and a transfer slot are taken there and nowhere else,
+/// in one order, whatever carried the request. Read from the code: no other module enters the
+/// shares or asks for a slot, and no connection's transport (git://, SSH, `gixd shell`) writes
+/// its request's record (smart HTTP records the responses that are not transfers, advertisements
+/// and refusals, where it makes them).
+#[test]
+fn shares_and_slots_are_taken_in_the_pipeline_only() {
+    let mods = modules();
+    let takes = |text: &str| {
+        ["shares.enter(", ".slot()", "pipeline::enter(", "pipeline::slot(", "pipeline::admit("]
+            .into_iter()
+            .filter(|call| text.contains(call))
+            .collect::<Vec<_>>()
+    };
+    // The services' stateless entries (smart HTTP) admit through the pipeline's functions.
+    let admitting = ["service::pipeline", "service::upload", "service::receive"];
+    for (name, text) in &mods {
+        let taken = takes(text);
+        if name == "service::pipeline" {
+            assert!(taken.contains(&"shares.enter(") && taken.contains(&".slot()"), "the pipeline admits");
+            continue;
+        }
+        let direct: Vec<_> = taken.iter().filter(|c| ["shares.enter(", ".slot()"].contains(c)).collect();
+        assert!(direct.is_empty(), "{name} takes a share or a slot itself: {direct:?}");
+        if !admitting.contains(&name.as_str()) {
+            assert!(taken.is_empty(), "{name} admits a transfer outside the services: {taken:?}");
+        }
+        if ["transport::git", "transport::exec", "transport::ssh", "transport::shell"].contains(&name.as_str()) {
+            assert!(!text.contains(".finish(&"), "{name} writes a request's record itself");
+        }
+    }
+}

@@ -1,12 +1,13 @@
 //! The services, one entry each for every transport: upload-pack ([`upload`]), receive-pack
-//! ([`receive`]) and upload-archive (through [`connection`]). A transport resolves the
-//! repository and who asks, then hands the request here; what every request needs whatever
-//! carried it wraps these entries once: a place among its repository's and its client's
-//! transfers and a transfer slot ([`admit`]; a slot is held for CPU work, and answers are sent
-//! from the transfer buffers without one: [`buffer`]), the single-flight pack cache, and the request's
-//! record — its access-log line and metrics, written once when it ends ([`Request::finish`]),
-//! in the same words on every transport ([`Outcome`]). [`maintenance`] runs what pushes and the
-//! clock ask for, under a transfer slot like any transfer.
+//! ([`receive`]) and upload-archive (through [`connection`]), reached through one pipeline
+//! ([`pipeline`]): who asks and for which repository is decided there, a transfer takes its
+//! place among its repository's and its client's transfers and then a transfer slot there (a
+//! slot is held for CPU work, and answers are sent from the transfer buffers without one:
+//! [`buffer`]), and a connection is sent, settled and recorded there. Around the entries: the
+//! single-flight pack cache, and the request's record — its access-log line and metrics,
+//! written once when it ends ([`Request::finish`]), in the same words on every transport
+//! ([`Outcome`]). [`maintenance`] runs what pushes and the clock ask for, under a transfer slot
+//! like any transfer.
 
 pub mod archive;
 pub mod buffer;
@@ -14,18 +15,18 @@ pub mod maintenance;
 pub mod negotiate;
 pub mod negotiation;
 pub mod pack;
+pub mod pipeline;
 pub mod receive;
 pub mod upload;
 
 use std::io::{Read, Write};
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::access_log::Record;
 use crate::error::ServeError;
 use crate::protocol::{self, Version};
 use crate::repo::Served;
-use crate::session::{Share, Slot, State, Tally};
+use crate::session::{State, Tally};
 
 /// How a request ended, in the access log's `status` and the metrics' `status` label alike for
 /// every transport.
@@ -141,40 +142,6 @@ impl Refusal {
             Refusal::Failed(message) => message,
         }
     }
-}
-
-/// A place for a transfer of `served` from `client` among its repository's and its client's.
-pub fn enter(state: &State, served: &Served, client: Option<IpAddr>) -> Result<Share, Refusal> {
-    state.shares.enter(&served.git_dir, client).map_err(|refused| {
-        tracing::info!(repo = %served.name, ?client, ?refused, "transfer refused: busy");
-        Refusal::Busy(refused.message())
-    })
-}
-
-/// One of the server's transfer slots, after a place in its queue ([`State::slot`]).
-pub async fn slot(state: &State) -> Result<Slot, Refusal> {
-    state.slot().await.map_err(|refused| {
-        tracing::info!(?refused, queued = state.config.max_queued, "transfer refused: busy");
-        Refusal::Busy(busy_message(refused))
-    })
-}
-
-/// What a client refused a slot is told (HTTP 503 with `Retry-After`, git:// `ERR`).
-pub fn busy_message(refused: crate::session::NoSlot) -> &'static str {
-    match refused {
-        crate::session::NoSlot::QueueFull => {
-            "server busy: the queue of transfers waiting for a slot is full, retry shortly"
-        }
-        crate::session::NoSlot::Waited => {
-            "server busy: waited the longest the server lets a transfer wait, retry shortly"
-        }
-    }
-}
-
-/// Both: what a transfer that does work holds while it runs.
-pub async fn admit(state: &State, served: &Served, client: Option<IpAddr>) -> Result<(Share, Slot), Refusal> {
-    let share = enter(state, served, client)?;
-    Ok((share, slot(state).await?))
 }
 
 /// The services a connection can ask for.

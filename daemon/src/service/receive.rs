@@ -74,7 +74,7 @@ pub async fn stateless(
     input: impl FnOnce() -> Box<dyn Read> + Send + 'static,
     log: Request,
 ) -> Result<Vec<u8>, Refusal> {
-    let admitted = super::admit(state, &served, client).await?;
+    let admitted = super::pipeline::admit(state, &served, client).await?;
     let state = state.clone();
     let pushed = tokio::task::spawn_blocking(move || {
         let _admitted = admitted;
@@ -96,7 +96,7 @@ pub async fn create_and_push(
     input: impl FnOnce() -> Box<dyn Read> + Send + 'static,
     mut log: Request,
 ) -> Result<Vec<u8>, Refusal> {
-    let slot = super::slot(state).await?;
+    let slot = super::pipeline::slot(state).await?;
     let state = state.clone();
     let pushed = tokio::task::spawn_blocking(move || {
         let _slot = slot;

@@ -131,7 +131,7 @@ pub async fn stateless(
     body: Vec<u8>,
     mut log: Request,
 ) -> Result<mpsc::Receiver<Bytes>, Refusal> {
-    let share = super::enter(state, &served, client)?;
+    let share = super::pipeline::enter(state, &served, client)?;
     let (mut outbox, queue) = Outbox::new(state.clone());
     let figures = match state.pack_cache.as_ref().and_then(|_| protocol::fetch_key(version, &body)) {
         Some(request) => {
@@ -145,7 +145,7 @@ pub async fn stateless(
         }
         None => {
             // The slot is taken once the request is in: a client trickling its body holds none.
-            let slot = super::slot(state).await?;
+            let slot = super::pipeline::slot(state).await?;
             log.record.wait_ms = Some(slot.waited.as_secs_f64() * 1e3);
             let (tell, told) = tokio::sync::oneshot::channel();
             let state = state.clone();
@@ -256,7 +256,7 @@ async fn cached(
         let (entry, outcome) = found(f);
         return Ok((entry, outcome, None));
     }
-    let slot = super::slot(state).await?;
+    let slot = super::pipeline::slot(state).await?;
     let waited = Some(slot.waited);
     match cache.start(key) {
         // Another request started it while this one waited for its slot.

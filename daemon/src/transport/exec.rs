@@ -1,20 +1,19 @@
 //! A git command as SSH carries it, from its command line to its service: `git-upload-pack
 //! '<path>'`, `git-receive-pack '<path>'` or `git-upload-archive '<path>'` (also spelled
-//! `git upload-pack`), the path unquoted by git's shell-quoting rules, resolved under the base
-//! path and authorized by the key's grant; then a transfer slot, the conversation on a blocking
-//! thread reading the client, and what it wrote sent from the transfer buffers. The in-process
+//! `git upload-pack`), the path unquoted by git's shell-quoting rules; then the pipeline
+//! ([`pipeline::connection`]): authorized by the key's grant, admitted, served reading the
+//! client, and what it wrote sent from the transfer buffers. The in-process
 //! SSH server ([`super::ssh`]) and `gixd shell` under OpenSSH ([`super::shell`]) differ only in
 //! where the bytes come from and go to, and how the exit status and a refusal reach the client.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::auth::{Decision, Identity};
+use crate::auth::Identity;
 use crate::protocol::Version;
-use crate::service;
+use crate::service::{self, pipeline};
 use crate::session::State;
 use crate::transport::TimedRead;
-use crate::transport::pace::Paced;
 
 /// A command an exec request may run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,12 +90,6 @@ pub struct Ended {
     pub refusal: Option<String>,
 }
 
-impl Ended {
-    fn refused(message: String) -> Ended {
-        Ended { status: 128, refusal: Some(format!("fatal: {message}")) }
-    }
-}
-
 /// Where a command came from and who runs it.
 pub struct Origin {
     /// The access log's transport (`ssh`).
@@ -107,105 +100,49 @@ pub struct Origin {
     pub version: Version,
 }
 
-/// Run the command `line` for `origin`: `input` gives the client's bytes (read on the blocking
-/// thread, each read within the pace's window or the I/O timeout), `outlet` takes what is sent
-/// back.
-/// Returns how it ended and the outlet, once everything written was sent (or the client went);
-/// the request's record is written then.
-pub async fn run<I, O>(state: Arc<State>, origin: Origin, line: &str, input: I, mut outlet: O) -> (Ended, O)
+/// Run the command `line` for `origin` through the pipeline ([`pipeline::connection`]): `input`
+/// gives the client's bytes (read on the blocking thread, each read within the pace's window or
+/// the I/O timeout), `outlet` takes what is sent back. Returns how it ended and the outlet, once
+/// everything written was sent (or the client went).
+pub async fn run<I, O>(state: Arc<State>, origin: Origin, line: &str, input: I, outlet: O) -> (Ended, O)
 where
     I: tokio::io::AsyncRead + Unpin + Send + 'static,
     O: service::buffer::Outlet,
 {
     let Origin { transport, peer, identity, version } = origin;
-    let parsed = parse_command(line);
-    let mut log = service::Request::new(
-        transport,
-        peer,
-        parsed.as_ref().map_or("malformed", |c| c.service.name()),
-        Some(version),
-    );
-    log.record.user = identity.user().map(str::to_owned);
-    let refuse = |log: service::Request, outcome, message: String| {
-        log.finish(&state, outcome);
-        Ended::refused(message)
-    };
-    let Some(command) = parsed else {
-        tracing::info!(?peer, command = %crate::error::quoted(line, 128), "SSH command refused");
-        let message = "gixd runs git-upload-pack, git-receive-pack and git-upload-archive only".into();
-        return (refuse(log, service::Outcome::Refused, message), outlet);
-    };
-    if command.service == service::Service::UploadArchive && !state.config.services.upload_archive {
-        let message = "git-upload-archive is not enabled on this server".into();
-        return (refuse(log, service::Outcome::Refused, message), outlet);
-    }
-    // Who may do what: the key's grant, as a token's; a repository it may not read is not found,
-    // exactly as a missing one.
-    let write = command.service == service::Service::ReceivePack;
-    let decided = {
-        let (state, identity, path) = (state.clone(), identity.clone(), command.path.clone());
-        tokio::task::spawn_blocking(move || {
-            let (served, exported) = state.repos.locate(&path).map_err(|_| Decision::NotFound)?;
-            let key = crate::auth::repo_key(&served.name);
-            match crate::auth::decide(&identity, &key, exported, state.access.anonymous_read, write) {
-                Decision::Allow => Ok(served),
-                other => Err(other),
-            }
-        })
-        .await
+    let origin = pipeline::Origin { transport, peer, caller: pipeline::Caller::Identified(identity) };
+    let Some(command) = parse_command(line) else {
+        let why = format!("command {} refused", crate::error::quoted(line, 128));
+        let ended = pipeline::unreadable(&state, &origin, "malformed", Some(version), why);
+        return (said(ended, line), outlet);
     };
     let path = crate::error::quoted(&command.path, 256);
-    let served = match decided {
-        Ok(Ok(served)) => served,
-        Ok(Err(Decision::Forbidden)) => {
-            let message = format!("your key may not push to '{path}'");
-            return (refuse(log, service::Outcome::Refused, message), outlet);
-        }
-        _ => return (refuse(log, service::Outcome::Refused, format!("repository '{path}' not found")), outlet),
+    let target = pipeline::Target { service: command.service, path: command.path, version };
+    let (runtime, life) = (tokio::runtime::Handle::current(), state.life.clone());
+    let input = move |timeout| TimedRead { read: input, runtime, life, timeout };
+    let (ended, outlet) = pipeline::connection(&state, origin, target, input, outlet, std::future::pending()).await;
+    (said(ended, &path), outlet)
+}
+
+/// How a command that ended so is told: its exit status, and why it was refused.
+fn said(ended: pipeline::Ended, path: &str) -> Ended {
+    use pipeline::{Denied, Why};
+    let status = ended.status();
+    let refusal = match ended {
+        pipeline::Ended::Refused(_, why) => Some(match why {
+            Why::Malformed(_) => "gixd runs git-upload-pack, git-receive-pack and git-upload-archive only".to_owned(),
+            Why::Denied(Denied::NotEnabled(service)) => format!("{} is not enabled on this server", service.name()),
+            Why::Denied(Denied::Forbidden) => format!("your key may not push to '{path}'"),
+            Why::Denied(Denied::Unsupported(reason)) => {
+                format!("repository '{path}' cannot be served by gixd: {reason}")
+            }
+            Why::Denied(_) => format!("repository '{path}' not found"),
+            Why::Busy(message) => message.to_owned(),
+            Why::Failed(message) => message,
+        }),
+        pipeline::Ended::Served(_) | pipeline::Ended::Gone => None,
     };
-    log = log.serving(&served, identity.user());
-    let slot = match state.slot().await {
-        Ok(slot) => slot,
-        Err(refused) => return (refuse(log, service::Outcome::Busy, service::busy_message(refused).into()), outlet),
-    };
-    log.record.wait_ms = Some(slot.waited.as_secs_f64() * 1e3);
-    let (outbox, queue) = service::buffer::Outbox::new(state.clone());
-    let sending = service::buffer::send(queue, &mut outlet);
-    let serving = {
-        let (state, runtime) = (state.clone(), tokio::runtime::Handle::current());
-        let pusher = identity.user().map(str::to_owned);
-        tokio::task::spawn_blocking(move || {
-            let _slot = slot;
-            let mut out = outbox;
-            let share = match service::enter(&state, &served, peer.map(|p| p.ip())) {
-                Ok(share) => share,
-                Err(busy) => {
-                    let mut w = crate::protocol::pkt::Writer::new();
-                    w.err(busy.message());
-                    let _ = std::io::Write::write_all(&mut out, &w.buf);
-                    return (log, service::Outcome::Busy);
-                }
-            };
-            let pace = if write { state.config.push_pace() } else { state.config.pace() };
-            let timeout = pace.window.min(state.config.io_timeout);
-            let input = TimedRead { read: input, runtime, life: state.life.clone(), timeout };
-            let asked = service::Asked { service: command.service, version, pusher: pusher.as_deref() };
-            let (log, outcome) = service::connection(&state, &served, asked, Paced::new(input, pace), &mut out, log);
-            drop(share);
-            (log, outcome)
-        })
-    };
-    let (served, sent) = tokio::join!(serving, sending);
-    let Ok((mut log, outcome)) = served else {
-        return (Ended { status: 128, refusal: None }, outlet);
-    };
-    sent.record(&mut log.record);
-    let outcome = match outcome {
-        service::Outcome::Ok if !sent.complete => service::Outcome::Disconnected,
-        outcome => outcome,
-    };
-    log.finish(&state, outcome);
-    (Ended { status: if outcome == service::Outcome::Ok { 0 } else { 128 }, refusal: None }, outlet)
+    Ended { status, refusal: refusal.map(|message| format!("fatal: {message}")) }
 }
 
 #[cfg(test)]

@@ -1,10 +1,10 @@
 //! git:// (git daemon's protocol): one TCP connection per request, opened by a pkt-line
 //! `git-upload-pack /path\0host=…\0[\0version=2\0]`, then the stateful v0 conversation or v2
 //! commands on the same connection (or a push, or an archive, when those services are enabled).
-//! A connection waits for a transfer slot in the server's queue (as long as its client stays),
-//! then is served on one blocking thread from the pool it shares with HTTP, reading the socket
-//! and writing into the transfer buffers, to its end or (upload-pack) to its pack; an async task
-//! sends what it wrote, so a client reading slowly holds neither the slot nor the thread.
+//! This module reads the request line, gives the pipeline ([`pipeline::connection`]) the socket
+//! to read on a blocking thread and to send on, and says a refusal in an `ERR` line: a
+//! connection waits for its transfer slot as long as its client stays, and a client reading
+//! slowly holds neither the slot nor the thread.
 
 use std::sync::Arc;
 
@@ -13,9 +13,8 @@ use tokio::net::TcpStream;
 
 use crate::error::RepoError;
 use crate::protocol::{Version, pkt};
-use crate::service;
+use crate::service::{self, pipeline};
 use crate::session::State;
-use crate::transport::pace::Paced;
 
 /// A parsed git:// request line.
 #[derive(Debug, PartialEq, Eq)]
@@ -82,65 +81,59 @@ pub async fn refuse(stream: &mut tokio::net::TcpStream, message: &str) {
     }
 }
 
-/// Serve one git:// connection, whose request line was read: a slot (waiting in the queue while
-/// the client keeps the connection), the conversation on a blocking thread, and what it wrote
-/// sent from here; the request's record is written once the last byte went.
+/// Serve one git:// connection, whose request line was read, through the pipeline
+/// ([`pipeline::connection`]) under git daemon's rule: its slot waited for in the queue while the
+/// client keeps the connection, the conversation read on a blocking thread, what it wrote sent
+/// from here; a refusal is an `ERR` line. The connection is closed gently after.
 pub async fn serve(state: Arc<State>, tcp: TcpStream, line: Vec<u8>) {
-    let request = parse_request_line(&line);
-    let service_name = request.as_ref().map_or("malformed", |r| r.service.as_str());
-    let version = request.as_ref().map(|r| Version::from_params(&r.extra));
-    let mut log = service::Request::new("git", tcp.peer_addr().ok(), &crate::error::quoted(service_name, 64), version);
+    let origin = pipeline::Origin { transport: "git", peer: tcp.peer_addr().ok(), caller: pipeline::Caller::Daemon };
     let tcp = Arc::new(tcp);
+    let Some(request) = parse_request_line(&line) else {
+        let why = "malformed request line: expected 'git-upload-pack /path\\0host=…\\0'".to_owned();
+        let ended = pipeline::unreadable(&state, &origin, "malformed", None, why);
+        return told(&state, &tcp, ended, "").await;
+    };
+    let version = Version::from_params(&request.extra);
+    let Some(service) = service::Service::from_name(&request.service) else {
+        let asked = crate::error::quoted(&request.service, 64);
+        let why = format!("service '{asked}' is not enabled");
+        let ended = pipeline::unreadable(&state, &origin, &asked, Some(version), why);
+        return told(&state, &tcp, ended, &request.path).await;
+    };
+    tracing::info!(path = %crate::error::quoted(&request.path, 256), host = ?request.host, "git://");
+    let target = pipeline::Target { service, path: request.path.clone(), version };
+    let input = {
+        let (tcp, runtime, life) = (tcp.clone(), tokio::runtime::Handle::current(), state.life.clone());
+        move |timeout| BlockingRead { tcp, runtime, timeout, life }
+    };
+    let outlet =
+        Socket { sender: crate::transport::zero_copy::Sender::new(tcp.clone()), stall: state.config.io_timeout };
     // A client whose connection failed while queued (reset) is gone; one that closed its end may
     // have only half-closed after its request and still be reading, so it keeps its place (when
     // it is gone, its turn costs an advertisement that fails at its first write).
-    let slot = tokio::select! {
-        biased;
-        slot = state.slot() => slot,
-        () = hung_up(&tcp) => return log.finish(&state, service::Outcome::Disconnected),
+    let (ended, outlet) = pipeline::connection(&state, origin, target, input, outlet, hung_up(&tcp)).await;
+    drop(outlet);
+    told(&state, &tcp, ended, &request.path).await;
+}
+
+/// Close the connection gently after it ended so: a refusal first told in an `ERR` line.
+async fn told(state: &State, tcp: &Arc<TcpStream>, ended: pipeline::Ended, path: &str) {
+    use pipeline::{Denied, Why};
+    let why = match ended {
+        pipeline::Ended::Gone => return,
+        pipeline::Ended::Served(_) => return close_gently(tcp, None).await,
+        pipeline::Ended::Refused(_, why) => why,
     };
-    let slot = match slot {
-        Ok(slot) => slot,
-        Err(refused) => {
-            tracing::info!(peer = %log.record.peer, ?refused, "git:// transfer refused: busy");
-            let mut w = pkt::Writer::new();
-            w.err(service::busy_message(refused));
-            close_gently(&tcp, Some(Bytes::from(w.buf))).await;
-            return log.finish(&state, service::Outcome::Busy);
-        }
+    let message = match why {
+        Why::Denied(Denied::NotEnabled(service)) => format!("service '{}' is not enabled", service.name()),
+        Why::Denied(Denied::Unresolved(err)) => refusal(state, path, err),
+        Why::Denied(_) => format!("access denied or repository not exported: {}", crate::error::quoted(path, 256)),
+        Why::Busy(message) => message.to_owned(),
+        Why::Malformed(message) | Why::Failed(message) => message,
     };
-    log.record.wait_ms = Some(slot.waited.as_secs_f64() * 1e3);
-    let (outbox, queue) = service::buffer::Outbox::new(state.clone());
-    // Its own task (the conversation may end first), cancelled with the server's stop.
-    let sending = {
-        let (life, sent) = (state.life.clone(), send_then_close(tcp.clone(), queue, state.config.io_timeout));
-        tokio::spawn(async move { life.unless_cancelled(sent).await })
-    };
-    let served = {
-        let (state, tcp, runtime) = (state.clone(), tcp.clone(), tokio::runtime::Handle::current());
-        tokio::task::spawn_blocking(move || {
-            let _slot = slot;
-            serve_blocking(
-                &state,
-                BlockingRead { tcp, runtime, timeout: state.config.io_timeout, life: state.life.clone() },
-                request,
-                outbox,
-                log,
-            )
-        })
-        .await
-    };
-    let sent = sending.await.ok().flatten();
-    let Ok((mut log, outcome, share)) = served else { return };
-    drop(share);
-    if let Some(sent) = &sent {
-        sent.record(&mut log.record);
-    }
-    let outcome = match outcome {
-        service::Outcome::Ok if !sent.is_some_and(|s| s.complete) => service::Outcome::Disconnected,
-        outcome => outcome,
-    };
-    log.finish(&state, outcome);
+    let mut w = pkt::Writer::new();
+    w.err(&message);
+    close_gently(tcp, Some(Bytes::from(w.buf))).await;
 }
 
 /// Returns once the connection failed (reset by the client); pending for ever otherwise
@@ -150,18 +143,6 @@ async fn hung_up(tcp: &TcpStream) {
     if tcp.peek(&mut byte).await.is_ok() {
         std::future::pending::<()>().await;
     }
-}
-
-/// Send the queue's entries to the client, then close gently.
-async fn send_then_close(
-    tcp: Arc<TcpStream>,
-    queue: service::buffer::Queue,
-    stall: std::time::Duration,
-) -> service::buffer::Sent {
-    let mut outlet = Socket { sender: crate::transport::zero_copy::Sender::new(tcp.clone()), stall };
-    let sent = service::buffer::send(queue, &mut outlet).await;
-    close_gently(&tcp, None).await;
-    sent
 }
 
 /// The connection's socket as the sending side sees it: each chunk taken within `stall`.
@@ -234,65 +215,6 @@ impl std::io::Read for BlockingRead {
     }
 }
 
-/// A request refused before it reached its service: told why (the sending side sends it and
-/// closes), and its record handed back as refused.
-fn refused(
-    log: service::Request,
-    out: &mut service::buffer::Outbox,
-    message: &str,
-) -> (service::Request, service::Outcome, Option<crate::session::Share>) {
-    tracing::info!(peer = %log.record.peer, message, "git:// request refused");
-    let mut w = pkt::Writer::new();
-    w.err(message);
-    let _ = std::io::Write::write_all(out, &w.buf);
-    (log, service::Outcome::Refused, None)
-}
-
-/// Carry the connection to its service, on a blocking thread.
-fn serve_blocking(
-    state: &Arc<State>,
-    input: BlockingRead,
-    request: Option<RequestLine>,
-    mut out: service::buffer::Outbox,
-    mut log: service::Request,
-) -> (service::Request, service::Outcome, Option<crate::session::Share>) {
-    let Some(request) = request else {
-        return refused(log, &mut out, "malformed request line: expected 'git-upload-pack /path\\0host=…\\0'");
-    };
-    let services = &state.config.services;
-    // git daemon's push: no authentication on git://, so only with --enable=receive-pack.
-    let enabled = |service: &service::Service| match service {
-        service::Service::UploadPack => services.upload_pack,
-        service::Service::UploadArchive => services.upload_archive,
-        service::Service::ReceivePack => services.receive_pack,
-    };
-    let Some(service) = service::Service::from_name(&request.service).filter(enabled) else {
-        let message = format!("service '{}' is not enabled", crate::error::quoted(&request.service, 64));
-        return refused(log, &mut out, &message);
-    };
-    let served = match state.repos.resolve(&request.path) {
-        Ok(served) => served,
-        Err(err) => return refused(log, &mut out, &refusal(state, &request.path, err)),
-    };
-    tracing::info!(repo = %served.name, host = ?request.host, "git://");
-    log = log.serving(&served, None);
-    let client = input.tcp.peer_addr().ok().map(|peer| peer.ip());
-    let share = match service::enter(state, &served, client) {
-        Ok(share) => share,
-        Err(busy) => {
-            let (log, _, _) = refused(log, &mut out, busy.message());
-            return (log, service::Outcome::Busy, None);
-        }
-    };
-    // Reads are held to a minimum rate (a trickling client is dropped within a window), and a
-    // silent one is noticed at the end of a window too.
-    let pace = if service == service::Service::ReceivePack { state.config.push_pace() } else { state.config.pace() };
-    let input = BlockingRead { timeout: pace.window.min(state.config.io_timeout), ..input };
-    let asked = service::Asked { service, version: Version::from_params(&request.extra), pusher: None };
-    let (log, outcome) = service::connection(state, &served, asked, Paced::new(input, pace), &mut out, log);
-    (log, outcome, Some(share))
-}
-
 /// What a client whose repository could not be resolved is told: git daemon's terse line unless
 /// `--informative-errors`; a private repository is "not found" as a missing one is (its existence
 /// is nobody's business; HTTP answers both with the same 404); a public one gixd cannot read,
@@ -307,6 +229,72 @@ fn refusal(state: &State, path: &str, err: RepoError) -> String {
         }
         err if state.config.informative_errors => err.to_string(),
         _ => format!("access denied or repository not exported: {}", crate::error::quoted(path, 256)),
+    }
+}
+
+/// git:// connections: past `max_connections` one is told so and closed; each takes a transfer
+/// slot (or is told the server is busy) and runs on a blocking thread of the pool.
+pub async fn accept(listener: tokio::net::TcpListener, state: Arc<State>) {
+    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    while let Some((stream, peer)) = super::accept(&listener, "git://", &state.life).await {
+        let state = state.clone();
+        let limit = state.config.max_connections;
+        let guard = ConnectionCount::enter(&open);
+        if limit > 0 && guard.count > limit {
+            tracing::warn!(%peer, limit, "git:// connection refused: too many connections");
+            // Told why, then closed gently: the request line it already sent is read and dropped
+            // first, or the close would reset the connection and lose the message.
+            tokio::spawn(async move {
+                let _guard = guard;
+                let mut stream = stream;
+                refuse(&mut stream, "too many connections, try again later").await;
+            });
+            continue;
+        }
+        tokio::spawn(async move {
+            let _guard = guard;
+            let (_busy, life) = (state.life.busy(), state.life.clone());
+            life.unless_cancelled(serve_git(state, stream, peer)).await;
+        });
+    }
+}
+
+/// One git:// connection: its request line, then the service it asks for.
+async fn serve_git(state: Arc<State>, stream: tokio::net::TcpStream, peer: std::net::SocketAddr) {
+    let mut stream = stream;
+    // The request line arrives whole within init_timeout, before the connection takes a
+    // thread or a transfer slot: idle or trickling connections cost neither.
+    let line = match tokio::time::timeout(state.config.init_timeout, read_request_line(&mut stream)).await {
+        Ok(Ok(Some(line))) => line,
+        Ok(Ok(None)) => {
+            return refuse(&mut stream, "expected a request line: git-upload-pack /path").await;
+        }
+        Ok(Err(_)) => return, // hung up
+        Err(_) => {
+            tracing::info!(%peer, "git:// request line did not arrive in time");
+            return refuse(&mut stream, "timed out waiting for a request line: git-upload-pack /path").await;
+        }
+    };
+    serve(state, stream, line).await;
+}
+
+/// One open git:// connection, counted while it lives.
+struct ConnectionCount {
+    open: Arc<std::sync::atomic::AtomicUsize>,
+    /// Connections open with this one.
+    count: usize,
+}
+
+impl ConnectionCount {
+    fn enter(open: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        let count = open.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        ConnectionCount { open: open.clone(), count }
+    }
+}
+
+impl Drop for ConnectionCount {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

@@ -26,7 +26,7 @@ use crate::config::Config;
 use crate::error::RepoError;
 use crate::protocol::{self, Version, pkt};
 use crate::repo::{RefSnapshot, Served};
-use crate::service;
+use crate::service::{self, pipeline};
 use crate::session::State;
 use crate::tap::Exchange;
 use crate::transport::stream;
@@ -193,59 +193,33 @@ pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>)
     Ok(response)
 }
 
-/// Why a request does not reach its repository.
-enum Refused {
-    By(crate::auth::Decision),
-    /// It may read it, but gixd cannot: the reason ([`crate::repo::format`]).
-    Unsupported(String),
-}
-
-/// Who is asking, and may they read (or write) the repository at `repo_path`? The repository,
-/// and who it is, if so; the response to send otherwise. Resolution runs on the blocking pool.
+/// Who is asking, and may they read (or write) the repository at `repo_path`
+/// ([`pipeline::authorize`])? The repository, and who it is, if so; the response to send
+/// otherwise. Resolution runs on the blocking pool.
 async fn authorize(
     state: &Arc<State>,
     headers: &HeaderMap,
     repo_path: &str,
     write: bool,
 ) -> Result<(Served, crate::auth::Identity), Response<Body>> {
-    use crate::auth::{Decision, Identity, decide, repo_key};
+    use pipeline::Denied;
     let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let name = repo_path.trim_matches('/').to_owned();
     let (state, repo_path) = (state.clone(), repo_path.to_owned());
+    let service = if write { service::Service::ReceivePack } else { service::Service::UploadPack };
     let decided = tokio::task::spawn_blocking(move || {
         let identity = state.access.identify(authorization.as_deref());
-        // Credentials first: whether a repository exists is nobody's business before that.
-        if matches!(identity, Identity::Invalid) || (write && matches!(identity, Identity::Anonymous)) {
-            return Err(Refused::By(Decision::Unauthorized));
-        }
-        let (served, exported) = match state.repos.locate(&repo_path) {
-            Ok(located) => located,
-            // Whoever may read it is told why it is not served; to everyone else it is not there.
-            Err(RepoError::Unsupported { path, exported, reason }) => {
-                return match decide(&identity, &repo_key(&path), exported, state.access.anonymous_read, false) {
-                    Decision::Allow => Err(Refused::Unsupported(reason.to_string())),
-                    other => Err(Refused::By(other)),
-                };
-            }
-            Err(err @ RepoError::Open { .. }) => {
-                tracing::error!(%err, "repository could not be opened");
-                return Err(Refused::By(Decision::NotFound));
-            }
-            Err(_) => return Err(Refused::By(Decision::NotFound)),
-        };
-        match decide(&identity, &repo_key(&served.name), exported, state.access.anonymous_read, write) {
-            Decision::Allow => Ok((served, identity)),
-            other => Err(Refused::By(other)),
-        }
+        let caller = pipeline::Caller::Identified(identity.clone());
+        pipeline::authorize(&state, &caller, service, &repo_path).map(|served| (served, identity))
     })
     .await;
     match decided {
         Ok(Ok(allowed)) => Ok(allowed),
         // git shows a text/plain body of a failed request to its user ("remote: …").
-        Ok(Err(Refused::Unsupported(reason))) => {
+        Ok(Err(Denied::Unsupported(reason))) => {
             Err(text(StatusCode::NOT_IMPLEMENTED, format!("repository '{name}' cannot be served by gixd: {reason}")))
         }
-        Ok(Err(Refused::By(Decision::Unauthorized))) => {
+        Ok(Err(Denied::Unauthorized)) => {
             let mut response = text(
                 StatusCode::UNAUTHORIZED,
                 "authentication required: a gixd token as the password (or a Bearer token)",
@@ -253,8 +227,9 @@ async fn authorize(
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"gixd\""));
             Err(response)
         }
-        Ok(Err(Refused::By(Decision::Forbidden))) => {
-            Err(text(StatusCode::FORBIDDEN, format!("your token may not push to '{name}'")))
+        Ok(Err(Denied::Forbidden)) => Err(text(StatusCode::FORBIDDEN, format!("your token may not push to '{name}'"))),
+        Ok(Err(Denied::NotEnabled(service))) => {
+            Err(text(StatusCode::FORBIDDEN, format!("{} is not enabled on this server", service.name())))
         }
         Ok(Err(_)) => Err(text(StatusCode::NOT_FOUND, format!("repository '{name}' not found"))),
         Err(_) => Err(text(StatusCode::INTERNAL_SERVER_ERROR, "internal error")),
@@ -560,6 +535,48 @@ async fn receive_pack(
     match pushed {
         Ok(report) => logged(git_response("application/x-git-receive-pack-result", full(report))),
         Err(refusal) => refused(refusal),
+    }
+}
+
+/// Serve smart HTTP on `listener`, a task per connection.
+pub async fn accept(listener: tokio::net::TcpListener, state: Arc<State>) {
+    while let Some((stream, peer)) = super::accept(&listener, "http", &state.life).await {
+        // Responses leave in few, large writes; small ones (an ACK round, a short reply) must
+        // not wait for the client's delayed ACK.
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        let header_timeout = state.config.io_timeout;
+        tokio::spawn(async move {
+            let (_busy, life) = (state.life.busy(), state.life.clone());
+            let service = hyper::service::service_fn(move |req| handle(state.clone(), peer, req));
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.keep_alive(true).timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_timeout);
+            drive!(
+                life,
+                builder.serve_connection(
+                    hyper_util::rt::TokioIo::new(crate::transport::zero_copy::Stream::new(stream)),
+                    service
+                ),
+                peer,
+                life.reached(crate::lifecycle::Phase::Draining)
+            );
+        });
+    }
+}
+
+/// `GET /metrics` (the Prometheus text) on a listener of its own; anything else is a 404.
+pub async fn serve_metrics(listener: tokio::net::TcpListener, state: Arc<State>) {
+    while let Some((stream, _)) = super::accept(&listener, "metrics", &state.life).await {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let state = state.clone();
+                async move { Ok::<_, std::convert::Infallible>(metrics_response(&state, req.uri().path())) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
     }
 }
 

@@ -657,3 +657,15 @@ impl service::buffer::Outlet for ChannelOutlet {
         256 << 10
     }
 }
+
+/// Serve SSH on `listener`, a task per connection ([`crate::transport::ssh`]).
+pub async fn accept(listener: tokio::net::TcpListener, state: Arc<State>, offers: Arc<Offers>) {
+    let unauthenticated = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    while let Some((stream, peer)) = super::accept(&listener, "ssh", &state.life).await {
+        let (state, offers, unauthenticated) = (state.clone(), offers.clone(), unauthenticated.clone());
+        tokio::spawn(async move {
+            let _busy = state.life.busy();
+            serve(state, offers, stream, peer, unauthenticated).await;
+        });
+    }
+}

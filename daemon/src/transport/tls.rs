@@ -127,3 +127,107 @@ impl Tls {
         self.files.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
+
+/// Serve HTTPS on `listener`, a task per connection: the TLS handshake within the init timeout,
+/// then HTTP/1.1 or HTTP/2 as ALPN chose, into the same handler as plain HTTP.
+pub async fn accept(
+    listener: tokio::net::TcpListener,
+    state: std::sync::Arc<crate::session::State>,
+    tls: std::sync::Arc<Tls>,
+) {
+    while let Some((stream, peer)) = super::accept(&listener, "https", &state.life).await {
+        let _ = stream.set_nodelay(true);
+        let (state, tls) = (state.clone(), tls.clone());
+        tokio::spawn(async move {
+            let (_busy, life) = (state.life.busy(), state.life.clone());
+            let handshake = tokio::time::timeout(state.config.init_timeout, tls.acceptor().accept(stream));
+            let stream = match life.unless_cancelled(handshake).await {
+                Some(Ok(Ok(stream))) => stream,
+                Some(Ok(Err(err))) => return tracing::debug!(%peer, %err, "TLS handshake failed"),
+                Some(Err(_)) => return tracing::info!(%peer, "TLS handshake did not end within the init timeout"),
+                None => return,
+            };
+            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+            let io_timeout = state.config.io_timeout;
+            // HTTP/2 has no header-read timeout to close an idle connection: one with no request
+            // in flight (its response body sent) for the I/O timeout is closed.
+            let activity = Arc::new(Activity::new());
+            let requests = activity.clone();
+            let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                let (state, in_flight) = (state.clone(), requests.enter());
+                req.extensions_mut().insert(super::http::Transport("https"));
+                async move {
+                    let response = super::http::handle(state, peer, req).await?;
+                    // In flight until its body is sent (or dropped).
+                    Ok::<_, std::convert::Infallible>(response.map(|body| {
+                        use http_body_util::BodyExt;
+                        body.map_frame(move |frame| {
+                            let _ = &in_flight;
+                            frame
+                        })
+                        .boxed()
+                    }))
+                }
+            });
+            let mut builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            builder = if h2 { builder.http2_only() } else { builder.http1_only() };
+            builder.http1().keep_alive(true).timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(io_timeout);
+            builder
+                .http2()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .max_concurrent_streams(H2_MAX_STREAMS)
+                .max_header_list_size(H2_MAX_HEADER_LIST)
+                .max_pending_accept_reset_streams(H2_MAX_PENDING_RESETS)
+                .max_local_error_reset_streams(H2_MAX_ERROR_RESETS)
+                .keep_alive_interval(None);
+            let until = async {
+                tokio::select! {
+                    () = life.reached(crate::lifecycle::Phase::Draining) => {}
+                    () = activity.idle_for(io_timeout), if h2 => {}
+                }
+            };
+            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            drive!(life, conn, peer, until, tokio::time::sleep(io_timeout));
+        });
+    }
+}
+
+/// The requests of one connection: how many are in flight, and when the last one ended.
+struct Activity {
+    in_flight: std::sync::atomic::AtomicUsize,
+    last: std::sync::Mutex<std::time::Instant>,
+}
+
+/// One request in flight on a connection, until dropped.
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        *self.0.last.lock().unwrap_or_else(|e| e.into_inner()) = std::time::Instant::now();
+        self.0.in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity { in_flight: Default::default(), last: std::sync::Mutex::new(std::time::Instant::now()) }
+    }
+
+    fn enter(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        InFlight(self.clone())
+    }
+
+    /// Resolves once no request was in flight for `limit`.
+    async fn idle_for(&self, limit: std::time::Duration) {
+        loop {
+            let since = self.last.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
+            let busy = self.in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0;
+            if !busy && since >= limit {
+                return;
+            }
+            // A request in flight ends at some point and stamps `last`: look again a limit later.
+            tokio::time::sleep(if busy { limit } else { limit - since }).await;
+        }
+    }
+}
