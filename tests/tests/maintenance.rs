@@ -972,3 +972,65 @@ fn a_repack_holds_each_loose_objects_data_once_while_it_searches() {
     // Once: the blobs' data and what little else the entries hold; twice would be 2 x.
     assert!(held > 0 && held <= blob_bytes * 5 / 4, "held {held} bytes at once for {blob_bytes} bytes of blobs");
 }
+
+/// A bare repository of three packs and a multi-pack-index over them, then `git repack -ad`,
+/// and the MIDX put back as another repacker leaves it: naming packs that are gone.
+fn stale_multi_pack_index(tmp: &Path) -> std::path::PathBuf {
+    let (repo, work) = (tmp.join("repo.git"), tmp.join("work"));
+    git_ok(tmp, &["init", "-q", "--bare", repo.to_str().unwrap()]);
+    git_ok(tmp, &["init", "-q", work.to_str().unwrap()]);
+    for i in 0..3 {
+        std::fs::write(work.join(format!("f{i}")), format!("{i}\n")).unwrap();
+        git_ok(&work, &["add", "."]);
+        git_ok(&work, &["commit", "-qm", &format!("c{i}")]);
+        git_ok(&work, &["push", "-q", repo.to_str().unwrap(), "HEAD:refs/heads/main"]);
+        git_ok(&repo, &["repack", "-dq"]);
+    }
+    git_ok(&repo, &["multi-pack-index", "write"]);
+    let midx = repo.join("objects/pack/multi-pack-index");
+    let bytes = std::fs::read(&midx).unwrap();
+    git_ok(&repo, &["repack", "-adq"]);
+    std::fs::write(&midx, bytes).unwrap();
+    repo
+}
+
+/// A multi-pack-index another repacker left naming deleted packs (git fsck fails on it) makes
+/// the repository due, and the next run removes it: fsck clean, every object served.
+#[test]
+fn a_multi_pack_index_naming_packs_another_repacker_deleted_is_removed_by_the_next_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = stale_multi_pack_index(tmp.path());
+    assert!(!git_client(&repo, &["fsck", "--full"]).status.success(), "git fsck fails on a stale multi-pack-index");
+    assert!(
+        matches!(gixd::maintenance::geometric::due(&repo), gixd::maintenance::geometric::Due::Geometric),
+        "a stale multi-pack-index makes the repository due"
+    );
+    gixd::maintenance::geometric::run(&repo).unwrap();
+    assert!(!gixd::repo::midx::names_a_missing_pack(&repo));
+    assert_fsck_clean(&repo);
+}
+
+/// While stock git holds `gc.pid` (a `git gc` or `git repack` of this host that is running),
+/// gixd's maintenance is refused as busy: the two would each delete packs the other's
+/// multi-pack-index names. Once git is done, it runs.
+#[test]
+fn maintenance_is_busy_while_stock_git_repacks_the_repository() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = stale_multi_pack_index(tmp.path());
+    let mut git_gc = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    let host = {
+        let out = std::process::Command::new("hostname").output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    std::fs::write(repo.join("gc.pid"), format!("{} {host}", git_gc.id())).unwrap();
+    let busy = |result: Result<_, gixd::maintenance::MaintenanceError>| {
+        matches!(result, Err(gixd::maintenance::MaintenanceError::Busy))
+    };
+    assert!(busy(gixd::maintenance::geometric::run(&repo).map(|_| ())), "geometric run while git repacks");
+    assert!(busy(gixd::maintenance::run(&repo).map(|_| ())), "full run while git repacks");
+    git_gc.kill().unwrap();
+    git_gc.wait().unwrap();
+    // git's process is gone and its gc.pid left behind (killed): no longer held.
+    gixd::maintenance::geometric::run(&repo).unwrap();
+    assert_fsck_clean(&repo);
+}

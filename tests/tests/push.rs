@@ -1073,6 +1073,11 @@ fn soak(reftable: bool) {
     if reftable {
         git(&f.repo(), &["refs", "migrate", "--ref-format=reftable"]);
         assert!(f.repo().join("reftable/tables.list").is_file());
+        // Three writers append to one stack under `tables.list.lock`: stock git gives up after
+        // 100 ms ("cannot lock references"), which a loaded machine's scheduling alone can exceed
+        // while another writer holds the lock (seen once in 2 300 operations with two CPU hogs);
+        // gixd waits a second by default. Both read this setting.
+        git(&f.repo(), &["config", "reftable.lockTimeout", "1000"]);
     }
     let replica = f.replica();
     let secret = f.token("*", true);

@@ -205,6 +205,10 @@ pub fn due(git_dir: &Path) -> Due {
     let objects_dir = git_dir.join("objects");
     let packs: Vec<PackInfo> = packs(&objects_dir.join("pack")).into_iter().filter(|p| !p.kept && !p.cruft).collect();
     let loose = super::loose_objects(&objects_dir).len() as u64;
+    // A multi-pack-index naming a pack another repacker deleted: rewritten (or removed) by a run.
+    if crate::repo::midx::names_a_missing_pack(git_dir) {
+        return Due::Geometric;
+    }
     let bitmapped: u64 = packs.iter().filter(|p| p.bitmap).map(|p| p.objects).sum();
     let outside: u64 = packs.iter().filter(|p| !p.bitmap).map(|p| p.objects).sum::<u64>() + loose;
     if outside >= FULL_MIN_OBJECTS && outside >= bitmapped / 2 {
@@ -233,6 +237,10 @@ fn run_once(git_dir: &Path) -> Result<Option<Report>, MaintenanceError> {
     let _lock = super::Lock::take(&objects_dir)?;
     let leftovers_removed = super::remove_leftovers(&objects_dir, &pack_dir);
     super::expire_rolled(&objects_dir, GRACE);
+    // What another repacker left stale goes first (a roll below writes a new one).
+    if crate::repo::midx::names_a_missing_pack(git_dir) {
+        super::midx::remove(&pack_dir, None);
+    }
 
     let present: Vec<PackInfo> = packs(&pack_dir).into_iter().filter(|p| !p.kept && !p.cruft).collect();
     let loose = super::loose_objects(&objects_dir);
@@ -314,6 +322,15 @@ fn run_once(git_dir: &Path) -> Result<Option<Report>, MaintenanceError> {
         let refs = crate::repo::RefSnapshot::load_hiding_nothing(&repo)?;
         let indexes = geometry.iter().map(|p| p.index.clone()).collect();
         report.bitmaps = super::midx::write(&repo, &pack_dir, indexes, &big.index, &refs.tips())?;
+        // Stock git repacked (or started to) meanwhile: it read the pack directory before this
+        // MIDX was in place, and deletes packs it names without removing it (git removes a MIDX
+        // only if its own view of it names the pack). Without a MIDX nothing can go stale; the
+        // next run writes one.
+        let gone = geometry.iter().any(|p| !p.index.is_file() || !p.index.with_extension("pack").is_file());
+        if gone || super::git_repacking(git_dir) {
+            super::midx::remove(&pack_dir, None);
+            report.bitmaps = 0;
+        }
     }
     Ok(Some(report))
 }

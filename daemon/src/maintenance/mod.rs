@@ -163,8 +163,14 @@ fn open(git_dir: &Path) -> Result<gix::Repository, MaintenanceError> {
 struct Lock(#[allow(dead_code)] std::fs::File);
 
 impl Lock {
+    /// The lock of `objects_dir`; refused (busy) while another gixd run holds it, or while stock
+    /// git repacks the repository ([`git_repacking`]): two maintainers deleting packs at once
+    /// leave a multi-pack-index naming packs the other deleted.
     fn take(objects_dir: &Path) -> Result<Lock, MaintenanceError> {
         use std::os::fd::AsRawFd;
+        if objects_dir.parent().is_some_and(git_repacking) {
+            return Err(MaintenanceError::Busy);
+        }
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -176,6 +182,19 @@ impl Lock {
         }
         Ok(Lock(file))
     }
+}
+
+/// Whether stock git is repacking `git_dir` now: `git gc` and `git repack` hold `gc.pid`
+/// (`<pid> <host>`) while they may delete packs, and git takes it as held while it is less than
+/// 12 hours old and names a live process of this host, or any process of another.
+pub(crate) fn git_repacking(git_dir: &Path) -> bool {
+    let path = git_dir.join("gc.pid");
+    let Ok(meta) = std::fs::metadata(&path) else { return false };
+    let recent = meta.modified().ok().and_then(|t| t.elapsed().ok()).is_none_or(|age| age.as_secs() <= 12 * 3600);
+    let Ok(text) = std::fs::read_to_string(&path) else { return false };
+    let Some((pid, host)) = text.trim_end().split_once(' ') else { return false };
+    let Ok(pid) = pid.parse::<i32>() else { return false };
+    recent && (host != crate::repo::host_name() || crate::repo::alive(pid))
 }
 
 #[cfg(test)]

@@ -69,7 +69,7 @@ pub(super) fn object_kind(repo: &gix::Repository, received: &gix_odb::Handle, id
     if let Ok(Some(h)) = received.try_header(id) {
         return Some(h.kind);
     }
-    crate::repo::header(repo, *id).map(|h| h.kind())
+    crate::repo::header(repo, &mut None, *id).map(|h| h.kind())
 }
 
 /// `repo` has `id`, looked up once more through a fresh snapshot of its packs (made once per
@@ -77,7 +77,7 @@ pub(super) fn object_kind(repo: &gix::Repository, received: &gix_odb::Handle, id
 /// while a repack swaps packs under a handle's snapshot, and a push refused for that would be
 /// refused for nothing.
 pub(super) fn has_object(repo: &gix::Repository, fresh: &mut Option<gix::Repository>, id: ObjectId) -> bool {
-    repo.has_object(id) || fresh.get_or_insert_with(|| repo.clone()).has_object(id)
+    repo.has_object(id) || fresh.get_or_insert_with(|| crate::repo::reopened(repo)).has_object(id)
 }
 
 /// What the connectivity checks of one push share. `complete`: objects a successful walk

@@ -54,11 +54,27 @@ pub fn check(git_dir: &Path) -> Midx {
     Midx { stamp: Some(stamp), named, unusable }
 }
 
+/// Whether `git_dir` has a MIDX that names a pack (or its index) no longer there: parsed, its
+/// packs looked at, its checksum not computed (what maintenance asks after every push).
+pub fn names_a_missing_pack(git_dir: &Path) -> bool {
+    let Ok(file) = gix_pack::multi_index::File::at(path(git_dir), None) else { return false };
+    let pack_dir = git_dir.join("objects/pack");
+    file.index_names().iter().any(|index| {
+        let index = pack_dir.join(index);
+        !index.is_file() || !index.with_extension("pack").is_file()
+    })
+}
+
 impl Midx {
     /// Still what `git_dir` has: the same file, and every pack it names still there (one `stat`
     /// per pack; nothing is read).
     pub fn still(&self, git_dir: &Path) -> bool {
         stamp(git_dir) == self.stamp && (self.unusable.is_some() || self.named.iter().all(|p| p.is_file()))
+    }
+
+    /// A MIDX never used, whatever the repository has: each pack's own index serves.
+    pub fn not_used() -> Midx {
+        Midx { stamp: None, named: Vec::new(), unusable: Some("not used: each pack's own index serves".into()) }
     }
 
     /// The configuration override that keeps gix from using an unusable MIDX.

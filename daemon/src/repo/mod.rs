@@ -37,18 +37,31 @@ pub fn open_options(midx: &midx::Midx) -> gix::open::Options {
     gix::open::Options::isolated().strict_config(false).config_overrides(overrides)
 }
 
-/// The header of `id` in `repo`, looked up once more through a fresh snapshot of its packs when
-/// the handle misses it: gix-odb misses an object now and then while a repack swaps packs under
-/// a handle's snapshot (a loose object packed and deleted between two looks), and a want, a
-/// pushed command or an object-info question refused for that would be refused for nothing.
-pub fn header(repo: &gix::Repository, id: gix_hash::ObjectId) -> Option<gix::odb::find::Header> {
+/// The header of `id` in `repo`, looked up once more through `again` when the handle misses it
+/// ([`reopened`], opened at the first miss and kept by the caller for the rest of its request):
+/// gix-odb misses an object now and then while repacks swap packs under a store's snapshot (a
+/// loose object packed and deleted between two looks; a slot refilled by another pack), and a
+/// want, a pushed command or an object-info question refused for that is refused for nothing.
+pub fn header(
+    repo: &gix::Repository,
+    again: &mut Option<gix::Repository>,
+    id: gix_hash::ObjectId,
+) -> Option<gix::odb::find::Header> {
     repo.find_header(id).ok().or_else(|| {
-        let found = repo.clone().find_header(id).ok();
+        let found = again.get_or_insert_with(|| reopened(repo)).find_header(id).ok();
         if found.is_some() {
-            tracing::debug!(%id, "object found again through a fresh snapshot of the packs");
+            tracing::debug!(%id, "object found again through the repository opened anew");
         }
         found
     })
+}
+
+/// `repo` opened anew, for one more look after a miss: an object store of its own (nothing
+/// shared with the handles already open — their snapshot, their slots) reading each pack's own
+/// index (a multi-pack-index may name packs a repack just deleted). A handle on the same store
+/// if the repository cannot be opened again.
+pub fn reopened(repo: &gix::Repository) -> gix::Repository {
+    gix::open_opts(repo.git_dir(), open_options(&midx::Midx::not_used())).unwrap_or_else(|_| repo.clone())
 }
 
 /// The file that marks a repository as exported (git daemon's rule).

@@ -318,6 +318,21 @@ pub fn reftable_transaction(
         // default, the files backend's lock of the whole store).
         None => std::time::Duration::from_millis(1000),
     };
+    // The records are made before the lock is taken (a tag's peeled value is an object read):
+    // every writer of the stack, stock git among them (100 ms), waits while it is held.
+    let mut records = Vec::with_capacity(edits.len());
+    for edit in edits {
+        let value = if edit.new.is_null() {
+            RefValue::Deletion
+        } else {
+            match crate::graph::peel_tag(repo, edit.new).map_err(|_| TransactionError::Peel(edit.new))? {
+                Some(peeled) => RefValue::Val2 { value: edit.new, peeled },
+                None => RefValue::Val1(edit.new),
+            }
+        };
+        records.push(gix_reftable::RefRecord { name: edit.name.into(), update_index: 0, value });
+    }
+    records.sort_by(|a, b| a.name.cmp(&b.name));
     let options = gix_reftable::Options::new(repo.object_hash());
     let list_lock = dir.join("tables.list.lock");
     notes.intend(std::slice::from_ref(&list_lock));
@@ -354,19 +369,6 @@ pub fn reftable_transaction(
                 return Err(TransactionError::DirectoryFile { name: edit.name.into(), existing });
             }
         }
-        let mut records = Vec::with_capacity(edits.len());
-        for edit in edits {
-            let value = if edit.new.is_null() {
-                RefValue::Deletion
-            } else {
-                match crate::graph::peel_tag(repo, edit.new).map_err(|_| TransactionError::Peel(edit.new))? {
-                    Some(peeled) => RefValue::Val2 { value: edit.new, peeled },
-                    None => RefValue::Val1(edit.new),
-                }
-            };
-            records.push(gix_reftable::RefRecord { name: edit.name.into(), update_index: 0, value });
-        }
-        records.sort_by(|a, b| a.name.cmp(&b.name));
         let logs = reflog_records(repo, lock.stack(), edits, log)?;
         lock.commit(records, logs, options)?;
         Ok(())

@@ -25,6 +25,9 @@ pub struct Session<'a> {
     common: Option<Common>,
     /// `ready` is costly (a walk): the answer, and for how many common commits it holds.
     ready: Option<(usize, bool)>,
+    /// The repository opened anew at the first object this request's handle missed
+    /// ([`crate::repo::header`]).
+    again: Option<gix::Repository>,
 }
 
 impl<'a> Session<'a> {
@@ -40,7 +43,7 @@ impl<'a> Session<'a> {
         {
             let _ = asks.send(ctx.served.git_dir.clone());
         }
-        Ok(Session { ctx, repo, refs, common: None, ready: None })
+        Ok(Session { ctx, repo, refs, common: None, ready: None, again: None })
     }
 
     /// Which of `commits` the refs this request is served from reach ([`crate::select::readable_commits`]).
@@ -110,7 +113,7 @@ impl Upload for Session<'_> {
     fn object_sizes(&mut self, ids: &[ObjectId]) -> Result<Vec<Option<u64>>, ServeError> {
         // What a client may read decides, as for a want by id: a visible tip or what one peels
         // to, else what a visible ref reaches.
-        let headers: Vec<_> = ids.iter().map(|id| crate::repo::header(&self.repo, *id)).collect();
+        let headers: Vec<_> = ids.iter().map(|id| crate::repo::header(&self.repo, &mut self.again, *id)).collect();
         let candidates: Vec<(ObjectId, bool)> = ids
             .iter()
             .zip(&headers)
@@ -142,7 +145,7 @@ impl Upload for Session<'_> {
             if !by_id {
                 return Err(self.refused(*want, "not a tip"));
             }
-            match crate::repo::header(&self.repo, *want) {
+            match crate::repo::header(&self.repo, &mut self.again, *want) {
                 Some(h) => candidates.push((*want, h.kind() == gix_object::Kind::Commit)),
                 None => return Err(self.refused(*want, "no such object")),
             }
@@ -168,7 +171,7 @@ impl Upload for Session<'_> {
             // Each line's object is looked up once: missing ones are ignored, non-commits refused.
             let mut commits = Vec::new();
             for id in std::mem::take(&mut extras.shallow_lines) {
-                match crate::repo::header(&self.repo, id) {
+                match crate::repo::header(&self.repo, &mut self.again, id) {
                     None => continue,
                     Some(h) if h.kind() != gix_object::Kind::Commit => {
                         return Err(ProtocolError::Shallow(format!("invalid shallow object {id}")).into());

@@ -1,6 +1,6 @@
 //! The upload service's pack step: a negotiated request's pack selected and written into the
 //! framing the protocol layer gives it (the session's answer to `Upload::pack`). The decisions a pack takes
-//! live here: a selection retried through a fresh snapshot when a repack swapped the packs under
+//! live here: a selection retried through the repository opened anew when a repack swapped the packs under
 //! it, which objects a delta base may be (the readable set, asked only when it costs nothing),
 //! the pack's options, its progress lines and the log line of what was sent.
 
@@ -47,12 +47,12 @@ pub fn select_and_write(
     };
     // Nothing is sent yet: a selection that met an object gix-odb could not find or read (what
     // it answers now and then while a repack swaps packs under a handle's snapshot) is made once
-    // more through a fresh snapshot, as git re-reads the pack directory on a miss.
+    // more through the repository opened anew, as git re-reads the pack directory on a miss.
     let fresh;
     let (repo, selection) = match select(repo) {
         Err(err) if err.may_be_a_pack_swap() => {
-            tracing::debug!(repo = %ctx.served.name, %err, "selection again through a fresh snapshot of the packs");
-            fresh = repo.clone();
+            tracing::debug!(repo = %ctx.served.name, %err, "selection again through the repository opened anew");
+            fresh = crate::repo::reopened(repo);
             (&fresh, select(&fresh)?)
         }
         selected => (repo, selected?),
