@@ -7,6 +7,8 @@
 //! of layers below it, and no two modules use each other (`tests/tests/layers.rs` checks both
 //! against the imports).
 //!
+//! - [`cli`] — the command line's commands (`main.rs` lists them): each assembles its
+//!   configuration and calls the layers below.
 //! - [`server`] — the accept loops and the runtime, sized by [`budget`] (the CPU budget read
 //!   from the kernel: affinity and CFS quota); [`demo`] — the repository served when gixd
 //!   starts with no configuration.
@@ -70,6 +72,7 @@ pub mod access_log;
 pub mod auth;
 pub mod bitmap;
 pub mod budget;
+pub mod cli;
 pub mod client_text;
 pub mod config;
 pub mod demo;
