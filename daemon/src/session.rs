@@ -224,6 +224,30 @@ pub struct Context<'a> {
     pub maintenance: Option<&'a tokio::sync::mpsc::UnboundedSender<std::path::PathBuf>>,
 }
 
+/// What the codecs ([`crate::protocol`]) need of a request: the limits they enforce as they
+/// parse, and the tally they count into — not its repository, caches or configuration, which
+/// they reach only through what the service gives them.
+#[derive(Clone, Copy)]
+pub struct Bounds<'a> {
+    pub max_wants: usize,
+    pub max_haves: usize,
+    pub max_request_body: usize,
+    pub tally: &'a Tally,
+}
+
+impl Context<'_> {
+    /// What the codecs take of this context.
+    pub fn bounds(&self) -> Bounds<'_> {
+        let config = self.config;
+        Bounds {
+            max_wants: config.max_wants,
+            max_haves: config.max_haves,
+            max_request_body: config.max_request_body,
+            tally: self.tally,
+        }
+    }
+}
+
 /// Counts of one request, filled in by the protocol layer as it parses.
 #[derive(Debug, Default)]
 pub struct Tally {

@@ -13,8 +13,9 @@ use std::time::Duration;
 use gix_hash::ObjectId;
 use gixd::config::{Config, Exports};
 use gixd::protocol::pkt::{self, SectionRules};
-use gixd::protocol::{self, Context, Input, Mode, Version};
+use gixd::protocol::{self, Input, Mode, Version};
 use gixd::repo::{Repos, Served};
+use gixd::session::Context;
 use gixd_tests::{commit_files, git, git_out};
 
 use crate::Target;
@@ -549,7 +550,7 @@ fn receive_pack(f: &Fixture, input: &[u8]) -> Result<(), String> {
     let mut out = Vec::new();
     let ctx = f.ctx(&f.push);
     let _ = protocol::receive_pack(
-        &ctx,
+        &ctx.bounds(),
         &mut gixd::service::receive::Push::open(&ctx),
         Version::V0,
         Mode::Stateless,

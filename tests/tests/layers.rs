@@ -271,9 +271,9 @@ fn no_module_is_longer_than_700_lines_before_its_tests() {
 /// The protocol layer's codecs (upload-pack v0/v1 and v2 and what they share, receive-pack,
 /// upload-archive) parse requests and encode answers only: every question about the repository
 /// goes to what the service gives them (`protocol::upload::Upload`, `protocol::receive::Receiver`,
-/// `protocol::archive::Archiver`). Read from the code: no repository handle, no request context's
-/// repository or caches, no push applied, no import of selection, bitmaps, pack files, the graph
-/// or the service.
+/// `protocol::archive::Archiver`). Read from the code: no repository handle, no request context
+/// (the codecs take its limits and tally, `session::Bounds`), no push applied, no import of
+/// selection, bitmaps, pack files, the graph or the service.
 #[test]
 fn the_codecs_ask_what_the_service_gives_them_and_touch_no_repository() {
     let mods = modules();
@@ -282,7 +282,9 @@ fn the_codecs_ask_what_the_service_gives_them_and_touch_no_repository() {
         ["protocol", "protocol::v0", "protocol::v2", "protocol::upload", "protocol::receive", "protocol::archive"]
     {
         let text = &mods[codec];
-        for forbidden in ["gix::Repository", ".repos", ".caches", ".served", "to_thread_local", "push::apply"] {
+        for forbidden in
+            ["gix::Repository", ".repos", ".caches", ".served", "to_thread_local", "push::apply", "Context"]
+        {
             assert!(!text.contains(forbidden), "{codec} uses {forbidden}");
         }
         for target in &edges[codec] {

@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 
 use gix_hash::ObjectId;
 
-use super::Context;
+use super::Bounds;
 use super::pkt;
 use super::sideband::{Bands, Framing};
 use crate::error::ServeError;
@@ -136,7 +136,7 @@ pub trait Archiver {
 
 /// Serve upload-archive on a connection: read the arguments, answer, send the archive.
 pub fn serve_stateful<R: Read, W: Write>(
-    ctx: &Context<'_>,
+    bounds: &Bounds<'_>,
     archiver: &mut dyn Archiver,
     input: R,
     mut out: W,
@@ -150,7 +150,7 @@ pub fn serve_stateful<R: Read, W: Write>(
         out.flush()?;
         Ok(())
     };
-    let section = match pkt::read_section(&mut lines, ctx.config.max_request_body, pkt::SectionRules::default()) {
+    let section = match pkt::read_section(&mut lines, bounds.max_request_body, pkt::SectionRules::default()) {
         Ok((_, pkt::End::HungUp)) => return Ok(()), // the client went away
         Ok((section, _)) => section,
         Err(err) => return nack(&mut out, &format!("malformed request: {err}")),

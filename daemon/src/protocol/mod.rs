@@ -13,7 +13,7 @@ pub mod upload;
 pub mod v0;
 pub mod v2;
 
-pub use crate::session::{Context, Version};
+pub use crate::session::{Bounds, Version};
 
 use std::io::{BufRead, Write};
 
@@ -56,7 +56,7 @@ pub enum Mode {
 /// receive-pack, over any transport; on a connection the push snapshot's advertisement
 /// ([`RefSnapshot::load_for_push`]) goes first.
 pub fn receive_pack<R: BufRead, W: Write>(
-    ctx: &Context<'_>,
+    bounds: &Bounds<'_>,
     receiver: &mut dyn receive::Receiver,
     version: Version,
     mode: Mode,
@@ -64,14 +64,14 @@ pub fn receive_pack<R: BufRead, W: Write>(
     mut out: W,
 ) -> Result<Option<crate::push::Outcome>, ServeError> {
     match mode {
-        Mode::Stateless => receive::receive_pack(ctx, receiver, input, out),
+        Mode::Stateless => receive::receive_pack(bounds, receiver, input, out),
         Mode::Stateful => {
             let refs = receiver.advertised()?;
             let mut w = pkt::Writer::new();
             receive::advertise(&refs, version, &mut w);
             out.write_all(&w.buf)?;
             out.flush()?;
-            receive::receive_pack(ctx, receiver, input, out)
+            receive::receive_pack(bounds, receiver, input, out)
         }
     }
 }

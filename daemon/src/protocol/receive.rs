@@ -12,7 +12,7 @@ use super::hash_name;
 use super::pkt;
 use super::sideband::{Bands, Framing};
 use super::upload::parse_oid;
-use super::{Context, Version};
+use super::{Bounds, Version};
 use crate::error::{ProtocolError, ServeError};
 use crate::push::{self, Outcome};
 use crate::repo::RefSnapshot;
@@ -234,13 +234,13 @@ fn parse_caps(caps: &str, hash: gix_hash::Kind) -> Result<PushCaps, ProtocolErro
 /// Serve one push: read the request from `input` (commands, options, pack), apply it, write the
 /// report to `out`. `None` when the client pushed nothing.
 pub fn receive_pack<R: BufRead, W: Write>(
-    ctx: &Context<'_>,
+    bounds: &Bounds<'_>,
     receiver: &mut dyn Receiver,
     input: R,
     mut out: W,
 ) -> Result<Option<Outcome>, ServeError> {
     let hash = receiver.object_hash();
-    let (req, mut rest) = read_or_say_why(input, hash, ctx.config.max_request_body, &mut out)?;
+    let (req, mut rest) = read_or_say_why(input, hash, bounds.max_request_body, &mut out)?;
     let Some(req) = req else { return Ok(None) };
     let framing = if req.caps.side_band_64k { Framing::SideBand64k } else { Framing::Raw };
     let mut bands = Bands::new(&mut out, framing, !req.caps.quiet);

@@ -11,7 +11,7 @@ use gix_hash::ObjectId;
 use super::pkt::{self, Line};
 use super::sideband::Framing;
 use super::upload::{self, Extras, Have, PackRequest, Upload};
-use super::{Context, Version, hash_name};
+use super::{Bounds, Version, hash_name};
 use crate::error::{ProtocolError, ServeError};
 use crate::pack::Stats;
 use crate::repo::{HeadState, RefSnapshot};
@@ -289,13 +289,13 @@ pub fn parse(lines: &[Line<'_>], grammar: &upload::Grammar, max_haves: usize) ->
 /// Serve one stateless v0 upload-pack request: acknowledgements, then the pack if negotiation is
 /// over (its statistics are returned).
 pub fn upload_pack<W: Write>(
-    ctx: &Context<'_>,
+    bounds: &Bounds<'_>,
     upload: &mut dyn Upload,
     body: &[u8],
     mut out: W,
 ) -> Result<Option<Stats>, ServeError> {
     let mut w = pkt::Writer::new();
-    let result = negotiate(ctx, upload, body, &mut w);
+    let result = negotiate(bounds, upload, body, &mut w);
     match result {
         Err(err) => {
             out.write_all(&w.buf)?; // acknowledgements written before the failure
@@ -334,15 +334,15 @@ type Negotiated = (Request, Vec<ObjectId>, Option<crate::shallow::Boundary>);
 /// list and ACK/NAK lines to `w`; returns the request, the common commits and the shallow
 /// boundary when a pack is to follow.
 fn negotiate(
-    ctx: &Context<'_>,
+    bounds: &Bounds<'_>,
     upload: &mut dyn Upload,
     body: &[u8],
     w: &mut pkt::Writer,
 ) -> Result<Option<Negotiated>, ServeError> {
     let lines = pkt::read_all(body)?;
-    let mut req = parse(&lines, &upload::Grammar::of(upload.refs()), ctx.config.max_haves)?;
+    let mut req = parse(&lines, &upload::Grammar::of(upload.refs()), bounds.max_haves)?;
     req.extras.resolve(upload.refs())?;
-    ctx.tally.asked(req.wants.len(), req.haves.len());
+    bounds.tally.asked(req.wants.len(), req.haves.len());
     if req.wants.is_empty() {
         return Ok(None);
     }
@@ -477,7 +477,7 @@ impl<'r> Negotiation<'r> {
 /// answered at its flush, `done`, the pack. Everything written to `out` is flushed at the end of
 /// each round; `out` should buffer (a pack leaves in large writes).
 pub fn serve_stateful<R: std::io::Read, W: Write>(
-    ctx: &Context<'_>,
+    bounds: &Bounds<'_>,
     upload: &mut dyn Upload,
     version: Version,
     input: R,
@@ -490,7 +490,7 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(
     let mut lines = pkt::stream(input);
     // One section (up to a flush, or the `done` that ends the haves) as owned lines; `None` if
     // the client hung up first. Bounded before it is held, like an HTTP body.
-    let max_bytes = ctx.config.max_request_body;
+    let max_bytes = bounds.max_request_body;
     let section = |lines: &mut pkt::Stream<R>| -> Result<Option<Vec<Vec<u8>>>, ServeError> {
         let (section, end) = pkt::read_section(lines, max_bytes, pkt::SectionRules { delim: false, done_ends: true })?;
         match end {
@@ -517,7 +517,7 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(
         let wants: Vec<Line<'_>> = want_lines.iter().map(|l| Line::Data(l)).collect();
         let mut req = parse_wants(&wants, &upload::Grammar::of(upload.refs()))?;
         req.extras.resolve(upload.refs())?;
-        ctx.tally.asked(req.wants.len(), 0);
+        bounds.tally.asked(req.wants.len(), 0);
         upload.check_wants(&req.wants, upload::WantRule::Advertised)?;
         let mut w = pkt::Writer::new();
         let boundary = shallow_reply(upload, &mut req, &mut w)?;
@@ -541,9 +541,9 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(
                     break;
                 }
                 haves += 1;
-                ctx.tally.asked(0, 1);
-                if haves > ctx.config.max_haves {
-                    return Err(ProtocolError::TooMany { what: "have", limit: ctx.config.max_haves }.into());
+                bounds.tally.asked(0, 1);
+                if haves > bounds.max_haves {
+                    return Err(ProtocolError::TooMany { what: "have", limit: bounds.max_haves }.into());
                 }
                 nego.have_line(upload, line, &mut w)?;
             }

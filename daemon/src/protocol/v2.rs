@@ -9,7 +9,7 @@ use std::io::Write;
 
 use gix_hash::ObjectId;
 
-use super::Context;
+use super::Bounds;
 use super::hash_name;
 use super::pkt::{self, Line};
 use super::sideband::Framing;
@@ -19,7 +19,7 @@ use crate::pack::Stats;
 use crate::repo::{HeadState, RefSnapshot};
 
 /// A command: its arguments in, its response out; the statistics of a pack it sent.
-type Run = fn(&Context<'_>, &mut dyn Upload, &[Line<'_>], &mut dyn Write) -> Result<Option<Stats>, ServeError>;
+type Run = fn(&Bounds<'_>, &mut dyn Upload, &[Line<'_>], &mut dyn Write) -> Result<Option<Stats>, ServeError>;
 
 /// One row of the capability table.
 pub struct Capability {
@@ -77,7 +77,7 @@ pub fn advertise(refs: &RefSnapshot, out: &mut pkt::Writer) {
 
 /// Serve one v2 command request (stateless: one command per request body, ended by its flush).
 pub fn serve<W: Write>(
-    ctx: &Context<'_>,
+    bounds: &Bounds<'_>,
     upload: &mut dyn Upload,
     body: &[u8],
     mut out: W,
@@ -96,7 +96,7 @@ pub fn serve<W: Write>(
     };
     match request() {
         Ok(None) => Ok(None),
-        Ok(Some(lines)) => serve_request(ctx, upload, &lines, out),
+        Ok(Some(lines)) => serve_request(bounds, upload, &lines, out),
         Err(err) => upload::reply_err(&mut out, err.into()),
     }
 }
@@ -129,7 +129,7 @@ pub fn fetch_key(lines: &[Line<'_>]) -> Option<super::FetchKey> {
 /// Serve one command request given as its packets up to (not including) the flush that ends it,
 /// however they arrived.
 pub fn serve_request<W: Write>(
-    ctx: &Context<'_>,
+    bounds: &Bounds<'_>,
     upload: &mut dyn Upload,
     lines: &[Line<'_>],
     mut out: W,
@@ -173,7 +173,7 @@ pub fn serve_request<W: Write>(
         Ok((row.run.expect("a command"), args))
     };
     match run() {
-        Ok((command, args)) => command(ctx, upload, args, &mut out),
+        Ok((command, args)) => command(bounds, upload, args, &mut out),
         Err(err) => upload::reply_err(&mut out, err),
     }
 }
@@ -188,7 +188,7 @@ fn arg_text<'a>(line: &Line<'a>) -> Result<&'a str, ProtocolError> {
 /// `ls-refs`: the refs (HEAD first) matching any `ref-prefix`, with `symref-target:` and
 /// `peeled:` attributes when asked, and `unborn HEAD` when asked and HEAD is unborn.
 fn ls_refs(
-    ctx: &Context<'_>,
+    bounds: &Bounds<'_>,
     upload: &mut dyn Upload,
     args: &[Line<'_>],
     out: &mut dyn Write,
@@ -207,7 +207,7 @@ fn ls_refs(
             "unborn" => unborn = true,
             t if t.starts_with("ref-prefix ") => {
                 // git stops honouring prefixes past a limit and lists everything; so do we.
-                if prefixes.len() < ctx.config.max_wants {
+                if prefixes.len() < bounds.max_wants {
                     prefixes.push(&t["ref-prefix ".len()..]);
                 } else {
                     prefixes.clear();
@@ -274,7 +274,7 @@ fn ls_refs(
 /// (`<oid> <size>`; `<oid> ` for an object it does not have). An object this client may not read
 /// (no visible ref reaches it) is answered exactly as a missing one.
 fn object_info(
-    ctx: &Context<'_>,
+    bounds: &Bounds<'_>,
     upload: &mut dyn Upload,
     args: &[Line<'_>],
     out: &mut dyn Write,
@@ -290,8 +290,8 @@ fn object_info(
         if text == "size" {
             size = true;
         } else if let Some(oid) = text.strip_prefix("oid ") {
-            if asked.len() == ctx.config.max_wants {
-                let err = ProtocolError::TooMany { what: "object-info oid", limit: ctx.config.max_wants };
+            if asked.len() == bounds.max_wants {
+                let err = ProtocolError::TooMany { what: "object-info oid", limit: bounds.max_wants };
                 return upload::reply_err(out, err.into());
             }
             asked.push(oid);
@@ -330,7 +330,7 @@ fn object_info(
 /// `bundle-uri`: the repository's bundle list as `key=value` packets, as git sends its `bundle.*`
 /// settings (keys lowercased as git's config reader has them); no arguments.
 fn bundle_uri(
-    _ctx: &Context<'_>,
+    _bounds: &Bounds<'_>,
     upload: &mut dyn Upload,
     args: &[Line<'_>],
     out: &mut dyn Write,
@@ -419,7 +419,7 @@ fn parse_fetch(args: &[Line<'_>], grammar: &upload::Grammar, max_haves: usize) -
 /// the pack; with `done` or without haves, the pack right away. Before the packfile section:
 /// `wanted-refs` for `want-ref`s, `shallow-info` for a shallow request.
 fn fetch(
-    ctx: &Context<'_>,
+    bounds: &Bounds<'_>,
     upload: &mut dyn Upload,
     args: &[Line<'_>],
     out: &mut dyn Write,
@@ -427,9 +427,9 @@ fn fetch(
     let mut w = pkt::Writer::new();
     type Negotiated = (FetchArgs, Vec<ObjectId>, Option<crate::shallow::Boundary>);
     let negotiated = (|| -> Result<Option<Negotiated>, ServeError> {
-        let mut f = parse_fetch(args, &upload::Grammar::of(upload.refs()), ctx.config.max_haves)?;
+        let mut f = parse_fetch(args, &upload::Grammar::of(upload.refs()), bounds.max_haves)?;
         f.resolve(upload.refs())?;
-        ctx.tally.asked(f.wants.len(), f.haves.len());
+        bounds.tally.asked(f.wants.len(), f.haves.len());
         upload.check_wants(&f.wants, upload::WantRule::Reachable)?;
         for (_, id) in &f.wanted_refs {
             if !f.wants.contains(id) {
@@ -513,7 +513,7 @@ pub type Answer<'a, W> = dyn FnMut(&[Line<'_>], &mut W) -> Result<Option<Stats>,
 /// `answer` answers each (the service decides how: [`serve_request`], or a cached answer).
 /// `out` is flushed after every response. The statistics of the last pack sent.
 pub fn serve_stateful<R: std::io::Read, W: Write>(
-    ctx: &Context<'_>,
+    bounds: &Bounds<'_>,
     settings: &RefSnapshot,
     input: R,
     mut out: W,
@@ -527,7 +527,7 @@ pub fn serve_stateful<R: std::io::Read, W: Write>(
     let rules = pkt::SectionRules { delim: true, done_ends: false };
     let mut last = None;
     loop {
-        let (request, end) = match pkt::read_section(&mut lines, ctx.config.max_request_body, rules) {
+        let (request, end) = match pkt::read_section(&mut lines, bounds.max_request_body, rules) {
             Ok(section) => section,
             Err(err) => return upload::reply_err(&mut out, err.into()),
         };

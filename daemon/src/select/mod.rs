@@ -29,7 +29,7 @@ use by_bitmap::select_with_bitmap;
 
 #[cfg(feature = "test-hooks")]
 pub use readable::{CACHED_REACH_DISAGREED, READABLE_SETS_COMPUTED};
-pub use readable::{Caches, Readable, reachable_from, readable_commits, readable_objects, readable_objects_if_cheap};
+pub use readable::{Caches, Readable, View, reachable_from};
 
 /// What one request sends.
 #[derive(Debug, Default)]

@@ -58,89 +58,95 @@ impl Readable {
 #[cfg(feature = "test-hooks")]
 pub static READABLE_SETS_COMPUTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// The objects reachable from `refs` (all of which this client may read), cached per ref state:
-/// from the pack bitmap when there is one (bits, and a walk only of what the bitmapped pack
-/// lacks), else from a walk of everything.
-pub fn readable_objects(
-    caches: &Caches,
-    repos: &crate::repo::Repos,
-    served: &crate::repo::Served,
-    repo: &gix::Repository,
-    refs: &RefSnapshot,
-) -> Result<std::sync::Arc<Readable>, ServeError> {
-    caches.readable.get_or_compute(served, refs.fingerprint(), || {
-        #[cfg(feature = "test-hooks")]
-        READABLE_SETS_COMPUTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(match crate::bitmap::of(&caches.bitmaps, repos, served, repo) {
-            Some(bitmap) => {
-                let reach = bitmap.reachable_unnamed(repo, &refs.tips())?;
-                Readable::Bitmap { bitmap, reach }
-            }
-            None => Readable::Set(reachable_from(repo, &refs.tips())?),
-        })
-    })
+/// One request's view of its repository: the served repository and its handle, the refs the
+/// request is served from, and what the server caches for it ([`crate::repo::Repos`], the
+/// selection's [`Caches`]). Made once per request by the service; selection, bitmaps and
+/// readability take it as one value.
+#[derive(Clone, Copy)]
+pub struct View<'a> {
+    pub caches: &'a Caches,
+    pub repos: &'a crate::repo::Repos,
+    pub served: &'a crate::repo::Served,
+    pub repo: &'a gix::Repository,
+    pub refs: &'a RefSnapshot,
 }
 
-/// The readable set if it costs nothing now: cached for this ref state, or cheap to compute
-/// (from a pack bitmap). `None` when only a walk of every object could tell — a caller asking
-/// only to save work (a delta base it could include instead of re-deflating) then goes without.
-pub fn readable_objects_if_cheap(
-    caches: &Caches,
-    repos: &crate::repo::Repos,
-    served: &crate::repo::Served,
-    repo: &gix::Repository,
-    refs: &RefSnapshot,
-) -> Option<std::sync::Arc<Readable>> {
-    if let Some(set) = caches.readable.get(served, refs.fingerprint()) {
-        return Some(set);
+impl View<'_> {
+    /// The repository's pack or multi-pack bitmap, if it has one gixd can use
+    /// ([`crate::bitmap::of`], cached per pack state).
+    pub fn bitmap(&self) -> Option<std::sync::Arc<PackBitmap>> {
+        crate::bitmap::of(&self.caches.bitmaps, self.repos, self.served, self.repo)
     }
-    crate::bitmap::of(&caches.bitmaps, repos, served, repo)?;
-    match readable_objects(caches, repos, served, repo, refs) {
-        Ok(set) => Some(set),
-        Err(err) => {
-            tracing::warn!(repo = %served.name, %err, "could not tell which objects are readable; deltas against bases outside the selection are re-deflated");
-            None
-        }
-    }
-}
 
-/// Which of `commits` are reachable from `refs` (a client that may read those refs may read
-/// them, their trees and blobs): decided at commit level — with the pack bitmap, by bits of the
-/// cached readable reach; without one, by a walk of commits only from the visible tips that stops
-/// once every candidate is found (commit-graph where present), never a walk of every object.
-pub fn readable_commits(
-    caches: &Caches,
-    repos: &crate::repo::Repos,
-    served: &crate::repo::Served,
-    repo: &gix::Repository,
-    refs: &RefSnapshot,
-    commits: &[ObjectId],
-) -> Result<HashSet<ObjectId>, ServeError> {
-    if commits.is_empty() {
-        return Ok(HashSet::new());
-    }
-    if crate::bitmap::of(&caches.bitmaps, repos, served, repo).is_some() {
-        let readable = readable_objects(caches, repos, served, repo, refs)?;
-        let found: HashSet<ObjectId> = commits.iter().filter(|c| readable.contains(c)).copied().collect();
-        if found.len() == commits.len() {
-            return Ok(found);
-        }
-        // The cached reach refused some: a refusal is rare (a racing or hostile client) and
-        // final, so those are walked once more at commit level through a fresh snapshot of the
-        // packs, past every cache. A disagreement is a bug in the cached answer: said loudly.
-        let refused: Vec<ObjectId> = commits.iter().filter(|c| !found.contains(*c)).copied().collect();
-        let again = commits_reached(&repo.clone(), refs, &refused)?;
-        if !again.is_empty() {
+    /// The objects reachable from the refs (all of which this client may read), cached per ref
+    /// state: from the pack bitmap when there is one (bits, and a walk only of what the
+    /// bitmapped pack lacks), else from a walk of everything.
+    pub fn readable_objects(&self) -> Result<std::sync::Arc<Readable>, ServeError> {
+        let (repo, refs) = (self.repo, self.refs);
+        self.caches.readable.get_or_compute(self.served, refs.fingerprint(), || {
             #[cfg(feature = "test-hooks")]
-            CACHED_REACH_DISAGREED.fetch_add(again.len(), std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(repo = %served.name, commits = ?again, "the cached readable set refused commits a walk of the refs reaches");
-        }
-        return Ok(found.into_iter().chain(again).collect());
+            READABLE_SETS_COMPUTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(match self.bitmap() {
+                Some(bitmap) => {
+                    let reach = bitmap.reachable_unnamed(repo, &refs.tips())?;
+                    Readable::Bitmap { bitmap, reach }
+                }
+                None => Readable::Set(reachable_from(repo, &refs.tips())?),
+            })
+        })
     }
-    commits_reached(repo, refs, commits)
+
+    /// The readable set if it costs nothing now: cached for this ref state, or cheap to compute
+    /// (from a pack bitmap). `None` when only a walk of every object could tell — a caller
+    /// asking only to save work (a delta base it could include instead of re-deflating) then
+    /// goes without.
+    pub fn readable_objects_if_cheap(&self) -> Option<std::sync::Arc<Readable>> {
+        if let Some(set) = self.caches.readable.get(self.served, self.refs.fingerprint()) {
+            return Some(set);
+        }
+        self.bitmap()?;
+        match self.readable_objects() {
+            Ok(set) => Some(set),
+            Err(err) => {
+                tracing::warn!(repo = %self.served.name, %err, "could not tell which objects are readable; deltas against bases outside the selection are re-deflated");
+                None
+            }
+        }
+    }
+
+    /// Which of `commits` are reachable from the refs (a client that may read those refs may
+    /// read them, their trees and blobs): decided at commit level — with the pack bitmap, by
+    /// bits of the cached readable reach; without one, by a walk of commits only from the
+    /// visible tips that stops once every candidate is found (commit-graph where present), never
+    /// a walk of every object.
+    pub fn readable_commits(&self, commits: &[ObjectId]) -> Result<HashSet<ObjectId>, ServeError> {
+        let (repo, refs) = (self.repo, self.refs);
+        if commits.is_empty() {
+            return Ok(HashSet::new());
+        }
+        if self.bitmap().is_some() {
+            let readable = self.readable_objects()?;
+            let found: HashSet<ObjectId> = commits.iter().filter(|c| readable.contains(c)).copied().collect();
+            if found.len() == commits.len() {
+                return Ok(found);
+            }
+            // The cached reach refused some: a refusal is rare (a racing or hostile client) and
+            // final, so those are walked once more at commit level through the repository opened
+            // anew, past every cache. A disagreement is a bug in the cached answer: said loudly.
+            let refused: Vec<ObjectId> = commits.iter().filter(|c| !found.contains(*c)).copied().collect();
+            let again = commits_reached(&crate::repo::reopened(repo), refs, &refused)?;
+            if !again.is_empty() {
+                #[cfg(feature = "test-hooks")]
+                CACHED_REACH_DISAGREED.fetch_add(again.len(), std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(repo = %self.served.name, commits = ?again, "the cached readable set refused commits a walk of the refs reaches");
+            }
+            return Ok(found.into_iter().chain(again).collect());
+        }
+        commits_reached(repo, refs, commits)
+    }
 }
 
-/// Commits the cached readable set refused that a fresh walk reached ([`readable_commits`]):
+/// Commits the cached readable set refused that a fresh walk reached ([`View::readable_commits`]):
 /// in this process, for the soak to count. A test hook (feature `test-hooks`).
 #[cfg(feature = "test-hooks")]
 pub static CACHED_REACH_DISAGREED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -196,8 +196,9 @@ pub fn connection<R: Read>(
     let outcome = match service {
         Service::UploadArchive => ended(
             served,
-            archive::Archive::open(&ctx)
-                .and_then(|mut archive| protocol::archive::serve_stateful(&ctx, &mut archive, input, &mut *out)),
+            archive::Archive::open(&ctx).and_then(|mut archive| {
+                protocol::archive::serve_stateful(&ctx.bounds(), &mut archive, input, &mut *out)
+            }),
         ),
         Service::ReceivePack => {
             let input = std::io::BufReader::with_capacity(64 * 1024, input);
@@ -205,7 +206,7 @@ pub fn connection<R: Read>(
                 state,
                 served,
                 protocol::receive_pack(
-                    &ctx,
+                    &ctx.bounds(),
                     &mut receive::Push::open(&ctx),
                     version,
                     protocol::Mode::Stateful,

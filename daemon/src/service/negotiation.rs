@@ -11,9 +11,9 @@ use gix_hash::ObjectId;
 use super::negotiate::Common;
 use crate::error::{ProtocolError, ServeError};
 use crate::pack;
-use crate::protocol::Context;
 use crate::protocol::upload::{Extras, Have, PackRequest, Upload, WantRule};
 use crate::repo::RefSnapshot;
+use crate::session::Context;
 use crate::shallow::Boundary;
 
 /// One request's session with its repository.
@@ -46,10 +46,21 @@ impl<'a> Session<'a> {
         Ok(Session { ctx, repo, refs, common: None, ready: None, again: None })
     }
 
-    /// Which of `commits` the refs this request is served from reach ([`crate::select::readable_commits`]).
-    fn readable_commits(&self, commits: &[ObjectId]) -> Result<std::collections::HashSet<ObjectId>, ServeError> {
+    /// The request's view of its repository ([`crate::select::View`]).
+    fn view(&self) -> crate::select::View<'_> {
         let ctx = self.ctx;
-        crate::select::readable_commits(ctx.caches, ctx.repos, ctx.served, &self.repo, &self.refs, commits)
+        crate::select::View {
+            caches: ctx.caches,
+            repos: ctx.repos,
+            served: ctx.served,
+            repo: &self.repo,
+            refs: &self.refs,
+        }
+    }
+
+    /// Which of `commits` the refs this request is served from reach ([`crate::select::View::readable_commits`]).
+    fn readable_commits(&self, commits: &[ObjectId]) -> Result<std::collections::HashSet<ObjectId>, ServeError> {
+        self.view().readable_commits(commits)
     }
 
     /// Whether each of `ids` (object, is a commit; each present) is reachable from a ref this
@@ -58,9 +69,8 @@ impl<'a> Session<'a> {
     fn reachable(&self, ids: &[(ObjectId, bool)]) -> Result<Vec<bool>, ServeError> {
         let commits: Vec<ObjectId> = ids.iter().filter(|(_, commit)| *commit).map(|(id, _)| *id).collect();
         let readable_commits = self.readable_commits(&commits)?;
-        let ctx = self.ctx;
         let objects = match ids.iter().any(|(_, commit)| !commit) {
-            true => Some(crate::select::readable_objects(ctx.caches, ctx.repos, ctx.served, &self.repo, &self.refs)?),
+            true => Some(self.view().readable_objects()?),
             false => None,
         };
         Ok(ids
@@ -92,11 +102,10 @@ impl<'a> Session<'a> {
 
     /// The haves so far, and the repository to ask about more (two fields borrowed at once).
     fn negotiation(&mut self) -> (&mut Common, &gix::Repository) {
-        let (ctx, repo) = (self.ctx, &self.repo);
-        let common = self.common.get_or_insert_with(|| {
-            Common::with_kinds(crate::bitmap::of(&ctx.caches.bitmaps, ctx.repos, ctx.served, repo))
-        });
-        (common, repo)
+        if self.common.is_none() {
+            self.common = Some(Common::with_kinds(self.view().bitmap()));
+        }
+        (self.common.as_mut().expect("made above"), &self.repo)
     }
 }
 
@@ -220,6 +229,6 @@ impl Upload for Session<'_> {
     }
 
     fn pack(&mut self, request: &PackRequest<'_>, out: &mut dyn pack::Sink) -> Result<pack::Stats, ServeError> {
-        super::pack::select_and_write(self.ctx, &self.repo, &self.refs, request, out)
+        super::pack::select_and_write(self.ctx, self.view(), request, out)
     }
 }

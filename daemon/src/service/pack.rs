@@ -6,16 +6,14 @@
 
 use crate::error::ServeError;
 use crate::pack;
-use crate::protocol::Context;
 use crate::protocol::upload::PackRequest;
-use crate::repo::RefSnapshot;
 use crate::select;
+use crate::session::Context;
 
 /// Select `request`'s objects and write its pack into `out`.
 pub fn select_and_write(
     ctx: &Context<'_>,
-    repo: &gix::Repository,
-    refs: &RefSnapshot,
+    view: select::View<'_>,
     request: &PackRequest<'_>,
     bands: &mut dyn pack::Sink,
 ) -> Result<pack::Stats, ServeError> {
@@ -29,10 +27,11 @@ pub fn select_and_write(
             let _ = pack::Sink::progress(&mut **bands.borrow_mut(), &format!("Enumerating objects: {objects}\r"));
         }
     };
-    let select = |repo: &gix::Repository| {
-        let bitmap = crate::bitmap::of(&ctx.caches.bitmaps, ctx.repos, ctx.served, repo);
+    let refs = view.refs;
+    let select = |view: select::View<'_>| {
+        let (bitmap, repo) = (view.bitmap(), view.repo);
         // A walk takes commits' trees from the commit-graph; a bitmap selection needs none.
-        let commit_graph = bitmap.is_none().then(|| ctx.repos.commit_graph(ctx.served, repo));
+        let commit_graph = bitmap.is_none().then(|| view.repos.commit_graph(view.served, repo));
         let request = select::Request {
             wants: request.wants,
             common: request.common,
@@ -49,14 +48,16 @@ pub fn select_and_write(
     // it answers now and then while a repack swaps packs under a handle's snapshot) is made once
     // more through the repository opened anew, as git re-reads the pack directory on a miss.
     let fresh;
-    let (repo, selection) = match select(repo) {
+    let (view, selection) = match select(view) {
         Err(err) if err.may_be_a_pack_swap() => {
             tracing::debug!(repo = %ctx.served.name, %err, "selection again through the repository opened anew");
-            fresh = crate::repo::reopened(repo);
-            (&fresh, select(&fresh)?)
+            fresh = crate::repo::reopened(view.repo);
+            let view = select::View { repo: &fresh, ..view };
+            (view, select(view)?)
         }
-        selected => (repo, selected?),
+        selected => (view, selected?),
     };
+    let repo = view.repo;
     let bands = bands.into_inner();
     // A filtered or shallow client lacks objects a thin delta or an added base would assume
     // (or would get objects it did not ask for): both only for plain requests.
@@ -76,7 +77,7 @@ pub fn select_and_write(
             thin_pack: request.thin_pack && request.filter.is_none(),
             ofs_delta: request.ofs_delta,
             include_unselected_bases: request.common.is_empty() && plain,
-            packs: &|| crate::packs::of(&ctx.caches.packs, ctx.served, repo),
+            packs: &|| crate::packs::of(&view.caches.packs, view.served, repo),
             deltify: false,
             search_anew: None,
             progress_every: ctx.config.progress_interval,
@@ -94,9 +95,7 @@ pub fn select_and_write(
             }
             // Only when that costs no walk of every object: else the delta is re-deflated
             // (never a leak, at worst CPU).
-            match readable
-                .get_or_init(|| crate::select::readable_objects_if_cheap(ctx.caches, ctx.repos, ctx.served, repo, refs))
-            {
+            match readable.get_or_init(|| view.readable_objects_if_cheap()) {
                 Some(set) => set.contains(id),
                 None => false,
             }

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use super::{Outcome, Refusal, Request, Work};
 use crate::error::ServeError;
 use crate::protocol::receive::Receiver;
-use crate::protocol::{self, Context, Version};
+use crate::protocol::{self, Version};
 use crate::repo::{RefSnapshot, Served};
+use crate::session::Context;
 use crate::session::{State, Tally};
 
 /// A push's repository, as the receive-pack codec asks it ([`Receiver`]).
@@ -148,8 +149,14 @@ fn push(
     let ctx = state.context(served, pusher, &tally);
     let mut out = Vec::new();
     let input = std::io::BufReader::with_capacity(64 * 1024, input());
-    let result =
-        protocol::receive_pack(&ctx, &mut Push::open(&ctx), version, protocol::Mode::Stateless, input, &mut out);
+    let result = protocol::receive_pack(
+        &ctx.bounds(),
+        &mut Push::open(&ctx),
+        version,
+        protocol::Mode::Stateless,
+        input,
+        &mut out,
+    );
     let moved = matches!(&result, Ok(Some(pushed)) if pushed.label() == "ok");
     let outcome = counted(state, served, result);
     log.record.bytes = out.len() as u64;

@@ -26,8 +26,9 @@ use super::{Outcome, Refusal, Request, Work};
 use crate::error::ServeError;
 use crate::pack::Stats;
 use crate::pack_cache::{Entry, Found, Generated, Generation, Key, PackCache};
-use crate::protocol::{self, Context, FetchKey, Input, Version};
+use crate::protocol::{self, FetchKey, Input, Version};
 use crate::repo::{RefSnapshot, Served};
+use crate::session::Context;
 use crate::session::{Exchange, State, Tally};
 
 /// What a connection's fetches came to, for its record.
@@ -291,16 +292,18 @@ pub fn run<R: std::io::Read, W: Write>(
     out: W,
 ) -> Result<Option<Stats>, ServeError> {
     match (input, version) {
-        (Input::Stateless(body), Version::V2) => protocol::v2::serve(ctx, &mut Session::open(ctx)?, body, out),
-        (Input::Stateless(body), _) => protocol::v0::upload_pack(ctx, &mut Session::open(ctx)?, body, out),
+        (Input::Stateless(body), Version::V2) => {
+            protocol::v2::serve(&ctx.bounds(), &mut Session::open(ctx)?, body, out)
+        }
+        (Input::Stateless(body), _) => protocol::v0::upload_pack(&ctx.bounds(), &mut Session::open(ctx)?, body, out),
         (Input::Stateful(input), Version::V2) => {
             let settings = RefSnapshot::settings_only(&ctx.served.repo.to_thread_local());
-            protocol::v2::serve_stateful(ctx, &settings, input, out, &mut |request, out| {
-                protocol::v2::serve_request(ctx, &mut Session::open(ctx)?, request, out)
+            protocol::v2::serve_stateful(&ctx.bounds(), &settings, input, out, &mut |request, out| {
+                protocol::v2::serve_request(&ctx.bounds(), &mut Session::open(ctx)?, request, out)
             })
         }
         (Input::Stateful(input), v0_or_v1) => {
-            protocol::v0::serve_stateful(ctx, &mut Session::open(ctx)?, v0_or_v1, input, out)
+            protocol::v0::serve_stateful(&ctx.bounds(), &mut Session::open(ctx)?, v0_or_v1, input, out)
         }
     }
 }
@@ -318,19 +321,20 @@ pub fn connection<R: std::io::Read>(
     if version != Version::V2 {
         // v0's negotiation is stateful: its answers depend on the rounds before, so a connection
         // is answered as it goes, without the cache.
-        let stats = protocol::v0::serve_stateful(ctx, &mut Session::open(ctx)?, version, input, &mut *outbox)?;
+        let stats =
+            protocol::v0::serve_stateful(&ctx.bounds(), &mut Session::open(ctx)?, version, input, &mut *outbox)?;
         return Ok(Fetched { objects: stats.map(|s| s.entries), cache: None });
     }
     let mut fetched = Fetched::default();
     let settings = RefSnapshot::settings_only(&ctx.served.repo.to_thread_local());
     // Each command gets a session of its own: the refs as they are when it comes.
-    let stats = protocol::v2::serve_stateful(ctx, &settings, input, outbox, &mut |request, out| {
+    let stats = protocol::v2::serve_stateful(&ctx.bounds(), &settings, input, outbox, &mut |request, out| {
         let cacheable = state.pack_cache.as_ref().zip(protocol::v2::fetch_key(request));
         let Some((cache, fetch)) = cacheable else {
-            return protocol::v2::serve_request(ctx, &mut Session::open(ctx)?, request, out);
+            return protocol::v2::serve_request(&ctx.bounds(), &mut Session::open(ctx)?, request, out);
         };
         let (stats, outcome) = through_cache(state, cache, ctx, &fetch, out, |out| {
-            protocol::v2::serve_request(ctx, &mut Session::open(ctx)?, request, out)
+            protocol::v2::serve_request(&ctx.bounds(), &mut Session::open(ctx)?, request, out)
         })?;
         fetched.cache = Some(outcome);
         Ok(stats)
