@@ -1,19 +1,20 @@
-//! "A repository's life": `cargo xtask bench life` runs `bench/life/run.sh` (the states and the
-//! operations; by hand, it needs a real repository) into
+//! "A repository's life": `cargo xtask bench life` builds a repository's states under pushes and
+//! measures four operations at each against stock git (by hand: it needs a real repository) into
 //! `bench/results/life/<repository>-moments-<commit>.txt`, one line per moment and operation; the
 //! report (`bench/life.md`, rendered by `cargo xtask report`) is made from those files only: every
 //! row, the worst first, each against issue 43's goal for its moment.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
+use bench_support::run::{free_port, git, output, wait_for_port};
 
 pub const RESULTS: &str = "bench/results/life";
 pub const REPORT: &str = "bench/life.md";
 
-/// `cargo xtask bench life`'s arguments (`bench/life/run.sh`'s, which says what each does).
+/// `cargo xtask bench life`'s arguments ([`measure`] says what the states are).
 #[derive(clap::Args)]
 pub struct Args {
     /// The bare repository the states are made from (read only).
@@ -49,43 +50,289 @@ pub struct Args {
     gixd: Option<PathBuf>,
 }
 
-/// Run `bench/life/run.sh` with `args`; its lines are the results file.
+/// Build the states and measure the moments; the lines are the results file.
 pub fn run(root: &Path, args: Args) -> Result<()> {
-    let gixd = crate::bench::gixd_or_build(root, args.gixd)?;
-    let mut cmd = Command::new("bash");
-    cmd.arg(root.join("bench/life/run.sh")).arg(&args.src).arg(&args.out).arg(&gixd).current_dir(root);
-    cmd.env("WRITER", &args.writer)
-        .env("BACK", args.back.to_string())
-        .env("PUSHES", args.pushes.to_string())
-        .env("STEP", args.step.to_string())
-        .env("REPS", args.reps.to_string());
-    if let Some(limit) = args.unpack_limit {
-        cmd.env("UNPACK_LIMIT", limit.to_string());
-    }
-    if args.state_only {
-        cmd.env("STATE_ONLY", "1");
-    }
-    let out = cmd.stderr(std::process::Stdio::inherit()).output().context("bench/life/run.sh")?;
-    if !out.status.success() {
-        bail!("bench/life/run.sh failed: {}", String::from_utf8_lossy(&out.stdout));
-    }
+    let gixd = crate::bench::gixd_or_build(root, args.gixd.clone())?;
+    let lines = measure(root, &args, &gixd)?;
     if args.state_only {
         return Ok(());
     }
-    let name = match args.name {
-        Some(name) => name,
+    let name = match &args.name {
+        Some(name) => name.clone(),
         None => {
             let src = args.src.canonicalize()?;
             let base = src.file_name().and_then(|n| n.to_str()).unwrap_or("repository");
             base.strip_suffix(".git").unwrap_or(base).to_owned()
         }
     };
-    let commit = bench_support::run::git(root, &["rev-parse", "--short", "HEAD"])?;
+    let commit = git(root, &["rev-parse", "--short", "HEAD"])?;
     let path = root.join(RESULTS).join(format!("{name}-moments-{commit}.txt"));
     std::fs::create_dir_all(root.join(RESULTS))?;
-    std::fs::write(&path, &out.stdout)?;
+    std::fs::write(&path, lines)?;
     println!("wrote {}; render with `cargo xtask report`", path.display());
     Ok(())
+}
+
+/// The four operations a moment measures, each against gixd and git.
+const OPS: [&str; 4] = ["fetch", "clone", "blob:none", "noop"];
+
+/// `path` as an argument.
+fn arg(path: &Path) -> &str {
+    path.to_str().expect("a UTF-8 path")
+}
+
+/// The state, then every moment: from SRC, main's first-parent history `back` commits back,
+/// repacked with a bitmap (`git repack -adb`), then `pushes` pushes of `step` first-parent
+/// commits each, written by gixd (HTTP, thin packs stored as they come; its maintenance after
+/// pushes off meanwhile), by stock git (`git push` to the directory: git's receive-pack and
+/// `index-pack --fix-thin`, `receive.unpackLimit` as given: 1 a pack per push, git's default
+/// small pushes loose) or alternately (`mixed`). Then the four operations after the pushes, after
+/// `gixd maintenance --geometric`, after `gixd maintenance`, and a reference: gixd after its
+/// geometric run against git on a copy of the pushed state after git's own `repack --geometric=2
+/// -d --write-midx -b`. Each line as it comes on stdout too.
+fn measure(root: &Path, args: &Args, gixd: &Path) -> Result<String> {
+    let _ = std::fs::remove_dir_all(&args.out);
+    std::fs::create_dir_all(args.out.join("base"))?;
+    let out = args.out.canonicalize()?;
+    let (full, base) = (out.join("full.git"), out.join("base/repo.git"));
+    git(&out, &["clone", "-q", "--bare", "--no-local", arg(&args.src.canonicalize()?), arg(&full)])?;
+    let first_parents: Vec<String> =
+        git(&full, &["rev-list", "--first-parent", "HEAD"])?.lines().take(args.back + 1).map(str::to_owned).collect();
+    let start = first_parents.get(args.back).context("main's first-parent history is shorter than --back")?;
+    git(&out, &["init", "-q", "--bare", arg(&base)])?;
+    git(&full, &["push", "-q", arg(&base), &format!("{start}:refs/heads/main")])?;
+    git(&base, &["symbolic-ref", "HEAD", "refs/heads/main"])?;
+    git(&base, &["repack", "-adbq"])?;
+    git(&base, &["config", "uploadpack.allowFilter", "true"])?;
+    if let Some(limit) = args.unpack_limit {
+        git(&base, &["config", "receive.unpackLimit", &limit.to_string()])?;
+    }
+    let tokens = out.join("tokens.toml");
+    let secret = output(
+        Command::new(gixd)
+            .args(["token", "add", "--user", "bench", "--write", "--token-file", arg(&tokens)])
+            .stderr(Stdio::null()),
+    )?;
+    let port = free_port()?;
+    let log = std::fs::File::create(out.join("gixd.log"))?;
+    let access_log = out.join("access.log");
+    let listen = format!("127.0.0.1:{port}");
+    let server = Command::new(gixd)
+        .args(["serve", "--base-path", arg(&out.join("base")), "--export-all", "--listen", &listen])
+        .args(["--token-file", arg(&tokens), "--auto-maintenance", "false", "--access-log", arg(&access_log)])
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("gixd serve")?;
+    let _server = Stopped(server);
+    wait_for_port(port)?;
+    for i in 1..=args.pushes {
+        let n = args.back.saturating_sub(i * args.step);
+        let stock = args.writer == "git" || (args.writer == "mixed" && i % 2 == 0);
+        let to = if stock { arg(&base).to_owned() } else { format!("http://bench:{secret}@{listen}/repo.git") };
+        git(&full, &["push", "-q", &to, &format!("{}:refs/heads/main", first_parents[n])])?;
+    }
+    let mut lines = String::new();
+    let mut say = |line: String| {
+        println!("{line}");
+        lines.push_str(&line);
+        lines.push('\n');
+    };
+    say(format!(
+        "params back={} pushes={} step={} reps={} writer={} unpack_limit={} git_pack_reuse=multi commit={} git={}",
+        args.back,
+        args.pushes,
+        args.step,
+        args.reps,
+        args.writer,
+        args.unpack_limit.map_or("default".to_owned(), |l| l.to_string()),
+        git(root, &["rev-parse", "--short", "HEAD"])?,
+        output(Command::new("git").arg("--version"))?,
+    ));
+    say(format!(
+        "packs after pushes: {}, loose objects: {}",
+        files_in(&base.join("objects/pack"), ".pack"),
+        loose_objects(&base)
+    ));
+    if args.state_only {
+        return Ok(lines);
+    }
+    let clients = Clients {
+        out: out.clone(),
+        full: full.clone(),
+        behind: git(&base, &["rev-list", "--first-parent", "main"])?
+            .lines()
+            .nth(200)
+            .context("fewer than 201 first-parent commits after the pushes")?
+            .to_owned(),
+        // git's side: upload-pack under `perf stat`, which adds its task-clock and its
+        // children's (pack-objects) to git-cpu (getrusage's and `time`'s tick-based figures were
+        // off by tens of ms per process on this machine). git's pack-objects with
+        // `pack.allowPackReuse=multi` (its default reuses from one pack only): a multi-pack-index's
+        // packs are copied verbatim as gixd's are.
+        upload_pack: format!(
+            "perf stat -x, -e task-clock --append -o {} git -c pack.allowPackReuse=multi upload-pack",
+            arg(&out.join("git-cpu"))
+        ),
+    };
+    let gixd_url = format!("http://{listen}/repo.git");
+    let file_url = |repo: &Path| format!("file://{}", arg(repo));
+    let moment = |name: &str, git_url: &str, say: &mut dyn FnMut(String)| -> Result<()> {
+        for op in OPS {
+            let label = op.replace(':', "-");
+            // A warm-up (page cache, gixd's open packs), then `reps` counted runs: CPU is their
+            // sum, bytes the last run's.
+            clients.run(&format!("gixd-{label}"), &gixd_url, op)?;
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            std::fs::write(&access_log, "")?;
+            let mut ours = 0;
+            for _ in 0..args.reps {
+                ours = clients.run(&format!("gixd-{label}"), &gixd_url, op)?;
+            }
+            // A request's access-log line is written as it ends, maybe just after its client.
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            let our_cpu = gixd_cpu(&access_log)?;
+            clients.run(&format!("git-{label}"), git_url, op)?;
+            std::fs::write(out.join("git-cpu"), "")?;
+            let mut theirs = 0;
+            for _ in 0..args.reps {
+                theirs = clients.run(&format!("git-{label}"), git_url, op)?;
+            }
+            let their_cpu = git_cpu(&out.join("git-cpu"))?;
+            let bytes_ratio = if theirs > 0 { format!("{:.3}", ours as f64 / theirs as f64) } else { "n/a".into() };
+            let cpu_ratio = if their_cpu >= 1.0 { format!("{:.2}", our_cpu / their_cpu) } else { "n/a".into() };
+            say(format!(
+                "moment={name} op={op} bytes gixd={ours} git={theirs} ratio={bytes_ratio} cpu_ms gixd={our_cpu:.1} git={their_cpu:.1} ratio={cpu_ratio}"
+            ));
+        }
+        Ok(())
+    };
+    moment("pushed", &file_url(&base), &mut say)?;
+    // git's own geometric repack with a MIDX bitmap, on a copy of the pushed state: the reference.
+    let reference = out.join("ref/repo.git");
+    std::fs::create_dir_all(out.join("ref"))?;
+    output(Command::new("cp").args(["-a", arg(&base), arg(&reference)]))?;
+    git(&reference, &["repack", "-q", "--geometric=2", "-d", "--write-midx", "-b"])?;
+    let report = output(Command::new(gixd).args(["maintenance", "--geometric", arg(&base)]))?;
+    std::fs::write(out.join("geometric.txt"), report)?;
+    // The packs a run replaced stay 60 s for transfers that started before it (noted in
+    // objects/gixd-rolled/): counted apart.
+    let retired = std::fs::read_dir(base.join("objects/gixd-rolled")).map_or(0, |d| d.count());
+    say(format!(
+        "packs after gixd's geometric maintenance: {}, of which retired: {retired}",
+        files_in(&base.join("objects/pack"), ".pack")
+    ));
+    moment("geometric", &file_url(&base), &mut say)?;
+    moment("reference-git-geometric-midx", &file_url(&reference), &mut say)?;
+    let report = output(Command::new(gixd).args(["maintenance", arg(&base)]))?;
+    std::fs::write(out.join("full.txt"), report)?;
+    moment("full", &file_url(&base), &mut say)?;
+    Ok(lines)
+}
+
+/// The server, stopped when the measurement ends however it ends.
+struct Stopped(std::process::Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Files in `dir` whose names end with `suffix`.
+fn files_in(dir: &Path, suffix: &str) -> usize {
+    std::fs::read_dir(dir)
+        .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(suffix)).count())
+        .unwrap_or(0)
+}
+
+/// Loose objects of the repository `repo` (files in `objects/??/`).
+fn loose_objects(repo: &Path) -> usize {
+    let Ok(dirs) = std::fs::read_dir(repo.join("objects")) else { return 0 };
+    dirs.flatten()
+        .filter(|d| {
+            let name = d.file_name();
+            let name = name.to_string_lossy();
+            name.len() == 2 && name.chars().all(|c| c.is_ascii_hexdigit())
+        })
+        .map(|d| std::fs::read_dir(d.path()).map_or(0, |f| f.count()))
+        .sum()
+}
+
+/// gixd's CPU (ms) for what its access log holds now: its upload-pack requests' `cpu_ms`.
+fn gixd_cpu(access_log: &Path) -> Result<f64> {
+    let text = std::fs::read_to_string(access_log)?;
+    let mut sum = 0.0;
+    for line in text.lines().filter(|l| l.contains("upload-pack")) {
+        let record: serde_json::Value = serde_json::from_str(line)?;
+        sum += record["cpu_ms"].as_f64().context("an access-log line without cpu_ms")?;
+    }
+    Ok(sum)
+}
+
+/// git's CPU (ms) from `perf stat`'s task-clock lines.
+fn git_cpu(perf: &Path) -> Result<f64> {
+    let text = std::fs::read_to_string(perf)?;
+    let mut sum = 0.0;
+    for line in text.lines().filter(|l| l.contains("task-clock")) {
+        sum += line.split(',').next().unwrap_or("").parse::<f64>().context("perf stat's task-clock")?;
+    }
+    Ok(sum)
+}
+
+/// The clients of a measurement: where they live, the history they start from, and git's
+/// upload-pack as they run it.
+struct Clients {
+    out: PathBuf,
+    full: PathBuf,
+    /// main, 200 first-parent commits behind the pushed tip: what a fetching client has.
+    behind: String,
+    upload_pack: String,
+}
+
+impl Clients {
+    /// One client operation (`op`, one of [`OPS`]) labelled `label` against `url`: the bytes of
+    /// the pack it received (`GIT_TRACE_PACKFILE`; 0: none). Its repository is checked by git.
+    fn run(&self, label: &str, url: &str, op: &str) -> Result<u64> {
+        let dir = self.out.join(format!("c-{label}"));
+        let trace = self.out.join(format!("pack-{label}"));
+        let _ = std::fs::remove_file(&trace);
+        let upload_pack = format!("--upload-pack={}", self.upload_pack);
+        let client = |cwd: &Path, traced: bool, args: &[&str]| -> Result<()> {
+            let mut cmd = Command::new("git");
+            cmd.current_dir(cwd).args(["-c", "protocol.version=2"]).args(args).stderr(Stdio::null());
+            if traced {
+                cmd.env("GIT_TRACE_PACKFILE", &trace);
+            }
+            output(&mut cmd).map(drop)
+        };
+        let fetch = ["fetch", "-q", &upload_pack, url, "main:refs/heads/main"];
+        match op {
+            "fetch" | "noop" => {
+                if op == "fetch" || !dir.is_dir() {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    git(&self.out, &["init", "-q", "--bare", arg(&dir)])?;
+                    git(&dir, &["fetch", "-q", arg(&self.full), &format!("{}:refs/heads/main", self.behind)])?;
+                }
+                if op == "noop" {
+                    client(&dir, false, &fetch)?;
+                }
+                client(&dir, true, &fetch)?;
+            }
+            "clone" | "blob:none" => {
+                let _ = std::fs::remove_dir_all(&dir);
+                let filter = if op == "blob:none" { &["--filter=blob:none"][..] } else { &[] };
+                let clone = [&["clone", "-q", "--bare"][..], filter, &[&upload_pack, url, arg(&dir)]].concat();
+                client(&self.out, true, &clone)?;
+            }
+            _ => bail!("unknown operation {op}"),
+        }
+        if git(&dir, &["fsck", "--connectivity-only"]).is_err() {
+            bail!("client {label}: fsck failed");
+        }
+        Ok(std::fs::metadata(&trace).map_or(0, |m| m.len()))
+    }
 }
 
 /// Write `bench/life.md` from the results; with `check`, write nothing and fail when the

@@ -79,7 +79,7 @@ pub enum Bench {
     /// a real server in a cgroup of its own behind one counting relay (as root); its reports are
     /// `bench/bakeoff*.md` and `bench/bakeoff.svg`.
     Bakeoff(bakeoff::Args),
-    /// A repository's life under pushes (`bench/life/run.sh`): states written by gixd, by stock
+    /// A repository's life under pushes (`xtask/src/bench/life.rs`): states written by gixd, by stock
     /// git or both, and clone, blob:none, fetch 200 behind and no-op against git upload-pack on
     /// the same directory, after the pushes and after each maintenance; report `bench/life.md`.
     /// By hand, on a real repository.
