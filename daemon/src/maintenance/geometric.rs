@@ -326,8 +326,7 @@ fn run_once(git_dir: &Path) -> Result<Option<Report>, MaintenanceError> {
         // MIDX was in place, and deletes packs it names without removing it (git removes a MIDX
         // only if its own view of it names the pack). Without a MIDX nothing can go stale; the
         // next run writes one.
-        let gone = geometry.iter().any(|p| !p.index.is_file() || !p.index.with_extension("pack").is_file());
-        if gone || super::git_repacking(git_dir) {
+        if crate::repo::midx::names_a_missing_pack(git_dir) || super::git_repacking(git_dir) {
             super::midx::remove(&pack_dir, None);
             report.bitmaps = 0;
         }

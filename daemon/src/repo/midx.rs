@@ -43,12 +43,7 @@ pub fn check(git_dir: &Path) -> Midx {
         let unusable = Some(format!("its checksum does not match its contents ({err}): damaged"));
         return Midx { stamp: Some(stamp), named: Vec::new(), unusable };
     }
-    let mut named = Vec::new();
-    for index in file.index_names() {
-        let index = pack_dir.join(index);
-        named.push(index.with_extension("pack"));
-        named.push(index);
-    }
+    let named = named(&file, &pack_dir);
     let missing = named.iter().find(|p| !p.is_file());
     let unusable = missing.map(|p| format!("it names {}, which is gone", p.display()));
     Midx { stamp: Some(stamp), named, unusable }
@@ -58,11 +53,18 @@ pub fn check(git_dir: &Path) -> Midx {
 /// packs looked at, its checksum not computed (what maintenance asks after every push).
 pub fn names_a_missing_pack(git_dir: &Path) -> bool {
     let Ok(file) = gix_pack::multi_index::File::at(path(git_dir), None) else { return false };
-    let pack_dir = git_dir.join("objects/pack");
-    file.index_names().iter().any(|index| {
+    named(&file, &git_dir.join("objects/pack")).iter().any(|p| !p.is_file())
+}
+
+/// The `.pack` and `.idx` files `file` names, in `pack_dir`.
+fn named(file: &gix_pack::multi_index::File, pack_dir: &Path) -> Vec<PathBuf> {
+    let mut named = Vec::new();
+    for index in file.index_names() {
         let index = pack_dir.join(index);
-        !index.is_file() || !index.with_extension("pack").is_file()
-    })
+        named.push(index.with_extension("pack"));
+        named.push(index);
+    }
+    named
 }
 
 impl Midx {
