@@ -1,5 +1,8 @@
-//! Typed errors of every layer. Each is reported once, where the answer to its request is
-//! written, in the form the client understands: an HTTP status with a text body (the transport,
+//! The errors every layer shares: a repository not found or not served ([`RepoError`], with why
+//! its format is not: [`Unsupported`]) and what a client sent that breaks the protocol
+//! ([`ProtocolError`]). The layers below the service return errors of their own (the graph's,
+//! the refs', pack and bitmap writing's), which [`crate::serve_error::ServeError`] takes in.
+//! Each is reported once, where the answer to its request is written, in the form the client understands: an HTTP status with a text body (the transport,
 //! before a response has started), an `ERR` pkt-line or a band-3 message (the protocol layer,
 //! once it has), a `ng`/`unpack` line of report-status (push); and logged once, by the transport.
 
@@ -67,63 +70,6 @@ pub enum ProtocolError {
     UnknownRef(String),
     #[error("object-format '{asked}' requested, the repository uses '{ours}'")]
     ObjectFormat { asked: String, ours: String },
-}
-
-/// Anything that stops serving one request.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    #[error(transparent)]
-    Repo(#[from] RepoError),
-    #[error(transparent)]
-    Protocol(#[from] ProtocolError),
-    #[error("repository access failed: {0}")]
-    Git(#[from] gix::Error),
-    #[error("object {0} is missing from the repository")]
-    MissingObject(ObjectId),
-    #[error("pack generation failed: {0}")]
-    Pack(#[from] PackError),
-    /// The client went away (or stopped reading); nothing can be reported to it.
-    #[error("client disconnected")]
-    Disconnected,
-    #[error("i/o: {0}")]
-    Io(#[from] std::io::Error),
-    /// The reftable stack could not be read (a damaged table, a `tables.list` that kept changing).
-    #[error("refs: {0}")]
-    Reftable(#[from] gix_reftable::Error),
-}
-
-/// Writing a pack (or an archive, or a repack) failed below the protocol: an error of the
-/// gitoxide crate doing it, kept with its chain, or what gixd found wrong with the files.
-#[derive(Debug, thiserror::Error)]
-pub enum PackError {
-    #[error(transparent)]
-    Gix(Box<dyn std::error::Error + Send + Sync>),
-    #[error("{0}")]
-    Corrupt(String),
-    #[error("more than 2^32 objects")]
-    TooManyObjects,
-}
-
-impl ServeError {
-    /// A gitoxide error while writing a pack, archive or repack.
-    pub fn pack(err: impl std::error::Error + Send + Sync + 'static) -> Self {
-        ServeError::Pack(PackError::Gix(Box::new(err)))
-    }
-
-    /// What gixd found wrong with the pack files (or the pack it wrote).
-    pub fn corrupt_pack(message: impl Into<String>) -> Self {
-        ServeError::Pack(PackError::Corrupt(message.into()))
-    }
-
-    /// An object not found or not read: what gix-odb answers, now and then, while a repack
-    /// replaces the packs of a handle's snapshot (as well as for a broken repository).
-    pub fn may_be_a_pack_swap(&self) -> bool {
-        matches!(self, ServeError::MissingObject(_) | ServeError::Git(_) | ServeError::Pack(PackError::Gix(_)))
-    }
-
-    pub fn too_many_objects() -> Self {
-        ServeError::Pack(PackError::TooManyObjects)
-    }
 }
 
 pub use crate::client_text::{for_client, quoted};

@@ -18,15 +18,6 @@ pub enum GraphError {
     Git(#[from] gix::Error),
 }
 
-impl From<GraphError> for crate::error::ServeError {
-    fn from(err: GraphError) -> Self {
-        match err {
-            GraphError::Missing(id) => crate::error::ServeError::MissingObject(id),
-            GraphError::Git(err) => crate::error::ServeError::Git(err),
-        }
-    }
-}
-
 /// The commits reachable from `tips` and not from `hidden`, newest first by commit time (git's
 /// `rev-list` order), each with its parents — and the root tree of every commit the
 /// walk decoded, noted as it decoded it: a selection then reads each commit once (gix's walk
@@ -39,10 +30,7 @@ pub fn walk_noting_trees(
     repo: &gix::Repository,
     tips: Vec<ObjectId>,
     hidden: &[ObjectId],
-) -> Result<
-    Option<(Vec<(ObjectId, Vec<ObjectId>)>, gix::hashtable::HashMap<ObjectId, (ObjectId, u64)>)>,
-    crate::error::ServeError,
-> {
+) -> Result<Option<(Vec<(ObjectId, Vec<ObjectId>)>, gix::hashtable::HashMap<ObjectId, (ObjectId, u64)>)>, GraphError> {
     use gix::traverse::commit::{Parents, Simple, simple::Sorting};
     if repo.shallow_commits()?.is_some() {
         return Ok(None);

@@ -49,7 +49,8 @@
 //!   [`lifecycle`] — serving, draining and cancelled: the work in flight a stop waits for, the
 //!   signals, what systemd is told;
 //!   [`metrics`] — the Prometheus counters; [`access_log`] — a JSON line per request;
-//!   [`pack_cache`] — one generated response shared by identical fetches.
+//!   [`pack_cache`] — one generated response shared by identical fetches; [`serve_error`] — what
+//!   stops serving one request, made from the errors of the layers below (each returns its own).
 //! - [`pack`] — pack writing: gix-pack entries for a selection, to any writer.
 //! - [`select`] — object selection: what to send for some wants given the common commits, and
 //!   which objects a client may read; [`shallow`] — where a shallow request cuts history;
@@ -91,6 +92,7 @@ pub mod push;
 pub mod ref_locks;
 pub mod repo;
 pub mod select;
+pub mod serve_error;
 pub mod server;
 pub mod service;
 pub mod session;

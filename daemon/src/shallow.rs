@@ -10,7 +10,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use gix_hash::ObjectId;
 
-use crate::error::{ProtocolError, ServeError};
+use crate::error::ProtocolError;
+use crate::graph::GraphError;
 
 /// `deepen 2147483647`: what `git fetch --unshallow` sends.
 pub const INFINITE_DEPTH: u32 = 0x7fff_ffff;
@@ -47,6 +48,16 @@ impl Deepen {
         }
         Ok(())
     }
+}
+
+/// Cutting history failed: a commit missing or unreadable, or a cut the client asked for that
+/// selects nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ShallowError {
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
 }
 
 /// Parse `deepen <n>`: a positive number.
@@ -86,17 +97,17 @@ struct Commits<'r> {
 }
 
 impl Commits<'_> {
-    fn get(&mut self, id: ObjectId) -> Result<&(i64, Vec<ObjectId>), ServeError> {
+    fn get(&mut self, id: ObjectId) -> Result<&(i64, Vec<ObjectId>), ShallowError> {
         if !self.cache.contains_key(&id) {
-            let commit = self.repo.find_commit(id).map_err(|_| ServeError::MissingObject(id))?;
-            let time = commit.time().map_err(|_| ServeError::MissingObject(id))?.seconds;
+            let commit = self.repo.find_commit(id).map_err(|_| GraphError::Missing(id))?;
+            let time = commit.time().map_err(|_| GraphError::Missing(id))?.seconds;
             let parents = commit.parent_ids().map(|p| p.detach()).collect();
             self.cache.insert(id, (time, parents));
         }
         Ok(&self.cache[&id])
     }
 
-    fn parents(&mut self, id: ObjectId) -> Result<Vec<ObjectId>, ServeError> {
+    fn parents(&mut self, id: ObjectId) -> Result<Vec<ObjectId>, ShallowError> {
         Ok(self.get(id)?.1.clone())
     }
 }
@@ -104,7 +115,7 @@ impl Commits<'_> {
 /// Compute the boundary for `wants` (peeled to commits; others play no part). The client's
 /// shallow commits must already be narrowed to those it may read: `deepen-relative` walks from
 /// them and unshallowing sends their parents.
-pub fn compute(repo: &gix::Repository, wants: &[ObjectId], deepen: &Deepen) -> Result<Boundary, ServeError> {
+pub fn compute(repo: &gix::Repository, wants: &[ObjectId], deepen: &Deepen) -> Result<Boundary, ShallowError> {
     let mut commits = Commits { repo, cache: HashMap::new() };
     let client: HashSet<ObjectId> = deepen.client_shallows.iter().copied().collect();
     let mut out = Boundary::default();
@@ -147,7 +158,7 @@ fn by_depth(
     commits: &mut Commits<'_>,
     heads: &[ObjectId],
     depth: u32,
-) -> Result<(Vec<ObjectId>, HashSet<ObjectId>), ServeError> {
+) -> Result<(Vec<ObjectId>, HashSet<ObjectId>), ShallowError> {
     let mut depths: HashMap<ObjectId, u32> = HashMap::new();
     let mut result = Vec::new();
     let mut not_shallow = HashSet::new();
@@ -202,7 +213,7 @@ fn by_rev_list(
     wants: &[ObjectId],
     since: Option<i64>,
     not: &[ObjectId],
-) -> Result<(Vec<ObjectId>, HashSet<ObjectId>), ServeError> {
+) -> Result<(Vec<ObjectId>, HashSet<ObjectId>), ShallowError> {
     let mut excluded = HashSet::new();
     let mut stack: Vec<ObjectId> = Vec::new();
     for id in not {

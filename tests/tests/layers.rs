@@ -329,3 +329,18 @@ fn shares_and_slots_are_taken_in_the_pipeline_only() {
         }
     }
 }
+
+/// Selection, bitmaps, pack writing, repository access and the object graph return errors of
+/// their own (`select`'s and the graph's walk errors, `RefsError`, `PackError`, `BitmapError`);
+/// the service's error (`ServeError`) wraps them and is known only at and above the service.
+#[test]
+fn the_layers_below_the_service_return_their_own_errors() {
+    let mods = modules();
+    let below = ["pack", "bitmap", "select", "repo", "graph", "packs", "pack_ranges"];
+    let leaking: Vec<&String> = mods
+        .iter()
+        .filter(|(name, text)| below.contains(&top(name)) && text.contains("ServeError"))
+        .map(|(n, _)| n)
+        .collect();
+    assert!(leaking.is_empty(), "modules below the service that speak the service's error: {leaking:?}");
+}

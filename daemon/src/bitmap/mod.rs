@@ -335,7 +335,7 @@ impl PackBitmap {
         repo: &gix::Repository,
         tips: &[ObjectId],
         seen: Option<&Reach>,
-    ) -> Result<Reach, crate::error::ServeError> {
+    ) -> Result<Reach, crate::graph::GraphError> {
         self.walk(repo, tips, seen, Depth::Named)
     }
 
@@ -346,7 +346,7 @@ impl PackBitmap {
         &self,
         repo: &gix::Repository,
         tips: &[ObjectId],
-    ) -> Result<Reach, crate::error::ServeError> {
+    ) -> Result<Reach, crate::graph::GraphError> {
         self.walk(repo, tips, None, Depth::Objects)
     }
 
@@ -356,7 +356,7 @@ impl PackBitmap {
         &self,
         repo: &gix::Repository,
         tips: &[ObjectId],
-    ) -> Result<Reach, crate::error::ServeError> {
+    ) -> Result<Reach, crate::graph::GraphError> {
         self.walk(repo, tips, None, Depth::Commits)
     }
 

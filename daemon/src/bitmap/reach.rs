@@ -17,8 +17,8 @@ impl PackBitmap {
         tips: &[ObjectId],
         seen: Option<&Reach>,
         depth: Depth,
-    ) -> Result<Reach, crate::error::ServeError> {
-        use crate::error::ServeError;
+    ) -> Result<Reach, crate::graph::GraphError> {
+        use crate::graph::GraphError;
         use std::collections::BinaryHeap;
         let mut reach = Reach {
             bits: Bits::new(self.len()),
@@ -37,7 +37,7 @@ impl PackBitmap {
         let mut queued = std::collections::HashSet::new();
         // Each commit is decoded once, when it is queued: its parents wait here.
         let mut parents_of: std::collections::HashMap<ObjectId, Vec<ObjectId>> = std::collections::HashMap::new();
-        let commit_time = |id: ObjectId, _: &mut Vec<u8>| -> Result<(i64, Vec<ObjectId>), ServeError> {
+        let commit_time = |id: ObjectId, _: &mut Vec<u8>| -> Result<(i64, Vec<ObjectId>), GraphError> {
             let info = self.commits.get(repo, id)?;
             Ok((info.time, info.parents.clone()))
         };
@@ -46,15 +46,15 @@ impl PackBitmap {
             loop {
                 let kind = match self.pos(&id) {
                     Some(pos) => self.kind_at(pos),
-                    None => repo.find_header(id).map_err(|_| ServeError::MissingObject(id))?.kind(),
+                    None => repo.find_header(id).map_err(|_| GraphError::Missing(id))?.kind(),
                 };
                 match kind {
                     Kind::Tag => {
                         self.mark(&mut reach, id, Kind::Tag, depth == Depth::Named);
-                        let data = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
+                        let data = repo.objects.try_find(&id, &mut buf)?.ok_or(GraphError::Missing(id))?;
                         id = gix_object::TagRefIter::from_bytes(data.data, id.kind())
                             .target_id()
-                            .map_err(|_| ServeError::MissingObject(id))?;
+                            .map_err(|_| GraphError::Missing(id))?;
                     }
                     Kind::Commit => {
                         if queued.insert(id) {
@@ -161,7 +161,7 @@ impl PackBitmap {
                 continue;
             }
             decoded += 1;
-            let data = repo.objects.try_find(&id, &mut buf)?.ok_or(ServeError::MissingObject(id))?;
+            let data = repo.objects.try_find(&id, &mut buf)?.ok_or(GraphError::Missing(id))?;
             #[cfg(feature = "test-hooks")]
             if data.kind == Kind::Blob {
                 super::BLOBS_INFLATED_BY_REACH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -178,7 +178,7 @@ impl PackBitmap {
             if data.kind == Kind::Tree {
                 let walked = last_at_path.take(path.full);
                 for entry in changed_entries(data.data, &walked, id.kind()) {
-                    let entry = entry.map_err(|_| ServeError::MissingObject(id))?;
+                    let entry = entry.map_err(|_| GraphError::Missing(id))?;
                     #[cfg(feature = "test-hooks")]
                     super::ENTRIES_TESTED_BY_REACH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if entry.mode.is_commit() || seen.contains(entry.oid) {

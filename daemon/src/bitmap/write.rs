@@ -12,7 +12,38 @@ use gix_object::{Find, Kind};
 use gix_pack::data::decode::entry::ResolvedBase;
 
 use super::Bits;
-use crate::error::ServeError;
+
+/// Writing a `.rev` or a `.bitmap` failed: an object it must place is missing or unreadable, a
+/// gitoxide error kept with its chain, the file could not be written, or the pack is not what its
+/// index says.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("object {0} is missing from the repository")]
+    MissingObject(ObjectId),
+    #[error("repository access failed: {0}")]
+    Git(#[from] gix::Error),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Gix(Box<dyn std::error::Error + Send + Sync>),
+    #[error("{0}")]
+    Corrupt(String),
+}
+
+impl WriteError {
+    fn gix(err: impl std::error::Error + Send + Sync + 'static) -> Self {
+        WriteError::Gix(Box::new(err))
+    }
+}
+
+impl From<crate::graph::GraphError> for WriteError {
+    fn from(err: crate::graph::GraphError) -> Self {
+        match err {
+            crate::graph::GraphError::Missing(id) => WriteError::MissingObject(id),
+            crate::graph::GraphError::Git(err) => WriteError::Git(err),
+        }
+    }
+}
 
 /// Pack position → index position.
 pub fn pack_order(index: &gix_pack::index::File) -> Vec<u32> {
@@ -30,10 +61,10 @@ fn hash_id(hash: gix_hash::Kind) -> u32 {
 
 /// Write `bytes` followed by their checksum to `path`, through a temporary file (removed if the
 /// write fails).
-fn write_checksummed(path: &Path, bytes: &[u8], hash: gix_hash::Kind) -> Result<(), ServeError> {
+fn write_checksummed(path: &Path, bytes: &[u8], hash: gix_hash::Kind) -> Result<(), WriteError> {
     let mut hasher = gix_hash::hasher(hash);
     hasher.update(bytes);
-    let digest = hasher.try_finalize().map_err(ServeError::pack)?;
+    let digest = hasher.try_finalize().map_err(WriteError::gix)?;
     let tmp = path.with_extension("tmp");
     let written = (|| {
         let mut file = std::fs::File::create(&tmp)?;
@@ -56,7 +87,7 @@ pub fn write_rev(
     index: &gix_pack::index::File,
     order: &[u32],
     hash: gix_hash::Kind,
-) -> Result<(), ServeError> {
+) -> Result<(), WriteError> {
     write_rev_for(path, &index.pack_checksum(), order, hash)
 }
 
@@ -68,7 +99,7 @@ pub fn write_rev_for(
     checksum: &gix_hash::oid,
     order: &[u32],
     hash: gix_hash::Kind,
-) -> Result<(), ServeError> {
+) -> Result<(), WriteError> {
     let mut out = Vec::with_capacity(12 + 4 * order.len() + 2 * hash.len_in_bytes());
     out.extend(b"RIDX");
     out.extend(1u32.to_be_bytes());
@@ -89,9 +120,9 @@ fn kinds_in_pack(
     pack: &gix_pack::data::File,
     index: &gix_pack::index::File,
     offsets: &[u64],
-) -> Result<Vec<Kind>, ServeError> {
+) -> Result<Vec<Kind>, WriteError> {
     use gix_pack::data::entry::Header;
-    let corrupt = || ServeError::corrupt_pack("a delta's base is not an entry of its pack");
+    let corrupt = || WriteError::Corrupt("a delta's base is not an entry of its pack".into());
     let pos_at = |offset: u64| offsets.binary_search(&offset).map_err(|_| corrupt());
     let n = offsets.len();
     let mut kinds: Vec<Option<Kind>> = vec![None; n];
@@ -104,7 +135,7 @@ fn kinds_in_pack(
             crate::packs::let_resident_pages_go(pack, released..*offset);
             released = *offset;
         }
-        let entry = pack.entry(*offset).map_err(ServeError::pack)?;
+        let entry = pack.entry(*offset).map_err(WriteError::gix)?;
         let base = match entry.header {
             Header::OfsDelta { base_distance } => {
                 pos_at(entry.checked_base_pack_offset(base_distance).ok_or_else(corrupt)?)?
@@ -163,7 +194,7 @@ fn select_commits(
     repo: &gix::Repository,
     tips: &[ObjectId],
     kept: &dyn Fn(&ObjectId) -> bool,
-) -> Result<Vec<ObjectId>, ServeError> {
+) -> Result<Vec<ObjectId>, WriteError> {
     let mut chosen = Vec::new();
     let mut commit_tips = Vec::new();
     for tip in tips {
@@ -174,7 +205,7 @@ fn select_commits(
     chosen.extend(commit_tips.iter().copied());
     if !commit_tips.is_empty() {
         let walk = repo.rev_walk(commit_tips.clone()).all()?;
-        spaced(walk.map(|info| info.map(|info| info.id).map_err(ServeError::from)), &mut chosen, kept)?;
+        spaced(walk.map(|info| info.map(|info| info.id).map_err(WriteError::from)), &mut chosen, kept)?;
     }
     Ok(chosen)
 }
@@ -182,10 +213,10 @@ fn select_commits(
 /// Add to `chosen` the commits of `walk` (newest first) that get a bitmap: one [`spacing`] after
 /// the last one chosen, and each `kept` says an older bitmap has; none twice.
 fn spaced(
-    walk: impl Iterator<Item = Result<ObjectId, ServeError>>,
+    walk: impl Iterator<Item = Result<ObjectId, WriteError>>,
     chosen: &mut Vec<ObjectId>,
     kept: &dyn Fn(&ObjectId) -> bool,
-) -> Result<(), ServeError> {
+) -> Result<(), WriteError> {
     let mut have: std::collections::HashSet<ObjectId> = chosen.iter().copied().collect();
     let mut since = 0;
     for (i, id) in walk.enumerate() {
@@ -206,7 +237,7 @@ fn commit_time(
     id: &ObjectId,
     pos: Option<usize>,
     buf: &mut Vec<u8>,
-) -> Result<i64, ServeError> {
+) -> Result<i64, WriteError> {
     if let Some(t) = times.get(id) {
         return Ok(*t);
     }
@@ -248,8 +279,8 @@ impl Objects<'_> {
         id: &ObjectId,
         pos: Option<usize>,
         buf: &'b mut Vec<u8>,
-    ) -> Result<(Kind, &'b [u8]), ServeError> {
-        let missing = || ServeError::MissingObject(*id);
+    ) -> Result<(Kind, &'b [u8]), WriteError> {
+        let missing = || WriteError::MissingObject(*id);
         match self {
             Objects::Odb(objects) => {
                 let data = objects.try_find(id, buf)?.ok_or_else(missing)?;
@@ -257,7 +288,7 @@ impl Objects<'_> {
             }
             Objects::Pack { pack, index, offsets, state } => {
                 let offset = *offsets.get(pos.ok_or_else(missing)?).ok_or_else(missing)?;
-                let entry = pack.entry(offset).map_err(ServeError::pack)?;
+                let entry = pack.entry(offset).map_err(WriteError::gix)?;
                 let resolve = |base: &gix_hash::oid, _: &mut Vec<u8>| -> gix_error::Result<Option<ResolvedBase>> {
                     match index.lookup(base) {
                         Some(i) => Ok(Some(ResolvedBase::InPack(pack.entry(index.pack_offset_at_index(i))?))),
@@ -265,7 +296,7 @@ impl Objects<'_> {
                     }
                 };
                 let (inflate, cache, read) = &mut *state.borrow_mut();
-                let outcome = pack.decode_entry(entry, buf, inflate, &resolve, cache).map_err(ServeError::pack)?;
+                let outcome = pack.decode_entry(entry, buf, inflate, &resolve, cache).map_err(WriteError::gix)?;
                 // Each entry of its chain read faulted its neighbours in too.
                 *read += (outcome.num_deltas as usize + 1) * crate::packs::FAULT_AROUND;
                 if *read >= Self::RESIDENT_BYTES {
@@ -309,14 +340,14 @@ pub fn write_bitmap(
     reuse: Option<&super::PackBitmap>,
     path: &Path,
     hash: gix_hash::Kind,
-) -> Result<Written, ServeError> {
+) -> Result<Written, WriteError> {
     let over = Over {
         id_at: &|i| index.oid_at_index(i).to_owned(),
         lookup: &|id| index.lookup(id),
         checksum: index.pack_checksum(),
         carried: reuse,
     };
-    let pack = gix_pack::data::File::at(index.path().with_extension("pack"), hash).map_err(ServeError::pack)?;
+    let pack = gix_pack::data::File::at(index.path().with_extension("pack"), hash).map_err(WriteError::gix)?;
     let offsets: Vec<u64> = order.iter().map(|i| index.pack_offset_at_index(*i)).collect();
     let kinds = kinds_in_pack(&pack, index, &offsets)?;
     write_bitmap_over(repo, &over, order, Some(OnePack { pack: &pack, index, offsets, kinds }), tips, path, hash)
@@ -333,7 +364,7 @@ pub fn write_bitmap_over(
     tips: &[ObjectId],
     path: &Path,
     hash: gix_hash::Kind,
-) -> Result<Written, ServeError> {
+) -> Result<Written, WriteError> {
     let n = order.len();
     let reuse = index.carried;
     // Pack position by id, in one id-keyed table: the closures below ask it for every object
@@ -353,7 +384,7 @@ pub fn write_bitmap_over(
             Some(one) => one.kinds[pack_pos],
             None => {
                 let id = (index.id_at)(*idx_pos);
-                repo.find_header(id).map_err(|_| ServeError::MissingObject(id))?.kind()
+                repo.find_header(id).map_err(|_| WriteError::MissingObject(id))?.kind()
             }
         };
         let slot = match kind {
@@ -388,7 +419,7 @@ pub fn write_bitmap_over(
     let mut chosen: Vec<(i64, ObjectId)> = select_commits(repo, tips, &kept)?
         .into_iter()
         .map(|id| Ok((commit_time(&objects, &mut times, &id, pos_of(&id), &mut buf)?, id)))
-        .collect::<Result<_, ServeError>>()?;
+        .collect::<Result<_, WriteError>>()?;
     chosen.sort_by_key(|(time, _)| *time); // stable: equal times keep their order
     let chosen: Vec<ObjectId> = chosen.into_iter().map(|(_, id)| id).collect();
     let mut closures: HashMap<ObjectId, Bits> = HashMap::new();
@@ -418,10 +449,10 @@ pub fn write_bitmap_over(
     }
     // Trees and blobs below `roots` into `bits`, a tree that is in it already not read again.
     let mut tree_buf = Vec::new();
-    let mut fill = |bits: &mut Bits, roots: Vec<ObjectId>| -> Result<(), ServeError> {
+    let mut fill = |bits: &mut Bits, roots: Vec<ObjectId>| -> Result<(), WriteError> {
         let mut stack: Vec<(ObjectId, Kind)> = roots.into_iter().map(|root| (root, Kind::Tree)).collect();
         while let Some((id, _)) = stack.pop() {
-            let pos = pos_of(&id).ok_or(ServeError::MissingObject(id))?;
+            let pos = pos_of(&id).ok_or(WriteError::MissingObject(id))?;
             if bits.get(pos) {
                 continue;
             }
@@ -447,7 +478,7 @@ pub fn write_bitmap_over(
         queue.push((commit_time(&objects, &mut times, commit, pos_of(commit), &mut buf)?, *commit));
         let mut trees = Vec::new();
         while let Some((_, id)) = queue.pop() {
-            let pos = pos_of(&id).ok_or(ServeError::MissingObject(id))?;
+            let pos = pos_of(&id).ok_or(WriteError::MissingObject(id))?;
             if bits.get(pos) {
                 continue;
             }
@@ -462,7 +493,7 @@ pub fn write_bitmap_over(
             COMMITS_WALKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let (_, data) = objects.find(&id, Some(pos), &mut buf)?;
             let parsed = gix_object::CommitRefIter::from_bytes(data, hash);
-            trees.push(parsed.clone().tree_id().map_err(|_| ServeError::MissingObject(id))?);
+            trees.push(parsed.clone().tree_id().map_err(|_| WriteError::MissingObject(id))?);
             let parents: Vec<ObjectId> = parsed.parent_ids().collect();
             for parent in parents {
                 queue.push((commit_time(&objects, &mut times, &parent, pos_of(&parent), &mut buf)?, parent));
@@ -478,13 +509,13 @@ pub fn write_bitmap_over(
     for tip in tips {
         let mut id = *tip;
         for _ in 0..64 {
-            let pos = pos_of(&id).ok_or(ServeError::MissingObject(id))?;
+            let pos = pos_of(&id).ok_or(WriteError::MissingObject(id))?;
             if types[3].get(pos) {
                 reach.set(pos);
                 let (_, data) = objects.find(&id, Some(pos), &mut buf)?;
                 id = gix_object::TagRefIter::from_bytes(data, hash)
                     .target_id()
-                    .map_err(|_| ServeError::MissingObject(id))?;
+                    .map_err(|_| WriteError::MissingObject(id))?;
             } else if let Some(closure) = closures.get(&id) {
                 reach.or(closure);
                 break;
@@ -495,10 +526,10 @@ pub fn write_bitmap_over(
         }
     }
     let reachable = reach.ones().count();
-    let ewah = |bits: &Bits| -> Result<Vec<u8>, ServeError> {
+    let ewah = |bits: &Bits| -> Result<Vec<u8>, WriteError> {
         let flags: Vec<bool> = (0..n).map(|i| bits.get(i)).collect();
         let vec =
-            gix_bitmap::ewah::Vec::from_bits(&flags).ok_or_else(|| ServeError::corrupt_pack("bitmap too large"))?;
+            gix_bitmap::ewah::Vec::from_bits(&flags).ok_or_else(|| WriteError::Corrupt("bitmap too large".into()))?;
         let mut out = Vec::new();
         vec.write_to(&mut out)?;
         Ok(out)
@@ -513,7 +544,7 @@ pub fn write_bitmap_over(
         out.extend(ewah(t)?);
     }
     for commit in &chosen {
-        let idx_pos = (index.lookup)(commit).ok_or(ServeError::MissingObject(*commit))?;
+        let idx_pos = (index.lookup)(commit).ok_or(WriteError::MissingObject(*commit))?;
         out.extend(idx_pos.to_be_bytes());
         out.push(0); // no XOR
         out.push(0); // flags

@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 use gix_hash::ObjectId;
 
 use crate::bitmap::write::{pack_order, write_bitmap, write_rev};
-use crate::error::{PackError, RepoError, ServeError};
+use crate::error::RepoError;
+use crate::pack::PackError;
 
 pub mod bundles;
 pub mod commit_graph;
@@ -56,6 +57,10 @@ pub enum MaintenanceError {
     Pack(#[from] PackError),
     #[error(transparent)]
     Graph(#[from] crate::graph::GraphError),
+    #[error(transparent)]
+    Refs(#[from] crate::repo::RefsError),
+    #[error(transparent)]
+    Bitmap(#[from] crate::bitmap::write::WriteError),
     #[error("repository access failed: {0}")]
     Git(#[from] gix::Error),
     #[error("i/o: {0}")]
@@ -63,20 +68,17 @@ pub enum MaintenanceError {
     /// The repository's configuration says something maintenance cannot act on.
     #[error("configuration: {0}")]
     Config(String),
-    /// The pack, index or bitmap writer it shares with serving failed.
-    #[error(transparent)]
-    Write(#[from] ServeError),
 }
 
 impl MaintenanceError {
     /// A gitoxide error while reading or writing packs.
     fn pack(err: impl std::error::Error + Send + Sync + 'static) -> Self {
-        MaintenanceError::Pack(PackError::Gix(Box::new(err)))
+        MaintenanceError::Pack(PackError::gix(err))
     }
 
     /// What gixd found wrong with the packs it wrote.
     fn corrupt(message: impl Into<String>) -> Self {
-        MaintenanceError::Pack(PackError::Corrupt(message.into()))
+        MaintenanceError::Pack(PackError::corrupt(message))
     }
 }
 

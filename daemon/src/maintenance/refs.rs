@@ -72,12 +72,12 @@ pub(super) fn pack_refs(repo: &gix::Repository, scratch: &Path) -> Result<usize,
 /// A reftable repository's `pack-refs`: every table compacted into one, its locks noted in
 /// `scratch` meanwhile as loose refs' are; 1 when it compacted (a busy stack is left as it is).
 fn compact_reftable(repo: &gix::Repository, dir: &Path, scratch: &Path) -> Result<usize, MaintenanceError> {
-    let stack = gix_reftable::Stack::open(dir).map_err(crate::error::ServeError::from)?;
+    let stack = gix_reftable::Stack::open(dir).map_err(crate::repo::RefsError::from)?;
     let mut locks = vec![dir.join("tables.list.lock")];
     locks.extend(stack.names().iter().map(|name| dir.join(format!("{name}.lock"))));
     crate::ref_locks::intend(scratch, &locks);
     let options = gix_reftable::Options::new(repo.object_hash());
     let compacted = gix_reftable::Stack::compact_all(dir, options, std::time::Duration::from_millis(100));
     crate::ref_locks::forget(scratch);
-    Ok(usize::from(compacted.map_err(crate::error::ServeError::from)?))
+    Ok(usize::from(compacted.map_err(crate::repo::RefsError::from)?))
 }

@@ -162,7 +162,7 @@ pub(super) fn bitmap_in_place(
             ..Report::default()
         })),
         // Something reachable is not in it: the repack puts it in.
-        Err(ServeError::MissingObject(_)) => {
+        Err(crate::bitmap::write::WriteError::MissingObject(_)) => {
             let _ = std::fs::remove_file(&bitmap_path);
             Ok(None)
         }

@@ -315,7 +315,7 @@ impl<'a> DeltaSearch<'a> {
         &mut self,
         search: gix_pack::data::delta::search::Options,
         tell: &mut dyn FnMut(usize, usize),
-    ) -> Result<(Vec<output::Entry>, usize), ServeError> {
+    ) -> Result<(Vec<output::Entry>, usize), PackError> {
         use gix_pack::data::delta::search as find;
         let ids = &self.selection.objects;
         // Decoded without a delta cache: in search order the versions of a path come largest
@@ -325,7 +325,7 @@ impl<'a> DeltaSearch<'a> {
         odb.unset_pack_cache();
         let mut entries = Vec::with_capacity(ids.len());
         for id in ids {
-            let header = self.repo.find_header(*id).map_err(|_| ServeError::MissingObject(*id))?;
+            let header = self.repo.find_header(*id).map_err(|_| PackError::MissingObject(*id))?;
             entries.push(output::Entry {
                 id: *id,
                 kind: output::entry::Kind::Base(header.kind()),
@@ -453,8 +453,8 @@ impl<'a> DeltaSearch<'a> {
 }
 
 /// The object of a whole `entry`, decoded from `odb` (through `buf`); its size is set from it.
-fn decode(odb: &impl gix_object::Find, entry: &mut output::Entry, buf: &mut Vec<u8>) -> Result<Vec<u8>, ServeError> {
-    let object = odb.try_find(&entry.id, buf).map_err(ServeError::pack)?.ok_or(ServeError::MissingObject(entry.id))?;
+fn decode(odb: &impl gix_object::Find, entry: &mut output::Entry, buf: &mut Vec<u8>) -> Result<Vec<u8>, PackError> {
+    let object = odb.try_find(&entry.id, buf).map_err(PackError::gix)?.ok_or(PackError::MissingObject(entry.id))?;
     entry.decompressed_size = object.data.len();
     Ok(object.data.to_vec())
 }
@@ -490,7 +490,7 @@ impl Default for Deflater {
 impl Deflater {
     /// `data` deflated, held in no more memory than it needs (entries are kept until the pack is
     /// written).
-    pub(super) fn deflate(&mut self, data: &[u8]) -> Result<Vec<u8>, ServeError> {
+    pub(super) fn deflate(&mut self, data: &[u8]) -> Result<Vec<u8>, PackError> {
         self.0.reset();
         let mut out = Vec::with_capacity(data.len() + data.len() / 64 + 64);
         loop {

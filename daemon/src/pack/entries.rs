@@ -7,8 +7,8 @@ use gix_hash::ObjectId;
 use gix_pack::data::output;
 use gix_pack::data::output::entry::iter_from_counts::DeltaBase;
 
+use super::PackError;
 use super::*;
-use crate::error::ServeError;
 
 /// What a [`crate::packs::Locating`] is given besides the object database: the packs to locate
 /// entries in, and where it notes copies or leaves entries hollow.
@@ -39,7 +39,7 @@ pub(crate) fn gix_entries<I: Iterator<Item = ObjectId>, D: FnMut(&gix_hash::oid)
         + gix_parallel::Finalize<Reduce = output::entry::iter_from_counts::reduce::Statistics<gix_error::Error>>
         + use<I, D>,
     ),
-    ServeError,
+    PackError,
 > {
     let counts: Vec<output::Count> =
         ids.map(|id| output::Count { id, entry_pack_location: output::count::PackLocation::NotLookedUp }).collect();
@@ -65,7 +65,7 @@ pub(crate) fn gix_entries<I: Iterator<Item = ObjectId>, D: FnMut(&gix_hash::oid)
         options,
         Some(decide),
     )
-    .map_err(ServeError::pack)
+    .map_err(PackError::gix)
 }
 
 /// Give `entry` its [`crate::packs::Hollow::LOOSE`] mark and its size, if gix-pack made it of
@@ -98,7 +98,7 @@ pub(super) fn write_through_gix_pack<W: Sink>(
     earlier: Earlier<'_>,
     search: Option<(&mut super::deltas::DeltaSearch<'_>, std::time::Duration, &InBitmap<'_>)>,
     mut count: impl FnMut(&output::Entry),
-) -> Result<(), ServeError> {
+) -> Result<(), PackError> {
     let copies = std::sync::Arc::new(crate::packs::Copies::default());
     let search = search.filter(|(search, ..)| search.enabled);
     // What is searched is stored (level 0) until the search says it stays whole.
@@ -124,10 +124,10 @@ pub(super) fn write_through_gix_pack<W: Sink>(
     if let Some((search, every, in_bitmap)) = search {
         let mut entries = Vec::new();
         for chunk in chunks {
-            entries.extend(chunk.map_err(ServeError::pack)?.1);
+            entries.extend(chunk.map_err(PackError::gix)?.1);
         }
         if let Some(missing) = entries.iter().find(|e| e.is_invalid()) {
-            return Err(ServeError::MissingObject(missing.id));
+            return Err(PackError::MissingObject(missing.id));
         }
         // What gix-pack made anew (loose objects, deltas re-deflated whole) is searched, and what
         // it copied whole from a pack outside the bitmap (a push's); not what it copied whole from
@@ -159,10 +159,10 @@ pub(super) fn write_through_gix_pack<W: Sink>(
     let mut held_bytes = 0usize;
     let mut streaming = false;
     for chunk in chunks {
-        let (_, entries) = chunk.map_err(ServeError::pack)?;
+        let (_, entries) = chunk.map_err(PackError::gix)?;
         for entry in entries {
             if entry.is_invalid() {
-                return Err(ServeError::MissingObject(entry.id));
+                return Err(PackError::MissingObject(entry.id));
             }
             out.at.push(u64::MAX);
             out.ids.push(entry.id);
@@ -184,11 +184,11 @@ pub(super) fn write_through_gix_pack<W: Sink>(
 }
 
 /// `id` as a whole entry, deflated anew: how a member of a cycle of deltas goes out ([`base_first`]).
-pub(super) fn whole_entry(repo: &gix::Repository, id: &ObjectId) -> Result<output::Entry, ServeError> {
+pub(super) fn whole_entry(repo: &gix::Repository, id: &ObjectId) -> Result<output::Entry, PackError> {
     let mut buf = Vec::new();
-    let data = gix_object::Find::try_find(&repo.objects, id, &mut buf)?.ok_or(ServeError::MissingObject(*id))?;
+    let data = gix_object::Find::try_find(&repo.objects, id, &mut buf)?.ok_or(PackError::MissingObject(*id))?;
     let count = output::Count { id: *id, entry_pack_location: output::count::PackLocation::NotLookedUp };
-    output::Entry::from_data(&count, &data, gix::zlib::Compression::DEFAULT).map_err(ServeError::pack)
+    output::Entry::from_data(&count, &data, gix::zlib::Compression::DEFAULT).map_err(PackError::gix)
 }
 
 /// Entries `0..n` in the order they go out so that each delta follows its base among them, told
@@ -259,7 +259,7 @@ struct BaseFirst<'a> {
     /// Where gix-pack's entries were copied from, to send those stored bytes instead.
     copies: std::sync::Arc<crate::packs::Copies>,
     /// An object as a whole entry, deflated anew: a member of a cycle of deltas goes out so.
-    whole: &'a dyn Fn(&ObjectId) -> Result<output::Entry, ServeError>,
+    whole: &'a dyn Fn(&ObjectId) -> Result<output::Entry, PackError>,
 }
 
 impl BaseFirst<'_> {
@@ -269,7 +269,7 @@ impl BaseFirst<'_> {
         index: usize,
         entry: &output::Entry,
         answer: &mut Hashed<'_, W>,
-    ) -> Result<(), ServeError> {
+    ) -> Result<(), PackError> {
         use gix_pack::data::entry::Header;
         let here = answer.written;
         let ofs_or_ref = |base_at: Option<u64>, base_id: ObjectId| match base_at.filter(|_| self.earlier.ofs_delta) {
@@ -284,7 +284,7 @@ impl BaseFirst<'_> {
             }
             output::entry::Kind::DeltaRef { object_index } => {
                 let at = self.at.get(object_index).copied().filter(|at| *at != u64::MAX);
-                let at = at.ok_or_else(|| ServeError::corrupt_pack("a delta's base was never written"))?;
+                let at = at.ok_or_else(|| PackError::corrupt("a delta's base was never written"))?;
                 ofs_or_ref(Some(at), self.ids[object_index])
             }
         };
@@ -304,7 +304,7 @@ impl BaseFirst<'_> {
         entries: &[output::Entry],
         answer: &mut Hashed<'_, W>,
         count: &mut impl FnMut(&output::Entry),
-    ) -> Result<(), ServeError> {
+    ) -> Result<(), PackError> {
         let by_id: gix::hashtable::HashMap<ObjectId, usize> =
             entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
         let base_of = |i: usize| match entries[i].kind {
@@ -366,7 +366,7 @@ mod tests {
         (entries, vec![(blob_id(&x), x), (blob_id(&y), y)])
     }
 
-    fn whole_of(objects: &[(ObjectId, Vec<u8>)], id: &ObjectId) -> Result<output::Entry, ServeError> {
+    fn whole_of(objects: &[(ObjectId, Vec<u8>)], id: &ObjectId) -> Result<output::Entry, PackError> {
         let data = &objects.iter().find(|(i, _)| i == id).expect("one of the pair").1;
         Ok(output::Entry {
             id: *id,

@@ -14,7 +14,6 @@ use gix_hash::ObjectId;
 use gix_pack::data::output;
 use gix_pack::data::output::entry::iter_from_counts::DeltaBase;
 
-use crate::error::ServeError;
 use crate::select::Selection;
 
 mod deltas;
@@ -51,9 +50,52 @@ impl<S: Sink + ?Sized> Sink for &mut S {
 }
 impl<W: Write> Sink for io::BufWriter<W> {}
 
+/// Writing a pack (to a client or a file) or its companions (index, reverse index, bitmap)
+/// failed: the client went away, an object to write is missing or unreadable, a gitoxide error
+/// kept with its chain, or what gixd found wrong with the files.
+#[derive(Debug, thiserror::Error)]
+pub enum PackError {
+    /// The client went away (or stopped reading); nothing can be reported to it.
+    #[error("client disconnected")]
+    Disconnected,
+    #[error("object {0} is missing from the repository")]
+    MissingObject(ObjectId),
+    #[error("repository access failed: {0}")]
+    Git(#[from] gix::Error),
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Gix(Box<dyn std::error::Error + Send + Sync>),
+    #[error("{0}")]
+    Corrupt(String),
+    #[error("more than 2^32 objects")]
+    TooManyObjects,
+}
+
+impl PackError {
+    /// A gitoxide error while writing a pack, an archive, an index or a bitmap.
+    pub fn gix(err: impl std::error::Error + Send + Sync + 'static) -> Self {
+        PackError::Gix(Box::new(err))
+    }
+
+    /// What gixd found wrong with the pack files (or the pack it wrote).
+    pub fn corrupt(message: impl Into<String>) -> Self {
+        PackError::Corrupt(message.into())
+    }
+}
+
+impl From<crate::graph::GraphError> for PackError {
+    fn from(err: crate::graph::GraphError) -> Self {
+        match err {
+            crate::graph::GraphError::Missing(id) => PackError::MissingObject(id),
+            crate::graph::GraphError::Git(err) => PackError::Git(err),
+        }
+    }
+}
+
 /// A failed write to the client: a disconnect, or an I/O error.
-fn gone(err: std::io::Error) -> ServeError {
-    if is_disconnect(&err) { ServeError::Disconnected } else { ServeError::Io(err) }
+fn gone(err: std::io::Error) -> PackError {
+    if is_disconnect(&err) { PackError::Disconnected } else { PackError::Io(err) }
 }
 
 /// What a pack request asks for beyond the objects.
@@ -108,7 +150,7 @@ pub fn write<W: Sink>(
     options: Options,
     may_send: impl FnMut(&gix_hash::oid) -> bool,
     out: &mut W,
-) -> Result<Stats, ServeError> {
+) -> Result<Stats, PackError> {
     Ok(write_noting(repo, selection, options, may_send, out, false)?.0)
 }
 
@@ -126,7 +168,7 @@ pub fn write_indexed<W: Sink>(
     options: Options,
     may_send: impl FnMut(&gix_hash::oid) -> bool,
     out: &mut W,
-) -> Result<(Stats, Option<Vec<IndexEntry>>), ServeError> {
+) -> Result<(Stats, Option<Vec<IndexEntry>>), PackError> {
     write_noting(repo, selection, options, may_send, out, true)
 }
 
@@ -137,7 +179,7 @@ fn write_noting<W: Sink>(
     mut may_send: impl FnMut(&gix_hash::oid) -> bool,
     out: &mut W,
     note_index: bool,
-) -> Result<(Stats, Option<Vec<IndexEntry>>), ServeError> {
+) -> Result<(Stats, Option<Vec<IndexEntry>>), PackError> {
     if let Some(bitmap) = &selection.whole_pack
         && options.ofs_delta
     {
@@ -193,7 +235,7 @@ fn write_noting<W: Sink>(
         entries::Sources { packs: packs.clone(), copies: copies.clone(), hollow: hollow.clone() },
         decide,
     )?;
-    let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::too_many_objects())?;
+    let num_entries_u32 = u32::try_from(num_entries).map_err(|_| PackError::TooManyObjects)?;
 
     // Without ofs-delta, a delta refers to its base by id; keep the ids written so far for that.
     let mut ids: Vec<ObjectId> = Vec::new();
@@ -209,7 +251,7 @@ fn write_noting<W: Sink>(
         let mut entries = Vec::with_capacity(num_entries);
         let mut counting = counting.take().expect("not finished yet");
         for chunk in drained.by_ref() {
-            let mut chunk = chunk.map_err(ServeError::pack)?.1;
+            let mut chunk = chunk.map_err(PackError::gix)?.1;
             if let Some(hollow) = &hollow {
                 chunk.iter_mut().for_each(|entry| entries::mark_loose(entry, hollow));
             }
@@ -217,10 +259,10 @@ fn write_noting<W: Sink>(
             counting.advance(entries.len() - counting.done, &mut answer)?;
         }
         // gix-pack's counts go with its iterator, drained (a tenth of a repack's peak).
-        outcome = Some(gix_parallel::Finalize::finalize(drained).map_err(ServeError::pack)?);
+        outcome = Some(gix_parallel::Finalize::finalize(drained).map_err(PackError::gix)?);
         counting.finish(&mut answer)?;
         if entries.iter().any(|e| e.is_invalid()) {
-            return Err(ServeError::corrupt_pack("an object to send is missing from the repository"));
+            return Err(PackError::corrupt("an object to send is missing from the repository"));
         }
         progress::compressing(&mut answer, options.progress_every, |tell| {
             let searched = if search.deltify {
@@ -235,7 +277,7 @@ fn write_noting<W: Sink>(
         written.emit_in_base_order(&entries, options.ofs_delta, &whole, &mut answer)?;
     }
     for chunk in chunks.iter_mut().flatten() {
-        let (_seq, mut entries) = chunk.map_err(ServeError::pack)?;
+        let (_seq, mut entries) = chunk.map_err(PackError::gix)?;
         if let Some(counting) = counting.as_mut() {
             counting.advance(entries.len(), &mut answer)?;
         }
@@ -253,13 +295,13 @@ fn write_noting<W: Sink>(
         }
     }
     if missing.is_some() {
-        return Err(ServeError::corrupt_pack("an object to send is missing from the repository"));
+        return Err(PackError::corrupt("an object to send is missing from the repository"));
     }
     if let Some(counting) = counting {
         counting.finish(&mut answer)?;
     }
     if written.offsets.len() != num_entries {
-        return Err(ServeError::corrupt_pack(format!(
+        return Err(PackError::corrupt(format!(
             "wrote {} entries of the {num_entries} announced",
             written.offsets.len()
         )));
@@ -267,7 +309,7 @@ fn write_noting<W: Sink>(
     let bytes = answer.finish()?;
     let outcome = match (outcome, chunks) {
         (Some(outcome), _) => outcome,
-        (None, Some(chunks)) => gix_parallel::Finalize::finalize(chunks).map_err(ServeError::pack)?,
+        (None, Some(chunks)) => gix_parallel::Finalize::finalize(chunks).map_err(PackError::gix)?,
         (None, None) => unreachable!("finalized where it was drained"),
     };
     let stats = Stats {
@@ -292,9 +334,9 @@ fn write_searched_anew<W: Sink>(
     options: &Options<'_>,
     out: &mut W,
     note_index: bool,
-) -> Result<(Stats, Option<Vec<IndexEntry>>), ServeError> {
+) -> Result<(Stats, Option<Vec<IndexEntry>>), PackError> {
     let num_entries = search.selection.objects.len();
-    let num_entries_u32 = u32::try_from(num_entries).map_err(|_| ServeError::too_many_objects())?;
+    let num_entries_u32 = u32::try_from(num_entries).map_err(|_| PackError::TooManyObjects)?;
     let mut answer = Hashed::new(out, search.repo.object_hash());
     answer.emit(&gix_pack::data::header::encode(gix_pack::data::Version::V2, num_entries_u32))?;
     let entries = progress::compressing(&mut answer, options.progress_every, |tell| search.anew(limits, tell))?;
@@ -376,7 +418,7 @@ mod tests {
         (dir, repo, id)
     }
 
-    fn write_into(out: &mut Failing) -> Result<Stats, ServeError> {
+    fn write_into(out: &mut Failing) -> Result<Stats, PackError> {
         let (_dir, repo, id) = one_blob_repo();
         let selection = Selection { objects: vec![id], blobs: 1, ..Selection::default() };
         let options = Options {
@@ -394,13 +436,13 @@ mod tests {
     #[test]
     fn a_client_gone_mid_pack_is_a_disconnect_by_its_error_kind_not_its_message() {
         for kind in [io::ErrorKind::BrokenPipe, io::ErrorKind::ConnectionReset] {
-            assert!(matches!(write_into(&mut Failing(kind)), Err(ServeError::Disconnected)), "{kind:?}");
+            assert!(matches!(write_into(&mut Failing(kind)), Err(PackError::Disconnected)), "{kind:?}");
         }
     }
 
     #[test]
     fn other_write_failures_stay_failures() {
         let err = write_into(&mut Failing(io::ErrorKind::PermissionDenied)).unwrap_err();
-        assert!(matches!(&err, ServeError::Io(io) if io.kind() == io::ErrorKind::PermissionDenied), "{err:?}");
+        assert!(matches!(&err, PackError::Io(io) if io.kind() == io::ErrorKind::PermissionDenied), "{err:?}");
     }
 }

@@ -1,8 +1,8 @@
 //! git's progress lines while a pack is written: a running line at most once an interval, and a
 //! final one per phase.
 
+use super::PackError;
 use super::*;
-use crate::error::ServeError;
 
 /// git's pace for a running progress line: at most one per interval (a second, as git:
 /// [`crate::config::Config::progress_interval`]).
@@ -45,7 +45,7 @@ impl Phase {
         format!("{}: {percent:3}% ({}/{}){end}", self.title, self.done, self.total)
     }
 
-    pub(super) fn advance<W: Sink>(&mut self, by: usize, out: &mut Hashed<'_, W>) -> Result<(), ServeError> {
+    pub(super) fn advance<W: Sink>(&mut self, by: usize, out: &mut Hashed<'_, W>) -> Result<(), PackError> {
         self.done += by;
         if self.pace.due() {
             out.progress(&self.line("\r"))?;
@@ -54,12 +54,12 @@ impl Phase {
     }
 
     /// Where a phase whose total is learnt as it goes stands (the search's "Compressing").
-    pub(super) fn at<W: Sink>(&mut self, done: usize, total: usize, out: &mut Hashed<'_, W>) -> Result<(), ServeError> {
+    pub(super) fn at<W: Sink>(&mut self, done: usize, total: usize, out: &mut Hashed<'_, W>) -> Result<(), PackError> {
         self.total = total;
         self.advance(done.saturating_sub(self.done), out)
     }
 
-    pub(super) fn finish<W: Sink>(mut self, out: &mut Hashed<'_, W>) -> Result<(), ServeError> {
+    pub(super) fn finish<W: Sink>(mut self, out: &mut Hashed<'_, W>) -> Result<(), PackError> {
         self.done = self.total;
         out.progress(&self.line(", done.\n"))
     }
@@ -72,8 +72,8 @@ impl Phase {
 pub(super) fn compressing<W: Sink, R>(
     answer: &mut Hashed<'_, W>,
     every: std::time::Duration,
-    search: impl FnOnce(&mut dyn FnMut(usize, usize)) -> Result<(R, usize), ServeError>,
-) -> Result<R, ServeError> {
+    search: impl FnOnce(&mut dyn FnMut(usize, usize)) -> Result<(R, usize), PackError>,
+) -> Result<R, PackError> {
     let mut phase = Phase::new("Compressing objects", 0, every);
     let mut told = Ok(());
     let (result, searched) = search(&mut |done, total| {

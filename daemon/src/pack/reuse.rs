@@ -9,8 +9,8 @@ use gix_hash::ObjectId;
 use gix_pack::data::output;
 use gix_pack::data::output::entry::iter_from_counts::DeltaBase;
 
+use super::PackError;
 use super::*;
-use crate::error::ServeError;
 use crate::select::Selection;
 
 /// Verbatim reuse: the selection is every object of one pack (a bitmap said so) and maybe some
@@ -24,7 +24,7 @@ pub(super) fn write_verbatim<W: Sink>(
     selection: &Selection,
     options: &Options,
     out: &mut W,
-) -> Result<Stats, ServeError> {
+) -> Result<Stats, PackError> {
     let extra = &selection.extra;
     let objects = selection.len() - extra.len();
     let hash = repo.object_hash();
@@ -32,9 +32,9 @@ pub(super) fn write_verbatim<W: Sink>(
     // does not take it from under this answer.
     let pack = &*bitmap.data;
     if pack.num_objects() as usize != objects {
-        return Err(ServeError::corrupt_pack(format!("{}: not the pack the bitmap describes", bitmap.pack.display())));
+        return Err(PackError::corrupt(format!("{}: not the pack the bitmap describes", bitmap.pack.display())));
     }
-    let total = u32::try_from(objects + extra.len()).map_err(|_| ServeError::too_many_objects())?;
+    let total = u32::try_from(objects + extra.len()).map_err(|_| PackError::TooManyObjects)?;
     let header = gix_pack::data::header::encode(pack.version(), total);
     // Without extras the file's own trailer is right; with them, everything is hashed anew.
     let mut answer = if extra.is_empty() { Hashed::unhashed(out) } else { Hashed::new(out, hash) };
@@ -45,7 +45,7 @@ pub(super) fn write_verbatim<W: Sink>(
         let end = (at + 256 * 1024).min(entries_end);
         let bytes = pack
             .entry_slice(at..end)
-            .ok_or_else(|| ServeError::corrupt_pack(format!("{}: shorter than it says", bitmap.pack.display())))?;
+            .ok_or_else(|| PackError::corrupt(format!("{}: shorter than it says", bitmap.pack.display())))?;
         // Sent later, from an async worker, as a range of the file: read ahead now.
         crate::pack_ranges::read_ahead(bytes);
         answer.emit(bytes)?;
@@ -105,9 +105,9 @@ impl EntryOffsets {
         &mut self,
         entries: &[output::Entry],
         ofs_delta: bool,
-        whole: &dyn Fn(&ObjectId) -> Result<output::Entry, ServeError>,
+        whole: &dyn Fn(&ObjectId) -> Result<output::Entry, PackError>,
         answer: &mut Hashed<'_, W>,
-    ) -> Result<(), ServeError> {
+    ) -> Result<(), PackError> {
         // Only the entries a delta names by id are looked up by id (the search's few thousand,
         // not a repack's every entry: the map of all of them was a tenth of its peak).
         let named: std::collections::HashSet<ObjectId> = entries
@@ -134,7 +134,7 @@ impl EntryOffsets {
                 if crate::packs::Hollow::is_mark(&entry.compressed_data) {
                     let data = self.hollow_in.as_ref().and_then(|packs| packs.hollow_data(&entries[i].compressed_data));
                     let data = data.ok_or_else(|| {
-                        ServeError::corrupt_pack(format!("the stored data of {} is not where it was found", entry.id))
+                        PackError::corrupt(format!("the stored data of {} is not where it was found", entry.id))
                     })?;
                     entry.compressed_data.clear();
                     entry.compressed_data.extend_from_slice(data);
@@ -161,14 +161,14 @@ impl EntryOffsets {
         &mut self,
         entry: &output::Entry,
         answer: &mut Hashed<'_, W>,
-    ) -> Result<(), ServeError> {
+    ) -> Result<(), PackError> {
         if entry.is_invalid() {
             self.offsets.push(u64::MAX);
             return Ok(());
         }
         // Hollow entries are a repack search's, written in base order: never here.
         if crate::packs::Hollow::is_mark(&entry.compressed_data) {
-            return Err(ServeError::corrupt_pack(format!("the entry of {} holds no data", entry.id)));
+            return Err(PackError::corrupt(format!("the entry of {} holds no data", entry.id)));
         }
         let offsets = &self.offsets;
         let stored = self.copies.as_ref().and_then(|copies| copies.take(&entry.compressed_data));
@@ -199,7 +199,7 @@ pub(super) fn write_entry<W: Write>(
     answer: &mut Hashed<'_, W>,
     at: impl Fn(usize) -> u64,
     stored: Option<crate::pack_ranges::Range>,
-) -> Result<u64, ServeError> {
+) -> Result<u64, PackError> {
     let here = answer.written;
     let header = entry.to_entry_header(gix_pack::data::Version::V2, |index| here - at(index));
     head.clear();
@@ -239,7 +239,7 @@ pub(super) fn write_reused<W: Sink>(
     options: &Options,
     may_send: &mut dyn FnMut(&gix_hash::oid) -> bool,
     out: &mut W,
-) -> Result<Stats, ServeError> {
+) -> Result<Stats, PackError> {
     let hash = repo.object_hash();
     let mut sent = crate::bitmap::Bits::new(bitmap.len());
     for pos in positions.iter() {
@@ -255,11 +255,10 @@ pub(super) fn write_reused<W: Sink>(
     let mut reused_count = 0usize;
     let mut later: Vec<ObjectId> = Vec::new();
     for pos in positions.iter() {
-        let which = bitmap
-            .reusable_pack(pos as usize)
-            .ok_or_else(|| ServeError::corrupt_pack("a reused entry no pack holds"))?;
+        let which =
+            bitmap.reusable_pack(pos as usize).ok_or_else(|| PackError::corrupt("a reused entry no pack holds"))?;
         let (offset, _) = bitmap.entry_at(pos as usize);
-        let entry = bitmap.reusable_data(which).entry(offset).map_err(ServeError::pack)?;
+        let entry = bitmap.reusable_data(which).entry(offset).map_err(PackError::gix)?;
         let decision = match entry.header {
             gix_pack::data::entry::Header::OfsDelta { base_distance } => {
                 let base =
@@ -289,7 +288,7 @@ pub(super) fn write_reused<W: Sink>(
     }
     // What is not in the bitmapped pack: the listed objects past its positions.
     let extra = &selection.objects[positions.len() - selection.unlisted..];
-    let total = u32::try_from(reused_count + later.len() + extra.len()).map_err(|_| ServeError::too_many_objects())?;
+    let total = u32::try_from(reused_count + later.len() + extra.len()).map_err(|_| PackError::TooManyObjects)?;
     let mut answer = Hashed::new(out, hash);
     let mut header = *b"PACK\0\0\0\x02\0\0\0\0";
     header[8..12].copy_from_slice(&total.to_be_bytes());
@@ -305,10 +304,7 @@ pub(super) fn write_reused<W: Sink>(
         let (offset, size) = bitmap.entry_at(pos as usize);
         let end = offset + size as u64;
         if pack.entry_slice(offset..end).is_none() {
-            return Err(ServeError::corrupt_pack(format!(
-                "{}: entry at {offset} out of bounds",
-                pack.path().display()
-            )));
+            return Err(PackError::corrupt(format!("{}: entry at {offset} out of bounds", pack.path().display())));
         }
         let here = answer.written;
         match decision {
@@ -385,7 +381,7 @@ pub(super) fn write_reused<W: Sink>(
     }
     stats.bytes = answer.finish()?;
     if stats.entries != total as usize {
-        return Err(ServeError::corrupt_pack(format!("wrote {} entries of the {total} announced", stats.entries)));
+        return Err(PackError::corrupt(format!("wrote {} entries of the {total} announced", stats.entries)));
     }
     Ok(stats)
 }

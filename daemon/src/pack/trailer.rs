@@ -2,8 +2,8 @@
 
 use std::io::Write;
 
+use super::PackError;
 use super::*;
-use crate::error::ServeError;
 use crate::pack_ranges::Range;
 
 /// An answer being written and counted; every byte hashed for a new trailer, unless the answer
@@ -28,7 +28,7 @@ impl<'w, W: Write> Hashed<'w, W> {
         Hashed { out, hasher: None, written: 0, run: None }
     }
 
-    pub(super) fn emit(&mut self, data: &[u8]) -> Result<(), ServeError> {
+    pub(super) fn emit(&mut self, data: &[u8]) -> Result<(), PackError> {
         self.pass_run()?;
         self.count(data);
         self.out.write_all(data).map_err(gone)
@@ -36,7 +36,7 @@ impl<'w, W: Write> Hashed<'w, W> {
 
     /// Write `stored`, bytes of a pack file as it stores them: after the run before it when it
     /// continues that run in the same file.
-    pub(super) fn emit_stored(&mut self, stored: Range) -> Result<(), ServeError> {
+    pub(super) fn emit_stored(&mut self, stored: Range) -> Result<(), PackError> {
         self.count(stored.as_ref());
         match &mut self.run {
             Some(run) if run.continued_by(&stored) => run.extend(stored.len()),
@@ -50,7 +50,7 @@ impl<'w, W: Write> Hashed<'w, W> {
 
     /// Write `bytes` of a mapped pack file: as [`Self::emit_stored`] when the map is one kept as
     /// ranges ([`crate::pack_ranges`]), else copied.
-    pub(super) fn emit_mapped(&mut self, bytes: &[u8]) -> Result<(), ServeError> {
+    pub(super) fn emit_mapped(&mut self, bytes: &[u8]) -> Result<(), PackError> {
         match Range::of(bytes) {
             Some(stored) => self.emit_stored(stored),
             None => self.emit(bytes),
@@ -61,7 +61,7 @@ impl<'w, W: Write> Hashed<'w, W> {
     /// as a pack file stores it (header and data) when `data` was copied from there
     /// ([`crate::packs::Copies`]): if its data is `data` byte for byte, the stored bytes go out
     /// instead of the copy — all of them where the stored header is `head` too.
-    pub(super) fn emit_entry(&mut self, head: &[u8], data: &[u8], stored: Option<Range>) -> Result<(), ServeError> {
+    pub(super) fn emit_entry(&mut self, head: &[u8], data: &[u8], stored: Option<Range>) -> Result<(), PackError> {
         let split = stored.and_then(|stored| {
             let head_len = stored.len().checked_sub(data.len()).filter(|n| *n > 0)?;
             (&stored.as_ref()[head_len..] == data).then_some((stored, head_len))
@@ -88,14 +88,14 @@ impl<'w, W: Write> Hashed<'w, W> {
 
     /// Pass the run of stored bytes down (its pages read ahead: it is sent later, from an async
     /// worker that must not wait for the disk).
-    fn pass_run(&mut self) -> Result<(), ServeError> {
+    fn pass_run(&mut self) -> Result<(), PackError> {
         let Some(run) = self.run.take() else { return Ok(()) };
         crate::pack_ranges::read_ahead(run.as_ref());
         self.out.write_all(run.as_ref()).map_err(gone)
     }
 
     /// The trailer, when hashing: every byte written, it included.
-    pub(super) fn finish(mut self) -> Result<u64, ServeError> {
+    pub(super) fn finish(mut self) -> Result<u64, PackError> {
         self.pass_run()?;
         let Some(hasher) = self.hasher.take() else {
             return Ok(self.written);
@@ -108,7 +108,7 @@ impl<'w, W: Write> Hashed<'w, W> {
 
 impl<W: Sink> Hashed<'_, W> {
     /// A progress line, after every byte written before it.
-    pub(super) fn progress(&mut self, line: &str) -> Result<(), ServeError> {
+    pub(super) fn progress(&mut self, line: &str) -> Result<(), PackError> {
         self.pass_run()?;
         self.out.progress(line).map_err(gone)
     }
@@ -139,10 +139,10 @@ impl TrailerHasher {
         }
     }
 
-    pub(super) fn finalize(self) -> Result<Vec<u8>, ServeError> {
+    pub(super) fn finalize(self) -> Result<Vec<u8>, PackError> {
         Ok(match self {
             TrailerHasher::Sha1(h) => sha1::Digest::finalize(h).to_vec(),
-            TrailerHasher::Other(h) => h.try_finalize().map_err(ServeError::pack)?.as_bytes().to_vec(),
+            TrailerHasher::Other(h) => h.try_finalize().map_err(PackError::gix)?.as_bytes().to_vec(),
         })
     }
 }

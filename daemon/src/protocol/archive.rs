@@ -13,7 +13,7 @@ use gix_hash::ObjectId;
 use super::Bounds;
 use super::pkt;
 use super::sideband::{Bands, Framing};
-use crate::error::ServeError;
+use crate::serve_error::ServeError;
 
 /// git's limit on argument lines.
 const MAX_ARGS: usize = 64;

@@ -17,8 +17,8 @@ pub use crate::session::{Bounds, Version};
 
 use std::io::{BufRead, Write};
 
-use crate::error::ServeError;
 use crate::repo::RefSnapshot;
+use crate::serve_error::ServeError;
 
 /// How a service's request arrives, whatever carries it.
 pub enum Input<'a, R> {

@@ -13,9 +13,10 @@ use super::pkt;
 use super::sideband::{Bands, Framing};
 use super::upload::parse_oid;
 use super::{Bounds, Version};
-use crate::error::{ProtocolError, ServeError};
+use crate::error::ProtocolError;
 use crate::push::{self, Outcome};
 use crate::repo::RefSnapshot;
+use crate::serve_error::ServeError;
 
 /// What the receive-pack codec asks of the repository, answered by the service
 /// (`service::receive`): what the push is advertised and in which object format it comes, and

@@ -7,10 +7,11 @@ use std::io::Write;
 use gix_hash::ObjectId;
 
 use super::sideband::{Bands, Framing};
-use crate::error::{ProtocolError, ServeError};
+use crate::error::ProtocolError;
 use crate::filter::Filter;
 use crate::pack;
 use crate::repo::RefSnapshot;
+use crate::serve_error::ServeError;
 use crate::shallow::{self, Boundary, Deepen};
 
 /// An object id as the client wrote it, in the repository's hash.

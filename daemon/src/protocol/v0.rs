@@ -12,9 +12,10 @@ use super::pkt::{self, Line};
 use super::sideband::Framing;
 use super::upload::{self, Extras, Have, PackRequest, Upload};
 use super::{Bounds, Version, hash_name};
-use crate::error::{ProtocolError, ServeError};
+use crate::error::ProtocolError;
 use crate::pack::Stats;
 use crate::repo::{HeadState, RefSnapshot};
+use crate::serve_error::ServeError;
 
 /// The capabilities advertised, in git's order, before `symref=`, `object-format=` and `agent=`.
 const CAPABILITIES: &[&str] = &[

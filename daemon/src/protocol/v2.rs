@@ -14,9 +14,10 @@ use super::hash_name;
 use super::pkt::{self, Line};
 use super::sideband::Framing;
 use super::upload::{self, Extras, PackRequest, Upload};
-use crate::error::{ProtocolError, ServeError};
+use crate::error::ProtocolError;
 use crate::pack::Stats;
 use crate::repo::{HeadState, RefSnapshot};
+use crate::serve_error::ServeError;
 
 /// A command: its arguments in, its response out; the statistics of a pack it sent.
 type Run = fn(&Bounds<'_>, &mut dyn Upload, &[Line<'_>], &mut dyn Write) -> Result<Option<Stats>, ServeError>;

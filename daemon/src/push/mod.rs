@@ -19,9 +19,9 @@ use gix::bstr::ByteSlice;
 use gix_hash::ObjectId;
 use gix_object::Kind;
 
-use crate::error::ServeError;
 use crate::repo::ref_store::{Edit, LogEntry, RefStore, reftable_transaction};
 use crate::repo::{HeadState, RefSnapshot};
+use crate::serve_error::ServeError;
 use crate::session::Context;
 use commands::{Connectivity, check_command};
 use objects::{LimitedRead, check_objects};

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::config::{Exports, PathRules};
-use crate::error::{RepoError, ServeError};
+use crate::error::RepoError;
 
 pub mod cache;
 pub mod checked;
@@ -26,7 +26,7 @@ pub use listing::repositories_below;
 pub use loose::loose_refs_state;
 use paths::{git_dir_of, home_of, is_git_dir};
 pub use paths::{percent_decode, relative_repo_path};
-pub use refs::{AdvertisedRef, HeadState, RefSnapshot, WantPolicy, is_hidden, upload_ref_state};
+pub use refs::{AdvertisedRef, HeadState, RefSnapshot, RefsError, WantPolicy, is_hidden, upload_ref_state};
 
 /// How gixd opens a repository: isolated from the user's and system's config, git's delta-base
 /// cache, and without a multi-pack-index that would hide objects ([`midx`]).
@@ -362,7 +362,7 @@ impl Repos {
     /// their state changed ([`upload_ref_state`]): a stateless fetch is a request per round of
     /// negotiation, each of which read and parsed every packed ref (a thousand tags) again. With
     /// them, whether they moved since this server last served the repository.
-    pub fn upload_refs(&self, served: &Served, repo: &gix::Repository) -> Result<(Arc<RefSnapshot>, Refs), ServeError> {
+    pub fn upload_refs(&self, served: &Served, repo: &gix::Repository) -> Result<(Arc<RefSnapshot>, Refs), RefsError> {
         let mut state = upload_ref_state(repo)?;
         // Asked on every request (each round of a stateless negotiation): the path is copied
         // only the first time.
@@ -409,7 +409,7 @@ const REF_READS: usize = 8;
 enum Reread {
     /// They moved while they were read: their state after it.
     Moved(u64),
-    Failed(ServeError),
+    Failed(RefsError),
 }
 
 /// This machine's name (its UTS namespace's: each container has its own).

@@ -13,7 +13,7 @@ use gix::bstr::{BString, ByteSlice};
 use gix_hash::ObjectId;
 use gix_reftable::{RefValue, Stack};
 
-use crate::error::ServeError;
+use super::RefsError;
 
 /// A ref as the ref store holds it.
 pub(super) struct StoredRef {
@@ -42,7 +42,7 @@ pub(super) enum Peel {
 #[doc(hidden)]
 pub static BETWEEN_PACKED_AND_LOOSE: std::sync::Mutex<Option<Box<dyn FnMut() + Send>>> = std::sync::Mutex::new(None);
 
-pub(super) fn files_refs(repo: &gix::Repository) -> Result<Vec<(BString, StoredRef)>, ServeError> {
+pub(super) fn files_refs(repo: &gix::Repository) -> Result<Vec<(BString, StoredRef)>, RefsError> {
     let mut packed: Vec<(BString, StoredRef)> = Vec::new();
     if let Ok(Some(buffer)) = repo.refs.cached_packed_buffer() {
         // Under the `fully-peeled` trait (every git since 1.8 writes it), a packed ref without a
@@ -75,7 +75,7 @@ pub(super) fn files_refs(repo: &gix::Repository) -> Result<Vec<(BString, StoredR
         between();
     }
     let mut loose: Vec<(BString, StoredRef)> = Vec::new();
-    for reference in repo.refs.loose_iter().map_err(ServeError::Io)?.flatten() {
+    for reference in repo.refs.loose_iter().map_err(RefsError::Io)?.flatten() {
         loose.push((reference.name.as_bstr().to_owned(), StoredRef { target: reference.target, peel: Peel::Unknown }));
     }
     for list in [&mut packed, &mut loose] {
@@ -138,7 +138,7 @@ impl RefStore {
     }
 
     /// Every ref but HEAD, sorted by name, and HEAD.
-    pub(super) fn stored(&self, repo: &gix::Repository) -> Result<(Vec<(BString, StoredRef)>, StoredHead), ServeError> {
+    pub(super) fn stored(&self, repo: &gix::Repository) -> Result<(Vec<(BString, StoredRef)>, StoredHead), RefsError> {
         match self {
             RefStore::Files => {
                 let head = match repo.head_name() {
@@ -181,7 +181,7 @@ impl RefStore {
     /// Hash what the stored refs depend on into `h`: for the files backend the caller hashes
     /// packed-refs, the loose refs and HEAD; for reftable `tables.list` names every table, and
     /// tables never change under their name.
-    pub fn hash_state(&self, h: &mut impl Hasher) -> Result<bool, ServeError> {
+    pub fn hash_state(&self, h: &mut impl Hasher) -> Result<bool, RefsError> {
         match self {
             RefStore::Files => Ok(false),
             RefStore::Reftable(dir) => {
@@ -189,7 +189,7 @@ impl RefStore {
                 match std::fs::read(&list) {
                     Ok(text) => text.hash(h),
                     Err(err) if err.kind() == std::io::ErrorKind::NotFound => "no tables.list".hash(h),
-                    Err(err) => return Err(ServeError::Io(err)),
+                    Err(err) => return Err(RefsError::Io(err)),
                 }
                 Ok(true)
             }
@@ -218,7 +218,7 @@ impl RefStore {
 
     /// Every object id the reflogs of a reftable stack name (old and new values), for what prune
     /// must keep; the files backend's reflogs are read by the caller (`logs/`).
-    pub fn reftable_log_values(&self) -> Result<Vec<ObjectId>, ServeError> {
+    pub fn reftable_log_values(&self) -> Result<Vec<ObjectId>, RefsError> {
         let RefStore::Reftable(dir) = self else { return Ok(Vec::new()) };
         let mut values = Vec::new();
         for log in Stack::open(dir)?.logs()? {
@@ -231,7 +231,7 @@ impl RefStore {
 
     /// Whether a ref under `prefix` exists, for reftable (`None` for the files backend, which
     /// the caller asks itself).
-    pub fn reftable_has_prefix(&self, prefix: &str) -> Result<Option<bool>, ServeError> {
+    pub fn reftable_has_prefix(&self, prefix: &str) -> Result<Option<bool>, RefsError> {
         let RefStore::Reftable(dir) = self else { return Ok(None) };
         Ok(Some(Stack::open(dir)?.refs()?.iter().any(|r| r.name.starts_with(prefix.as_bytes()))))
     }

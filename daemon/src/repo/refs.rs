@@ -9,7 +9,29 @@ use gix_hash::ObjectId;
 
 use super::ref_store::{Peel, RefStore, StoredHead, StoredRef};
 use super::*;
-use crate::error::ServeError;
+
+/// Reading a repository's refs failed: the files or reftable backend, or the object a tag peels to.
+#[derive(Debug, thiserror::Error)]
+pub enum RefsError {
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// The reftable stack could not be read (a damaged table, a `tables.list` that kept changing).
+    #[error("refs: {0}")]
+    Reftable(#[from] gix_reftable::Error),
+    #[error("repository access failed: {0}")]
+    Git(#[from] gix::Error),
+    #[error("object {0} is missing from the repository")]
+    MissingObject(ObjectId),
+}
+
+impl From<crate::graph::GraphError> for RefsError {
+    fn from(err: crate::graph::GraphError) -> Self {
+        match err {
+            crate::graph::GraphError::Missing(id) => RefsError::MissingObject(id),
+            crate::graph::GraphError::Git(err) => RefsError::Git(err),
+        }
+    }
+}
 
 /// One ref as advertised.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -47,7 +69,7 @@ pub enum HeadState {
 /// new inode, size or times); every loose ref's path and bytes ([`loose_refs_state`]); HEAD;
 /// and the settings that hide refs or widen wants. What a request is answered from is
 /// keyed by it (the ref snapshot, the pack cache).
-pub fn upload_ref_state(repo: &gix::Repository) -> Result<u64, ServeError> {
+pub fn upload_ref_state(repo: &gix::Repository) -> Result<u64, RefsError> {
     use std::os::unix::fs::MetadataExt;
     let mut h = std::collections::hash_map::DefaultHasher::new();
     if !RefStore::of(repo).hash_state(&mut h)? {
@@ -55,7 +77,7 @@ pub fn upload_ref_state(repo: &gix::Repository) -> Result<u64, ServeError> {
             Ok(m) => (m.dev(), m.ino(), m.len(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()).hash(&mut h),
             Err(_) => "no packed-refs".hash(&mut h),
         }
-        loose_refs_state(&repo.common_dir().join("refs")).map_err(ServeError::Io)?.hash(&mut h);
+        loose_refs_state(&repo.common_dir().join("refs")).map_err(RefsError::Io)?.hash(&mut h);
         match repo.head_name() {
             Ok(Some(name)) => name.as_bstr().hash(&mut h),
             Ok(None) => repo.head_id().ok().map(|id| id.detach()).hash(&mut h),
@@ -127,18 +149,18 @@ impl WantPolicy {
 
 impl RefSnapshot {
     /// The refs as upload-pack serves them (`transfer.hideRefs`, `uploadpack.hideRefs`).
-    pub fn load(repo: &gix::Repository) -> Result<RefSnapshot, ServeError> {
+    pub fn load(repo: &gix::Repository) -> Result<RefSnapshot, RefsError> {
         Self::load_hiding(repo, Some("uploadpack.hideRefs"))
     }
 
     /// Every ref, hidden or not (to tell a hidden ref from a new one).
-    pub fn load_hiding_nothing(repo: &gix::Repository) -> Result<RefSnapshot, ServeError> {
+    pub fn load_hiding_nothing(repo: &gix::Repository) -> Result<RefSnapshot, RefsError> {
         Self::load_hiding(repo, None)
     }
 
     /// The refs as receive-pack shows them (`transfer.hideRefs`, `receive.hideRefs`); a hidden
     /// ref cannot be pushed to either.
-    pub fn load_for_push(repo: &gix::Repository) -> Result<RefSnapshot, ServeError> {
+    pub fn load_for_push(repo: &gix::Repository) -> Result<RefSnapshot, RefsError> {
         Self::load_hiding(repo, Some("receive.hideRefs"))
     }
 
@@ -165,7 +187,7 @@ impl RefSnapshot {
         }
     }
 
-    fn load_hiding(repo: &gix::Repository, service_key: Option<&str>) -> Result<RefSnapshot, ServeError> {
+    fn load_hiding(repo: &gix::Repository, service_key: Option<&str>) -> Result<RefSnapshot, RefsError> {
         let store = RefStore::of(repo);
         let (stored, stored_head) = store.stored(repo)?;
         // Symbolic refs are few: each one's object, found before the list is consumed (a

@@ -11,7 +11,7 @@ use gix_object::Kind;
 use super::tags::tags_of_selected_by_bitmap;
 use super::{Request, Selection, Walker};
 use crate::bitmap::PackBitmap;
-use crate::error::ServeError;
+use crate::graph::GraphError;
 use crate::graph::TreePath;
 
 /// By bitmap: the pack positions of the first objects sent ([`Selection::in_pack`]), in order.
@@ -50,7 +50,7 @@ pub(super) fn select_with_bitmap(
     repo: &gix::Repository,
     request: &Request<'_>,
     bitmap: &std::sync::Arc<PackBitmap>,
-) -> Result<Option<Selection>, ServeError> {
+) -> Result<Option<Selection>, GraphError> {
     // The reach walks decode trees as the walk does: a delta cache of bases only, its share of
     // the walks' budget (the handle's own keeps every tree decoded, and copies each in).
     let walk_repo = crate::repo::with_walk_cache(repo);
@@ -155,7 +155,7 @@ fn common_is_readable(
     request: &Request<'_>,
     bitmap: &PackBitmap,
     want: &crate::bitmap::Reach,
-) -> Result<bool, ServeError> {
+) -> Result<bool, GraphError> {
     let met: HashSet<ObjectId> = want.met.iter().copied().collect();
     let readable_by_itself = |id: &ObjectId| {
         request.refs.is_tip(id)
@@ -184,7 +184,7 @@ fn same_name_in(
     repo: &gix::Repository,
     edges: &[ObjectId],
     names: &gix::hashtable::HashMap<ObjectId, TreePath>,
-) -> Result<gix::hashtable::HashMap<ObjectId, ObjectId>, ServeError> {
+) -> Result<gix::hashtable::HashMap<ObjectId, ObjectId>, GraphError> {
     let wanted: HashSet<u64> = names.values().map(|path| path.full).collect();
     let mut held: std::collections::HashMap<u64, ObjectId> = std::collections::HashMap::new();
     let mut read: HashSet<ObjectId> = HashSet::new();
@@ -200,11 +200,10 @@ fn same_name_in(
             if !read.insert(tree) {
                 continue;
             }
-            let data =
-                gix_object::Find::try_find(&repo.objects, &tree, &mut buf)?.ok_or(ServeError::MissingObject(tree))?;
+            let data = gix_object::Find::try_find(&repo.objects, &tree, &mut buf)?.ok_or(GraphError::Missing(tree))?;
             let mut subtrees = Vec::new();
             for entry in gix_object::TreeRefIter::from_bytes(data.data, tree.kind()) {
-                let entry = entry.map_err(|_| ServeError::MissingObject(tree))?;
+                let entry = entry.map_err(|_| GraphError::Missing(tree))?;
                 if entry.mode.is_commit() {
                     continue;
                 }

@@ -13,8 +13,8 @@ use gix_hash::ObjectId;
 use gix_object::{Find, Kind};
 
 use crate::bitmap::PackBitmap;
-use crate::error::ServeError;
 use crate::filter::Filter;
+use crate::graph::GraphError;
 use crate::graph::TreePath;
 use crate::repo::RefSnapshot;
 use crate::shallow::Boundary;
@@ -187,10 +187,10 @@ pub static COMMITS_READ_FOR_THEIR_TREE: std::sync::atomic::AtomicUsize = std::sy
 pub static ENTRIES_LOOKED_UP: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// `id`'s kind and data, read into `buf`.
-fn find_into<'b>(repo: &gix::Repository, id: &ObjectId, buf: &'b mut Vec<u8>) -> Result<(Kind, &'b [u8]), ServeError> {
+fn find_into<'b>(repo: &gix::Repository, id: &ObjectId, buf: &'b mut Vec<u8>) -> Result<(Kind, &'b [u8]), GraphError> {
     match repo.objects.try_find(id, buf)? {
         Some(data) => Ok((data.kind, data.data)),
-        None => Err(ServeError::MissingObject(*id)),
+        None => Err(GraphError::Missing(*id)),
     }
 }
 
@@ -216,18 +216,18 @@ impl<'r> Walker<'r> {
         }
     }
 
-    fn find(&mut self, id: &ObjectId) -> Result<(Kind, &[u8]), ServeError> {
+    fn find(&mut self, id: &ObjectId) -> Result<(Kind, &[u8]), GraphError> {
         find_into(self.repo, id, &mut self.buf)
     }
 
     /// The entries of a tree, gitlinks left out (a submodule's commit lives in another
     /// repository), each with the hash of its path below `path` (the tree's own path hash).
-    fn tree_entries(&mut self, tree: &ObjectId, path: TreePath) -> Result<Vec<(ObjectId, bool, TreePath)>, ServeError> {
+    fn tree_entries(&mut self, tree: &ObjectId, path: TreePath) -> Result<Vec<(ObjectId, bool, TreePath)>, GraphError> {
         let hash_kind = tree.kind();
         let (_, data) = self.find(tree)?;
         let mut out = Vec::new();
         for entry in gix_object::TreeRefIter::from_bytes(data, hash_kind) {
-            let entry = entry.map_err(|_| ServeError::MissingObject(*tree))?;
+            let entry = entry.map_err(|_| GraphError::Missing(*tree))?;
             if !entry.mode.is_commit() {
                 out.push((entry.oid.to_owned(), entry.mode.is_tree(), path.child(entry.filename)));
             }
@@ -250,8 +250,8 @@ impl<'r> Walker<'r> {
         }
     }
 
-    fn kind_of(&self, id: &ObjectId) -> Result<Kind, ServeError> {
-        Ok(self.repo.find_header(*id).map_err(|_| ServeError::MissingObject(*id))?.kind())
+    fn kind_of(&self, id: &ObjectId) -> Result<Kind, GraphError> {
+        Ok(self.repo.find_header(*id).map_err(|_| GraphError::Missing(*id))?.kind())
     }
 
     /// Add `id` to the output unless it was seen or the client has it; true if added.
@@ -275,7 +275,7 @@ impl<'r> Walker<'r> {
 
     /// Send `root` and everything below it that is neither seen nor held by the client nor left
     /// out by the filter. A tree the client named (`named`) is sent whatever the filter says.
-    fn add_tree(&mut self, root: ObjectId, named: bool) -> Result<(), ServeError> {
+    fn add_tree(&mut self, root: ObjectId, named: bool) -> Result<(), GraphError> {
         if !named && self.filter.tree_depth == Some(0) {
             return Ok(());
         }
@@ -300,7 +300,7 @@ impl<'r> Walker<'r> {
             let skip_seen = self.filter.tree_depth.is_none();
             let walked = if skip_seen { self.last_at_path.take(path.full) } else { Vec::new() };
             for entry in crate::graph::unchanged::changed_entries(&data, &walked, tree.kind()) {
-                let entry = entry.map_err(|_| ServeError::MissingObject(tree))?;
+                let entry = entry.map_err(|_| GraphError::Missing(tree))?;
                 if entry.mode.is_commit() {
                     continue; // a gitlink: the commit lives in another repository
                 }
@@ -348,7 +348,7 @@ impl<'r> Walker<'r> {
     }
 
     /// Whether the filter lets a blob through (one not yet sent or held).
-    fn blob_passes(&mut self, id: &gix_hash::oid) -> Result<bool, ServeError> {
+    fn blob_passes(&mut self, id: &gix_hash::oid) -> Result<bool, GraphError> {
         if self.filter.no_blobs {
             return Ok(false);
         }
@@ -356,13 +356,13 @@ impl<'r> Walker<'r> {
         if self.met.contains(&self.out.objects, id) || self.out.client_has.contains(id) {
             return Ok(false);
         }
-        let size = self.repo.find_header(id.to_owned()).map_err(|_| ServeError::MissingObject(id.to_owned()))?.size();
+        let size = self.repo.find_header(id.to_owned()).map_err(|_| GraphError::Missing(id.to_owned()))?.size();
         Ok(size < limit)
     }
 
     /// Record `root` and everything below it as held by the client.
     /// Also where each object is (by path hash), for [`Selection::same_path_held`].
-    fn mark_tree_held(&mut self, root: ObjectId) -> Result<(), ServeError> {
+    fn mark_tree_held(&mut self, root: ObjectId) -> Result<(), GraphError> {
         self.held_by_path.entry(TreePath::ROOT.full).or_insert(root);
         if !self.out.client_has.insert(root) {
             return Ok(());
@@ -379,7 +379,7 @@ impl<'r> Walker<'r> {
         Ok(())
     }
 
-    fn tree_of_commit(&mut self, commit: &ObjectId) -> Result<ObjectId, ServeError> {
+    fn tree_of_commit(&mut self, commit: &ObjectId) -> Result<ObjectId, GraphError> {
         if let Some(tree) = self.commit_graph.and_then(|graph| crate::repo::commit_graph::root_tree(graph, commit)) {
             return Ok(tree);
         }
@@ -390,15 +390,13 @@ impl<'r> Walker<'r> {
         COMMITS_READ_FOR_THEIR_TREE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (kind, data) = self.find(commit)?;
         if kind != Kind::Commit {
-            return Err(ServeError::MissingObject(*commit));
+            return Err(GraphError::Missing(*commit));
         }
-        gix_object::CommitRefIter::from_bytes(data, commit.kind())
-            .tree_id()
-            .map_err(|_| ServeError::MissingObject(*commit))
+        gix_object::CommitRefIter::from_bytes(data, commit.kind()).tree_id().map_err(|_| GraphError::Missing(*commit))
     }
 
     /// Peel tags (sending each), returning the first non-tag object and its kind.
-    fn peel_sending_tags(&mut self, mut id: ObjectId) -> Result<(ObjectId, Kind), ServeError> {
+    fn peel_sending_tags(&mut self, mut id: ObjectId) -> Result<(ObjectId, Kind), GraphError> {
         for _ in 0..64 {
             let kind = self.kind_of(&id)?;
             if kind != Kind::Tag {
@@ -406,11 +404,10 @@ impl<'r> Walker<'r> {
             }
             self.add(id, Kind::Tag);
             let (_, data) = self.find(&id)?;
-            id = gix_object::TagRefIter::from_bytes(data, id.kind())
-                .target_id()
-                .map_err(|_| ServeError::MissingObject(id))?;
+            id =
+                gix_object::TagRefIter::from_bytes(data, id.kind()).target_id().map_err(|_| GraphError::Missing(id))?;
         }
-        Err(ServeError::MissingObject(id))
+        Err(GraphError::Missing(id))
     }
 
     fn run(
@@ -418,7 +415,7 @@ impl<'r> Walker<'r> {
         wants: &[ObjectId],
         common: &[ObjectId],
         boundary: Option<&Boundary>,
-    ) -> Result<Selection, ServeError> {
+    ) -> Result<Selection, GraphError> {
         let mut commit_tips = Vec::new();
         let mut roots = Vec::new();
         for want in wants {
@@ -538,10 +535,10 @@ fn walk_with_grafts(
     tips: &[ObjectId],
     hidden: &[ObjectId],
     grafts: &HashSet<ObjectId>,
-) -> Result<Vec<(ObjectId, Vec<ObjectId>)>, ServeError> {
-    let parents_of = |id: ObjectId| -> Result<(i64, Vec<ObjectId>), ServeError> {
-        let commit = repo.find_commit(id).map_err(|_| ServeError::MissingObject(id))?;
-        let time = commit.time().map_err(|_| ServeError::MissingObject(id))?.seconds;
+) -> Result<Vec<(ObjectId, Vec<ObjectId>)>, GraphError> {
+    let parents_of = |id: ObjectId| -> Result<(i64, Vec<ObjectId>), GraphError> {
+        let commit = repo.find_commit(id).map_err(|_| GraphError::Missing(id))?;
+        let time = commit.time().map_err(|_| GraphError::Missing(id))?.seconds;
         let parents = if grafts.contains(&id) { Vec::new() } else { commit.parent_ids().map(|p| p.detach()).collect() };
         Ok((time, parents))
     };
@@ -573,7 +570,7 @@ pub fn select(
     repo: &gix::Repository,
     request: &Request<'_>,
     bitmap: Option<&std::sync::Arc<PackBitmap>>,
-) -> Result<Selection, ServeError> {
+) -> Result<Selection, GraphError> {
     let plain_filter = request.filter.is_none() || request.filter == (Filter { no_blobs: true, ..Filter::default() });
     if let Some(bitmap) = bitmap
         && request.boundary.is_none()
@@ -586,7 +583,7 @@ pub fn select(
 }
 
 /// The walk: what [`select`] does without a usable bitmap.
-pub fn select_by_walking(repo: &gix::Repository, request: &Request<'_>) -> Result<Selection, ServeError> {
+pub fn select_by_walking(repo: &gix::Repository, request: &Request<'_>) -> Result<Selection, GraphError> {
     let walk_repo = crate::repo::with_walk_cache(repo);
     let mut walker = Walker::new(&walk_repo);
     walker.filter = request.filter;
@@ -604,7 +601,7 @@ pub fn everything_reachable(
     repo: &gix::Repository,
     tips: &[ObjectId],
     tell: Option<&dyn Fn(usize)>,
-) -> Result<Selection, ServeError> {
+) -> Result<Selection, GraphError> {
     let walk_repo = crate::repo::with_walk_cache(repo);
     let mut walker = Walker::new(&walk_repo);
     walker.name_hashes = true;

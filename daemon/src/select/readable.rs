@@ -7,11 +7,11 @@ use std::collections::HashSet;
 use gix_hash::ObjectId;
 
 use super::*;
-use crate::error::ServeError;
+use crate::graph::GraphError;
 use crate::repo::RefSnapshot;
 
 /// Every object reachable from `tips`: what a client that may read those refs may be sent.
-pub fn reachable_from(repo: &gix::Repository, tips: &[ObjectId]) -> Result<HashSet<ObjectId>, ServeError> {
+pub fn reachable_from(repo: &gix::Repository, tips: &[ObjectId]) -> Result<HashSet<ObjectId>, GraphError> {
     Ok(everything_reachable(repo, tips, None)?.objects.into_iter().collect())
 }
 
@@ -81,7 +81,7 @@ impl View<'_> {
     /// The objects reachable from the refs (all of which this client may read), cached per ref
     /// state: from the pack bitmap when there is one (bits, and a walk only of what the
     /// bitmapped pack lacks), else from a walk of everything.
-    pub fn readable_objects(&self) -> Result<std::sync::Arc<Readable>, ServeError> {
+    pub fn readable_objects(&self) -> Result<std::sync::Arc<Readable>, GraphError> {
         let (repo, refs) = (self.repo, self.refs);
         self.caches.readable.get_or_compute(self.served, refs.fingerprint(), || {
             #[cfg(feature = "test-hooks")]
@@ -119,7 +119,7 @@ impl View<'_> {
     /// bits of the cached readable reach; without one, by a walk of commits only from the
     /// visible tips that stops once every candidate is found (commit-graph where present), never
     /// a walk of every object.
-    pub fn readable_commits(&self, commits: &[ObjectId]) -> Result<HashSet<ObjectId>, ServeError> {
+    pub fn readable_commits(&self, commits: &[ObjectId]) -> Result<HashSet<ObjectId>, GraphError> {
         let (repo, refs) = (self.repo, self.refs);
         if commits.is_empty() {
             return Ok(HashSet::new());
@@ -157,7 +157,7 @@ fn commits_reached(
     repo: &gix::Repository,
     refs: &RefSnapshot,
     commits: &[ObjectId],
-) -> Result<HashSet<ObjectId>, ServeError> {
+) -> Result<HashSet<ObjectId>, GraphError> {
     let mut left: HashSet<ObjectId> = commits.iter().copied().collect();
     let mut found = HashSet::new();
     let mut tips = Vec::new();

@@ -5,7 +5,7 @@ use gix_hash::ObjectId;
 
 use super::Walker;
 use crate::bitmap::PackBitmap;
-use crate::error::ServeError;
+use crate::graph::GraphError;
 use crate::repo::RefSnapshot;
 
 /// [`include_tags`] for a selection by bitmap, asked of its bits (and the objects outside the
@@ -17,7 +17,7 @@ pub(super) fn tags_of_selected_by_bitmap(
     refs: &RefSnapshot,
     bitmap: &PackBitmap,
     want: &crate::bitmap::Reach,
-) -> Result<Vec<ObjectId>, ServeError> {
+) -> Result<Vec<ObjectId>, GraphError> {
     let selected = |id: &ObjectId| bitmap.pos(id).is_some_and(|pos| want.bits.get(pos)) || want.extra.contains_key(id);
     let mut walker = Walker::new(repo);
     for r in refs.refs.iter().filter(|r| r.name.starts_with(b"refs/tags/")) {
@@ -34,7 +34,7 @@ impl Walker<'_> {
     /// (`met` holds exactly the objects it added), not of copies of it — a clone of a
     /// 336 000-object repository built two such sets, 36 MB, to find a few tags. Each tag
     /// added is counted as the walk counts what it adds.
-    pub(super) fn include_tags(&mut self, refs: &RefSnapshot) -> Result<(), ServeError> {
+    pub(super) fn include_tags(&mut self, refs: &RefSnapshot) -> Result<(), GraphError> {
         for r in refs.refs.iter().filter(|r| r.name.starts_with(b"refs/tags/")) {
             let Some(peeled) = r.peeled else { continue };
             // A peeled object is no tag: the tags added on the way do not change the answer.

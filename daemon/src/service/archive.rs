@@ -4,9 +4,9 @@
 
 use std::io::{Seek, Write};
 
-use crate::error::ServeError;
 use crate::protocol::archive::{Archiver, Refusal, Request, Source, clip, repository};
 use crate::repo::RefSnapshot;
+use crate::serve_error::ServeError;
 use crate::session::Context;
 
 /// One upload-archive request's repository and the refs it may name.

@@ -23,9 +23,9 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 
 use crate::access_log::Record;
-use crate::error::ServeError;
 use crate::protocol::{self, Version};
 use crate::repo::Served;
+use crate::serve_error::ServeError;
 use crate::session::{State, Tally};
 
 /// How a request ended, in the access log's `status` and the metrics' `status` label alike for

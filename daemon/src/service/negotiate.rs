@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use gix_hash::ObjectId;
 use gix_object::Kind;
 
-use crate::error::ServeError;
 use crate::protocol::upload::Have;
+use crate::serve_error::ServeError;
 
 /// What a have we hold stands for.
 enum Held {

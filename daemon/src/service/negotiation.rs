@@ -9,10 +9,11 @@ use std::sync::Arc;
 use gix_hash::ObjectId;
 
 use super::negotiate::Common;
-use crate::error::{ProtocolError, ServeError};
+use crate::error::ProtocolError;
 use crate::pack;
 use crate::protocol::upload::{Extras, Have, PackRequest, Upload, WantRule};
 use crate::repo::RefSnapshot;
+use crate::serve_error::ServeError;
 use crate::session::Context;
 use crate::shallow::Boundary;
 
@@ -60,7 +61,7 @@ impl<'a> Session<'a> {
 
     /// Which of `commits` the refs this request is served from reach ([`crate::select::View::readable_commits`]).
     fn readable_commits(&self, commits: &[ObjectId]) -> Result<std::collections::HashSet<ObjectId>, ServeError> {
-        self.view().readable_commits(commits)
+        Ok(self.view().readable_commits(commits)?)
     }
 
     /// Whether each of `ids` (object, is a commit; each present) is reachable from a ref this
@@ -198,7 +199,7 @@ impl Upload for Session<'_> {
         if !extras.deepen.is_active() {
             return Ok(None);
         }
-        crate::shallow::compute(&self.repo, wants, &extras.deepen).map(Some)
+        Ok(Some(crate::shallow::compute(&self.repo, wants, &extras.deepen)?))
     }
 
     fn have(&mut self, id: ObjectId) -> Result<Have, ServeError> {

@@ -4,10 +4,10 @@
 //! it, which objects a delta base may be (the readable set, asked only when it costs nothing),
 //! the pack's options, its progress lines and the log line of what was sent.
 
-use crate::error::ServeError;
 use crate::pack;
 use crate::protocol::upload::PackRequest;
 use crate::select;
+use crate::serve_error::ServeError;
 use crate::session::Context;
 
 /// Select `request`'s objects and write its pack into `out`.
@@ -42,7 +42,7 @@ pub fn select_and_write(
             progress: Some(&tell),
             commit_graph: commit_graph.as_deref().and_then(Option::as_ref),
         };
-        select::select(repo, &request, bitmap.as_ref())
+        select::select(repo, &request, bitmap.as_ref()).map_err(ServeError::from)
     };
     // Nothing is sent yet: a selection that met an object gix-odb could not find or read (what
     // it answers now and then while a repack swaps packs under a handle's snapshot) is made once

@@ -7,10 +7,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::{Outcome, Refusal, Request, Work};
-use crate::error::ServeError;
 use crate::protocol::receive::Receiver;
 use crate::protocol::{self, Version};
 use crate::repo::{RefSnapshot, Served};
+use crate::serve_error::ServeError;
 use crate::session::Context;
 use crate::session::{State, Tally};
 
@@ -28,7 +28,7 @@ impl<'a> Push<'a> {
 
 impl Receiver for Push<'_> {
     fn advertised(&self) -> Result<RefSnapshot, ServeError> {
-        RefSnapshot::load_for_push(&self.repo)
+        Ok(RefSnapshot::load_for_push(&self.repo)?)
     }
 
     fn object_hash(&self) -> gix_hash::Kind {

@@ -23,11 +23,11 @@ use tokio::sync::mpsc;
 use super::buffer::{self, Outbox, Outlet};
 use super::negotiation::Session;
 use super::{Outcome, Refusal, Request, Work};
-use crate::error::ServeError;
 use crate::pack::Stats;
 use crate::pack_cache::{Entry, Found, Generated, Generation, Key, PackCache};
 use crate::protocol::{self, FetchKey, Input, Version};
 use crate::repo::{RefSnapshot, Served};
+use crate::serve_error::ServeError;
 use crate::session::Context;
 use crate::session::{Exchange, State, Tally};
 

@@ -448,7 +448,7 @@ async fn receive_pack_advertisement(state: &Arc<State>, repo_path: &str, req: &R
         }
         Err(response) => return response,
     };
-    let advertised = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, crate::error::ServeError> {
+    let advertised = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, crate::serve_error::ServeError> {
         let repo = served.repo.to_thread_local();
         let refs = RefSnapshot::load_for_push(&repo)?;
         let mut w = pkt::Writer::new();
