@@ -12,7 +12,8 @@
 //! - [`server`] — the accept loops and the runtime, sized by [`budget`] (the CPU budget read
 //!   from the kernel: affinity and CFS quota); [`demo`] — the repository served when gixd
 //!   starts with no configuration.
-//! - [`transport`] — bytes in, bytes out: smart HTTP on hyper (`transport::http`), git://
+//! - [`transport`] — bytes in, bytes out: smart HTTP on hyper (`transport::http`), Git LFS's
+//!   HTTP API (`transport::lfs`), what both build responses from (`transport::http_common`), git://
 //!   (`transport::git`), HTTPS's TLS (`transport::tls`), SSH in-process (`transport::ssh`) or under
 //!   OpenSSH (`transport::shell`), both running commands through `transport::exec`, streamed
 //!   bodies (`transport::stream`), a minimum receive rate
@@ -24,7 +25,9 @@
 //!   its share, then a slot, taken there only — served, sent, settled and recorded once), and
 //!   one entry per service: upload-pack (`service::upload`, through the single-flight pack cache
 //!   for a fetch that ends its negotiation), receive-pack (`service::receive`), a connection's
-//!   service (`service::connection`); a transport only parses its framing and carries bytes;
+//!   service (`service::connection`), Git LFS (`service::lfs`: its objects, verify and locks
+//!   under the same grants; uploads under permits of their own, downloads under none); a
+//!   transport only parses its framing and carries bytes;
 //!   `service::buffer` holds what a blocking writer wrote until the transport has sent it.
 //!   An upload-pack request runs as a session (`service::negotiation`: the repository's answers
 //!   to the codecs — allowed wants, common haves and readiness by `service::negotiate`, the
@@ -62,7 +65,8 @@
 //!   verified for walks (`repo::commit_graph`); [`packs`] — the pack files, so an entry is copied
 //!   without being inflated to find its end; [`pack_ranges`] — a pack file mapped with its
 //!   descriptor, so that its bytes travel up the layers as ranges of the file, not copies; [`ref_locks`] — the ref lock files a push or a
-//!   maintenance run holds, noted so that a kill does not leave them for good.
+//!   maintenance run holds, noted so that a kill does not leave them for good; [`lfs`] — a
+//!   repository's Git LFS objects and locks as files, and the LFS API's JSON bodies.
 //! - [`graph`] — the object graph: an object's children, peeling.
 //! - [`config`] — every limit, with why it exists; [`error`] — the typed errors, each reported
 //!   once, where the request's answer is written; [`filter`] — partial-clone filter specs and
@@ -80,6 +84,7 @@ pub mod demo;
 pub mod error;
 pub mod filter;
 pub mod graph;
+pub mod lfs;
 pub mod lifecycle;
 pub mod maintenance;
 pub mod metrics;

@@ -106,6 +106,10 @@ impl Server {
             Some(addr) => Some(TcpListener::bind(addr).await?),
             None => None,
         };
+        let addresses = crate::session::Addresses {
+            http: listener.local_addr().ok(),
+            https: https.as_ref().and_then(|(l, _)| l.local_addr().ok()),
+        };
         let (maintenance, maintenance_asks) = match config.auto_maintenance {
             true => {
                 let (asks, asked) = crate::service::maintenance::channel();
@@ -120,7 +124,7 @@ impl Server {
             https,
             ssh,
             metrics_listener,
-            state: Arc::new(State::new(config, repos, options.tap, maintenance)?),
+            state: Arc::new(State { addresses, ..State::new(config, repos, options.tap, maintenance)? }),
         })
     }
 

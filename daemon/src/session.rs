@@ -35,6 +35,17 @@ pub struct State {
     pub maintenance: Option<tokio::sync::mpsc::UnboundedSender<std::path::PathBuf>>,
     /// Serving, draining or cancelled, and the work in flight a stop waits for.
     pub life: Arc<crate::lifecycle::Life>,
+    /// One permit per LFS upload in flight (`Config::lfs`), taken in the pipeline only.
+    pub lfs_uploads: Arc<tokio::sync::Semaphore>,
+    /// Where the HTTP(S) listeners are bound (a port 0 in the configuration made concrete).
+    pub addresses: Addresses,
+}
+
+/// The addresses the server's HTTP and HTTPS listeners are bound to, once bound.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Addresses {
+    pub http: Option<std::net::SocketAddr>,
+    pub https: Option<std::net::SocketAddr>,
 }
 
 /// A transfer slot (one of `Config::max_transfers`), counted in the metrics while held.
@@ -136,6 +147,8 @@ impl State {
             queued: Default::default(),
             maintenance,
             life: crate::lifecycle::Life::new(),
+            lfs_uploads: Arc::new(tokio::sync::Semaphore::new(config.lfs.max_uploads.max(1))),
+            addresses: Addresses::default(),
             config,
         })
     }

@@ -195,6 +195,32 @@ fn unknown_keys_ungranted_repositories_read_only_pushes_shells_and_other_command
 }
 
 /// Waits until the server closes `stream` (a read of 0 or an error), reading what it sends.
+/// A push whose client asks the server for something while the push waits for its commands —
+/// git-lfs's pre-push hook lists the remote's refs over a second connection — is served on a
+/// server of one transfer slot: the push takes its slot when its pack comes, not while its
+/// client decides. Red before: the push held the only slot, the hook's ls-remote waited for it
+/// until the queue wait ran out, and the push failed.
+#[test]
+fn a_push_whose_pre_push_hook_asks_the_server_again_is_served_on_a_server_of_one_slot() {
+    let f = Fixture::with(|c| {
+        c.max_transfers = 1;
+        c.transfer_queue_wait = std::time::Duration::from_secs(5);
+    });
+    let key = f.key("writer", "alice", Some(("*", true)));
+    let work = f.tmp.path().join("work");
+    f.git_ok(f.tmp.path(), &key, &["clone", "-q", &f.url(), work.to_str().unwrap()]);
+    let hook = work.join(".git/hooks/pre-push");
+    std::fs::write(&hook, "#!/bin/sh\ngit ls-remote origin >/dev/null || exit 1\n").unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    commit_files(&work, &[("hooked.txt", b"asked again\n")], "hooked");
+    let started = std::time::Instant::now();
+    f.git_ok(&work, &key, &["push", "-q", "origin", "HEAD:refs/heads/hooked"]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "served without waiting out the queue");
+    let pushed = git_out(&work, &["rev-parse", "HEAD"]);
+    let base = f.tmp.path().join("base/repo.git");
+    assert_eq!(git_out(&base, &["rev-parse", "refs/heads/hooked"]), pushed);
+}
+
 fn closed_within(stream: &mut std::net::TcpStream, limit: std::time::Duration) -> bool {
     use std::io::Read;
     let start = std::time::Instant::now();

@@ -5,8 +5,10 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-pub use settings::{Layers, Limits, PackCacheSettings, Settings, SettingsError};
+pub use sections::{LfsSettings, Limits, PackCacheSettings};
+pub use settings::{Layers, Settings, SettingsError};
 
+mod sections;
 mod settings;
 
 /// Which repositories under the base path may be served.
@@ -207,6 +209,22 @@ pub struct Config {
     /// The single-flight pack cache ([`crate::pack_cache`]); `None` (the default, as Gitaly's):
     /// every fetch generates its own pack.
     pub pack_cache: Option<PackCache>,
+    /// Git LFS ([`crate::service::lfs`]).
+    pub lfs: Lfs,
+}
+
+/// Git LFS's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lfs {
+    pub enabled: bool,
+    /// Largest object an upload may store.
+    pub max_object_bytes: u64,
+    /// Most LFS bytes a repository may hold; 0: no limit.
+    pub max_repository_bytes: u64,
+    /// Uploads at once, server-wide.
+    pub max_uploads: usize,
+    /// Where clients reach the server (no trailing slash); `None`: each request's scheme and host.
+    pub url: Option<String>,
 }
 
 /// The PEM files HTTPS is served with.
@@ -290,7 +308,8 @@ impl Config {
             min_receive_rate,
             metrics_listen,
             access_log,
-            pack_cache
+            pack_cache,
+            lfs
         )
     }
     /// The configuration every setting's declared default gives ([`Settings`]), serving

@@ -1,5 +1,5 @@
-//! Every setting, declared once. A field of [`Settings`] (or of its `[limits]` and `[pack_cache]`
-//! tables) is the setting: its name is the TOML key and the arg id, its attributes give the flag
+//! Every setting, declared once. A field of [`Settings`] (or of its `[limits]`, `[pack_cache]` and `[lfs]`
+//! tables, in `sections`) is the setting: its name is the TOML key and the arg id, its attributes give the flag
 //! and the `GIXD_*` variable, its `default_value` is the default (`--help` shows it from there)
 //! and its doc is the help. Layers stack in one order — the declared defaults, the configuration
 //! file, the environment, the command line (clap puts a flag above its variable) — by one
@@ -13,7 +13,8 @@ use std::time::Duration;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, FromArgMatches};
 
-use super::{Config, ConfigError, Exports, PackCache, PathRules, Services};
+use super::sections::{LfsSettings, Limits, PackCacheSettings, boolish};
+use super::{Config, ConfigError, Exports, Lfs, PackCache, PathRules, Services};
 
 /// The settings of `gixd serve` (and, with git daemon's defaults, of `gixd daemon`): the TOML
 /// configuration file's keys, the flags and the variables. Every field is optional: a layer
@@ -126,236 +127,9 @@ pub struct Settings {
     #[command(flatten)]
     #[serde(default, skip_serializing_if = "PackCacheSettings::is_empty")]
     pub pack_cache: PackCacheSettings,
-}
-
-/// `[limits]`: sizes, counts and times.
-#[derive(Debug, Default, Clone, PartialEq, Args, serde::Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-#[command(next_help_heading = "Limits ([limits] in the configuration file)")]
-pub struct Limits {
-    /// Largest request body as sent (gzip or not): a negotiation is wants and haves.
-    #[arg(
-        id = "limits.max_request_body",
-        long = "max-request-body",
-        env = "GIXD_MAX_REQUEST_BODY",
-        value_name = "BYTES",
-        default_value = "16777216"
-    )]
-    pub max_request_body: Option<usize>,
-    /// Largest request body after gzip inflation: caps a gzip bomb.
-    #[arg(
-        id = "limits.max_inflated_body",
-        long = "max-inflated-body",
-        env = "GIXD_MAX_INFLATED_BODY",
-        value_name = "BYTES",
-        default_value = "67108864"
-    )]
-    pub max_inflated_body: Option<usize>,
-    /// Largest pack one push may send: beyond it the push is refused and nothing is kept.
-    #[arg(
-        id = "limits.max_push_bytes",
-        long = "max-push-bytes",
-        env = "GIXD_MAX_PUSH_BYTES",
-        value_name = "BYTES",
-        default_value = "4294967296"
-    )]
-    pub max_push_bytes: Option<u64>,
-    /// Largest object a push may carry, by its declared (inflated) size.
-    #[arg(
-        id = "limits.max_object_bytes",
-        long = "max-object-bytes",
-        env = "GIXD_MAX_OBJECT_BYTES",
-        value_name = "BYTES",
-        default_value = "268435456"
-    )]
-    pub max_object_bytes: Option<usize>,
-    /// Most want lines per request (at least 1).
-    #[arg(
-        id = "limits.max_wants",
-        long = "max-wants",
-        env = "GIXD_MAX_WANTS",
-        value_name = "N",
-        default_value = "100000"
-    )]
-    pub max_wants: Option<usize>,
-    /// Most have lines per request (at least 1).
-    #[arg(
-        id = "limits.max_haves",
-        long = "max-haves",
-        env = "GIXD_MAX_HAVES",
-        value_name = "N",
-        default_value = "100000"
-    )]
-    pub max_haves: Option<usize>,
-    /// Slowest a client may send while gixd waits for it, in bytes per second of waiting.
-    #[arg(
-        id = "limits.min_receive_rate",
-        long = "min-receive-rate",
-        env = "GIXD_MIN_RECEIVE_RATE",
-        value_name = "BYTES",
-        default_value = "1024"
-    )]
-    pub min_receive_rate: Option<u64>,
-    /// Transfer slots: transfers negotiating, selecting and writing a pack at once (a slot is CPU
-    /// work; sending what was written needs none). More wait in the queue. Without it: one per
-    /// effective CPU.
-    #[arg(id = "limits.max_transfers", long = "max-transfers", env = "GIXD_MAX_TRANSFERS", value_name = "N")]
-    pub max_transfers: Option<usize>,
-    /// Transfers waiting for a slot before "busy, retry" (0: none wait). Without it: 64 per
-    /// effective CPU.
-    #[arg(id = "limits.queue_length", long = "queue-length", env = "GIXD_QUEUE_LENGTH", value_name = "N")]
-    pub queue_length: Option<usize>,
-    /// Bytes of responses written and not yet read by their clients, held in memory by all
-    /// transfers together; past it they go to the spill directory. Without it: 64 MiB per
-    /// effective CPU.
-    #[arg(id = "limits.buffer_memory_bytes", long = "buffer-memory", env = "GIXD_BUFFER_MEMORY", value_name = "BYTES")]
-    pub buffer_memory_bytes: Option<u64>,
-    /// Where responses past the memory budget wait for their readers (unlinked files). Without
-    /// it: /var/tmp (the temporary directory where there is none).
-    #[arg(id = "limits.spill_dir", long = "spill-dir", env = "GIXD_SPILL_DIR", value_name = "DIR")]
-    pub spill_dir: Option<PathBuf>,
-    /// Bytes of responses in the spill directory, all transfers together; past both budgets a
-    /// transfer's writer waits for its client (and new transfers wait in the queue).
-    #[arg(
-        id = "limits.spill_bytes",
-        long = "spill-disk",
-        env = "GIXD_SPILL_DISK",
-        value_name = "BYTES",
-        default_value = "4294967296"
-    )]
-    pub spill_bytes: Option<u64>,
-    /// Transfers of one repository in flight before "busy, retry" (0: no limit of its own).
-    #[arg(
-        id = "limits.max_transfers_per_repository",
-        long = "max-transfers-per-repository",
-        env = "GIXD_MAX_TRANSFERS_PER_REPOSITORY",
-        value_name = "N",
-        default_value = "0"
-    )]
-    pub max_transfers_per_repository: Option<usize>,
-    /// Transfers from one client address in flight before "busy, retry" (0: no limit of its own).
-    #[arg(
-        id = "limits.max_transfers_per_client",
-        long = "max-transfers-per-client",
-        env = "GIXD_MAX_TRANSFERS_PER_CLIENT",
-        value_name = "N",
-        default_value = "0"
-    )]
-    pub max_transfers_per_client: Option<usize>,
-    /// Runtime worker threads. Without it: one per effective CPU.
-    #[arg(id = "limits.worker_threads", long = "worker-threads", env = "GIXD_WORKER_THREADS", value_name = "N")]
-    pub worker_threads: Option<usize>,
-    /// Blocking threads, all started up front (at least transfers + 1). Without it: transfers + 2.
-    #[arg(id = "limits.blocking_threads", long = "blocking-threads", env = "GIXD_BLOCKING_THREADS", value_name = "N")]
-    pub blocking_threads: Option<usize>,
-    /// Seconds a client may stay silent (or not read) during a request (at least 1).
-    #[arg(
-        id = "limits.io_timeout_secs",
-        long = "timeout",
-        env = "GIXD_TIMEOUT",
-        value_name = "SECONDS",
-        default_value = "120"
-    )]
-    pub io_timeout_secs: Option<u64>,
-    /// Seconds a client has to send its request (a git:// request line, an HTTP request head; at
-    /// least 1); also the window the minimum receive rate is judged over.
-    #[arg(
-        id = "limits.init_timeout_secs",
-        long = "init-timeout",
-        env = "GIXD_INIT_TIMEOUT",
-        value_name = "SECONDS",
-        default_value = "30"
-    )]
-    pub init_timeout_secs: Option<u64>,
-    /// Seconds a repository's cached state (its refs as served, bitmap, pack list, commit-graph,
-    /// decoded commits) is kept after the last request that used it (0: for the process's life).
-    /// Bursts and the rounds of one negotiation find it warm; an idle server gives it back.
-    #[arg(
-        id = "limits.cache_idle_secs",
-        long = "cache-idle",
-        env = "GIXD_CACHE_IDLE",
-        value_name = "SECONDS",
-        default_value = "10"
-    )]
-    pub cache_idle_secs: Option<u64>,
-    /// Seconds a queued request waits for a transfer slot before "busy, retry" (0: as long as
-    /// its client keeps the connection, as git daemon's clients wait).
-    #[arg(
-        id = "limits.queue_wait_secs",
-        long = "queue-wait",
-        env = "GIXD_QUEUE_WAIT",
-        value_name = "SECONDS",
-        default_value = "0"
-    )]
-    pub queue_wait_secs: Option<u64>,
-}
-
-/// `[pack_cache]`: the single-flight pack cache. A `[pack_cache]` table in the file, `--pack-cache`,
-/// or any of its sizes given turns it on.
-#[derive(Debug, Default, Clone, PartialEq, Args, serde::Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-#[command(next_help_heading = "Pack cache ([pack_cache] in the configuration file)")]
-pub struct PackCacheSettings {
-    /// Share one generated pack among identical fetches. Without it: off unless a size or the
-    /// directory below is given.
-    #[arg(id = "pack_cache.enabled", long = "pack-cache", env = "GIXD_PACK_CACHE", value_name = "BOOL", value_parser = boolish(),
-          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub enabled: Option<bool>,
-    /// Bytes of cached responses held in memory, all entries together.
-    #[arg(
-        id = "pack_cache.memory_bytes",
-        long = "pack-cache-memory",
-        env = "GIXD_PACK_CACHE_MEMORY",
-        value_name = "BYTES",
-        default_value = "67108864"
-    )]
-    pub memory_bytes: Option<u64>,
-    /// Where responses that do not fit in memory go (unlinked files). Without it: they stay in
-    /// memory while generated and are not kept.
-    #[arg(id = "pack_cache.dir", long = "pack-cache-dir", env = "GIXD_PACK_CACHE_DIR", value_name = "DIR")]
-    pub dir: Option<PathBuf>,
-    /// Bytes of finished responses kept on disk.
-    #[arg(
-        id = "pack_cache.disk_bytes",
-        long = "pack-cache-disk",
-        env = "GIXD_PACK_CACHE_DISK",
-        value_name = "BYTES",
-        default_value = "1073741824"
-    )]
-    pub disk_bytes: Option<u64>,
-    /// Seconds a finished response is kept.
-    #[arg(
-        id = "pack_cache.max_age_secs",
-        long = "pack-cache-secs",
-        env = "GIXD_PACK_CACHE_SECS",
-        value_name = "SECONDS",
-        default_value = "300"
-    )]
-    pub max_age_secs: Option<u64>,
-}
-
-impl Limits {
-    fn is_empty(&self) -> bool {
-        *self == Limits::default()
-    }
-}
-
-impl PackCacheSettings {
-    fn is_empty(&self) -> bool {
-        *self == PackCacheSettings::default()
-    }
-
-    /// A layer that gives any of the cache's sizes (or, in the file, its table) turns it on,
-    /// unless it also says `enabled = false`.
-    fn implied_by(&mut self, given: bool) {
-        let sized = self.memory_bytes.is_some()
-            || self.dir.is_some()
-            || self.disk_bytes.is_some()
-            || self.max_age_secs.is_some();
-        if self.enabled.is_none() && (given || sized) {
-            self.enabled = Some(true);
-        }
-    }
+    #[command(flatten)]
+    #[serde(default, skip_serializing_if = "LfsSettings::is_empty")]
+    pub lfs: LfsSettings,
 }
 
 /// A setting no layer may give, or a file that cannot be read.
@@ -600,6 +374,13 @@ impl Settings {
             min_receive_rate: declared(limits.min_receive_rate),
             metrics_listen: s.metrics_listen,
             access_log: s.access_log.clone(),
+            lfs: Lfs {
+                enabled: declared(s.lfs.enabled),
+                max_object_bytes: declared(s.lfs.max_object_bytes),
+                max_repository_bytes: declared(s.lfs.max_repository_bytes),
+                max_uploads: declared(s.lfs.max_uploads).max(1),
+                url: s.lfs.url.as_ref().map(|u| u.trim_end_matches('/').to_owned()),
+            },
             pack_cache: cache.enabled.unwrap_or(false).then(|| PackCache {
                 memory_bytes: declared(cache.memory_bytes),
                 dir: cache.dir.clone(),
@@ -693,11 +474,6 @@ fn merge(below: &mut toml::Table, above: toml::Table) {
     }
 }
 
-/// A switch's value: `true`/`false`, also `yes`/`no`, `on`/`off`, `1`/`0` (from a variable).
-fn boolish() -> clap::builder::BoolishValueParser {
-    clap::builder::BoolishValueParser::new()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -754,10 +530,10 @@ mod tests {
     fn every_toml_key_has_its_flag_and_variable_and_every_flag_its_key() {
         let command = command();
         let ids: Vec<String> = command.get_arguments().map(|arg| arg.get_id().to_string()).collect();
-        let keys: Vec<String> = ["", "limits", "pack_cache"]
+        let keys: Vec<String> = ["", "limits", "pack_cache", "lfs"]
             .iter()
             .flat_map(|t| toml_keys(t))
-            .filter(|k| k != "limits" && k != "pack_cache")
+            .filter(|k| !["limits", "pack_cache", "lfs"].contains(&k.as_str()))
             .collect();
         let mut sorted_keys = keys.clone();
         sorted_keys.sort();

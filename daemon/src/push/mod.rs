@@ -99,6 +99,9 @@ pub enum Refusal {
     /// Reading the objects to check the update failed.
     #[error("{0}")]
     Check(String),
+    /// The server had no transfer slot for the push's pack in time.
+    #[error("{0}")]
+    Busy(&'static str),
 }
 
 /// Why the pack of a push was not taken: report-status's `unpack` line says it.
@@ -106,6 +109,9 @@ pub enum Refusal {
 pub enum UnpackError {
     #[error("push larger than {0} bytes")]
     PushTooLarge(u64),
+    /// The server had no transfer slot for the pack in time: nothing was read into it.
+    #[error("{0}")]
+    Busy(&'static str),
     #[error("index-pack failed: {} (an object may be at most {max} bytes: max_object_bytes)", with_causes(source.as_ref()))]
     ObjectTooLarge { source: Box<dyn std::error::Error + Send + Sync>, max: usize },
     #[error("index-pack failed: {}", with_causes(.0.as_ref()))]

@@ -11,6 +11,7 @@
 
 pub mod archive;
 pub mod buffer;
+pub mod lfs;
 pub mod maintenance;
 pub mod negotiate;
 pub mod negotiation;
@@ -207,7 +208,7 @@ pub fn connection<R: Read>(
                 served,
                 protocol::receive_pack(
                     &ctx.bounds(),
-                    &mut receive::Push::open(&ctx),
+                    &mut receive::Push::open(&ctx).taking_its_slot_when_the_pack_comes(state),
                     version,
                     protocol::Mode::Stateful,
                     input,

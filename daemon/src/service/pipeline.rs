@@ -8,7 +8,8 @@
 //! [`authorize`] and the services' own stateless entries, which admit here. Shares and slots are
 //! taken in this module only (the layer test holds it).
 //!
-//! The order is the same everywhere: the share, then the slot. A client over its own or its
+//! The order is the same everywhere: the share, then the slot — which a push over a connection
+//! takes when its pack comes, not while its client decides (`service::receive::Push`). A client over its own or its
 //! repository's limit is refused at once, instead of waiting in the queue for a slot only to be
 //! refused when its turn came; a connection waiting for a slot counts against its client's
 //! limit, so one client cannot fill the queue.
@@ -169,6 +170,24 @@ pub async fn admit(state: &State, served: &Served, client: Option<IpAddr>) -> Re
     Ok((share, slot(state).await?))
 }
 
+/// One of the server's LFS upload permits (`lfs.max_uploads`), waiting for one as long as a
+/// transfer may wait for a slot: an upload holds a blocking thread while it hashes and writes,
+/// apart from the transfer slots (a download holds neither: it is a file sent as it lies).
+pub async fn lfs_upload(state: &State) -> Result<tokio::sync::OwnedSemaphorePermit, Busy> {
+    let permits = state.lfs_uploads.clone();
+    let wait = match state.config.transfer_queue_wait {
+        d if d.is_zero() => std::time::Duration::from_secs(60),
+        d => d,
+    };
+    match tokio::time::timeout(wait, permits.acquire_owned()).await {
+        Ok(Ok(permit)) => Ok(permit),
+        _ => {
+            tracing::info!(uploads = state.config.lfs.max_uploads, "LFS upload refused: busy");
+            Err(Busy("server busy: as many LFS uploads as the server takes at once are running, retry shortly"))
+        }
+    }
+}
+
 /// What a client refused a slot is told (HTTP 503 with `Retry-After`, git:// `ERR`).
 fn busy_message(refused: NoSlot) -> &'static str {
     match refused {
@@ -259,20 +278,27 @@ where
         Ok(share) => share,
         Err(Busy(message)) => return (refused(log, Outcome::Busy, Why::Busy(message)), outlet),
     };
-    // A client whose connection failed while queued is gone: its place in the queue goes too.
-    let slot = tokio::select! {
-        biased;
-        slot = slot(state) => slot,
-        () = gone => {
-            log.finish(state, Outcome::Disconnected);
-            return (Ended::Gone, outlet);
+    // A push takes its slot when its pack comes ([`super::receive::Push`]); every other
+    // service now. A client whose connection failed while queued is gone: its place in the
+    // queue goes too.
+    let slot = match service {
+        Service::ReceivePack => None,
+        _ => {
+            let slot = tokio::select! {
+                biased;
+                slot = slot(state) => slot,
+                () = gone => {
+                    log.finish(state, Outcome::Disconnected);
+                    return (Ended::Gone, outlet);
+                }
+            };
+            match slot {
+                Ok(slot) => Some(slot),
+                Err(Busy(message)) => return (refused(log, Outcome::Busy, Why::Busy(message)), outlet),
+            }
         }
     };
-    let slot = match slot {
-        Ok(slot) => slot,
-        Err(Busy(message)) => return (refused(log, Outcome::Busy, Why::Busy(message)), outlet),
-    };
-    log.record.wait_ms = Some(slot.waited.as_secs_f64() * 1e3);
+    log.record.wait_ms = slot.as_ref().map(|slot| slot.waited.as_secs_f64() * 1e3);
     let (outbox, queue) = Outbox::new(state.clone());
     let serving = {
         let state = state.clone();

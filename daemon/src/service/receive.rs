@@ -18,11 +18,25 @@ use crate::session::{State, Tally};
 pub struct Push<'a> {
     ctx: &'a Context<'a>,
     repo: gix::Repository,
+    /// Where a push over a connection takes its transfer slot, once its pack comes.
+    slot_later: Option<(&'a State, tokio::runtime::Handle)>,
 }
 
 impl<'a> Push<'a> {
+    /// A push admitted already (its share and its slot held).
     pub fn open(ctx: &'a Context<'a>) -> Self {
-        Push { ctx, repo: ctx.served.repo.to_thread_local() }
+        Push { ctx, repo: ctx.served.repo.to_thread_local(), slot_later: None }
+    }
+
+    /// A push over a connection (git://, SSH), admitted with its share only: it takes its slot
+    /// when its commands are read and its pack comes, not while the client reads the
+    /// advertisement and decides. A client's pre-push hook runs in that time — git-lfs's
+    /// asks the server for its refs over a second connection, which would otherwise wait for
+    /// the slot its own push holds (on a server of one slot, for ever). Call on a blocking
+    /// thread of the runtime.
+    pub fn taking_its_slot_when_the_pack_comes(mut self, state: &'a State) -> Self {
+        self.slot_later = Some((state, tokio::runtime::Handle::current()));
+        self
     }
 }
 
@@ -41,6 +55,23 @@ impl Receiver for Push<'_> {
         input: &mut dyn std::io::BufRead,
         messages: &mut dyn crate::push::Messages,
     ) -> Result<crate::push::Outcome, ServeError> {
+        let _slot = match &self.slot_later {
+            None => None,
+            Some((state, runtime)) => match runtime.block_on(super::pipeline::slot(state)) {
+                Ok(slot) => Some(slot),
+                Err(super::pipeline::Busy(message)) => {
+                    // Refused, every command with the reason; the pack is read (the client sends it
+                    // whole before it reads the report), within the push limit, and dropped.
+                    std::io::copy(&mut input.take(self.ctx.config.max_push_bytes), &mut std::io::sink())?;
+                    let refused = crate::push::Refusal::Busy(message);
+                    return Ok(crate::push::Outcome {
+                        unpack_error: Some(crate::push::UnpackError::Busy(message)),
+                        results: req.updates.iter().map(|_| Err(refused.clone())).collect(),
+                        objects: 0,
+                    });
+                }
+            },
+        };
         crate::push::apply(self.ctx, req, input, messages)
     }
 }

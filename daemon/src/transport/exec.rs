@@ -104,11 +104,14 @@ pub struct Origin {
 /// gives the client's bytes (read on the blocking thread, each read within the pace's window or
 /// the I/O timeout), `outlet` takes what is sent back. Returns how it ended and the outlet, once
 /// everything written was sent (or the client went).
-pub async fn run<I, O>(state: Arc<State>, origin: Origin, line: &str, input: I, outlet: O) -> (Ended, O)
+pub async fn run<I, O>(state: Arc<State>, origin: Origin, line: &str, input: I, mut outlet: O) -> (Ended, O)
 where
     I: tokio::io::AsyncRead + Unpin + Send + 'static,
     O: service::buffer::Outlet,
 {
+    if let Some(arguments) = line.trim_end_matches(['\n', '\r']).strip_prefix("git-lfs-authenticate ") {
+        return (lfs_authenticate(&state, origin, arguments, &mut outlet).await, outlet);
+    }
     let Origin { transport, peer, identity, version } = origin;
     let origin = pipeline::Origin { transport, peer, caller: pipeline::Caller::Identified(identity) };
     let Some(command) = parse_command(line) else {
@@ -122,6 +125,42 @@ where
     let input = move |timeout| TimedRead { read: input, runtime, life, timeout };
     let (ended, outlet) = pipeline::connection(&state, origin, target, input, outlet, std::future::pending()).await;
     (said(ended, &path), outlet)
+}
+
+/// `git-lfs-authenticate <path> <operation>` ([`service::lfs::authenticate`]): the LFS URL and a
+/// short-lived header as JSON on the command's output, or why not on stderr; recorded once.
+async fn lfs_authenticate(
+    state: &Arc<State>,
+    origin: Origin,
+    arguments: &str,
+    outlet: &mut impl service::buffer::Outlet,
+) -> Ended {
+    let mut log = service::Request::new(origin.transport, origin.peer, "git-lfs-authenticate", None);
+    log.record.user = origin.identity.user().map(str::to_owned);
+    let parsed = arguments.trim().rsplit_once(' ').and_then(|(path, op)| Some((dequote(path.trim())?, op.to_owned())));
+    let Some((path, operation)) = parsed.filter(|(path, _)| !path.is_empty() && !path.contains('\0')) else {
+        log.finish(state, service::Outcome::Refused);
+        return Ended { status: 1, refusal: Some("fatal: usage: git-lfs-authenticate <path> <operation>".into()) };
+    };
+    log.record.repository = Some(path.clone());
+    let (answered, identity) = (state.clone(), origin.identity);
+    let answer =
+        tokio::task::spawn_blocking(move || service::lfs::authenticate(&answered, &identity, &path, &operation)).await;
+    match answer {
+        Ok(Ok(json)) => {
+            let sent = outlet.send(bytes::Bytes::from(json + "\n")).await;
+            log.finish(state, if sent { service::Outcome::Ok } else { service::Outcome::Disconnected });
+            Ended { status: 0, refusal: None }
+        }
+        Ok(Err(refusal)) => {
+            log.finish(state, service::Outcome::Refused);
+            Ended { status: 1, refusal: Some(format!("fatal: {}", refusal.message)) }
+        }
+        Err(_) => {
+            log.finish(state, service::Outcome::Failed);
+            Ended { status: 1, refusal: Some("fatal: internal error".into()) }
+        }
+    }
 }
 
 /// How a command that ended so is told: its exit status, and why it was refused.

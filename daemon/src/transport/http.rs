@@ -17,21 +17,20 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited, combinators::BoxBody};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
-use crate::config::Config;
 use crate::error::RepoError;
 use crate::protocol::{self, Version, pkt};
 use crate::repo::{RefSnapshot, Served};
 use crate::service::{self, pipeline};
 use crate::session::State;
 use crate::tap::Exchange;
+pub use crate::transport::http_common::{Body, Transport};
+use crate::transport::http_common::{full, gzip_encoded, no_cache, read_body, text, transport_of};
 use crate::transport::stream;
-
-pub type Body = BoxBody<Bytes, std::io::Error>;
 
 /// The smart-HTTP routes, by the suffix after the repository path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,13 +40,17 @@ enum Route<'a> {
     ReceivePack(&'a str),
     /// `<repo>/gixd-bundles/<file>`: the bundle list or a bundle (bundle-uri), static files.
     Bundle(&'a str, &'a str),
+    /// `<repo>/info/lfs/<rest>`: Git LFS ([`super::lfs`]).
+    Lfs(&'a str, &'a str),
     /// A path only a dumb-HTTP client asks for.
     Dumb,
     NotFound,
 }
 
 fn route(path: &str) -> Route<'_> {
-    if let Some(repo) = path.strip_suffix("/info/refs") {
+    if let Some((repo, rest)) = path.split_once("/info/lfs/") {
+        Route::Lfs(repo, rest)
+    } else if let Some(repo) = path.strip_suffix("/info/refs") {
         Route::InfoRefs(repo)
     } else if let Some(repo) = path.strip_suffix("/git-upload-pack") {
         Route::UploadPack(repo)
@@ -62,29 +65,6 @@ fn route(path: &str) -> Route<'_> {
     } else {
         Route::NotFound
     }
-}
-
-fn text(status: StatusCode, message: impl Into<String>) -> Response<Body> {
-    let mut message = crate::error::for_client(&message.into(), 4096);
-    if !message.ends_with('\n') {
-        message.push('\n');
-    }
-    let mut response = Response::new(full(message.into_bytes()));
-    *response.status_mut() = status;
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    no_cache(response.headers_mut());
-    response
-}
-
-fn full(bytes: Vec<u8>) -> Body {
-    Full::new(Bytes::from(bytes)).map_err(|never: Infallible| match never {}).boxed()
-}
-
-/// http-backend's headers for dynamic responses.
-fn no_cache(headers: &mut HeaderMap) {
-    headers.insert(header::EXPIRES, HeaderValue::from_static("Fri, 01 Jan 1980 00:00:00 GMT"));
-    headers.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, max-age=0, must-revalidate"));
 }
 
 fn git_response(content_type: &'static str, body: Body) -> Response<Body> {
@@ -112,15 +92,6 @@ fn query_param<'a>(query: Option<&'a str>, key: &str) -> Option<&'a str> {
     query?.split('&').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
 }
 
-/// Which transport carried a request, as the access log and the metrics name it: `https` when the
-/// TLS listener put this in the request's extensions, else `http`.
-#[derive(Debug, Clone, Copy)]
-pub struct Transport(pub &'static str);
-
-fn transport_of<B>(req: &Request<B>) -> &'static str {
-    req.extensions().get::<Transport>().map_or("http", |t| t.0)
-}
-
 /// Serve one HTTP request. Never fails: every error is a response.
 pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let method = req.method().clone();
@@ -132,6 +103,7 @@ pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>)
         Route::UploadPack(repo) => ("git-upload-pack", Some(repo)),
         Route::ReceivePack(repo) => ("git-receive-pack", Some(repo)),
         Route::Bundle(repo, _) => ("bundle", Some(repo)),
+        Route::Lfs(repo, _) => ("lfs", Some(repo)),
         Route::Dumb | Route::NotFound => ("other", None),
     };
     let repository = repository.map(|r| r.trim_matches('/').to_owned());
@@ -156,6 +128,7 @@ pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>)
         }
         (Route::Bundle(repo, file), &Method::GET | &Method::HEAD) => bundle_file(&state, repo, file, &req).await,
         (Route::Bundle(_, _), _) => text(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed here")),
+        (Route::Lfs(repo, rest), _) => super::lfs::handle(&state, repo, rest, req).await,
         (Route::Dumb, _) => {
             text(StatusCode::FORBIDDEN, "gixd serves the smart HTTP protocol only; dumb HTTP is not supported")
         }
@@ -168,7 +141,7 @@ pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>)
         ),
     };
     let mut response = response;
-    if method == Method::POST && !response.status().is_success() && http1 {
+    if matches!(method, Method::POST | Method::PUT) && !response.status().is_success() && http1 {
         // Refused before its body was read: the connection cannot carry another request until
         // that body is consumed, so it closes (else the client's next request waits for the
         // I/O timeout).
@@ -327,16 +300,6 @@ fn expect_content_type(headers: &HeaderMap, expected: &str) -> Result<(), Respon
     }
 }
 
-/// Whether the body is gzip (`Content-Encoding`); any other encoding is refused.
-fn gzip_encoded(headers: &HeaderMap) -> Result<bool, Response<Body>> {
-    match headers.get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("?")) {
-        None | Some("identity") => Ok(false),
-        Some("gzip" | "x-gzip") => Ok(true),
-        Some(other) => Err(text(StatusCode::UNSUPPORTED_MEDIA_TYPE, format!("unsupported Content-Encoding '{other}'"))),
-    }
-}
-
-/// What a client refused by a service is told: 503 with `Retry-After` for load, else 500.
 fn refused(refusal: service::Refusal) -> Response<Body> {
     match refusal {
         service::Refusal::Busy(message) => {
@@ -346,41 +309,6 @@ fn refused(refusal: service::Refusal) -> Response<Body> {
         }
         service::Refusal::Failed(message) => text(StatusCode::INTERNAL_SERVER_ERROR, message),
     }
-}
-
-/// Read a request body: at most `max_request_body` bytes as sent, at most `max_inflated_body`
-/// after gzip.
-async fn read_body(config: &Config, req: Request<Incoming>) -> Result<Vec<u8>, Response<Body>> {
-    let gzip = gzip_encoded(req.headers())?;
-    let limit = config.max_request_body;
-    let collected = tokio::time::timeout(config.io_timeout, Limited::new(req.into_body(), limit).collect()).await;
-    let Ok(collected) = collected else {
-        return Err(text(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time"));
-    };
-    let body = match collected {
-        Ok(collected) => collected.to_bytes(),
-        Err(err) if err.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
-            return Err(text(StatusCode::PAYLOAD_TOO_LARGE, format!("request body larger than {limit} bytes")));
-        }
-        Err(err) => return Err(text(StatusCode::BAD_REQUEST, format!("could not read the request body: {err}"))),
-    };
-    if !gzip {
-        return Ok(body.to_vec());
-    }
-    let max = config.max_inflated_body;
-    tokio::task::spawn_blocking(move || {
-        let mut out = Vec::new();
-        let mut decoder = flate2::read::GzDecoder::new(&body[..]).take(max as u64 + 1);
-        match decoder.read_to_end(&mut out) {
-            Ok(_) if out.len() > max => {
-                Err(text(StatusCode::PAYLOAD_TOO_LARGE, format!("request body inflates to more than {max} bytes")))
-            }
-            Ok(_) => Ok(out),
-            Err(err) => Err(text(StatusCode::BAD_REQUEST, format!("request body is not valid gzip: {err}"))),
-        }
-    })
-    .await
-    .unwrap_or_else(|_| Err(text(StatusCode::INTERNAL_SERVER_ERROR, "internal error")))
 }
 
 /// A marker on a response whose transfer writes its own access-log line (when it ends).

@@ -44,6 +44,8 @@ macro_rules! drive {
 pub mod exec;
 pub mod git;
 pub mod http;
+pub mod http_common;
+pub mod lfs;
 pub mod pace;
 pub mod shell;
 pub mod ssh;

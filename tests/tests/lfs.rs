@@ -1,0 +1,486 @@
+//! Git LFS: Debian's `git-lfs` client against gixd over HTTP and HTTPS — track, push, clone,
+//! fetch, pull, checkout of an old revision, lock and unlock, a push refused for size — and the
+//! API byte by byte for what git-lfs never sends: oids with path tricks, size and hash
+//! mismatches, uploads cut in the middle, another repository's object, a private repository,
+//! wrong credentials, a download resumed with `Range`. Each a clear error, nothing stored, the
+//! server serving everyone else.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use gixd_tests::server::{http, serve_with};
+use gixd_tests::tls::TestCa;
+use gixd_tests::{access_log_records, git, git_command};
+
+struct Fixture {
+    tmp: tempfile::TempDir,
+    base: PathBuf,
+    server: gixd::server::Running,
+    ca: TestCa,
+    /// alice writes everything; bob writes everything; reader only reads `private.git`.
+    secrets: [String; 3],
+    log: PathBuf,
+    /// The git-lfs client's home and global config (`git lfs install` written there).
+    home: PathBuf,
+    tokens: PathBuf,
+    known_hosts: PathBuf,
+}
+
+impl Fixture {
+    fn new(adjust: impl FnOnce(&mut gixd::config::Config)) -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("base");
+        std::fs::create_dir_all(&base).unwrap();
+        for repo in ["repo.git", "other.git", "private.git"] {
+            git(&base, &["init", "-q", "--bare", repo]);
+        }
+        // Exported (readable anonymously): repo and other; private is not.
+        for repo in ["repo.git", "other.git"] {
+            std::fs::write(base.join(repo).join("git-daemon-export-ok"), "").unwrap();
+        }
+        let ca = TestCa::new(tmp.path(), "gixd-lfs");
+        let files = ca.server(tmp.path(), "server");
+        let token_file = tmp.path().join("tokens.toml");
+        let mut store = gixd::auth::TokenStore::load(&token_file).unwrap();
+        let (_, alice) = store.add("alice", "*", true).unwrap();
+        let (_, bob) = store.add("bob", "*", true).unwrap();
+        let (_, reader) = store.add("reader", "private", false).unwrap();
+        store.save().unwrap();
+        let log = tmp.path().join("access.log");
+        let host_key = tmp.path().join("host_key");
+        let tokens = token_file.clone();
+        let server = serve_with(&base, |c| {
+            c.ssh_listen = Some("127.0.0.1:0".parse().unwrap());
+            c.ssh_host_key = Some(host_key.clone());
+            c.exports = gixd::config::Exports::DaemonExportOk;
+            c.anonymous_read = true;
+            c.https_listen = Some("127.0.0.1:0".parse().unwrap());
+            (c.tls_cert, c.tls_key) = (Some(files.cert), Some(files.key));
+            c.token_file = Some(token_file);
+            c.access_log = Some(log.clone());
+            adjust(c);
+        });
+        let home = tmp.path().join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        let public = std::fs::read_to_string(host_key.with_extension("pub")).unwrap();
+        let known_hosts = tmp.path().join("known_hosts");
+        std::fs::write(&known_hosts, format!("[127.0.0.1]:{} {public}", server.ssh_addr.unwrap().port())).unwrap();
+        let fixture = Fixture { tmp, base, server, ca, secrets: [alice, bob, reader], log, home, tokens, known_hosts };
+        let out = fixture.client(&fixture.home).args(["lfs", "install", "--skip-repo"]).output().expect("git-lfs runs");
+        assert!(
+            out.status.success(),
+            "git-lfs is installed (.ci/run installs it): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        fixture
+    }
+
+    /// Stock git with git-lfs's filters, trusting the test CA, never prompting.
+    fn client(&self, dir: &Path) -> std::process::Command {
+        let mut cmd = git_command(dir);
+        cmd.env("HOME", &self.home)
+            .env("GIT_CONFIG_GLOBAL", self.home.join(".gitconfig"))
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_SSL_CAINFO", &self.ca.ca_pem);
+        cmd
+    }
+
+    /// A key pair of the test's own, added for `user` with a grant to `repos`.
+    fn key(&self, user: &str, repos: &str, write: bool) -> PathBuf {
+        let key = self.tmp.path().join(format!("{user}-key"));
+        bench_support::sshd::keygen(&key, "ed25519", &["-C", &format!("{user}@test")]).expect("ssh-keygen runs");
+        let mut store = gixd::auth::TokenStore::load(&self.tokens).unwrap();
+        let line = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+        store.add_key(user, repos, write, line.trim()).unwrap();
+        store.save().unwrap();
+        key
+    }
+
+    /// Stock git (and git-lfs) over SSH with `key`.
+    fn ssh_client(&self, dir: &Path, key: &Path) -> std::process::Command {
+        let mut cmd = self.client(dir);
+        cmd.env("GIT_SSH_COMMAND", gixd_tests::ssh_command(key, &self.known_hosts));
+        cmd
+    }
+
+    fn ssh_url(&self, repo: &str) -> String {
+        format!("ssh://git@127.0.0.1:{}/{repo}", self.server.ssh_addr.unwrap().port())
+    }
+
+    fn run(&self, dir: &Path, args: &[&str]) -> Output {
+        self.client(dir).args(args).output().expect("git runs")
+    }
+
+    fn ok(&self, dir: &Path, args: &[&str]) -> String {
+        let out = self.run(dir, args);
+        assert!(out.status.success(), "git {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    }
+
+    /// `scheme://user:secret@host/repo` (user `None`: anonymous).
+    fn url(&self, https: bool, user: Option<usize>, repo: &str) -> String {
+        let (scheme, addr) =
+            if https { ("https", self.server.https_addr.unwrap()) } else { ("http", self.server.addr) };
+        let who = user.map(|u| format!("{}:{}@", ["alice", "bob", "reader"][u], self.secrets[u])).unwrap_or_default();
+        format!("{scheme}://{who}{addr}/{repo}")
+    }
+
+    /// Every LFS object stored in `repo`, and every temporary file left.
+    fn stored(&self, repo: &str) -> (Vec<String>, usize) {
+        let lfs = self.base.join(repo).join("lfs");
+        let mut objects = Vec::new();
+        for a in std::fs::read_dir(lfs.join("objects")).into_iter().flatten().flatten() {
+            for b in std::fs::read_dir(a.path()).unwrap().flatten() {
+                for f in std::fs::read_dir(b.path()).unwrap().flatten() {
+                    objects.push(f.file_name().into_string().unwrap());
+                }
+            }
+        }
+        objects.sort();
+        let temporary = std::fs::read_dir(lfs.join("incomplete")).map_or(0, |d| d.count());
+        (objects, temporary)
+    }
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    let mut hasher = gix_hash::hasher(gix_hash::Kind::Sha256);
+    hasher.update(data);
+    hasher.try_finalize().unwrap().to_hex().to_string()
+}
+
+/// Bytes that do not compress, `len` of them, from `seed`.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut lcg = gixd_tests::corpus::Lcg(seed);
+    lcg.bytes(len)
+}
+
+fn basic(user: &str, secret: &str) -> String {
+    use std::fmt::Write as _;
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let input = format!("{user}:{secret}").into_bytes();
+    let mut out = String::from("Basic ");
+    for chunk in input.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                let _ = out.write_char('=');
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn git_lfs_pushes_clones_fetches_pulls_and_checks_out_old_revisions_over_http_and_https() {
+    let f = Fixture::new(|_| {});
+    for https in [false, true] {
+        let repo = if https { "other.git" } else { "repo.git" };
+        let work = f.tmp.path().join(format!("work-{https}"));
+        f.ok(f.tmp.path(), &["clone", "-q", &f.url(https, Some(0), repo), work.to_str().unwrap()]);
+        f.ok(&work, &["checkout", "-q", "-b", "main"]);
+        f.ok(&work, &["lfs", "track", "*.bin"]);
+        let (v1, v2) = (noise(1, 3 << 20), noise(2, 1 << 20));
+        std::fs::write(work.join("big.bin"), &v1).unwrap();
+        f.ok(&work, &["add", ".gitattributes", "big.bin"]);
+        f.ok(&work, &["commit", "-q", "-m", "v1"]);
+        f.ok(&work, &["push", "-q", "origin", "main"]);
+        assert_eq!(f.stored(repo), (vec![sha256_hex(&v1)], 0), "the object is stored, nothing temporary left");
+
+        // Anonymous clone of an exported repository: its LFS objects come with it.
+        let clone = f.tmp.path().join(format!("clone-{https}"));
+        f.ok(f.tmp.path(), &["clone", "-q", "-b", "main", &f.url(https, None, repo), clone.to_str().unwrap()]);
+        assert_eq!(std::fs::read(clone.join("big.bin")).unwrap(), v1);
+
+        // A second revision, fetched and pulled; the old one checked out again.
+        std::fs::write(work.join("big.bin"), &v2).unwrap();
+        f.ok(&work, &["commit", "-q", "-am", "v2"]);
+        f.ok(&work, &["push", "-q", "origin", "main"]);
+        f.ok(&clone, &["fetch", "-q", "origin"]);
+        f.ok(&clone, &["lfs", "fetch", "origin", "origin/main"]);
+        f.ok(&clone, &["pull", "-q", "--ff-only", "origin", "main"]);
+        assert_eq!(std::fs::read(clone.join("big.bin")).unwrap(), v2);
+        f.ok(&clone, &["checkout", "-q", "HEAD~1"]);
+        assert_eq!(std::fs::read(clone.join("big.bin")).unwrap(), v1);
+        let mut both = vec![sha256_hex(&v1), sha256_hex(&v2)];
+        both.sort();
+        assert_eq!(f.stored(repo), (both, 0));
+    }
+    let records = access_log_records(&f.log);
+    let lfs: Vec<_> = records.iter().filter(|r| r["service"] == "lfs").collect();
+    assert!(lfs.iter().any(|r| r["transport"] == "https") && lfs.iter().any(|r| r["transport"] == "http"), "{lfs:?}");
+    assert!(lfs.iter().all(|r| r["status"] == "ok"), "{lfs:?}");
+}
+
+#[test]
+fn locks_are_made_listed_verified_and_only_their_owner_or_a_forced_writer_unlocks_them() {
+    let f = Fixture::new(|_| {});
+    let [alice, bob] = ["alice", "bob"].map(|who| f.tmp.path().join(who));
+    for (i, dir) in [&alice, &bob].into_iter().enumerate() {
+        f.ok(f.tmp.path(), &["clone", "-q", &f.url(false, Some(i), "repo.git"), dir.to_str().unwrap()]);
+    }
+    assert!(f.ok(&alice, &["lfs", "lock", "art/a.psd"]).contains("Locked art/a.psd"));
+    let refused = f.run(&bob, &["lfs", "lock", "art/a.psd"]);
+    assert!(!refused.status.success(), "a second lock of one path is refused");
+    let listed = f.ok(&bob, &["lfs", "locks"]);
+    assert!(listed.contains("art/a.psd") && listed.contains("alice"), "{listed}");
+    let not_bobs = f.run(&bob, &["lfs", "unlock", "art/a.psd"]);
+    assert!(!not_bobs.status.success(), "bob may not unlock alice's lock unforced");
+    assert!(
+        String::from_utf8_lossy(&not_bobs.stderr).contains("--force"),
+        "{}",
+        String::from_utf8_lossy(&not_bobs.stderr)
+    );
+    f.ok(&bob, &["lfs", "unlock", "--force", "art/a.psd"]);
+    assert!(!f.ok(&alice, &["lfs", "locks"]).contains("art/a.psd"));
+    f.ok(&alice, &["lfs", "lock", "b.bin"]);
+    f.ok(&alice, &["lfs", "unlock", "b.bin"]);
+
+    // Reading the locks needs read access; making one needs write.
+    let (addr, reader) = (f.server.addr, basic("reader", &f.secrets[2]));
+    let list = http(addr, "GET", "/private.git/info/lfs/locks", &[("Authorization", &reader)], b"");
+    assert_eq!(list.status, 200, "{}", list.text());
+    let body = br#"{"path":"x"}"#;
+    let make = http(addr, "POST", "/private.git/info/lfs/locks", &[("Authorization", &reader)], body);
+    assert_eq!(make.status, 403, "{}", make.text());
+    let anonymous = http(addr, "GET", "/private.git/info/lfs/locks", &[], b"");
+    assert_eq!(anonymous.status, 404, "a private repository is not found: {}", anonymous.text());
+}
+
+#[test]
+fn a_push_of_an_object_over_the_size_limit_is_refused_with_the_limit_named_and_nothing_stored() {
+    let f = Fixture::new(|c| c.lfs.max_object_bytes = 1 << 20);
+    let work = f.tmp.path().join("work");
+    f.ok(f.tmp.path(), &["clone", "-q", &f.url(false, Some(0), "repo.git"), work.to_str().unwrap()]);
+    f.ok(&work, &["lfs", "track", "*.bin"]);
+    std::fs::write(work.join("big.bin"), noise(3, 2 << 20)).unwrap();
+    f.ok(&work, &["add", ".gitattributes", "big.bin"]);
+    f.ok(&work, &["commit", "-q", "-m", "too big"]);
+    let out = f.run(&work, &["push", "origin", "HEAD:main"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("larger than the 1048576 bytes allowed"), "{stderr}");
+    assert_eq!(f.stored("repo.git"), (vec![], 0));
+}
+
+fn batch(f: &Fixture, repo: &str, auth: Option<&str>, operation: &str, objects: &[(&str, u64)]) -> serde_json::Value {
+    let objects: Vec<_> = objects.iter().map(|(oid, size)| serde_json::json!({"oid": oid, "size": size})).collect();
+    let body = serde_json::json!({"operation": operation, "transfers": ["basic"], "objects": objects}).to_string();
+    let mut headers =
+        vec![("Accept", "application/vnd.git-lfs+json"), ("Content-Type", "application/vnd.git-lfs+json")];
+    if let Some(auth) = auth {
+        headers.push(("Authorization", auth));
+    }
+    let response = http(f.server.addr, "POST", &format!("/{repo}/info/lfs/objects/batch"), &headers, body.as_bytes());
+    let mut value: serde_json::Value = serde_json::from_slice(&response.body).unwrap_or_default();
+    value["status"] = response.status.into();
+    value
+}
+
+/// PUT `data` as `oid`, declaring `declared` bytes, raw; `cut`: the client goes away after
+/// `data` instead of reading the answer (its status is then 0).
+fn put_as(f: &Fixture, repo: &str, oid: &str, declared: usize, data: &[u8], auth: &str, cut: bool) -> u16 {
+    let mut stream = std::net::TcpStream::connect(f.server.addr).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    let head = format!(
+        "PUT /{repo}/info/lfs/objects/{oid} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nContent-Length: {declared}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let _ = stream.write_all(data);
+    if cut {
+        stream.shutdown(std::net::Shutdown::Both).unwrap();
+        return 0;
+    }
+    let mut raw = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut stream, &mut raw);
+    gixd_tests::server::parse_response(&raw).status
+}
+
+fn put(f: &Fixture, repo: &str, oid: &str, declared: usize, data: &[u8], auth: &str) -> u16 {
+    put_as(f, repo, oid, declared, data, auth, false)
+}
+
+#[test]
+fn hostile_lfs_requests_get_clear_errors_and_nothing_is_stored_or_leaked() {
+    let f = Fixture::new(|c| c.lfs.max_object_bytes = 1 << 20);
+    let alice = basic("alice", &f.secrets[0]);
+    let data = noise(4, 100_000);
+    let oid = sha256_hex(&data);
+
+    // Oids that are not oids: refused per object in a batch, and as a path.
+    let answer = batch(&f, "repo.git", Some(&alice), "upload", &[("../../HEAD", 1), (&oid[..63], 1)]);
+    assert_eq!(answer["status"], 200);
+    for object in answer["objects"].as_array().unwrap() {
+        assert_eq!(object["error"]["code"], 422, "{object}");
+    }
+    for path in
+        ["/repo.git/info/lfs/objects/..%2F..%2FHEAD".to_owned(), format!("/repo.git/info/lfs/objects/{}", &oid[..10])]
+    {
+        let got = http(f.server.addr, "GET", &path, &[("Authorization", &alice)], b"");
+        assert!([404, 422].contains(&got.status), "{path}: {} {}", got.status, got.text());
+    }
+    // Declared over the limit: refused in the batch and at the PUT, before a byte is stored.
+    let answer = batch(&f, "repo.git", Some(&alice), "upload", &[(&oid, 5 << 20)]);
+    assert_eq!(answer["objects"][0]["error"]["code"], 422, "{answer}");
+    assert!(answer["objects"][0]["error"]["message"].as_str().unwrap().contains("1048576"), "{answer}");
+    assert_eq!(put(&f, "repo.git", &oid, 5 << 20, &[], &alice), 413);
+    // Wrong bytes for the oid; a cut upload; neither leaves anything.
+    assert_eq!(put(&f, "repo.git", &oid, data.len(), &noise(5, data.len()), &alice), 422);
+    put_as(&f, "repo.git", &oid, data.len(), &data[..data.len() / 2], &alice, true);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(f.stored("repo.git"), (vec![], 0), "nothing stored, no temporary file left");
+    // Without write access: anonymous is asked for credentials, a reader is refused.
+    assert_eq!(put(&f, "repo.git", &oid, data.len(), &data, "Basic bm9ib2R5Ondyb25n"), 401);
+    let reader = basic("reader", &f.secrets[2]);
+    assert_eq!(put(&f, "private.git", &oid, data.len(), &data, &reader), 403);
+
+    // Stored right in one repository: there and only there.
+    assert_eq!(put(&f, "repo.git", &oid, data.len(), &data, &alice), 200);
+    assert_eq!(f.stored("repo.git"), (vec![oid.clone()], 0));
+    let answer = batch(&f, "other.git", None, "download", &[(&oid, data.len() as u64)]);
+    assert_eq!(answer["objects"][0]["error"]["code"], 404, "another repository's object: {answer}");
+    let got = http(f.server.addr, "GET", &format!("/other.git/info/lfs/objects/{oid}"), &[], b"");
+    assert_eq!(got.status, 404);
+    // A private repository is not found to whoever may not read it; wrong credentials get 401.
+    let private = batch(&f, "private.git", None, "download", &[(&oid, 1)]);
+    assert_eq!(private["status"], 404, "{private}");
+    let wrong = batch(&f, "repo.git", Some("Basic bm9ib2R5Ondyb25n"), "download", &[(&oid, 1)]);
+    assert_eq!(wrong["status"], 401, "{wrong}");
+    let asks = http(
+        f.server.addr,
+        "POST",
+        "/repo.git/info/lfs/objects/batch",
+        &[("Authorization", "Basic bm9ib2R5Ondyb25n")],
+        b"{}",
+    );
+    assert!(asks.header("lfs-authenticate").is_some_and(|h| h.starts_with("Basic")), "{:?}", asks.headers);
+    // Not JSON: a clear 422.
+    let garbage =
+        http(f.server.addr, "POST", "/repo.git/info/lfs/objects/batch", &[("Authorization", &alice)], b"{not json");
+    assert_eq!(garbage.status, 422);
+    assert!(garbage.text().contains("not a valid LFS request"), "{}", garbage.text());
+
+    // The verify callback: right size yes, wrong size no.
+    let verify = |size: usize| {
+        let body = format!(r#"{{"oid":"{oid}","size":{size}}}"#);
+        http(f.server.addr, "POST", "/repo.git/info/lfs/verify", &[("Authorization", &alice)], body.as_bytes()).status
+    };
+    assert_eq!((verify(data.len()), verify(data.len() + 1)), (200, 422));
+}
+
+#[test]
+fn an_interrupted_download_resumes_with_a_range_and_gets_exactly_the_rest() {
+    let f = Fixture::new(|_| {});
+    let alice = basic("alice", &f.secrets[0]);
+    let data = noise(6, 3 << 20);
+    let oid = sha256_hex(&data);
+    assert_eq!(put(&f, "repo.git", &oid, data.len(), &data, &alice), 200);
+    let path = format!("/repo.git/info/lfs/objects/{oid}");
+    let whole = http(f.server.addr, "GET", &path, &[], b"");
+    assert_eq!((whole.status, whole.header("accept-ranges")), (200, Some("bytes")));
+    assert!(whole.body == data);
+    let from = 1_234_567;
+    let rest = http(f.server.addr, "GET", &path, &[("Range", &format!("bytes={from}-"))], b"");
+    assert_eq!(rest.status, 206);
+    assert_eq!(rest.header("content-range"), Some(format!("bytes {from}-{}/{}", data.len() - 1, data.len()).as_str()));
+    assert!(rest.body == data[from..]);
+    let past = http(f.server.addr, "GET", &path, &[("Range", &format!("bytes={}-", data.len()))], b"");
+    assert_eq!(past.status, 416);
+}
+
+fn ssh_ok(f: &Fixture, dir: &Path, key: &Path, args: &[&str]) -> String {
+    let out = f.ssh_client(dir, key).args(args).output().unwrap();
+    assert!(out.status.success(), "git {args:?} over ssh failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// An SSH user pushes and clones LFS objects with no HTTP credentials of their own:
+/// `git-lfs-authenticate` gives git-lfs the HTTP URL and a header good for ten minutes, for
+/// that repository and operation only. A download's header cannot upload, one repository's
+/// cannot reach another, an expired one is refused as expired, a forged one as invalid.
+#[test]
+fn an_ssh_user_pushes_and_clones_lfs_objects_with_credentials_git_lfs_authenticate_issues() {
+    let f = Fixture::new(|_| {});
+    let key = f.key("alice", "*", true);
+    let work = f.tmp.path().join("work");
+    ssh_ok(&f, f.tmp.path(), &key, &["clone", "-q", &f.ssh_url("repo.git"), work.to_str().unwrap()]);
+    ssh_ok(&f, &work, &key, &["checkout", "-q", "-b", "main"]);
+    ssh_ok(&f, &work, &key, &["lfs", "track", "*.bin"]);
+    let data = noise(7, 2 << 20);
+    std::fs::write(work.join("big.bin"), &data).unwrap();
+    ssh_ok(&f, &work, &key, &["add", ".gitattributes", "big.bin"]);
+    ssh_ok(&f, &work, &key, &["commit", "-q", "-m", "over ssh"]);
+    ssh_ok(&f, &work, &key, &["push", "-q", "origin", "main"]);
+    assert_eq!(f.stored("repo.git"), (vec![sha256_hex(&data)], 0));
+    let clone = f.tmp.path().join("clone");
+    ssh_ok(&f, f.tmp.path(), &key, &["clone", "-q", "-b", "main", &f.ssh_url("repo.git"), clone.to_str().unwrap()]);
+    assert!(std::fs::read(clone.join("big.bin")).unwrap() == data);
+
+    // What the command answers, and what its header may do.
+    let ssh = |args: &[&str]| {
+        let mut cmd = std::process::Command::new("sh");
+        let line = format!(
+            "{} -p {} git@127.0.0.1 {}",
+            gixd_tests::ssh_command(&key, &f.known_hosts),
+            f.server.ssh_addr.unwrap().port(),
+            args.join(" ")
+        );
+        cmd.args(["-c", &line]).output().unwrap()
+    };
+    let out = ssh(&["git-lfs-authenticate", "repo.git", "download"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        answer["href"],
+        format!("https://{}/repo.git/info/lfs", f.server.https_addr.unwrap()),
+        "HTTPS when served"
+    );
+    assert_eq!(answer["expires_in"], 600);
+    let header = answer["header"]["Authorization"].as_str().unwrap().to_owned();
+    let oid = sha256_hex(&data);
+    let get = |repo: &str, auth: &str| {
+        http(f.server.addr, "GET", &format!("/{repo}/info/lfs/objects/{oid}"), &[("Authorization", auth)], b"").status
+    };
+    assert_eq!(get("repo.git", &header), 200);
+    assert_eq!(get("other.git", &header), 401, "one repository's header reaches no other");
+    assert_eq!(put(&f, "repo.git", &oid, 1, b"x", &header), 403, "a download's header does not upload");
+    let refused = ssh(&["git-lfs-authenticate", "private.git", "upload"]);
+    assert!(refused.status.success(), "alice's grant is '*': {}", String::from_utf8_lossy(&refused.stderr));
+    let unknown = ssh(&["git-lfs-authenticate", "nowhere.git", "download"]);
+    assert!(!unknown.status.success());
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("not found"),
+        "{}",
+        String::from_utf8_lossy(&unknown.stderr)
+    );
+
+    // Replayed after it expired; forged.
+    let secret = gixd::lfs::token::secret(&gixd::lfs::token::secret_path(&f.tokens)).unwrap();
+    let key_id = header.split('.').nth(3).unwrap();
+    let key_id = String::from_utf8(
+        (0..key_id.len()).step_by(2).map(|i| u8::from_str_radix(&key_id[i..i + 2], 16).unwrap()).collect(),
+    )
+    .unwrap();
+    let expired = gixd::lfs::token::issue(
+        &secret,
+        &gixd::lfs::token::Claims {
+            key_id,
+            repo: "repo".into(),
+            operation: gixd::lfs::api::Operation::Download,
+            expires: 1,
+        },
+    );
+    let response = http(
+        f.server.addr,
+        "GET",
+        &format!("/repo.git/info/lfs/objects/{oid}"),
+        &[("Authorization", &format!("Bearer {expired}"))],
+        b"",
+    );
+    assert_eq!(response.status, 401);
+    assert!(response.text().contains("expired"), "{}", response.text());
+    let forged = header.replacen(".download.", ".upload.", 1);
+    assert_eq!(put(&f, "repo.git", &oid, 1, b"x", &forged), 401);
+}
