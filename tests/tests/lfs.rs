@@ -484,3 +484,101 @@ fn an_ssh_user_pushes_and_clones_lfs_objects_with_credentials_git_lfs_authentica
     let forged = header.replacen(".download.", ".upload.", 1);
     assert_eq!(put(&f, "repo.git", &oid, 1, b"x", &forged), 401);
 }
+
+/// `VmRSS` or `VmHWM` (the peak) of this process, KiB.
+fn status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// A 2 GiB upload streams through: the server (in this process) holds a few buffers of it, never
+/// the object — the process's peak resident memory stays within 64 MiB of what it was idle —
+/// and the object is stored whole and right.
+#[test]
+fn a_two_gib_upload_is_stored_with_the_servers_memory_bounded() {
+    let f = Fixture::new(|_| {});
+    let alice = basic("alice", &f.secrets[0]);
+    const BLOCK: usize = 1 << 20;
+    const BLOCKS: usize = 2048;
+    let block = noise(8, BLOCK);
+    // Each block differs in its first bytes: no two MiB of the object are alike.
+    let nth = |i: usize| {
+        let mut b = block.clone();
+        b[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        b
+    };
+    let mut hasher = gix_hash::hasher(gix_hash::Kind::Sha256);
+    for i in 0..BLOCKS {
+        hasher.update(&nth(i));
+    }
+    let oid = hasher.try_finalize().unwrap().to_hex().to_string();
+    // The peak is counted from here (`clear_refs` 5 resets it to the resident size now).
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+    let idle = status_kib("VmRSS:");
+    let mut stream = std::net::TcpStream::connect(f.server.addr).unwrap();
+    let total = BLOCK * BLOCKS;
+    let head = format!(
+        "PUT /repo.git/info/lfs/objects/{oid} HTTP/1.1\r\nHost: x\r\nAuthorization: {alice}\r\nContent-Length: {total}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    for i in 0..BLOCKS {
+        stream.write_all(&nth(i)).unwrap();
+    }
+    let mut raw = Vec::new();
+    std::io::Read::read_to_end(&mut stream, &mut raw).unwrap();
+    assert_eq!(gixd_tests::server::parse_response(&raw).status, 200);
+    let peak = status_kib("VmHWM:");
+    assert_eq!(f.stored("repo.git"), (vec![oid.clone()], 0));
+    let stored = f.base.join(format!("repo.git/lfs/objects/{}/{}/{oid}", &oid[..2], &oid[2..4]));
+    assert_eq!(std::fs::metadata(stored).unwrap().len(), total as u64);
+    let above = peak.saturating_sub(idle);
+    println!("idle {idle} KiB, peak {peak} KiB, {above} KiB above idle");
+    assert!(above < 64 << 10, "the upload held {above} KiB above idle");
+}
+
+/// A push whose pack holds LFS pointers naming objects the server does not hold is refused, each
+/// ref with the reason (the first missing object); once the object is uploaded the same push
+/// lands; a repository with `gixd.lfsPointerCheck=false` takes such a push. Red before: every
+/// such push landed, and a clone of it could not check the file out.
+#[test]
+fn a_push_of_lfs_pointers_to_objects_the_server_lacks_is_refused_unless_the_repository_turns_the_check_off() {
+    let f = Fixture::new(|_| {});
+    let alice = basic("alice", &f.secrets[0]);
+    // Plain git, no LFS filters or hooks: the pointer is committed as it is.
+    let work = f.tmp.path().join("plain");
+    git(f.tmp.path(), &["clone", "-q", &f.url(false, Some(0), "repo.git"), work.to_str().unwrap()]);
+    let data = noise(9, 50_000);
+    let oid = sha256_hex(&data);
+    let pointer = format!("version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {}\n", data.len());
+    gixd_tests::commit_files(&work, &[("asset.bin", pointer.as_bytes())], "a pointer");
+    let push = |dir: &Path| {
+        git_command(dir)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .args(["push", "origin", "HEAD:refs/heads/main"])
+            .output()
+            .unwrap()
+    };
+    let refused = push(&work);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("LFS object {oid}")) && stderr.contains("is not on the server"), "{stderr}");
+    assert_eq!(put(&f, "repo.git", &oid, data.len(), &data, &alice), 200);
+    let landed = push(&work);
+    assert!(landed.status.success(), "{}", String::from_utf8_lossy(&landed.stderr));
+
+    let other = noise(10, 1000);
+    let pointer = format!("version https://git-lfs.github.com/spec/v1\noid sha256:{}\nsize 1000\n", sha256_hex(&other));
+    gixd_tests::commit_files(&work, &[("other.bin", pointer.as_bytes())], "another pointer");
+    assert!(!push(&work).status.success());
+    git(&f.base.join("repo.git"), &["config", "gixd.lfsPointerCheck", "false"]);
+    let unchecked = push(&work);
+    assert!(unchecked.status.success(), "{}", String::from_utf8_lossy(&unchecked.stderr));
+
+    // Maintenance reports an object no pointer names (uploaded, then never pushed), keeps it.
+    let stray = noise(11, 4321);
+    assert_eq!(put(&f, "repo.git", &sha256_hex(&stray), stray.len(), &stray, &alice), 200);
+    let repo = f.base.join("repo.git");
+    assert_eq!(gixd::maintenance::lfs::unreferenced(&repo).unwrap(), Some((1, 4321)));
+    assert_eq!(f.stored("repo.git").0.len(), 2, "nothing is deleted");
+}

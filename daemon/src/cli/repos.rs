@@ -90,13 +90,21 @@ pub fn maintenance(repo: PathBuf, geometric: bool, aggressive: bool) -> Result<(
     } else {
         crate::maintenance::run(&git_dir)
     };
-    report
-                .map(|r| {
-                    let (dir, pack) = (git_dir.display(), r.pack.display());
-                    println!(
-                        "{dir}: {} objects in {pack} ({} deltas found by the search), {} commit bitmaps; removed {} pack(s) and {} loose object(s) now in it; {} loose ref(s) packed; {} unreachable object(s) kept, {} expired",
-                        r.objects, r.deltas_computed, r.bitmaps, r.packs_removed, r.loose_removed, r.refs_packed, r.unreachable_kept, r.pruned
-                    )
-                })
-                .map_err(Into::into)
+    let r = report?;
+    let (dir, pack) = (git_dir.display(), r.pack.display());
+    println!(
+        "{dir}: {} objects in {pack} ({} deltas found by the search), {} commit bitmaps; removed {} pack(s) and {} loose object(s) now in it; {} loose ref(s) packed; {} unreachable object(s) kept, {} expired",
+        r.objects,
+        r.deltas_computed,
+        r.bitmaps,
+        r.packs_removed,
+        r.loose_removed,
+        r.refs_packed,
+        r.unreachable_kept,
+        r.pruned
+    );
+    if let Some((count, bytes)) = crate::maintenance::lfs::unreferenced(&git_dir)? {
+        println!("{dir}: {count} LFS object(s), {bytes} bytes, named by no pointer (kept; nothing is deleted)");
+    }
+    Ok(())
 }

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod locks;
+pub mod pointer;
 pub mod store;
 pub mod token;
 

@@ -27,6 +27,7 @@ use crate::pack::PackError;
 pub mod bundles;
 pub mod commit_graph;
 pub mod geometric;
+pub mod lfs;
 mod loose;
 pub mod midx;
 pub mod prune;

@@ -9,6 +9,7 @@
 
 mod commands;
 pub mod hooks;
+pub mod lfs_pointers;
 mod objects;
 pub mod quarantine;
 
@@ -247,8 +248,11 @@ pub fn apply(
     let received = quarantine.odb(hash)?;
     let unpacked = started.elapsed();
 
-    // 2. Each command on its own.
+    // 2. Each command on its own; then the LFS objects the pack's pointers name.
     check_commands(&repo, &received, req, complete, &mut results)?;
+    if let Some(refusal) = lfs_objects_missing(ctx, &repo, &quarantine, &received)? {
+        fail_all(&mut results, refusal);
+    }
     let checked = started.elapsed();
     if req.atomic && results.iter().any(Result::is_err) {
         fail_all(&mut results, Refusal::Atomic);
@@ -295,6 +299,23 @@ pub fn apply(
         "push"
     );
     Ok(Outcome { unpack_error: None, results, objects: quarantine.objects })
+}
+
+/// Why the push is refused when an LFS pointer of its pack names an object the repository's LFS
+/// store lacks ([`lfs_pointers`]); `None` when every one is there, when LFS is off on this
+/// server, or when the repository turned the check off (`gixd.lfsPointerCheck=false`).
+fn lfs_objects_missing(
+    ctx: &Context<'_>,
+    repo: &gix::Repository,
+    quarantine: &Quarantine,
+    received: &gix_odb::Handle,
+) -> Result<Option<Refusal>, ServeError> {
+    let checked = ctx.config.lfs.enabled && repo.config_snapshot().boolean("gixd.lfsPointerCheck").unwrap_or(true);
+    let Some(index) = quarantine.index().filter(|_| checked) else { return Ok(None) };
+    let missing = lfs_pointers::first_missing(index, received, &ctx.served.git_dir, repo.object_hash())?;
+    Ok(missing.map(|(oid, size)| {
+        Refusal::Check(format!("LFS object {oid} ({size} bytes) is not on the server: push it first (git lfs push)"))
+    }))
 }
 
 /// Every command not refused yet is refused for `reason`.
