@@ -16,6 +16,7 @@ pub mod bundles;
 pub mod bursts;
 pub mod clone;
 pub mod ingest;
+pub mod lfs;
 pub mod life;
 pub mod maintenance;
 pub mod narrow;
@@ -70,6 +71,7 @@ pub const BLOCKS: &[(&str, &str, Render)] = &[
     ("bench/README.md", "ssh", ssh::render),
     ("bench/README.md", "reftable", reftable::render),
     ("bench/README.md", "bundles", bundles::render),
+    ("bench/README.md", "lfs", lfs::render),
 ];
 
 /// Every benchmark, by the name `cargo xtask bench` takes.
@@ -132,6 +134,10 @@ pub enum Bench {
     Ssh(ssh::Args),
     /// Server CPU per clone at 1…32 concurrent clients, under a CPU quota and pinned.
     Ramp(ramp::Args),
+    /// Git LFS: server CPU per GiB uploaded and downloaded, gixd against giftless (PyPI, local
+    /// storage), curl as the client, and a download's throughput against lighttpd's sendfile.
+    /// By hand (it installs giftless with pip); not in CI.
+    Lfs(lfs::Args),
 }
 
 /// Run the benchmark `bench` asks for.
@@ -155,6 +161,7 @@ pub fn run(root: &Path, bench: Bench) -> Result<()> {
         Bench::Tls(args) => tls::run(root, args),
         Bench::Ssh(args) => ssh::run(root, args),
         Bench::Ramp(args) => ramp::run(root, args),
+        Bench::Lfs(args) => lfs::run(root, args),
     }
 }
 
