@@ -582,3 +582,52 @@ fn a_push_of_lfs_pointers_to_objects_the_server_lacks_is_refused_unless_the_repo
     assert_eq!(gixd::maintenance::lfs::unreferenced(&repo).unwrap(), Some((1, 4321)));
     assert_eq!(f.stored("repo.git").0.len(), 2, "nothing is deleted");
 }
+
+/// An upload that trickles (a few bytes at a time) is cut off once a window of waiting shows it
+/// below the minimum rate, as a push is: its permit goes back, nothing is stored, and an upload
+/// beside it is served. Red before: the trickle held its permit for as long as it kept sending.
+#[test]
+fn a_trickling_upload_is_cut_off_at_the_minimum_rate_and_leaves_nothing() {
+    let f = Fixture::new(|c| {
+        c.io_timeout = std::time::Duration::from_secs(2);
+        c.min_receive_rate = 10_000;
+        c.lfs.max_uploads = 1;
+    });
+    let alice = basic("alice", &f.secrets[0]);
+    let data = noise(12, 100_000);
+    let oid = sha256_hex(&data);
+    let mut stream = std::net::TcpStream::connect(f.server.addr).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    let head = format!(
+        "PUT /repo.git/info/lfs/objects/{oid} HTTP/1.1\r\nHost: x\r\nAuthorization: {alice}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        data.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let started = std::time::Instant::now();
+    let mut sent = 0;
+    // 20 bytes every 100 ms: 200 bytes/s, far below 10 000; stop when the server answers.
+    stream.set_nonblocking(true).unwrap();
+    let mut answer = Vec::new();
+    while started.elapsed() < std::time::Duration::from_secs(15) {
+        let _ = stream.write_all(&data[sent..sent + 20]);
+        sent += 20;
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let mut buf = [0u8; 4096];
+        match std::io::Read::read(&mut stream, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(_) => {}
+        }
+        if !answer.is_empty() {
+            break;
+        }
+    }
+    let elapsed = started.elapsed();
+    assert!(elapsed < std::time::Duration::from_secs(10), "cut off within a few windows, not after {elapsed:?}");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.contains("400") && text.contains("bytes/s"), "{text}");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(f.stored("repo.git"), (vec![], 0), "nothing stored, nothing temporary left");
+    // The permit went back: the next upload is served.
+    assert_eq!(put(&f, "repo.git", &oid, data.len(), &data, &alice), 200);
+}

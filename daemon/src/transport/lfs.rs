@@ -354,6 +354,8 @@ async fn upload(state: &Arc<State>, repo_path: &str, oid: &str, req: Request<Inc
         Err(pipeline::Busy(message)) => return refused(Refusal { status: 503, message: message.into(), lock: None }),
     };
     let body = super::stream::BodyReader::spawn(req.into_body(), state.config.io_timeout);
+    // Held to a minimum rate, as a push is: a trickling upload would hold its permit for ever.
+    let body = super::pace::Paced::new(body, state.config.push_pace());
     let (state, oid) = (state.clone(), oid.to_owned());
     let stored = tokio::task::spawn_blocking(move || {
         let _permit = permit;
