@@ -29,6 +29,7 @@ pub const ALL: &[Target] = &[
     Target { name: "receive-pack", seeds: push_seeds, run: receive_pack, max_len: 1 << 16 },
     Target { name: "push-options", seeds: push_option_seeds, run: receive_pack, max_len: 1 << 16 },
     Target { name: "filter-spec", seeds: filter_seeds, run: filter_spec, max_len: 256 },
+    Target { name: "lfs-transfer", seeds: lfs_transfer_seeds, run: lfs_transfer, max_len: 4096 },
     Target { name: "repo-path", seeds: path_seeds, run: repo_path, max_len: 256 },
     Target { name: "config-file", seeds: config_seeds, run: config_file, max_len: 2048 },
     Target { name: "http-request", seeds: http_seeds, run: http_request, max_len: 8192 },
@@ -574,6 +575,68 @@ fn receive_pack(f: &Fixture, input: &[u8]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+fn lfs_transfer_seeds(_: &Fixture) -> Vec<Vec<u8>> {
+    let oid = "4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393";
+    let requests: [&[&str]; 6] = [
+        &["version 1"],
+        &["batch", "transfer=ssh", "hash-algo=sha256", "refname=refs/heads/main", "\u{1}", &format!("{oid} 12345")],
+        &[&format!("get-object {oid}"), "size=12345"],
+        &[&format!("verify-object {oid}"), "size=12345"],
+        &["lock", "path=art/big.psd", "refname=refs/heads/main"],
+        &["list-locks", "cursor=a", "limit=100"],
+    ];
+    requests
+        .iter()
+        .map(|lines| {
+            let mut w = pkt::Writer::new();
+            for line in lines.iter() {
+                if *line == "\u{1}" {
+                    w.delim();
+                } else {
+                    w.text(line);
+                }
+            }
+            w.flush();
+            w.into_bytes()
+        })
+        .collect()
+}
+
+/// git-lfs-transfer requests: whatever the bytes, reading them never panics, and an oid that is
+/// read is 64 lowercase hex digits (it becomes a path below `lfs/objects`).
+fn lfs_transfer(_: &Fixture, input: &[u8]) -> Result<(), String> {
+    use gixd::lfs::transfer::{Command, arguments, command, objects};
+    use gixd::protocol::pkt::Line;
+    let Ok(lines) = pkt::read_all(input) else { return Ok(()) };
+    let (mut header, mut after, mut delimited) = (Vec::new(), Vec::new(), false);
+    let check = |header: &[String], after: &[String]| -> Result<(), String> {
+        let Some((first, rest)) = header.split_first() else { return Ok(()) };
+        if let Ok(Command::GetObject(oid) | Command::PutObject(oid) | Command::VerifyObject(oid)) = command(first) {
+            let text = oid.as_str();
+            if text.len() != 64 || !text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+                return Err(format!("{first:?} was read as the oid {text:?}"));
+            }
+        }
+        let _ = arguments(rest.iter().map(String::as_str));
+        let _ = objects(after.iter().map(String::as_str));
+        Ok(())
+    };
+    for line in lines {
+        match line {
+            Line::Data(d) => {
+                let text = String::from_utf8_lossy(d).into_owned();
+                if delimited { after.push(text) } else { header.push(text) }
+            }
+            Line::Delim => delimited = true,
+            Line::Flush | Line::ResponseEnd => {
+                check(&header, &after)?;
+                (header, after, delimited) = (Vec::new(), Vec::new(), false);
+            }
+        }
+    }
+    check(&header, &after)
 }
 
 fn filter_spec(_: &Fixture, input: &[u8]) -> Result<(), String> {

@@ -396,27 +396,17 @@ fn ssh_ok(f: &Fixture, dir: &Path, key: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// An SSH user pushes and clones LFS objects with no HTTP credentials of their own:
-/// `git-lfs-authenticate` gives git-lfs the HTTP URL and a header good for ten minutes, for
-/// that repository and operation only. A download's header cannot upload, one repository's
-/// cannot reach another, an expired one is refused as expired, a forged one as invalid.
+/// `git-lfs-authenticate <path> <operation>` (what git-lfs runs over SSH when the pure-SSH
+/// protocol is not there, and older clients always) gives an SSH user the repository's HTTP(S)
+/// URL and a header good for ten minutes, for that repository and operation only: a download's
+/// header cannot upload, one repository's cannot reach another, an expired one is refused as
+/// expired, a forged one as invalid, an unknown repository is not found.
 #[test]
-fn an_ssh_user_pushes_and_clones_lfs_objects_with_credentials_git_lfs_authenticate_issues() {
+fn git_lfs_authenticate_issues_an_ssh_user_a_short_lived_header_for_one_repository_and_operation() {
     let f = Fixture::new(|_| {});
     let key = f.key("alice", "*", true);
-    let work = f.tmp.path().join("work");
-    ssh_ok(&f, f.tmp.path(), &key, &["clone", "-q", &f.ssh_url("repo.git"), work.to_str().unwrap()]);
-    ssh_ok(&f, &work, &key, &["checkout", "-q", "-b", "main"]);
-    ssh_ok(&f, &work, &key, &["lfs", "track", "*.bin"]);
     let data = noise(7, 2 << 20);
-    std::fs::write(work.join("big.bin"), &data).unwrap();
-    ssh_ok(&f, &work, &key, &["add", ".gitattributes", "big.bin"]);
-    ssh_ok(&f, &work, &key, &["commit", "-q", "-m", "over ssh"]);
-    ssh_ok(&f, &work, &key, &["push", "-q", "origin", "main"]);
-    assert_eq!(f.stored("repo.git"), (vec![sha256_hex(&data)], 0));
-    let clone = f.tmp.path().join("clone");
-    ssh_ok(&f, f.tmp.path(), &key, &["clone", "-q", "-b", "main", &f.ssh_url("repo.git"), clone.to_str().unwrap()]);
-    assert!(std::fs::read(clone.join("big.bin")).unwrap() == data);
+    assert_eq!(put(&f, "repo.git", &sha256_hex(&data), data.len(), &data, &basic("alice", &f.secrets[0])), 200);
 
     // What the command answers, and what its header may do.
     let ssh = |args: &[&str]| {
@@ -630,4 +620,93 @@ fn a_trickling_upload_is_cut_off_at_the_minimum_rate_and_leaves_nothing() {
     assert_eq!(f.stored("repo.git"), (vec![], 0), "nothing stored, nothing temporary left");
     // The permit went back: the next upload is served.
     assert_eq!(put(&f, "repo.git", &oid, data.len(), &data, &alice), 200);
+}
+
+/// An SSH-only user needs no HTTP at all: git-lfs speaks its pure-SSH protocol
+/// (`git-lfs-transfer`) to gixd for the push, the clone, a lock and an unlock — the access log
+/// holds those sessions and no LFS request over HTTP. Red before: gixd refused the command, and
+/// git-lfs fell back to `git-lfs-authenticate` and HTTP.
+#[test]
+fn an_ssh_only_user_pushes_clones_and_locks_over_git_lfs_transfer_without_http() {
+    let f = Fixture::new(|_| {});
+    let key = f.key("alice", "*", true);
+    let work = f.tmp.path().join("work");
+    ssh_ok(&f, f.tmp.path(), &key, &["clone", "-q", &f.ssh_url("repo.git"), work.to_str().unwrap()]);
+    ssh_ok(&f, &work, &key, &["checkout", "-q", "-b", "main"]);
+    ssh_ok(&f, &work, &key, &["lfs", "track", "*.bin"]);
+    let data = noise(13, 3 << 20);
+    std::fs::write(work.join("big.bin"), &data).unwrap();
+    ssh_ok(&f, &work, &key, &["add", ".gitattributes", "big.bin"]);
+    ssh_ok(&f, &work, &key, &["commit", "-q", "-m", "pure ssh"]);
+    ssh_ok(&f, &work, &key, &["push", "-q", "origin", "main"]);
+    assert_eq!(f.stored("repo.git"), (vec![sha256_hex(&data)], 0));
+    let clone = f.tmp.path().join("clone");
+    ssh_ok(&f, f.tmp.path(), &key, &["clone", "-q", "-b", "main", &f.ssh_url("repo.git"), clone.to_str().unwrap()]);
+    assert!(std::fs::read(clone.join("big.bin")).unwrap() == data);
+    assert!(ssh_ok(&f, &work, &key, &["lfs", "lock", "big.bin"]).contains("big.bin"));
+    let listed = ssh_ok(&f, &work, &key, &["lfs", "locks"]);
+    assert!(listed.contains("big.bin") && listed.contains("alice"), "{listed}");
+    ssh_ok(&f, &work, &key, &["lfs", "unlock", "big.bin"]);
+    assert!(!ssh_ok(&f, &work, &key, &["lfs", "locks"]).contains("big.bin"));
+
+    let records = access_log_records(&f.log);
+    let sessions = records.iter().filter(|r| r["service"] == "git-lfs-transfer").count();
+    assert!(sessions >= 2, "{records:?}");
+    assert!(records.iter().filter(|r| r["service"] == "git-lfs-transfer").all(|r| r["status"] == "ok"), "{records:?}");
+    assert!(!records.iter().any(|r| r["service"] == "lfs" || r["service"] == "git-lfs-authenticate"), "{records:?}");
+}
+
+/// A `git-lfs-transfer` session fed garbage, unknown commands, a path trick, a wrong hash and
+/// another repository's object answers each with a status and goes on; nothing is stored.
+#[test]
+fn a_git_lfs_transfer_session_answers_bad_requests_with_a_status_and_stores_nothing_wrong() {
+    let f = Fixture::new(|_| {});
+    let key = f.key("alice", "*", true);
+    let data = noise(14, 5000);
+    let oid = sha256_hex(&data);
+    let pkt = |s: &str| format!("{:04x}{s}", s.len() + 4).into_bytes();
+    let mut input = Vec::new();
+    for request in [
+        vec![pkt("version 1\n"), b"0000".to_vec()],
+        vec![pkt("shell\n"), b"0000".to_vec()],
+        vec![pkt("get-object ../../../HEAD\n"), b"0000".to_vec()],
+        vec![pkt(&format!("get-object {oid}\n")), b"0000".to_vec()],
+        // Wrong bytes for the oid.
+        vec![
+            pkt(&format!("put-object {oid}\n")),
+            pkt(&format!("size={}\n", data.len())),
+            b"0001".to_vec(),
+            {
+                let wrong = noise(15, data.len());
+                let mut p = format!("{:04x}", wrong.len() + 4).into_bytes();
+                p.extend_from_slice(&wrong);
+                p
+            },
+            b"0000".to_vec(),
+        ],
+        vec![pkt(&format!("verify-object {oid}\n")), pkt(&format!("size={}\n", data.len())), b"0000".to_vec()],
+        vec![pkt("quit\n"), b"0000".to_vec()],
+    ] {
+        input.extend(request.concat());
+    }
+    let mut child = std::process::Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "{} -p {} git@127.0.0.1 git-lfs-transfer repo.git upload",
+                gixd_tests::ssh_command(&key, &f.known_hosts),
+                f.server.ssh_addr.unwrap().port()
+            ),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let statuses: Vec<&str> = text.match_indices("status ").map(|(i, _)| &text[i + 7..i + 10]).collect();
+    assert_eq!(statuses, ["200", "400", "400", "404", "422", "404", "200"], "{text}");
+    assert!(text.contains("version=1") && text.contains("unknown command"), "{text}");
+    assert_eq!(f.stored("repo.git"), (vec![], 0));
 }

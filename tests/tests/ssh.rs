@@ -279,7 +279,7 @@ fn garbage_silent_and_half_connections_are_closed_passwords_refused_and_others_s
 /// Floods, each cut off where the server says: 200 connections that stop after their version line
 /// (past 64 unauthenticated at once the rest are closed at once, and all within the init
 /// timeout); a client offering ten keys nobody added (disconnected after six attempts); one
-/// connection opening channel after channel (the fifth is refused). Memory stays bounded (the
+/// connection opening channel after channel (each served, as git-lfs's shared connection needs). Memory stays bounded (the
 /// server's peak grows by less than 64 MiB), and once the half connections are gone a clone is
 /// served. Red with the limits off: the flood's connections all stay open until the init
 /// timeout, and a seventh key is still tried.
@@ -351,7 +351,7 @@ fn connection_auth_and_channel_floods_are_cut_off_with_memory_bounded_and_others
     let offered = said.matches("Offering public key").count();
     assert!(offered <= 6, "at most six keys are tried on one connection, {offered} were: {said}");
 
-    // One connection, channel after channel (OpenSSH's connection sharing): four, then refused.
+    // One connection, channel after channel (OpenSSH's connection sharing).
     let control = f.tmp.path().join("control");
     let mut master = std::process::Command::new("ssh");
     base_ssh(&mut master);
@@ -368,10 +368,11 @@ fn connection_auth_and_channel_floods_are_cut_off_with_memory_bounded_and_others
         cmd.arg("-S").arg(&control).arg("git@127.0.0.1").arg("git-upload-pack '/repo.git'");
         cmd.stdin(std::process::Stdio::null()).output().unwrap()
     };
-    let outcomes: Vec<bool> = (0..6).map(|_| channel().stdout.starts_with(b"0")).collect();
+    // One after another, as git-lfs opens them over its shared connection: each is served.
+    let outcomes: Vec<bool> = (0..20).map(|_| channel().stdout.starts_with(b"0")).collect();
+    assert!(outcomes.iter().all(|served| *served), "channels one after another are served: {outcomes:?}");
     let _ = master.kill();
     let _ = master.wait();
-    assert_eq!(outcomes, [true, true, true, true, false, false], "four channels served, then refused");
 
     let grown = gixd_tests::peak_rss_kb().saturating_sub(before);
     assert!(grown < 64 << 10, "the floods grew the server's peak memory by {grown} KiB");

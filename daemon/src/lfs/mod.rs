@@ -9,5 +9,6 @@ pub mod locks;
 pub mod pointer;
 pub mod store;
 pub mod token;
+pub mod transfer;
 
 pub use store::{Oid, Store, Upload, UploadError};

@@ -12,6 +12,7 @@
 pub mod archive;
 pub mod buffer;
 pub mod lfs;
+pub mod lfs_transfer;
 pub mod maintenance;
 pub mod negotiate;
 pub mod negotiation;

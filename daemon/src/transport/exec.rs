@@ -112,6 +112,9 @@ where
     if let Some(arguments) = line.trim_end_matches(['\n', '\r']).strip_prefix("git-lfs-authenticate ") {
         return (lfs_authenticate(&state, origin, arguments, &mut outlet).await, outlet);
     }
+    if let Some(arguments) = line.trim_end_matches(['\n', '\r']).strip_prefix("git-lfs-transfer ") {
+        return (lfs_transfer(&state, origin, arguments, input, &mut outlet).await, outlet);
+    }
     let Origin { transport, peer, identity, version } = origin;
     let origin = pipeline::Origin { transport, peer, caller: pipeline::Caller::Identified(identity) };
     let Some(command) = parse_command(line) else {
@@ -161,6 +164,62 @@ async fn lfs_authenticate(
             Ended { status: 1, refusal: Some("fatal: internal error".into()) }
         }
     }
+}
+
+/// `git-lfs-transfer <path> upload|download`: git-lfs's pure-SSH protocol for the repository, if
+/// the key's grant allows the operation ([`service::lfs_transfer`]), run as a task of the
+/// runtime (an idle session holds no thread); recorded once.
+async fn lfs_transfer<I>(
+    state: &Arc<State>,
+    origin: Origin,
+    arguments: &str,
+    input: I,
+    outlet: &mut impl service::buffer::Outlet,
+) -> Ended
+where
+    I: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    let mut log = service::Request::new(origin.transport, origin.peer, "git-lfs-transfer", None);
+    log.record.user = origin.identity.user().map(str::to_owned);
+    let parsed = arguments.trim().rsplit_once(' ').and_then(|(path, op)| Some((dequote(path.trim())?, op.to_owned())));
+    let access = match parsed.as_ref().map(|(_, op)| op.as_str()) {
+        Some("download") => Some(service::lfs::Access::Read),
+        Some("upload") => Some(service::lfs::Access::Write),
+        _ => None,
+    };
+    let (Some((path, _)), Some(access)) = (parsed, access) else {
+        log.finish(state, service::Outcome::Refused);
+        return Ended { status: 1, refusal: Some("fatal: usage: git-lfs-transfer <path> upload|download".into()) };
+    };
+    log.record.repository = Some(path.clone());
+    let identity = origin.identity.clone();
+    let authorized = {
+        let (state, identity) = (state.clone(), identity.clone());
+        tokio::task::spawn_blocking(move || service::lfs::authorize(&state, &identity, &path, access)).await
+    };
+    let served = match authorized {
+        Ok(Ok(served)) => served,
+        Ok(Err(refusal)) => {
+            log.finish(state, service::Outcome::Refused);
+            return Ended { status: 1, refusal: Some(format!("fatal: {}", refusal.message)) };
+        }
+        Err(_) => {
+            log.finish(state, service::Outcome::Failed);
+            return Ended { status: 1, refusal: Some("fatal: internal error".into()) };
+        }
+    };
+    let served_session = service::lfs_transfer::serve(state, &served, &identity, access, input, outlet);
+    let served = state.life.unless_cancelled(served_session).await.map(Ok::<_, ()>);
+    let outcome = match served {
+        Some(Ok(Ok(()))) => service::Outcome::Ok,
+        Some(Ok(Err(err))) => {
+            tracing::info!(%err, "git-lfs-transfer ended");
+            service::Outcome::Disconnected
+        }
+        _ => service::Outcome::Disconnected,
+    };
+    log.finish(state, outcome);
+    Ended { status: if outcome == service::Outcome::Ok { 0 } else { 1 }, refusal: None }
 }
 
 /// How a command that ended so is told: its exit status, and why it was refused.

@@ -6,7 +6,7 @@
 //! under the base path as the other transports resolve theirs, with `GIT_PROTOCOL` from an env
 //! request. Everything else is refused: a shell, a pty, subsystems, other commands, other
 //! variables, forwarding of ports and agents. Authentication must end within the init timeout,
-//! a few connections may be unauthenticated at once, a connection has a few channels. The
+//! a few connections may be unauthenticated at once, a connection has a few channels open at once. The
 //! conversation runs through the same service entry as git://: a transfer slot, a blocking
 //! thread reading the channel, the transfer buffers sent by the runtime.
 
@@ -28,8 +28,10 @@ use crate::service;
 use crate::session::State;
 use crate::transport::exec;
 
-/// Session channels one connection may open (git opens one).
-pub const MAX_CHANNELS: usize = 4;
+/// Session channels one connection may have open at once: git opens one; git-lfs, sharing one
+/// OpenSSH connection (its `ControlMaster=auto`), opens one per transfer worker (eight) beside
+/// its batch channel and git's own, one after another for every step of a push.
+pub const MAX_CHANNELS: usize = 16;
 /// Authentication attempts one connection may make.
 pub const MAX_AUTH_ATTEMPTS: usize = 6;
 /// Messages a connection's session queues from its handles ([`ChannelOutlet`]'s chunks of up
@@ -414,7 +416,7 @@ pub async fn serve(
         pending: pending.clone(),
         protocols: HashMap::new(),
         channels: HashMap::new(),
-        opened: 0,
+        opened: Arc::new(AtomicUsize::new(0)),
     };
     // The client's version line, the key exchange and the authentication, all within the init
     // timeout (a silent or trickling client is closed then).
@@ -492,7 +494,9 @@ struct Connection {
     protocols: HashMap<ChannelId, String>,
     /// Channels opened and not yet running a command.
     channels: HashMap<ChannelId, Channel<Msg>>,
-    opened: usize,
+    /// Channels open now: opened, and neither closed by the client nor ended by their command
+    /// (a command's task gives its place back when it ends).
+    opened: Arc<AtomicUsize>,
 }
 
 impl Connection {
@@ -532,13 +536,23 @@ impl russh::server::Handler for Connection {
         reply: ChannelOpenHandle,
         _session: &mut Session,
     ) -> Result<(), Self::Error> {
-        if self.opened >= MAX_CHANNELS {
+        if self.opened.load(Ordering::SeqCst) >= MAX_CHANNELS {
             reply.reject(ChannelOpenFailure::ResourceShortage).await;
             return Ok(());
         }
-        self.opened += 1;
+        self.opened.fetch_add(1, Ordering::SeqCst);
         self.channels.insert(channel.id(), channel);
         reply.accept().await;
+        Ok(())
+    }
+
+    /// A channel the client closed before it ran a command gives its place back (one that ran
+    /// a command gives it back when the command ends).
+    async fn channel_close(&mut self, channel: ChannelId, _session: &mut Session) -> Result<(), Self::Error> {
+        self.protocols.remove(&channel);
+        if self.channels.remove(&channel).is_some() {
+            self.opened.fetch_sub(1, Ordering::SeqCst);
+        }
         Ok(())
     }
 
@@ -563,17 +577,17 @@ impl russh::server::Handler for Connection {
         data: &[u8],
         session: &mut Session,
     ) -> Result<(), Self::Error> {
-        let (Some(open), Some(identity)) = (self.channels.remove(&channel), self.identity.clone()) else {
-            return session.channel_failure(channel);
-        };
+        let Some(identity) = self.identity.clone() else { return session.channel_failure(channel) };
+        let Some(open) = self.channels.remove(&channel) else { return session.channel_failure(channel) };
         session.channel_success(channel)?;
         let command = String::from_utf8_lossy(&data[..data.len().min(4096)]).into_owned();
         let version = Version::from_params(self.protocols.get(&channel).map_or("", String::as_str));
         let origin = exec::Origin { transport: "ssh", peer: Some(self.peer), identity, version };
-        let (state, handle) = (self.state.clone(), session.handle());
+        let (state, handle, opened) = (self.state.clone(), session.handle(), self.opened.clone());
         tokio::spawn(async move {
             let (_busy, life) = (state.life.busy(), state.life.clone());
             life.unless_cancelled(run_exec(state, origin, open, handle, &command)).await;
+            opened.fetch_sub(1, Ordering::SeqCst);
         });
         Ok(())
     }
