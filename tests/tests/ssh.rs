@@ -279,7 +279,8 @@ fn garbage_silent_and_half_connections_are_closed_passwords_refused_and_others_s
 /// Floods, each cut off where the server says: 200 connections that stop after their version line
 /// (past 64 unauthenticated at once the rest are closed at once, and all within the init
 /// timeout); a client offering ten keys nobody added (disconnected after six attempts); one
-/// connection opening channel after channel (each served, as git-lfs's shared connection needs). Memory stays bounded (the
+/// connection opening channel after channel (each served, as git-lfs's shared connection needs;
+/// past sixteen open at once, refused). Memory stays bounded (the
 /// server's peak grows by less than 64 MiB), and once the half connections are gone a clone is
 /// served. Red with the limits off: the flood's connections all stay open until the init
 /// timeout, and a seventh key is still tried.
@@ -371,8 +372,35 @@ fn connection_auth_and_channel_floods_are_cut_off_with_memory_bounded_and_others
     // One after another, as git-lfs opens them over its shared connection: each is served.
     let outcomes: Vec<bool> = (0..20).map(|_| channel().stdout.starts_with(b"0")).collect();
     assert!(outcomes.iter().all(|served| *served), "channels one after another are served: {outcomes:?}");
+    // At once: sessions that hold their channel without a transfer slot (git-lfs's, waiting for
+    // their next request) fill the sixteen places; the seventeenth channel is refused.
+    let session = || {
+        let mut cmd = std::process::Command::new("ssh");
+        base_ssh(&mut cmd);
+        cmd.arg("-S").arg(&control).arg("git@127.0.0.1").arg("git-lfs-transfer repo.git download");
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+        cmd.spawn().unwrap()
+    };
+    let mut open = Vec::new();
+    for _ in 0..gixd::transport::ssh::MAX_CHANNELS {
+        let mut child = session();
+        let mut first = [0u8; 4];
+        std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+        open.push(child);
+    }
+    let mut over = session();
+    let mut first = Vec::new();
+    let _ = std::io::Read::read_to_end(over.stdout.as_mut().unwrap(), &mut first);
+    let _ = over.wait();
+    for mut child in open {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     let _ = master.kill();
     let _ = master.wait();
+    assert!(first.is_empty(), "the seventeenth channel at once is refused: {:?}", String::from_utf8_lossy(&first));
 
     let grown = gixd_tests::peak_rss_kb().saturating_sub(before);
     assert!(grown < 64 << 10, "the floods grew the server's peak memory by {grown} KiB");
