@@ -388,6 +388,11 @@ fn an_interrupted_download_resumes_with_a_range_and_gets_exactly_the_rest() {
     assert!(rest.body == data[from..]);
     let past = http(f.server.addr, "GET", &path, &[("Range", &format!("bytes={}-", data.len()))], b"");
     assert_eq!(past.status, 416);
+    // An empty object is stored and served as one.
+    let empty = sha256_hex(b"");
+    assert_eq!(put(&f, "repo.git", &empty, 0, b"", &alice), 200);
+    let got = http(f.server.addr, "GET", &format!("/repo.git/info/lfs/objects/{empty}"), &[], b"");
+    assert_eq!((got.status, got.body.len()), (200, 0), "{}", got.text());
 }
 
 fn ssh_ok(f: &Fixture, dir: &Path, key: &Path, args: &[&str]) -> String {
