@@ -1,7 +1,7 @@
-//! git-lfs's pure-SSH protocol, answered (`git-lfs-transfer <path> upload|download` over SSH, in
-//! process or under OpenSSH): the capability advertisement, then one request after another —
-//! `version`, `batch`, `get-object` (the object's bytes as data packets, read from the file a
-//! piece at a time), `put-object` (streamed into the store under an upload permit, checked before
+//! Git LFS over SSH ([`command`]: `git-lfs-authenticate` and `git-lfs-transfer`, in process or
+//! under OpenSSH, authorized, served and recorded once), and git-lfs's pure-SSH protocol
+//! answered: the capability advertisement, then one request after another — `version`, `batch`,
+//! `get-object` (the object's bytes as data packets from its mapped file), `put-object` (streamed into the store under an upload permit, checked before
 //! it is visible), `verify-object`, `lock`, `list-lock`, `list-locks`, `unlock`, `quit` — with
 //! the HTTP API's statuses and the same store, locks and grants ([`super::lfs`]). A request that
 //! cannot be read is answered `400` with why, and the session goes on. git-lfs reads its lines
@@ -14,8 +14,12 @@ use gix_packetline::PacketLineRef;
 use gix_packetline::decode::{PacketLineOrWantedSize, hex_prefix};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use std::sync::Arc;
+
 use super::buffer::Outlet;
 use super::lfs::{Access, Refusal};
+use super::pipeline::{Caller, Origin};
+use super::{Outcome, Request};
 use crate::auth::Identity;
 use crate::lfs::locks::Lock;
 use crate::lfs::transfer::{self, Command};
@@ -454,4 +458,79 @@ fn list_locks(locks: &[Lock], next: Option<&str>, user: Option<&str>) -> Writer 
     }
     w.flush();
     w
+}
+
+/// What an LFS command over SSH asks for.
+pub enum LfsCommand {
+    /// `git-lfs-authenticate`: a header for the HTTP API, for this operation.
+    Authenticate(String),
+    /// `git-lfs-transfer`: the pure-SSH protocol, a session with this access.
+    Transfer(super::lfs::Access),
+}
+
+/// An LFS command over SSH, the one way for both (a request that takes no transfer slot):
+/// authorized (the key's grant, as every request), served — `git-lfs-authenticate`'s answer
+/// sent through `outlet`, or a `git-lfs-transfer` session reading `input` run as a task (an
+/// idle session holds no thread; its uploads take their own permits) — settled and recorded
+/// once. `Err`: why it was refused, for the transport to tell.
+pub async fn command<O: Outlet>(
+    state: &Arc<State>,
+    origin: Origin,
+    path: String,
+    command: LfsCommand,
+    input: impl tokio::io::AsyncRead + Unpin,
+    outlet: &mut O,
+) -> Result<(), String> {
+    let Origin { transport, peer, caller } = origin;
+    let Caller::Identified(identity) = caller else { return Err("LFS needs a user's key".into()) };
+    let service = match command {
+        LfsCommand::Authenticate(_) => "git-lfs-authenticate",
+        LfsCommand::Transfer(_) => "git-lfs-transfer",
+    };
+    let mut log = Request::new(transport, peer, service, None);
+    log.record.user = identity.user().map(str::to_owned);
+    log.record.repository = Some(path.clone());
+    let refused = |log: Request, outcome: Outcome, why: String| {
+        log.finish(state, outcome);
+        Err(why)
+    };
+    match command {
+        LfsCommand::Authenticate(operation) => {
+            let (answered, identity) = (state.clone(), identity.clone());
+            let answer =
+                tokio::task::spawn_blocking(move || super::lfs::authenticate(&answered, &identity, &path, &operation))
+                    .await;
+            match answer {
+                Ok(Ok(json)) => {
+                    let sent = outlet.send(bytes::Bytes::from(json + "\n")).await;
+                    log.finish(state, if sent { Outcome::Ok } else { Outcome::Disconnected });
+                    Ok(())
+                }
+                Ok(Err(refusal)) => refused(log, Outcome::Refused, refusal.message),
+                Err(_) => refused(log, Outcome::Failed, "internal error".into()),
+            }
+        }
+        LfsCommand::Transfer(access) => {
+            let authorized = {
+                let (state, identity) = (state.clone(), identity.clone());
+                tokio::task::spawn_blocking(move || super::lfs::authorize(&state, &identity, &path, access)).await
+            };
+            let served = match authorized {
+                Ok(Ok(served)) => served,
+                Ok(Err(refusal)) => return refused(log, Outcome::Refused, refusal.message),
+                Err(_) => return refused(log, Outcome::Failed, "internal error".into()),
+            };
+            let session = serve(state, &served, &identity, access, input, outlet);
+            let outcome = match state.life.unless_cancelled(session).await {
+                Some(Ok(())) => Outcome::Ok,
+                Some(Err(err)) => {
+                    tracing::info!(repo = %served.name, %err, "git-lfs-transfer ended");
+                    Outcome::Disconnected
+                }
+                None => Outcome::Disconnected,
+            };
+            log.finish(state, outcome);
+            Ok(())
+        }
+    }
 }

@@ -109,11 +109,11 @@ where
     I: tokio::io::AsyncRead + Unpin + Send + 'static,
     O: service::buffer::Outlet,
 {
-    if let Some(arguments) = line.trim_end_matches(['\n', '\r']).strip_prefix("git-lfs-authenticate ") {
-        return (lfs_authenticate(&state, origin, arguments, &mut outlet).await, outlet);
-    }
-    if let Some(arguments) = line.trim_end_matches(['\n', '\r']).strip_prefix("git-lfs-transfer ") {
-        return (lfs_transfer(&state, origin, arguments, input, &mut outlet).await, outlet);
+    let trimmed = line.trim_end_matches(['\n', '\r']);
+    for program in ["git-lfs-authenticate", "git-lfs-transfer"] {
+        if let Some(arguments) = trimmed.strip_prefix(program).and_then(|a| a.strip_prefix(' ')) {
+            return (lfs(&state, origin, program, arguments, input, &mut outlet).await, outlet);
+        }
     }
     let Origin { transport, peer, identity, version } = origin;
     let origin = pipeline::Origin { transport, peer, caller: pipeline::Caller::Identified(identity) };
@@ -130,48 +130,12 @@ where
     (said(ended, &path), outlet)
 }
 
-/// `git-lfs-authenticate <path> <operation>` ([`service::lfs::authenticate`]): the LFS URL and a
-/// short-lived header as JSON on the command's output, or why not on stderr; recorded once.
-async fn lfs_authenticate(
+/// `git-lfs-authenticate <path> <operation>` or `git-lfs-transfer <path> upload|download`, read
+/// as git-lfs quotes them, run by the service ([`service::lfs_transfer::command`]).
+async fn lfs<I>(
     state: &Arc<State>,
     origin: Origin,
-    arguments: &str,
-    outlet: &mut impl service::buffer::Outlet,
-) -> Ended {
-    let mut log = service::Request::new(origin.transport, origin.peer, "git-lfs-authenticate", None);
-    log.record.user = origin.identity.user().map(str::to_owned);
-    let parsed = arguments.trim().rsplit_once(' ').and_then(|(path, op)| Some((dequote(path.trim())?, op.to_owned())));
-    let Some((path, operation)) = parsed.filter(|(path, _)| !path.is_empty() && !path.contains('\0')) else {
-        log.finish(state, service::Outcome::Refused);
-        return Ended { status: 1, refusal: Some("fatal: usage: git-lfs-authenticate <path> <operation>".into()) };
-    };
-    log.record.repository = Some(path.clone());
-    let (answered, identity) = (state.clone(), origin.identity);
-    let answer =
-        tokio::task::spawn_blocking(move || service::lfs::authenticate(&answered, &identity, &path, &operation)).await;
-    match answer {
-        Ok(Ok(json)) => {
-            let sent = outlet.send(bytes::Bytes::from(json + "\n")).await;
-            log.finish(state, if sent { service::Outcome::Ok } else { service::Outcome::Disconnected });
-            Ended { status: 0, refusal: None }
-        }
-        Ok(Err(refusal)) => {
-            log.finish(state, service::Outcome::Refused);
-            Ended { status: 1, refusal: Some(format!("fatal: {}", refusal.message)) }
-        }
-        Err(_) => {
-            log.finish(state, service::Outcome::Failed);
-            Ended { status: 1, refusal: Some("fatal: internal error".into()) }
-        }
-    }
-}
-
-/// `git-lfs-transfer <path> upload|download`: git-lfs's pure-SSH protocol for the repository, if
-/// the key's grant allows the operation ([`service::lfs_transfer`]), run as a task of the
-/// runtime (an idle session holds no thread); recorded once.
-async fn lfs_transfer<I>(
-    state: &Arc<State>,
-    origin: Origin,
+    program: &str,
     arguments: &str,
     input: I,
     outlet: &mut impl service::buffer::Outlet,
@@ -179,47 +143,30 @@ async fn lfs_transfer<I>(
 where
     I: tokio::io::AsyncRead + Unpin + Send + 'static,
 {
-    let mut log = service::Request::new(origin.transport, origin.peer, "git-lfs-transfer", None);
-    log.record.user = origin.identity.user().map(str::to_owned);
-    let parsed = arguments.trim().rsplit_once(' ').and_then(|(path, op)| Some((dequote(path.trim())?, op.to_owned())));
-    let access = match parsed.as_ref().map(|(_, op)| op.as_str()) {
-        Some("download") => Some(service::lfs::Access::Read),
-        Some("upload") => Some(service::lfs::Access::Write),
+    let Origin { transport, peer, identity, version } = origin;
+    let origin = pipeline::Origin { transport, peer, caller: pipeline::Caller::Identified(identity) };
+    let parsed = arguments.trim().rsplit_once(' ').and_then(|(path, op)| Some((dequote(path.trim())?, op)));
+    let command = match (program, parsed) {
+        ("git-lfs-authenticate", Some((path, op))) => {
+            Some((path, service::lfs_transfer::LfsCommand::Authenticate(op.to_owned())))
+        }
+        ("git-lfs-transfer", Some((path, "download"))) => {
+            Some((path, service::lfs_transfer::LfsCommand::Transfer(service::lfs::Access::Read)))
+        }
+        ("git-lfs-transfer", Some((path, "upload"))) => {
+            Some((path, service::lfs_transfer::LfsCommand::Transfer(service::lfs::Access::Write)))
+        }
         _ => None,
     };
-    let (Some((path, _)), Some(access)) = (parsed, access) else {
-        log.finish(state, service::Outcome::Refused);
-        return Ended { status: 1, refusal: Some("fatal: usage: git-lfs-transfer <path> upload|download".into()) };
+    let Some((path, command)) = command.filter(|(path, _)| !path.is_empty() && !path.contains('\0')) else {
+        let why = format!("usage: {program} <path> <operation>");
+        pipeline::unreadable(state, &origin, program, Some(version), why.clone());
+        return Ended { status: 1, refusal: Some(format!("fatal: {why}")) };
     };
-    log.record.repository = Some(path.clone());
-    let identity = origin.identity.clone();
-    let authorized = {
-        let (state, identity) = (state.clone(), identity.clone());
-        tokio::task::spawn_blocking(move || service::lfs::authorize(&state, &identity, &path, access)).await
-    };
-    let served = match authorized {
-        Ok(Ok(served)) => served,
-        Ok(Err(refusal)) => {
-            log.finish(state, service::Outcome::Refused);
-            return Ended { status: 1, refusal: Some(format!("fatal: {}", refusal.message)) };
-        }
-        Err(_) => {
-            log.finish(state, service::Outcome::Failed);
-            return Ended { status: 1, refusal: Some("fatal: internal error".into()) };
-        }
-    };
-    let served_session = service::lfs_transfer::serve(state, &served, &identity, access, input, outlet);
-    let served = state.life.unless_cancelled(served_session).await.map(Ok::<_, ()>);
-    let outcome = match served {
-        Some(Ok(Ok(()))) => service::Outcome::Ok,
-        Some(Ok(Err(err))) => {
-            tracing::info!(%err, "git-lfs-transfer ended");
-            service::Outcome::Disconnected
-        }
-        _ => service::Outcome::Disconnected,
-    };
-    log.finish(state, outcome);
-    Ended { status: if outcome == service::Outcome::Ok { 0 } else { 1 }, refusal: None }
+    match service::lfs_transfer::command(state, origin, path, command, input, outlet).await {
+        Ok(()) => Ended { status: 0, refusal: None },
+        Err(why) => Ended { status: 1, refusal: Some(format!("fatal: {why}")) },
+    }
 }
 
 /// How a command that ended so is told: its exit status, and why it was refused.
