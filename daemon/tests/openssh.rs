@@ -197,4 +197,42 @@ fn under_openssh_gixd_keys_authorizes_and_gixd_shell_serves_clone_push_fetch_arc
     assert_eq!(served[6]["service"], "git-receive-pack");
     assert_eq!(served[6]["user"], "alice");
     assert_eq!(served[7]["user"], "carol");
+
+    // Git LFS through sshd: git-lfs shares one OpenSSH connection and speaks git-lfs-transfer to
+    // a `gixd shell` per session; the object lands in the repository's store and comes back.
+    let home = dir.join("lfs-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let lfs = |cwd: &Path, args: &[&str]| {
+        let ssh = format!(
+            "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile={} -o GlobalKnownHostsFile=/dev/null",
+            writer.display(),
+            known_hosts.display()
+        );
+        Command::new("git")
+            .current_dir(cwd)
+            .env("HOME", &home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_SSH_COMMAND", ssh)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .output()
+            .expect("git runs")
+    };
+    ok(lfs(dir, &["lfs", "install", "--skip-repo"]), "git lfs install (.ci/run installs git-lfs)");
+    ok(lfs(&work, &["lfs", "track", "*.bin"]), "track");
+    let big: Vec<u8> = (0..3u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    std::fs::write(work.join("big.bin"), &big).unwrap();
+    ok(lfs(&work, &["add", ".gitattributes", "big.bin"]), "add");
+    ok(lfs(&work, &["commit", "-q", "-m", "lfs through sshd"]), "commit");
+    ok(lfs(&work, &["push", "-q", "origin", "HEAD"]), "push with LFS through sshd");
+    let stored = std::fs::read_dir(repo.join("lfs/objects")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(stored, 1, "the LFS object is in the repository's store");
+    let again = dir.join("openssh-lfs-clone");
+    ok(lfs(dir, &["clone", "-q", &url, again.to_str().unwrap()]), "clone with LFS through sshd");
+    assert!(std::fs::read(again.join("big.bin")).unwrap() == big, "the LFS object came back");
+    let records: Vec<serde_json::Value> =
+        std::fs::read_to_string(&log).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(records.iter().any(|r| r["service"] == "git-lfs-transfer" && r["status"] == "ok"), "{records:?}");
 }
