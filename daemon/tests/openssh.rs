@@ -89,12 +89,15 @@ fn under_openssh_gixd_keys_authorizes_and_gixd_shell_serves_clone_push_fetch_arc
     let stranger = key(dir, &config, "stranger", "mallory", None);
     let url = format!("ssh://root@127.0.0.1:{}/repo.git", openssh.port);
     let repo = base.join("repo.git");
-    let git = |cwd: &Path, key: &Path, args: &[&str]| {
-        let ssh = format!(
+    let ssh_command = |key: &Path| {
+        format!(
             "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile={} -o GlobalKnownHostsFile=/dev/null",
             key.display(),
             known_hosts.display()
-        );
+        )
+    };
+    let git = |cwd: &Path, key: &Path, args: &[&str]| {
+        let ssh = ssh_command(key);
         Command::new("git")
             .current_dir(cwd)
             .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -203,11 +206,7 @@ fn under_openssh_gixd_keys_authorizes_and_gixd_shell_serves_clone_push_fetch_arc
     let home = dir.join("lfs-home");
     std::fs::create_dir_all(&home).unwrap();
     let lfs = |cwd: &Path, args: &[&str]| {
-        let ssh = format!(
-            "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile={} -o GlobalKnownHostsFile=/dev/null",
-            writer.display(),
-            known_hosts.display()
-        );
+        let ssh = ssh_command(&writer);
         Command::new("git")
             .current_dir(cwd)
             .env("HOME", &home)
