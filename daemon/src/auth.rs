@@ -255,13 +255,15 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-fn sha256_hex(data: &[u8]) -> String {
+/// SHA-256 of `data`, lowercase hex.
+pub(crate) fn sha256_hex(data: &[u8]) -> String {
     let mut hasher = gix_hash::hasher(gix_hash::Kind::Sha256);
     hasher.update(data);
     hasher.try_finalize().expect("no collision detection for sha256").to_hex().to_string()
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// `bytes` as lowercase hex.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -36,9 +36,7 @@ pub struct Locks {
 
 /// The id of the lock of `path`: its sha256, hex.
 fn id_of(path: &str) -> String {
-    let mut hasher = gix_hash::hasher(gix_hash::Kind::Sha256);
-    hasher.update(path.as_bytes());
-    hasher.try_finalize().expect("no collision detection for sha256").to_hex().to_string()
+    crate::auth::sha256_hex(path.as_bytes())
 }
 
 fn is_id(id: &str) -> bool {

@@ -9,6 +9,7 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use super::api::Operation;
+use crate::auth::hex;
 
 /// What a token says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,10 +68,6 @@ fn op_name(operation: Operation) -> &'static str {
         Operation::Download => "download",
         Operation::Upload => "upload",
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {

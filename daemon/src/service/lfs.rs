@@ -36,6 +36,28 @@ impl Refusal {
     }
 }
 
+/// `text` as an oid, or the API's refusal of it.
+fn parse_oid(text: &str) -> Result<Oid, Refusal> {
+    Oid::parse(text).ok_or_else(|| Refusal::new(422, "an LFS oid is 64 lowercase hex digits"))
+}
+
+/// Why an upload that would take `store` past the repository's LFS bytes (`lfs.max_repository_bytes`)
+/// is refused; `None` when it fits (or there is no limit).
+pub(super) fn over_quota(state: &State, store: &Store, declared: u64) -> Option<Refusal> {
+    let most = state.config.lfs.max_repository_bytes;
+    (most > 0 && store.total_bytes() + declared > most)
+        .then(|| Refusal::new(507, format!("the repository would hold more than the {most} LFS bytes allowed")))
+}
+
+/// What a client is told of an upload the store refused: the API's status for it.
+pub(super) fn upload_refused(err: UploadError) -> Refusal {
+    match err {
+        UploadError::TooLarge { .. } => Refusal::new(413, err.to_string()),
+        UploadError::Io(_) => Refusal::new(500, "the object could not be stored"),
+        _ => Refusal::new(422, err.to_string()),
+    }
+}
+
 /// What a request does to the repository.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
@@ -158,7 +180,7 @@ pub fn batch(state: &State, served: &Served, request: &BatchRequest, links: &Lin
 /// The stored object `oid` of `served`, mapped (a file written once and never again), with its
 /// length; `None` for an empty object (nothing to map).
 pub fn object(served: &Served, oid: &str) -> Result<(Option<crate::pack_ranges::Range>, u64), Refusal> {
-    let oid = Oid::parse(oid).ok_or_else(|| Refusal::new(422, "an LFS oid is 64 lowercase hex digits"))?;
+    let oid = parse_oid(oid)?;
     let path = Store::of(&served.git_dir).path(&oid);
     let map = match crate::pack_ranges::Map::open(&path) {
         Ok(map) => map,
@@ -177,7 +199,7 @@ pub fn object(served: &Served, oid: &str) -> Result<(Option<crate::pack_ranges::
 /// Store the object `oid` of `declared` bytes read from `body`, checked before it is visible.
 /// Runs on a blocking thread, under an upload permit the caller took.
 pub fn upload(state: &State, served: &Served, oid: &str, declared: u64, mut body: impl Read) -> Result<(), Refusal> {
-    let oid = Oid::parse(oid).ok_or_else(|| Refusal::new(422, "an LFS oid is 64 lowercase hex digits"))?;
+    let oid = parse_oid(oid)?;
     let limits = &state.config.lfs;
     let store = Store::of(&served.git_dir);
     if store.size(&oid).is_some() {
@@ -186,19 +208,12 @@ pub fn upload(state: &State, served: &Served, oid: &str, declared: u64, mut body
         let _ = std::io::copy(&mut body.take(declared), &mut std::io::sink());
         return Ok(());
     }
-    if limits.max_repository_bytes > 0 && store.total_bytes() + declared > limits.max_repository_bytes {
-        return Err(Refusal::new(
-            507,
-            format!("the repository would hold more than the {} LFS bytes allowed", limits.max_repository_bytes),
-        ));
+    if let Some(refusal) = over_quota(state, &store, declared) {
+        return Err(refusal);
     }
     let refused = |err: UploadError| {
         tracing::info!(repo = %served.name, %oid, %err, "LFS upload refused");
-        match err {
-            UploadError::TooLarge { .. } => Refusal::new(413, err.to_string()),
-            UploadError::Io(_) => Refusal::new(500, "the object could not be stored"),
-            _ => Refusal::new(422, err.to_string()),
-        }
+        upload_refused(err)
     };
     let mut upload = store.begin(oid, declared, limits.max_object_bytes).map_err(refused)?;
     let mut buf = vec![0u8; 256 << 10];
@@ -219,7 +234,7 @@ pub fn upload(state: &State, served: &Served, oid: &str, declared: u64, mut body
 
 /// The verify callback: is `oid` stored, at `size` bytes?
 pub fn verify(served: &Served, oid: &str, size: u64) -> Result<(), Refusal> {
-    let oid = Oid::parse(oid).ok_or_else(|| Refusal::new(422, "an LFS oid is 64 lowercase hex digits"))?;
+    let oid = parse_oid(oid)?;
     match Store::of(&served.git_dir).size(&oid) {
         Some(stored) if stored == size => Ok(()),
         Some(stored) => Err(Refusal::new(422, format!("the object is {stored} bytes, not {size}"))),

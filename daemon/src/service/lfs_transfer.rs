@@ -21,9 +21,9 @@ use super::lfs::{Access, Refusal};
 use super::pipeline::{Caller, Origin};
 use super::{Outcome, Request};
 use crate::auth::Identity;
+use crate::lfs::Store;
 use crate::lfs::locks::Lock;
 use crate::lfs::transfer::{self, Command};
-use crate::lfs::{Store, UploadError};
 use crate::protocol::pkt::{self, Writer};
 use crate::repo::Served;
 use crate::session::State;
@@ -345,10 +345,9 @@ async fn put<R: AsyncRead + Unpin>(
             return Ok(Err((429, message.to_owned())));
         }
     };
-    let most = state.config.lfs.max_repository_bytes;
-    if most > 0 && store.total_bytes() + declared > most {
+    if let Some(refusal) = super::lfs::over_quota(state, store, declared) {
         rest_data(reader, |_| Ok::<_, ()>(())).await?.ok();
-        return Ok(Err((507, format!("the repository would hold more than the {most} LFS bytes allowed"))));
+        return Ok(Err((refusal.status, refusal.message)));
     }
     if store.size(&oid).is_some() {
         // Stored already: its bytes were checked then.
@@ -359,7 +358,8 @@ async fn put<R: AsyncRead + Unpin>(
         Ok(upload) => upload,
         Err(err) => {
             rest_data(reader, |_| Ok::<_, ()>(())).await?.ok();
-            return Ok(Err((status_of(&err), err.to_string())));
+            let refusal = super::lfs::upload_refused(err);
+            return Ok(Err((refusal.status, refusal.message)));
         }
     };
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
@@ -395,17 +395,12 @@ async fn put<R: AsyncRead + Unpin>(
     drop(tx);
     Ok(match writer.await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(err)) => Err((status_of(&err), err.to_string())),
+        Ok(Err(err)) => {
+            let refusal = super::lfs::upload_refused(err);
+            Err((refusal.status, refusal.message))
+        }
         Err(_) => Err((500, "internal error".to_owned())),
     })
-}
-
-fn status_of(err: &UploadError) -> u16 {
-    match err {
-        UploadError::TooLarge { .. } => 413,
-        UploadError::Io(_) => 500,
-        _ => 422,
-    }
 }
 
 /// The answer to a batch: one line per object and action (`noop` for one stored already).

@@ -216,8 +216,9 @@ pub async fn handle(state: &Arc<State>, repo_path: &str, rest: &str, req: Reques
             )
         }
         Route::Locks => {
-            let Some((served, user)) = writer(state, &req, repo_path).await else {
-                return unauthorized_writer(state, &req, repo_path).await;
+            let (served, user) = match writer(state, &req, repo_path).await {
+                Ok(writer) => writer,
+                Err(response) => return response,
             };
             let request: LockRequest = match body_of(state, req).await {
                 Ok(request) => request,
@@ -226,8 +227,9 @@ pub async fn handle(state: &Arc<State>, repo_path: &str, rest: &str, req: Reques
             answer(service::create_lock(&served, &user, &request.path), StatusCode::CREATED)
         }
         Route::VerifyLocks => {
-            let Some((served, user)) = writer(state, &req, repo_path).await else {
-                return unauthorized_writer(state, &req, repo_path).await;
+            let (served, user) = match writer(state, &req, repo_path).await {
+                Ok(writer) => writer,
+                Err(response) => return response,
             };
             let request: api::VerifyLocksRequest = match body_of(state, req).await {
                 Ok(request) => request,
@@ -236,8 +238,9 @@ pub async fn handle(state: &Arc<State>, repo_path: &str, rest: &str, req: Reques
             answer(service::verify_locks(&served, &user, request.cursor.as_deref(), request.limit), StatusCode::OK)
         }
         Route::Unlock(id) => {
-            let Some((served, user)) = writer(state, &req, repo_path).await else {
-                return unauthorized_writer(state, &req, repo_path).await;
+            let (served, user) = match writer(state, &req, repo_path).await {
+                Ok(writer) => writer,
+                Err(response) => return response,
             };
             let request: UnlockRequest = match body_of(state, req).await {
                 Ok(request) => request,
@@ -255,17 +258,17 @@ fn answer<T: serde::Serialize>(result: Result<T, Refusal>, status: StatusCode) -
     }
 }
 
-/// A writer of the repository, with their name (locks are a user's).
-async fn writer(state: &Arc<State>, req: &Request<Incoming>, repo_path: &str) -> Option<(Served, String)> {
-    let (served, identity) = authorize(state, req.headers(), repo_path, Access::Write).await.ok()?;
-    Some((served, identity.user()?.to_owned()))
-}
-
-/// Why [`writer`] found none, as the response to send.
-async fn unauthorized_writer(state: &Arc<State>, req: &Request<Incoming>, repo_path: &str) -> Response<Body> {
-    match authorize(state, req.headers(), repo_path, Access::Write).await {
-        Err(response) => response,
-        Ok(_) => refused(Refusal { status: 403, message: "locks are a named user's".into(), lock: None }),
+/// A writer of the repository, with their name (locks are a user's); the response to send when
+/// the caller is none.
+async fn writer(
+    state: &Arc<State>,
+    req: &Request<Incoming>,
+    repo_path: &str,
+) -> Result<(Served, String), Response<Body>> {
+    let (served, identity) = authorize(state, req.headers(), repo_path, Access::Write).await?;
+    match identity.user() {
+        Some(user) => Ok((served, user.to_owned())),
+        None => Err(refused(Refusal { status: 403, message: "locks are a named user's".into(), lock: None })),
     }
 }
 
