@@ -89,25 +89,24 @@ fn under_openssh_gixd_keys_authorizes_and_gixd_shell_serves_clone_push_fetch_arc
     let stranger = key(dir, &config, "stranger", "mallory", None);
     let url = format!("ssh://root@127.0.0.1:{}/repo.git", openssh.port);
     let repo = base.join("repo.git");
-    let ssh_command = |key: &Path| {
-        format!(
+    // Stock git over this sshd with `key`, no user or system config but `global`.
+    let git_with = |cwd: &Path, key: &Path, global: &Path| {
+        let ssh = format!(
             "ssh -F /dev/null -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile={} -o GlobalKnownHostsFile=/dev/null",
             key.display(),
             known_hosts.display()
-        )
-    };
-    let git = |cwd: &Path, key: &Path, args: &[&str]| {
-        let ssh = ssh_command(key);
-        Command::new("git")
-            .current_dir(cwd)
+        );
+        let mut cmd = Command::new("git");
+        cmd.current_dir(cwd)
             .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_GLOBAL", global)
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_SSH_COMMAND", ssh)
-            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-            .args(args)
-            .output()
-            .expect("git runs")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"]);
+        cmd
+    };
+    let git = |cwd: &Path, key: &Path, args: &[&str]| {
+        git_with(cwd, key, Path::new("/dev/null")).args(args).output().expect("git runs")
     };
     let ok = |out: Output, what: &str| {
         assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
@@ -206,18 +205,8 @@ fn under_openssh_gixd_keys_authorizes_and_gixd_shell_serves_clone_push_fetch_arc
     let home = dir.join("lfs-home");
     std::fs::create_dir_all(&home).unwrap();
     let lfs = |cwd: &Path, args: &[&str]| {
-        let ssh = ssh_command(&writer);
-        Command::new("git")
-            .current_dir(cwd)
-            .env("HOME", &home)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_SSH_COMMAND", ssh)
-            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-            .args(args)
-            .output()
-            .expect("git runs")
+        let global = home.join(".gitconfig");
+        git_with(cwd, &writer, &global).env("HOME", &home).args(args).output().expect("git runs")
     };
     ok(lfs(dir, &["lfs", "install", "--skip-repo"]), "git lfs install (.ci/run installs git-lfs)");
     ok(lfs(&work, &["lfs", "track", "*.bin"]), "track");
