@@ -96,6 +96,18 @@ pub enum Unsupported {
     Config(String),
 }
 
+/// An error and its sources on one line (`outer: inner: innermost`).
+pub fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::for_client;

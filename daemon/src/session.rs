@@ -39,6 +39,8 @@ pub struct State {
     pub lfs_uploads: Arc<tokio::sync::Semaphore>,
     /// Where the HTTP(S) listeners are bound (a port 0 in the configuration made concrete).
     pub addresses: Addresses,
+    /// Where LFS objects are kept (each repository's `lfs/`, or a bucket).
+    pub lfs: crate::lfs::Backend,
 }
 
 /// The addresses the server's HTTP and HTTPS listeners are bound to, once bound.
@@ -133,7 +135,9 @@ impl State {
             None => None,
         };
         let (buffers, io_timeout) = (config.buffers(), config.io_timeout);
+        let lfs = crate::lfs::Backend::new(&config.lfs, repos.base()).map_err(std::io::Error::other)?;
         Ok(State {
+            lfs,
             repos,
             caches: Default::default(),
             access: crate::auth::Access::new(config.token_file.clone(), config.anonymous_read),
@@ -206,6 +210,7 @@ impl State {
             tally,
             life: &self.life,
             maintenance: self.maintenance.as_ref(),
+            lfs: &self.lfs,
         }
     }
 
@@ -235,6 +240,8 @@ pub struct Context<'a> {
     /// Where a request asks for its repository's maintenance (`service::maintenance`); `None`:
     /// the server runs none.
     pub maintenance: Option<&'a tokio::sync::mpsc::UnboundedSender<std::path::PathBuf>>,
+    /// Where LFS objects are kept (a push's pointers are checked against them).
+    pub lfs: &'a crate::lfs::Backend,
 }
 
 /// What the codecs ([`crate::protocol`]) need of a request: the limits they enforce as they

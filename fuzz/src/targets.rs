@@ -215,6 +215,7 @@ impl Fixture {
             tally: &self.tally,
             life: &self.life,
             maintenance: None,
+            lfs: &gixd::lfs::Backend::Files,
         }
     }
 

@@ -715,3 +715,173 @@ fn a_git_lfs_transfer_session_answers_bad_requests_with_a_status_and_stores_noth
     assert!(text.contains("version=1") && text.contains("unknown command"), "{text}");
     assert_eq!(f.stored("repo.git"), (vec![], 0));
 }
+
+// Object storage: the same API against an S3-compatible bucket (SeaweedFS, which .ci/run
+// installs and starts through tests/s3/seaweedfs.sh), read back through its filer, not gixd.
+
+/// The running SeaweedFS's S3 URL and filer address; `None` (the test says it is skipped) when
+/// none runs outside CI. CI always starts one, so there a missing one fails.
+fn seaweedfs() -> Option<(String, std::net::SocketAddr)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tools/seaweedfs");
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok().map(|s| s.trim().to_owned());
+    match (read("endpoint"), read("filer")) {
+        (Some(endpoint), Some(filer)) => Some((endpoint, filer.trim_start_matches("http://").parse().unwrap())),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("no SeaweedFS running: .ci/run starts one (tests/s3/seaweedfs.sh)")
+        }
+        _ => {
+            eprintln!("skipped: no SeaweedFS running (`bash tests/s3/seaweedfs.sh` starts one)");
+            None
+        }
+    }
+}
+
+/// A fixture whose LFS objects go to the bucket below a prefix of this test's own; the filer's
+/// address and the prefix.
+fn s3_fixture(endpoint: &str, prefix: &str) -> Fixture {
+    let secret = std::env::temp_dir().join(format!("gixd-s3-secret-{}", std::process::id()));
+    std::fs::write(&secret, "gixd-test-secret\n").unwrap();
+    let (endpoint, prefix) = (endpoint.to_owned(), prefix.to_owned());
+    Fixture::new(move |c| {
+        c.lfs.s3 = gixd::config::LfsS3 {
+            bucket: Some("gixd-test".into()),
+            endpoint: Some(endpoint),
+            region: "us-east-1".into(),
+            prefix,
+            path_style: true,
+            access_key_id: Some("gixd-test-key".into()),
+            secret_access_key_file: Some(secret),
+        };
+    })
+}
+
+/// A prefix no other test (or earlier run) used.
+fn unique_prefix(test: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("{test}-{}-{nanos}", std::process::id())
+}
+
+/// The size of the bucket's object `key` as the filer sees it, `None` if there is none.
+fn in_bucket(filer: std::net::SocketAddr, key: &str) -> Option<u64> {
+    let got = http(filer, "HEAD", &format!("/buckets/gixd-test/{key}"), &[], b"");
+    (got.status == 200).then(|| got.header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0))
+}
+
+/// Multipart uploads to `key` the bucket holds unfinished (SeaweedFS keeps each under
+/// `.uploads/<sha1 of the key>_<upload id>`).
+fn unfinished_uploads(filer: std::net::SocketAddr, key: &str) -> usize {
+    let mut hasher = gix_hash::hasher(gix_hash::Kind::Sha1);
+    hasher.update(key.as_bytes());
+    let named = format!("/buckets/gixd-test/.uploads/{}_", hasher.try_finalize().unwrap().to_hex());
+    let got = http(filer, "GET", "/buckets/gixd-test/.uploads/?limit=10000", &[("Accept", "application/json")], b"");
+    let listing: serde_json::Value = serde_json::from_slice(&got.body).unwrap_or_default();
+    let entries = listing["Entries"].as_array().cloned().unwrap_or_default();
+    entries.iter().filter(|e| e["FullPath"].as_str().is_some_and(|p| p.starts_with(&named))).count()
+}
+
+fn object_key(prefix: &str, repo: &str, oid: &str) -> String {
+    format!("{prefix}/{repo}/lfs/objects/{}/{}/{oid}", &oid[..2], &oid[2..4])
+}
+
+/// With a bucket configured, git-lfs's push puts the objects in the bucket (a large one in
+/// parts), nothing in the repository's `lfs/`; clones over HTTPS and over SSH (the pure-SSH
+/// transfer) get them back whole, a ranged GET gets exactly the part asked, and the verify
+/// callback and the batch see what the bucket holds.
+#[test]
+fn lfs_objects_live_in_the_s3_bucket_and_come_back_whole_over_https_and_ssh_and_by_range() {
+    let Some((endpoint, filer)) = seaweedfs() else { return };
+    let prefix = unique_prefix("roundtrip");
+    let f = s3_fixture(&endpoint, &prefix);
+    let work = f.tmp.path().join("work");
+    f.ok(f.tmp.path(), &["clone", "-q", &f.url(false, Some(0), "repo.git"), work.to_str().unwrap()]);
+    f.ok(&work, &["checkout", "-q", "-b", "main"]);
+    f.ok(&work, &["lfs", "track", "*.bin"]);
+    // More than two parts (8 MiB each), and one object of a single request.
+    let (big, small) = (noise(21, 19 << 20), noise(22, 5000));
+    std::fs::write(work.join("big.bin"), &big).unwrap();
+    std::fs::write(work.join("small.bin"), &small).unwrap();
+    f.ok(&work, &["add", ".gitattributes", "big.bin", "small.bin"]);
+    f.ok(&work, &["commit", "-q", "-m", "v1"]);
+    f.ok(&work, &["push", "-q", "origin", "main"]);
+    for data in [&big, &small] {
+        let key = object_key(&prefix, "repo.git", &sha256_hex(data));
+        assert_eq!(in_bucket(filer, &key), Some(data.len() as u64), "{key} is in the bucket");
+    }
+    assert_eq!(f.stored("repo.git"), (vec![], 0), "nothing in the repository's lfs/");
+    let big_key = object_key(&prefix, "repo.git", &sha256_hex(&big));
+    assert_eq!(unfinished_uploads(filer, &big_key), 0, "the multipart upload was completed");
+
+    let clone = f.tmp.path().join("clone");
+    f.ok(f.tmp.path(), &["clone", "-q", "-b", "main", &f.url(true, Some(1), "repo.git"), clone.to_str().unwrap()]);
+    assert!(std::fs::read(clone.join("big.bin")).unwrap() == big, "the large object came back whole over HTTPS");
+    assert_eq!(std::fs::read(clone.join("small.bin")).unwrap(), small);
+
+    let key = f.key("alice", "*", true);
+    let by_ssh = f.tmp.path().join("by-ssh");
+    ssh_ok(&f, f.tmp.path(), &key, &["clone", "-q", "-b", "main", &f.ssh_url("repo.git"), by_ssh.to_str().unwrap()]);
+    assert!(std::fs::read(by_ssh.join("big.bin")).unwrap() == big, "and over SSH");
+
+    let oid = sha256_hex(&big);
+    let auth = basic("bob", &f.secrets[1]);
+    let path = format!("/repo.git/info/lfs/objects/{oid}");
+    let part = http(f.server.addr, "GET", &path, &[("Authorization", &auth), ("Range", "bytes=9000000-9000099")], b"");
+    assert_eq!(part.status, 206, "{}", part.text());
+    assert_eq!(part.body, big[9_000_000..9_000_100]);
+    assert_eq!(part.header("content-range"), Some(format!("bytes 9000000-9000099/{}", big.len()).as_str()));
+    let answer = batch(&f, "repo.git", Some(&auth), "download", &[(&oid, big.len() as u64)]);
+    assert!(answer["objects"][0]["actions"]["download"].is_object(), "{answer}");
+    let verify = serde_json::json!({"oid": oid, "size": big.len()}).to_string();
+    let headers = [("Authorization", auth.as_str()), ("Content-Type", "application/vnd.git-lfs+json")];
+    let verified = http(f.server.addr, "POST", "/repo.git/info/lfs/verify", &headers, verify.as_bytes());
+    assert_eq!(verified.status, 200, "{}", verified.text());
+}
+
+/// An upload to the bucket whose bytes are wrong, or that is cut in the middle, leaves no
+/// object and no unfinished multipart upload behind (its parts are aborted); the next right
+/// upload of the same object is stored.
+#[test]
+fn a_wrong_or_cut_upload_to_the_s3_bucket_leaves_no_object_and_no_parts() {
+    let Some((endpoint, filer)) = seaweedfs() else { return };
+    let prefix = unique_prefix("refused");
+    let f = s3_fixture(&endpoint, &prefix);
+    let auth = basic("alice", &f.secrets[0]);
+    let data = noise(23, 17 << 20);
+    let oid = sha256_hex(&data);
+    let key = object_key(&prefix, "repo.git", &oid);
+    let mut wrong = data.clone();
+    wrong[16 << 20] ^= 1;
+    assert_eq!(put_as(&f, "repo.git", &oid, data.len(), &wrong, &auth, false), 422, "a hash mismatch is refused");
+    assert_eq!(in_bucket(filer, &key), None);
+    assert_eq!(unfinished_uploads(filer, &key), 0, "the refused upload's parts were aborted");
+
+    assert_eq!(put_as(&f, "repo.git", &oid, data.len(), &data[..12 << 20], &auth, true), 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while unfinished_uploads(filer, &key) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(unfinished_uploads(filer, &key), 0, "the cut upload's parts were aborted");
+    assert_eq!(in_bucket(filer, &key), None);
+
+    assert_eq!(put_as(&f, "repo.git", &oid, data.len(), &data, &auth, false), 200);
+    assert_eq!(in_bucket(filer, &key), Some(data.len() as u64));
+}
+
+/// A bucket that cannot be reached is a clear error to the client that needed it (502, naming
+/// the object storage), and the server serves everyone else: git itself, and the next request.
+#[test]
+fn an_unreachable_object_storage_is_a_clear_error_and_the_server_serves_on() {
+    let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let f = s3_fixture(&format!("http://{unused}"), "nowhere");
+    let auth = basic("alice", &f.secrets[0]);
+    let data = noise(24, 1000);
+    let oid = sha256_hex(&data);
+    let stored =
+        http(f.server.addr, "PUT", &format!("/repo.git/info/lfs/objects/{oid}"), &[("Authorization", &auth)], &data);
+    assert_eq!(stored.status, 502, "{}", stored.text());
+    assert!(stored.text().contains("object storage"), "{}", stored.text());
+    let got =
+        http(f.server.addr, "GET", &format!("/repo.git/info/lfs/objects/{oid}"), &[("Authorization", &auth)], b"");
+    assert_eq!(got.status, 502, "not known to be there or not: {}", got.text());
+    let clone = f.tmp.path().join("clone");
+    f.ok(f.tmp.path(), &["clone", "-q", &f.url(false, Some(0), "repo.git"), clone.to_str().unwrap()]);
+}

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 pub use sections::{LfsSettings, Limits, PackCacheSettings};
+
 pub use settings::{Layers, Settings, SettingsError};
 
 mod sections;
@@ -225,6 +226,21 @@ pub struct Lfs {
     pub max_uploads: usize,
     /// Where clients reach the server (no trailing slash); `None`: each request's scheme and host.
     pub url: Option<String>,
+    /// The S3-compatible bucket objects are kept in (with a bucket named); default: each
+    /// repository's `lfs/`.
+    pub s3: LfsS3,
+}
+
+/// Where an S3-compatible bucket is and how requests to it are signed ([`crate::lfs::s3`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LfsS3 {
+    pub bucket: Option<String>,
+    pub endpoint: Option<String>,
+    pub region: String,
+    pub prefix: String,
+    pub path_style: bool,
+    pub access_key_id: Option<String>,
+    pub secret_access_key_file: Option<PathBuf>,
 }
 
 /// The PEM files HTTPS is served with.

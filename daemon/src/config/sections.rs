@@ -252,6 +252,47 @@ pub struct LfsSettings {
     /// the batch API hands out; without it, the scheme and `Host` of each request.
     #[arg(id = "lfs.url", long = "lfs-url", env = "GIXD_LFS_URL", value_name = "URL")]
     pub url: Option<String>,
+    /// Keep LFS objects in this bucket of an S3-compatible server (below `<prefix><repository>/`)
+    /// instead of each repository's `lfs/`: uploads go up in parts, visible only once checked.
+    #[arg(id = "lfs.s3_bucket", long = "lfs-s3-bucket", env = "GIXD_LFS_S3_BUCKET", value_name = "NAME")]
+    pub s3_bucket: Option<String>,
+    /// The S3-compatible server's URL (`https://s3.eu-west-1.amazonaws.com`, `http://127.0.0.1:8333`).
+    #[arg(id = "lfs.s3_endpoint", long = "lfs-s3-endpoint", env = "GIXD_LFS_S3_ENDPOINT", value_name = "URL")]
+    pub s3_endpoint: Option<String>,
+    /// The bucket's region, as requests are signed for it.
+    #[arg(
+        id = "lfs.s3_region",
+        long = "lfs-s3-region",
+        env = "GIXD_LFS_S3_REGION",
+        value_name = "REGION",
+        default_value = "us-east-1"
+    )]
+    pub s3_region: Option<String>,
+    /// A folder of the bucket the objects go below (`gixd/`); none: its top.
+    #[arg(id = "lfs.s3_prefix", long = "lfs-s3-prefix", env = "GIXD_LFS_S3_PREFIX", value_name = "PREFIX")]
+    pub s3_prefix: Option<String>,
+    /// Name the bucket in the URL's path (most S3-compatible servers), not in its host name.
+    #[arg(id = "lfs.s3_path_style", long = "lfs-s3-path-style", env = "GIXD_LFS_S3_PATH_STYLE", value_name = "BOOL",
+          value_parser = boolish(), num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          default_value = "true")]
+    pub s3_path_style: Option<bool>,
+    /// The access key id; without it, `AWS_ACCESS_KEY_ID`.
+    #[arg(
+        id = "lfs.s3_access_key_id",
+        long = "lfs-s3-access-key-id",
+        env = "GIXD_LFS_S3_ACCESS_KEY_ID",
+        value_name = "ID"
+    )]
+    pub s3_access_key_id: Option<String>,
+    /// A file holding the secret access key (in the file: relative to the file); without it,
+    /// `AWS_SECRET_ACCESS_KEY`. Never given on the command line itself.
+    #[arg(
+        id = "lfs.s3_secret_access_key_file",
+        long = "lfs-s3-secret-access-key-file",
+        env = "GIXD_LFS_S3_SECRET_ACCESS_KEY_FILE",
+        value_name = "FILE"
+    )]
+    pub s3_secret_access_key_file: Option<std::path::PathBuf>,
 }
 
 impl LfsSettings {

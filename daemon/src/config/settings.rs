@@ -14,7 +14,7 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, FromArgMatches};
 
 use super::sections::{LfsSettings, Limits, PackCacheSettings, boolish};
-use super::{Config, ConfigError, Exports, Lfs, PackCache, PathRules, Services};
+use super::{Config, ConfigError, Exports, Lfs, LfsS3, PackCache, PathRules, Services};
 
 /// The settings of `gixd serve` (and, with git daemon's defaults, of `gixd daemon`): the TOML
 /// configuration file's keys, the flags and the variables. Every field is optional: a layer
@@ -203,6 +203,7 @@ impl Settings {
             &mut settings.tls_cert,
             &mut settings.tls_key,
             &mut settings.ssh_host_key,
+            &mut settings.lfs.s3_secret_access_key_file,
         ]
         .into_iter()
         .flatten()
@@ -253,6 +254,14 @@ impl Settings {
                 || fixed(&self.https_listen) == fixed(&self.git_listen))
         {
             out.push("https_listen: the same address as another listener".into());
+        }
+        match (&self.lfs.s3_bucket, &self.lfs.s3_endpoint) {
+            (Some(_), None) => out.push("lfs.s3_bucket: given without lfs.s3_endpoint".into()),
+            (None, Some(_)) => out.push("lfs.s3_endpoint: given without lfs.s3_bucket".into()),
+            (Some(_), Some(url)) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+                out.push(format!("lfs.s3_endpoint: '{url}' is not an http:// or https:// URL"))
+            }
+            _ => {}
         }
         match (&self.tls_cert, &self.tls_key) {
             (Some(_), None) => out.push("tls_cert: given without tls_key".into()),
@@ -380,6 +389,15 @@ impl Settings {
                 max_repository_bytes: declared(s.lfs.max_repository_bytes),
                 max_uploads: declared(s.lfs.max_uploads).max(1),
                 url: s.lfs.url.as_ref().map(|u| u.trim_end_matches('/').to_owned()),
+                s3: LfsS3 {
+                    bucket: s.lfs.s3_bucket.clone(),
+                    endpoint: s.lfs.s3_endpoint.clone(),
+                    region: declared(s.lfs.s3_region.clone()),
+                    prefix: s.lfs.s3_prefix.clone().unwrap_or_default(),
+                    path_style: declared(s.lfs.s3_path_style),
+                    access_key_id: s.lfs.s3_access_key_id.clone(),
+                    secret_access_key_file: s.lfs.s3_secret_access_key_file.clone(),
+                },
             },
             pack_cache: cache.enabled.unwrap_or(false).then(|| PackCache {
                 memory_bytes: declared(cache.memory_bytes),

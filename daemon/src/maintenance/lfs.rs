@@ -11,7 +11,7 @@ use crate::lfs::pointer::{MOST_POINTER_BYTES, parse};
 pub fn unreferenced(git_dir: &Path) -> Result<Option<(usize, u64)>, MaintenanceError> {
     use gix_object::{Find, FindHeader};
     let store = Store::of(git_dir);
-    let mut stored: std::collections::HashMap<_, _> = store.objects().collect();
+    let mut stored: std::collections::HashMap<_, _> = store.objects().into_iter().collect();
     if stored.is_empty() {
         return Ok(None);
     }

@@ -10,16 +10,15 @@ use crate::lfs::pointer::{MOST_POINTER_BYTES, parse as pointer};
 use crate::lfs::{Oid, Store};
 
 /// The first LFS object a pointer among the pack's blobs (indexed at `index`, read through
-/// `received`) names that `git_dir`'s LFS store lacks (or holds at another size).
+/// `received`) names that the repository's LFS `store` lacks (or holds at another size).
 pub fn first_missing(
     index: &Path,
     received: &gix_odb::Handle,
-    git_dir: &Path,
+    store: &Store,
     hash: gix_hash::Kind,
 ) -> Result<Option<(Oid, u64)>, std::io::Error> {
     use gix_object::{Find, FindHeader};
     let index = gix_pack::index::File::at(index, hash).map_err(std::io::Error::other)?;
-    let store = Store::of(git_dir);
     let mut buf = Vec::new();
     for entry in index.iter() {
         let Ok(Some(header)) = received.try_header(&entry.oid) else { continue };

@@ -312,7 +312,8 @@ fn lfs_objects_missing(
 ) -> Result<Option<Refusal>, ServeError> {
     let checked = ctx.config.lfs.enabled && repo.config_snapshot().boolean("gixd.lfsPointerCheck").unwrap_or(true);
     let Some(index) = quarantine.index().filter(|_| checked) else { return Ok(None) };
-    let missing = lfs_pointers::first_missing(index, received, &ctx.served.git_dir, repo.object_hash())?;
+    let missing =
+        lfs_pointers::first_missing(index, received, &ctx.lfs.store(&ctx.served.git_dir), repo.object_hash())?;
     Ok(missing.map(|(oid, size)| {
         Refusal::Check(format!("LFS object {oid} ({size} bytes) is not on the server: push it first (git lfs push)"))
     }))
@@ -482,7 +483,7 @@ fn update_refs(
                 *result = Err(ref_refusal(repo, command).unwrap_or(Refusal::Atomic));
             }
             if results.iter().all(|r| r == &Err(Refusal::Atomic)) {
-                results.iter_mut().for_each(|r| *r = Err(Refusal::Transaction(error_chain(err.as_ref()))));
+                results.iter_mut().for_each(|r| *r = Err(Refusal::Transaction(crate::error::chain(err.as_ref()))));
             }
         }
     } else {
@@ -501,7 +502,9 @@ fn update_refs(
                 && !(batched && holds_new_value(repo, command))
                 && let Err(err) = edit_refs(repo, quarantine, &[command], committer)
             {
-                *result = Err(ref_refusal(repo, command).unwrap_or_else(|| Refusal::Update(error_chain(err.as_ref()))));
+                *result =
+                    Err(ref_refusal(repo, command)
+                        .unwrap_or_else(|| Refusal::Update(crate::error::chain(err.as_ref()))));
             }
         }
     }
@@ -604,18 +607,6 @@ fn ref_refusal(repo: &gix::Repository, command: &RefUpdate) -> Option<Refusal> {
     // A directory/file conflict: `refs/heads/a` blocks `refs/heads/a/b` and the other way round.
     let existing = crate::repo::ref_store::conflicting(name, store.names(repo))?;
     Some(Refusal::DirectoryFile { existing, name: name.to_owned() })
-}
-
-/// An error and its sources on one line.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
 }
 
 /// Where a push says what the server's side (hooks) printed, for the client to show

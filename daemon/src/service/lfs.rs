@@ -16,7 +16,7 @@ use crate::lfs::api::{
     Action, BatchRequest, BatchResponse, LockAnswer, LockList, ObjectAnswer, ObjectError, Operation, VerifyLocksAnswer,
 };
 use crate::lfs::locks::{Created, Lock, Locks};
-use crate::lfs::{Oid, Store, UploadError};
+use crate::lfs::{Located, Oid, Store, UploadError};
 use crate::repo::Served;
 use crate::session::State;
 
@@ -54,6 +54,7 @@ pub(super) fn upload_refused(err: UploadError) -> Refusal {
     match err {
         UploadError::TooLarge { .. } => Refusal::new(413, err.to_string()),
         UploadError::Io(_) => Refusal::new(500, "the object could not be stored"),
+        UploadError::S3(_) => Refusal::new(502, "the object could not be stored: the object storage failed"),
         _ => Refusal::new(422, err.to_string()),
     }
 }
@@ -110,7 +111,7 @@ pub fn batch(state: &State, served: &Served, request: &BatchRequest, links: &Lin
     if !request.transfers.is_empty() && !request.transfers.iter().any(|t| t == "basic") {
         return Err(Refusal::new(422, "gixd offers the basic transfer only"));
     }
-    let store = Store::of(&served.git_dir);
+    let store = state.lfs.store(&served.git_dir);
     let limits = &state.config.lfs;
     // The repository's LFS bytes, walked once per upload batch when a limit asks for them.
     let mut held =
@@ -177,11 +178,43 @@ pub fn batch(state: &State, served: &Served, request: &BatchRequest, links: &Lin
     Ok(BatchResponse { transfer: "basic", objects, hash_algo: "sha256" })
 }
 
-/// The stored object `oid` of `served`, mapped (a file written once and never again), with its
-/// length; `None` for an empty object (nothing to map).
-pub fn object(served: &Served, oid: &str) -> Result<(Option<crate::pack_ranges::Range>, u64), Refusal> {
+/// A stored object as it is sent: the file's pages (a file written once and never again), or
+/// the bucket's object, streamed as it is read.
+pub enum Download {
+    /// The mapped file (`None`: an empty object, nothing to map) and its length.
+    File(Option<crate::pack_ranges::Range>, u64),
+    Remote {
+        bucket: std::sync::Arc<crate::lfs::s3::Bucket>,
+        key: String,
+        len: u64,
+    },
+}
+
+impl Download {
+    /// The object's length in bytes.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Download::File(_, len) | Download::Remote { len, .. } => *len,
+        }
+    }
+}
+
+/// The stored object `oid` of `served`, ready to be sent. Runs on a blocking thread.
+pub fn object(state: &State, served: &Served, oid: &str) -> Result<Download, Refusal> {
     let oid = parse_oid(oid)?;
-    let path = Store::of(&served.git_dir).path(&oid);
+    let path = match state.lfs.store(&served.git_dir).locate(&oid) {
+        Located::File(path) => path,
+        Located::Remote { bucket, key } => {
+            return match crate::lfs::s3::block_on(bucket.head(&key)) {
+                Ok(Some(len)) => Ok(Download::Remote { bucket, key, len }),
+                Ok(None) => Err(Refusal::new(404, "object does not exist")),
+                Err(err) => {
+                    tracing::warn!(repo = %served.name, %oid, %err, "LFS object unreadable");
+                    Err(Refusal::new(502, "the object storage could not be reached"))
+                }
+            };
+        }
+    };
     let map = match crate::pack_ranges::Map::open(&path) {
         Ok(map) => map,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
@@ -193,7 +226,7 @@ pub fn object(served: &Served, oid: &str) -> Result<(Option<crate::pack_ranges::
         }
     };
     let len = map.len() as u64;
-    Ok((crate::pack_ranges::Range::of(&map), len))
+    Ok(Download::File(crate::pack_ranges::Range::of(&map), len))
 }
 
 /// Store the object `oid` of `declared` bytes read from `body`, checked before it is visible.
@@ -201,7 +234,7 @@ pub fn object(served: &Served, oid: &str) -> Result<(Option<crate::pack_ranges::
 pub fn upload(state: &State, served: &Served, oid: &str, declared: u64, mut body: impl Read) -> Result<(), Refusal> {
     let oid = parse_oid(oid)?;
     let limits = &state.config.lfs;
-    let store = Store::of(&served.git_dir);
+    let store = state.lfs.store(&served.git_dir);
     if store.size(&oid).is_some() {
         // Stored already (by a racing upload, or a client that did not ask first): its bytes
         // were checked then; these are read and dropped so the connection stays usable.
@@ -233,9 +266,9 @@ pub fn upload(state: &State, served: &Served, oid: &str, declared: u64, mut body
 }
 
 /// The verify callback: is `oid` stored, at `size` bytes?
-pub fn verify(served: &Served, oid: &str, size: u64) -> Result<(), Refusal> {
+pub fn verify(state: &State, served: &Served, oid: &str, size: u64) -> Result<(), Refusal> {
     let oid = parse_oid(oid)?;
-    match Store::of(&served.git_dir).size(&oid) {
+    match state.lfs.store(&served.git_dir).size(&oid) {
         Some(stored) if stored == size => Ok(()),
         Some(stored) => Err(Refusal::new(422, format!("the object is {stored} bytes, not {size}"))),
         None => Err(Refusal::new(404, "object does not exist")),

@@ -211,7 +211,7 @@ pub async fn serve<O: Outlet>(
     w.text("version=1").text("locking").flush();
     out.send(w).await?;
     let mut reader = Reader { input, timeout: state.config.io_timeout };
-    let store = Store::of(&served.git_dir);
+    let store = state.lfs.store(&served.git_dir);
     let user = identity.user().unwrap_or("anonymous").to_owned();
     loop {
         let Some(header) = header(&mut reader).await? else { return Ok(()) };
@@ -245,24 +245,62 @@ pub async fn serve<O: Outlet>(
                 }
             }
             Command::GetObject(oid) => {
-                let (range, len) = match super::lfs::object(served, oid.as_str()) {
+                let download = match super::lfs::object(state, served, oid.as_str()) {
                     Ok(opened) => opened,
                     Err(refusal) => {
                         out.send(answer_refusal(refusal)).await?;
                         continue;
                     }
                 };
-                let mut w = Writer::new();
-                w.text("status 200").text(format!("size={len}")).delim();
-                out.send(w).await?;
-                let mut at = 0usize;
-                while let Some(range) = range.as_ref().filter(|_| (at as u64) < len) {
-                    let n = (len as usize - at).min(pkt::MAX_DATA);
-                    let head = Bytes::from(format!("{:04x}", n + 4).into_bytes());
-                    if !out.outlet.send_many(vec![head, range.sub(at, n).bytes()]).await {
-                        return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "client disconnected"));
+                let len = download.bytes();
+                let gone = || std::io::Error::new(std::io::ErrorKind::BrokenPipe, "client disconnected");
+                match download {
+                    super::lfs::Download::File(range, _) => {
+                        let mut w = Writer::new();
+                        w.text("status 200").text(format!("size={len}")).delim();
+                        out.send(w).await?;
+                        let mut at = 0usize;
+                        while let Some(range) = range.as_ref().filter(|_| (at as u64) < len) {
+                            let n = (len as usize - at).min(pkt::MAX_DATA);
+                            let head = Bytes::from(format!("{:04x}", n + 4).into_bytes());
+                            if !out.outlet.send_many(vec![head, range.sub(at, n).bytes()]).await {
+                                return Err(gone());
+                            }
+                            at += n;
+                        }
                     }
-                    at += n;
+                    super::lfs::Download::Remote { bucket, key, .. } => {
+                        let mut body = match bucket.get(&key, None).await {
+                            Ok(body) => body,
+                            Err(err) => {
+                                tracing::warn!(repo = %served.name, %oid, %err, "LFS object unreadable");
+                                out.send(refused(502, &[], "the object storage could not be reached")).await?;
+                                continue;
+                            }
+                        };
+                        let mut w = Writer::new();
+                        w.text("status 200").text(format!("size={len}")).delim();
+                        out.send(w).await?;
+                        // The bucket's bytes as they come, in packets; a stream cut short ends
+                        // the connection (the answer cannot be taken back).
+                        let mut sent = 0u64;
+                        while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
+                            let Ok(data) = frame.map_err(std::io::Error::other)?.into_data() else { continue };
+                            for at in (0..data.len()).step_by(pkt::MAX_DATA) {
+                                let piece = data.slice(at..data.len().min(at + pkt::MAX_DATA));
+                                let head = Bytes::from(format!("{:04x}", piece.len() + 4).into_bytes());
+                                sent += piece.len() as u64;
+                                if !out.outlet.send_many(vec![head, piece]).await {
+                                    return Err(gone());
+                                }
+                            }
+                        }
+                        if sent != len {
+                            return Err(std::io::Error::other(format!(
+                                "the object storage sent {sent} of {len} bytes"
+                            )));
+                        }
+                    }
                 }
                 let mut w = Writer::new();
                 w.flush();
@@ -295,10 +333,12 @@ pub async fn serve<O: Outlet>(
                     },
                 }
             }
-            Command::VerifyObject(oid) => match super::lfs::verify(served, oid.as_str(), size.unwrap_or(u64::MAX)) {
-                Ok(()) => status(200, &[]),
-                Err(refusal) => answer_refusal(refusal),
-            },
+            Command::VerifyObject(oid) => {
+                match super::lfs::verify(state, served, oid.as_str(), size.unwrap_or(u64::MAX)) {
+                    Ok(()) => status(200, &[]),
+                    Err(refusal) => answer_refusal(refusal),
+                }
+            }
             Command::Lock if !writes => refused(403, &[], "locks need write access"),
             Command::Lock => {
                 let path = args.get("path").map(String::as_str).unwrap_or("");

@@ -191,7 +191,11 @@ pub async fn handle(state: &Arc<State>, repo_path: &str, rest: &str, req: Reques
                 Ok(spec) => spec,
                 Err(response) => return response,
             };
-            match service::verify(&served, &spec.oid, spec.size) {
+            let (state, oid) = (state.clone(), spec.oid.clone());
+            let verified = tokio::task::spawn_blocking(move || service::verify(&state, &served, &oid, spec.size)).await;
+            match verified
+                .unwrap_or_else(|_| Err(Refusal { status: 500, message: "internal error".into(), lock: None }))
+            {
                 Ok(()) => json(StatusCode::OK, &serde_json::json!({})),
                 Err(refusal) => refused(refusal),
             }
@@ -294,19 +298,21 @@ fn range_of(header: Option<&str>, len: u64) -> Result<Option<(u64, u64)>, ()> {
 }
 
 /// `GET`/`HEAD` of an object: the stored file's pages as the body (sent by `sendfile` on plain
-/// HTTP), or the part a `Range` asks for (206), so an interrupted download resumes.
+/// HTTP) or the bucket's object streamed through, or the part a `Range` asks for (206), so an
+/// interrupted download resumes.
 async fn download(state: &Arc<State>, repo_path: &str, oid: &str, req: Request<Incoming>) -> Response<Body> {
     let (served, _) = match authorize(state, req.headers(), repo_path, Access::Read).await {
         Ok(allowed) => allowed,
         Err(response) => return response,
     };
-    let oid = oid.to_owned();
-    let opened = tokio::task::spawn_blocking(move || service::object(&served, &oid)).await;
-    let (range, len) = match opened {
+    let (oid, blocking_state) = (oid.to_owned(), state.clone());
+    let opened = tokio::task::spawn_blocking(move || service::object(&blocking_state, &served, &oid)).await;
+    let download = match opened {
         Ok(Ok(opened)) => opened,
         Ok(Err(refusal)) => return refused(refusal),
         Err(_) => return refused(Refusal { status: 500, message: "internal error".into(), lock: None }),
     };
+    let len = download.bytes();
     let asked = req.headers().get(header::RANGE).and_then(|h| h.to_str().ok());
     let (status, start, n) = match range_of(asked, len) {
         Ok(None) => (StatusCode::OK, 0, len),
@@ -319,11 +325,27 @@ async fn download(state: &Arc<State>, repo_path: &str, oid: &str, req: Request<I
             return response;
         }
     };
-    let bytes = match (&range, req.method() == Method::HEAD) {
-        (Some(range), false) if n > 0 => range.sub(start as usize, n as usize).bytes(),
-        _ => Bytes::new(),
+    let empty = || Full::new(Bytes::new()).map_err(|never| match never {}).boxed();
+    let body = match download {
+        _ if n == 0 || req.method() == Method::HEAD => empty(),
+        service::Download::File(Some(range), _) => {
+            Full::new(range.sub(start as usize, n as usize).bytes()).map_err(|never| match never {}).boxed()
+        }
+        service::Download::File(None, _) => empty(),
+        // The bucket's bytes as they come (the part asked for, or all of them).
+        service::Download::Remote { bucket, key, .. } => {
+            let part = (status == StatusCode::PARTIAL_CONTENT).then_some((start, start + n - 1));
+            match bucket.get(&key, part).await {
+                Ok(streamed) => streamed.map_err(std::io::Error::other).boxed(),
+                Err(err) => {
+                    tracing::warn!(repo = repo_path, %err, "LFS object unreadable");
+                    let message = "the object storage could not be reached".into();
+                    return refused(Refusal { status: 502, message, lock: None });
+                }
+            }
+        }
     };
-    let mut response = Response::new(Full::new(bytes).map_err(|never| match never {}).boxed());
+    let mut response = Response::new(body);
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
