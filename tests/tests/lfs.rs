@@ -212,6 +212,9 @@ fn git_lfs_pushes_clones_fetches_pulls_and_checks_out_old_revisions_over_http_an
     let lfs: Vec<_> = records.iter().filter(|r| r["service"] == "lfs").collect();
     assert!(lfs.iter().any(|r| r["transport"] == "https") && lfs.iter().any(|r| r["transport"] == "http"), "{lfs:?}");
     assert!(lfs.iter().all(|r| r["status"] == "ok"), "{lfs:?}");
+    // Alice's pushes are hers in the log; the anonymous clones are nobody's.
+    let users: std::collections::BTreeSet<_> = lfs.iter().map(|r| r["user"].as_str().unwrap_or("-")).collect();
+    assert_eq!(users, ["-", "alice"].into(), "{lfs:?}");
 }
 
 #[test]

@@ -155,6 +155,9 @@ pub async fn handle(state: Arc<State>, peer: SocketAddr, req: Request<Incoming>)
         log.record.repository = if status.is_success() { repository } else { None };
         log.record.bytes = response.body().size_hint().exact().unwrap_or(0);
         log.record.http_status = Some(status.as_u16());
+        if let Some(super::lfs::User(user)) = response.extensions().get::<super::lfs::User>() {
+            log.record.user = Some(user.clone());
+        }
         let outcome = match status {
             s if s.is_success() => service::Outcome::Ok,
             StatusCode::SERVICE_UNAVAILABLE => service::Outcome::Busy,

@@ -91,26 +91,44 @@ fn authorization(headers: &HeaderMap) -> Option<String> {
 }
 
 /// Who asks, and may they have `access` to the repository at `repo_path` (on the blocking pool).
+/// Who it is goes into `who` (the access log's user) whether or not they may.
 async fn authorize(
     state: &Arc<State>,
+    who: &Who,
     headers: &HeaderMap,
     repo_path: &str,
     access: Access,
 ) -> Result<(Served, Identity), Response<Body>> {
     let (state, repo_path, authorization) = (state.clone(), repo_path.to_owned(), authorization(headers));
-    tokio::task::spawn_blocking(move || {
+    let (decided, user) = tokio::task::spawn_blocking(move || {
         // A token `git-lfs-authenticate` issued (SSH users), else a token of the token file.
         let issued = authorization.as_deref().and_then(|a| a.strip_prefix("Bearer ")).filter(|t| is_token(t));
         let identity = match issued {
-            Some(token) => service::issued_identity(&state, token, &repo_path, access)?,
+            Some(token) => match service::issued_identity(&state, token, &repo_path, access) {
+                Ok(identity) => identity,
+                Err(refusal) => return (Err(refusal), None),
+            },
             None => state.access.identify(authorization.as_deref()),
         };
-        service::authorize(&state, &identity, &repo_path, access).map(|served| (served, identity))
+        let user = identity.user().map(str::to_owned);
+        (service::authorize(&state, &identity, &repo_path, access).map(|served| (served, identity)), user)
     })
     .await
-    .unwrap_or_else(|_| Err(Refusal { status: 500, message: "internal error".into(), lock: None }))
-    .map_err(refused)
+    .unwrap_or_else(|_| (Err(Refusal { status: 500, message: "internal error".into(), lock: None }), None));
+    if let Some(user) = user {
+        let _ = who.0.set(user);
+    }
+    decided.map_err(refused)
 }
+
+/// Who a request turned out to be, once its credentials were read: the access log's user
+/// ([`User`] on the response).
+#[derive(Default)]
+struct Who(std::sync::OnceLock<String>);
+
+/// The user an LFS response was for, for the HTTP transport's access-log line.
+#[derive(Clone)]
+pub struct User(pub String);
 
 /// The JSON body of `req`, within the request-body limits.
 async fn body_of<T: serde::de::DeserializeOwned>(state: &State, req: Request<Incoming>) -> Result<T, Response<Body>> {
@@ -142,8 +160,18 @@ fn links(state: &State, req: &Request<Incoming>, repo_path: &str) -> Links {
     Links { base: format!("{origin}/{}/info/lfs", repo_path.trim_matches('/')), header }
 }
 
-/// Serve one request below `<repo_path>/info/lfs/` (`rest`).
+/// Serve one request below `<repo_path>/info/lfs/` (`rest`); the response carries the [`User`]
+/// it was for, when the credentials named one.
 pub async fn handle(state: &Arc<State>, repo_path: &str, rest: &str, req: Request<Incoming>) -> Response<Body> {
+    let who = Who::default();
+    let mut response = serve(state, &who, repo_path, rest, req).await;
+    if let Some(user) = who.0.into_inner() {
+        response.extensions_mut().insert(User(user));
+    }
+    response
+}
+
+async fn serve(state: &Arc<State>, who: &Who, repo_path: &str, rest: &str, req: Request<Incoming>) -> Response<Body> {
     let Some(route) = route(req.method(), rest) else {
         return refused(Refusal {
             status: 404,
@@ -157,7 +185,7 @@ pub async fn handle(state: &Arc<State>, repo_path: &str, rest: &str, req: Reques
             let headers = req.headers().clone();
             // Who asks is settled before the body is read (whether they may write once it says
             // it uploads): wrong credentials and unknown repositories cost no parsing.
-            let (mut served, _) = match authorize(state, &headers, repo_path, Access::Read).await {
+            let (mut served, _) = match authorize(state, who, &headers, repo_path, Access::Read).await {
                 Ok(allowed) => allowed,
                 Err(response) => return response,
             };
@@ -166,7 +194,7 @@ pub async fn handle(state: &Arc<State>, repo_path: &str, rest: &str, req: Reques
                 Err(response) => return response,
             };
             if request.operation == Operation::Upload {
-                served = match authorize(state, &headers, repo_path, Access::Write).await {
+                served = match authorize(state, who, &headers, repo_path, Access::Write).await {
                     Ok((served, _)) => served,
                     Err(response) => return response,
                 };
@@ -179,11 +207,11 @@ pub async fn handle(state: &Arc<State>, repo_path: &str, rest: &str, req: Reques
                 Err(_) => refused(Refusal { status: 500, message: "internal error".into(), lock: None }),
             }
         }
-        Route::Object(oid) if req.method() == Method::PUT => upload(state, repo_path, oid, req).await,
-        Route::Object(oid) => download(state, repo_path, oid, req).await,
+        Route::Object(oid) if req.method() == Method::PUT => upload(state, who, repo_path, oid, req).await,
+        Route::Object(oid) => download(state, who, repo_path, oid, req).await,
         Route::Verify => {
             let headers = req.headers().clone();
-            let (served, _) = match authorize(state, &headers, repo_path, Access::Write).await {
+            let (served, _) = match authorize(state, who, &headers, repo_path, Access::Write).await {
                 Ok(allowed) => allowed,
                 Err(response) => return response,
             };
@@ -201,7 +229,7 @@ pub async fn handle(state: &Arc<State>, repo_path: &str, rest: &str, req: Reques
             }
         }
         Route::Locks if req.method() == Method::GET => {
-            let (served, _) = match authorize(state, req.headers(), repo_path, Access::Read).await {
+            let (served, _) = match authorize(state, who, req.headers(), repo_path, Access::Read).await {
                 Ok(allowed) => allowed,
                 Err(response) => return response,
             };
@@ -220,7 +248,7 @@ pub async fn handle(state: &Arc<State>, repo_path: &str, rest: &str, req: Reques
             )
         }
         Route::Locks => {
-            let (served, user) = match writer(state, &req, repo_path).await {
+            let (served, user) = match writer(state, who, &req, repo_path).await {
                 Ok(writer) => writer,
                 Err(response) => return response,
             };
@@ -231,7 +259,7 @@ pub async fn handle(state: &Arc<State>, repo_path: &str, rest: &str, req: Reques
             answer(service::create_lock(&served, &user, &request.path), StatusCode::CREATED)
         }
         Route::VerifyLocks => {
-            let (served, user) = match writer(state, &req, repo_path).await {
+            let (served, user) = match writer(state, who, &req, repo_path).await {
                 Ok(writer) => writer,
                 Err(response) => return response,
             };
@@ -242,7 +270,7 @@ pub async fn handle(state: &Arc<State>, repo_path: &str, rest: &str, req: Reques
             answer(service::verify_locks(&served, &user, request.cursor.as_deref(), request.limit), StatusCode::OK)
         }
         Route::Unlock(id) => {
-            let (served, user) = match writer(state, &req, repo_path).await {
+            let (served, user) = match writer(state, who, &req, repo_path).await {
                 Ok(writer) => writer,
                 Err(response) => return response,
             };
@@ -266,10 +294,11 @@ fn answer<T: serde::Serialize>(result: Result<T, Refusal>, status: StatusCode) -
 /// the caller is none.
 async fn writer(
     state: &Arc<State>,
+    who: &Who,
     req: &Request<Incoming>,
     repo_path: &str,
 ) -> Result<(Served, String), Response<Body>> {
-    let (served, identity) = authorize(state, req.headers(), repo_path, Access::Write).await?;
+    let (served, identity) = authorize(state, who, req.headers(), repo_path, Access::Write).await?;
     match identity.user() {
         Some(user) => Ok((served, user.to_owned())),
         None => Err(refused(Refusal { status: 403, message: "locks are a named user's".into(), lock: None })),
@@ -300,8 +329,8 @@ fn range_of(header: Option<&str>, len: u64) -> Result<Option<(u64, u64)>, ()> {
 /// `GET`/`HEAD` of an object: the stored file's pages as the body (sent by `sendfile` on plain
 /// HTTP) or the bucket's object streamed through, or the part a `Range` asks for (206), so an
 /// interrupted download resumes.
-async fn download(state: &Arc<State>, repo_path: &str, oid: &str, req: Request<Incoming>) -> Response<Body> {
-    let (served, _) = match authorize(state, req.headers(), repo_path, Access::Read).await {
+async fn download(state: &Arc<State>, who: &Who, repo_path: &str, oid: &str, req: Request<Incoming>) -> Response<Body> {
+    let (served, _) = match authorize(state, who, req.headers(), repo_path, Access::Read).await {
         Ok(allowed) => allowed,
         Err(response) => return response,
     };
@@ -360,8 +389,8 @@ async fn download(state: &Arc<State>, repo_path: &str, oid: &str, req: Request<I
 
 /// `PUT` of an object: its `Content-Length` is its declared size; the body streams through a
 /// bounded channel into the store on a blocking thread, under an upload permit.
-async fn upload(state: &Arc<State>, repo_path: &str, oid: &str, req: Request<Incoming>) -> Response<Body> {
-    let (served, _) = match authorize(state, req.headers(), repo_path, Access::Write).await {
+async fn upload(state: &Arc<State>, who: &Who, repo_path: &str, oid: &str, req: Request<Incoming>) -> Response<Body> {
+    let (served, _) = match authorize(state, who, req.headers(), repo_path, Access::Write).await {
         Ok(allowed) => allowed,
         Err(response) => return response,
     };
