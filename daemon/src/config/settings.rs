@@ -683,4 +683,21 @@ mod tests {
         let missing = toml::from_str::<Settings>("[pack_cache]\ndir = \"/nonexistent/nowhere\"\n").unwrap().problems();
         assert!(missing.iter().any(|p| p.starts_with("pack_cache.dir")), "{missing:?}");
     }
+
+    #[test]
+    fn an_lfs_bucket_needs_its_endpoint_and_an_endpoint_its_bucket_and_a_url_scheme() {
+        let problems = |text: &str| toml::from_str::<Settings>(text).unwrap().problems();
+        assert_eq!(problems("[lfs]\ns3_bucket = \"b\"\n"), ["lfs.s3_bucket: given without lfs.s3_endpoint"]);
+        assert_eq!(problems("[lfs]\ns3_endpoint = \"http://s3\"\n"), ["lfs.s3_endpoint: given without lfs.s3_bucket"]);
+        let ftp = problems("[lfs]\ns3_bucket = \"b\"\ns3_endpoint = \"ftp://s3\"\n");
+        assert!(ftp.len() == 1 && ftp[0].contains("not an http:// or https:// URL"), "{ftp:?}");
+        assert!(problems("[lfs]\ns3_bucket = \"b\"\ns3_endpoint = \"https://s3\"\n").is_empty());
+        let config =
+            file("[lfs]\ns3_bucket = \"b\"\ns3_endpoint = \"https://s3\"\ns3_secret_access_key_file = \"k\"\n")
+                .resolve(2)
+                .unwrap();
+        assert_eq!(config.lfs.s3.bucket.as_deref(), Some("b"));
+        assert!(config.lfs.s3.secret_access_key_file.unwrap().is_absolute(), "relative to the file");
+        assert!(config.lfs.s3.path_style && config.lfs.s3.region == "us-east-1", "the declared defaults");
+    }
 }
