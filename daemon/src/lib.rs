@@ -46,7 +46,9 @@
 //!   the ref transaction; [`maintenance`] — repacking into one pack with a `.rev` and a
 //!   `.bitmap`, in-process, the geometric roll-up of pushed packs (`maintenance::geometric`), a
 //!   run again when stock git repacked under it (`maintenance::rerun`), and
-//!   unreachable objects kept in a cruft pack until `gc.pruneExpire` (`maintenance::prune`).
+//!   unreachable objects kept in a cruft pack until `gc.pruneExpire` (`maintenance::prune`);
+//!   [`mirror`] — a pull mirror's sync: its upstream's refs and pack through gix's client,
+//!   handed to the push's ingest.
 //! - [`session`] — what a request and the server share, whatever the transport: the server's
 //!   state, a request's context, the protocol version asked for, what a tap is told;
 //!   [`lifecycle`] — serving, draining and cancelled: the work in flight a stop waits for, the
@@ -88,6 +90,7 @@ pub mod lfs;
 pub mod lifecycle;
 pub mod maintenance;
 pub mod metrics;
+pub mod mirror;
 pub mod pack;
 pub mod pack_cache;
 pub mod pack_ranges;

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use gixd::cli::{access, repos, serve};
+use gixd::cli::{access, mirror, repos, serve};
 
 /// `gixd --version`: ours, gitoxide's, and the patches built in.
 const VERSION: &str =
@@ -70,6 +70,11 @@ enum Command {
     Repo {
         #[command(subcommand)]
         command: repos::RepoCmd,
+    },
+    /// Pull mirrors: repositories that follow an upstream (add, sync, list).
+    Mirror {
+        #[command(subcommand)]
+        command: mirror::MirrorCmd,
     },
     /// Validate a configuration file and say exactly what is wrong with it.
     CheckConfig { file: PathBuf },
@@ -144,6 +149,7 @@ fn main() -> std::process::ExitCode {
         },
         Command::Keys { config, key_type, blob } => access::keys(&config, key_type.zip(blob)),
         Command::Repo { command } => repos::repo(command),
+        Command::Mirror { command } => mirror::mirror(command),
         Command::CheckConfig { file } => serve::check_config(&file),
         Command::Maintenance { repo, geometric, aggressive } => repos::maintenance(repo, geometric, aggressive),
         Command::Budget(args) => serve::budget(args, &sub),

@@ -4,5 +4,6 @@
 //! ([`repos`]: `repo`, `maintenance`). `main.rs` lists the commands and dispatches to these.
 
 pub mod access;
+pub mod mirror;
 pub mod repos;
 pub mod serve;

@@ -19,7 +19,7 @@ pub struct BaseArg {
 }
 
 impl BaseArg {
-    fn path(&self) -> Result<PathBuf, Box<dyn std::error::Error>> {
+    pub(super) fn path(&self) -> Result<PathBuf, Box<dyn std::error::Error>> {
         if let Some(path) = &self.base_path {
             return Ok(path.clone());
         }

@@ -50,6 +50,22 @@ pub struct Request {
     pub atomic: bool,
     /// `push-options`, for the hooks.
     pub options: Vec<String>,
+    /// A mirror's sync (`crate::mirror`), not a client: the one writer a mirror takes, and
+    /// its upstream's LFS pointers are not checked against this server's store.
+    pub from_upstream: bool,
+}
+
+/// The repository config key naming a mirror's upstream (`crate::mirror`): a client's push to
+/// such a repository is refused.
+pub const MIRROR_URL_KEY: &str = "gixd.mirror.url";
+
+/// Bytes a push carries for nobody to read (a mirror's sync: no client to tell).
+pub struct Silent;
+
+impl Messages for Silent {
+    fn remote_message(&mut self, _message: &[u8]) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Why one ref update was not made: the rule it broke, in the words git's users know (the `ng`
@@ -78,6 +94,8 @@ pub enum Refusal {
     DeleteCurrent,
     #[error("branch is currently checked out")]
     CurrentBranch,
+    #[error("this repository is a mirror of {0}: push there")]
+    Mirror(String),
     #[error("missing necessary objects")]
     MissingObjects,
     #[error("non-commit object to a branch")]
@@ -248,9 +266,13 @@ pub fn apply(
     let received = quarantine.odb(hash)?;
     let unpacked = started.elapsed();
 
-    // 2. Each command on its own; then the LFS objects the pack's pointers name.
+    // 2. Each command on its own; then the LFS objects the pack's pointers name. A mirror
+    // takes no client's push (the pack read is dropped with the quarantine).
     check_commands(&repo, &received, req, complete, &mut results)?;
-    if let Some(refusal) = lfs_objects_missing(ctx, &repo, &quarantine, &received)? {
+    if let Some(upstream) = repo.config_snapshot().string(MIRROR_URL_KEY).filter(|_| !req.from_upstream) {
+        fail_all(&mut results, Refusal::Mirror(upstream.to_string()));
+    }
+    if let Some(refusal) = lfs_objects_missing(ctx, &repo, &quarantine, &received)?.filter(|_| !req.from_upstream) {
         fail_all(&mut results, refusal);
     }
     let checked = started.elapsed();
