@@ -129,6 +129,13 @@ fn a_mirror_follows_its_upstreams_branches_and_tags_exactly_and_fetches_only_wha
     assert_eq!((second.updated, second.objects), (3, 3), "only the new commit, its tree and its blob came");
     assert_eq!(f.sync("m/src").unwrap(), gixd::mirror::Synced::default(), "up to date: nothing to do");
 
+    // Upstream's HEAD names another branch: the mirror's follows.
+    let head = |git_dir: &Path| String::from_utf8(git(git_dir, &["symbolic-ref", "HEAD"]).stdout).unwrap();
+    git(&f.upstream, &["symbolic-ref", "HEAD", "refs/heads/next"]);
+    assert_ne!(head(&mirror), head(&f.upstream));
+    f.sync("m/src").unwrap();
+    assert_eq!(head(&mirror), "refs/heads/next\n");
+
     // Served like any repository: a clone from gixd has upstream's refs.
     let server = gixd_tests::server::serve_with(&f.base, |_| {});
     let clone = f.tmp.path().join("clone");
@@ -160,6 +167,24 @@ fn a_clients_push_to_a_mirror_is_refused_naming_its_upstream_and_changes_nothing
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains(&format!("this repository is a mirror of {}", f.url)), "{stderr}");
     assert_eq!(refs(&mirror), before);
+}
+
+#[test]
+fn a_mirror_of_another_object_format_is_refused_with_the_format_to_use() {
+    let f = Fixture::new();
+    let options = gixd::repo::create::Options {
+        object_hash: gix_hash::Kind::Sha256,
+        public: true,
+        description: None,
+        reftable: false,
+    };
+    let mirror = gixd::mirror::create(&f.base, "m/wide", &f.url, &options).unwrap();
+    let err = f.sync("m/wide").unwrap_err().to_string();
+    assert!(
+        err.contains("its objects are sha1, the mirror's sha256: make the mirror with --object-format sha1"),
+        "{err}"
+    );
+    assert_eq!(refs(&mirror), "");
 }
 
 #[test]

@@ -77,13 +77,25 @@ pub fn sync(ctx: &Context<'_>) -> Result<Synced, MirrorError> {
         &mut progress,
     )
     .map_err(|e| failed(crate::error::chain(&e)))?;
+    // The mirror's objects are named as upstream's are, or nothing it sends fits.
+    let theirs_format = handshake
+        .capabilities
+        .capability("object-format")
+        .and_then(|c| c.value().map(|v| v.to_string()))
+        .unwrap_or_else(|| "sha1".into());
+    let ours_format = repo.object_hash().to_string();
+    if theirs_format != ours_format {
+        return Err(failed(format!(
+            "its objects are {theirs_format}, the mirror's {ours_format}: make the mirror with --object-format {theirs_format}"
+        )));
+    }
     let agent: gix_protocol::command::Feature =
         ("agent", Some(gix_protocol::agent(concat!("gixd/", env!("CARGO_PKG_VERSION")))));
     let refs = match handshake.refs.take() {
         Some(refs) => refs,
         None => {
             let mut prefixes = gix_protocol::ls_refs::RefPrefixes::new();
-            prefixes.extend(PREFIXES.iter().map(|p| (*p).into()));
+            prefixes.extend(PREFIXES.iter().chain(&["HEAD"]).map(|p| (*p).into()));
             gix_protocol::LsRefsCommand::new(Some(prefixes), &handshake.capabilities, agent.clone())
                 .invoke_blocking(&mut transport, &mut progress, false)
                 .map_err(|e| failed(crate::error::chain(&e)))?
@@ -99,6 +111,16 @@ pub fn sync(ctx: &Context<'_>) -> Result<Synced, MirrorError> {
                 .then_some((name, target?.to_owned()))
         })
         .collect();
+    // The branch upstream's HEAD names becomes the mirror's (what a clone of it checks out).
+    let head = refs.iter().find_map(|r| match r {
+        gix_protocol::handshake::Ref::Symbolic { full_ref_name, target, .. }
+        | gix_protocol::handshake::Ref::Unborn { full_ref_name, target }
+            if full_ref_name == "HEAD" =>
+        {
+            Some(target.to_string())
+        }
+        _ => None,
+    });
     let ours = local_refs(&repo)?;
     let mut updates = Vec::new();
     for (name, new) in &theirs {
@@ -115,6 +137,9 @@ pub fn sync(ctx: &Context<'_>) -> Result<Synced, MirrorError> {
         if !theirs.contains_key(name) {
             updates.push(RefUpdate { old: *old, new: ObjectId::null(old.kind()), name: name.clone() });
         }
+    }
+    if let Some(head) = head.filter(|h| h.starts_with("refs/heads/")) {
+        follow_head(&repo, &head).map_err(|reason| failed(format!("the mirror's HEAD: {reason}")))?;
     }
     if updates.is_empty() {
         let _ = gix_protocol::indicate_end_of_interaction(&mut transport, false);
@@ -169,6 +194,27 @@ pub fn sync(ctx: &Context<'_>) -> Result<Synced, MirrorError> {
         return Err(MirrorError::Refused(refusal.to_string()));
     }
     Ok(Synced { updated: outcome.results.len(), objects: outcome.objects })
+}
+
+/// Point the mirror's HEAD at `branch` (symbolically, as upstream's is), if it points elsewhere.
+fn follow_head(repo: &gix::Repository, branch: &str) -> Result<(), String> {
+    use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit};
+    let current = repo.find_reference("HEAD").ok().and_then(|r| r.target().try_name().map(|n| n.as_bstr().to_string()));
+    if current.as_deref() == Some(branch) {
+        return Ok(());
+    }
+    let target = gix::refs::FullName::try_from(branch).map_err(|e| e.to_string())?;
+    repo.edit_reference(RefEdit {
+        change: Change::Update {
+            log: LogChange::default(),
+            expected: PreviousValue::Any,
+            new: gix::refs::Target::Symbolic(target),
+        },
+        name: "HEAD".try_into().map_err(|e: gix::validate::reference::name::Error| e.to_string())?,
+        deref: false,
+    })
+    .map(drop)
+    .map_err(|e| e.to_string())
 }
 
 /// The mirror's branches and tags (their direct targets: a tag's object, not its commit).
