@@ -48,9 +48,7 @@ pub struct Synced {
 }
 
 /// The upstream of the repository `repo` mirrors, if it is a mirror.
-pub fn upstream(repo: &gix::Repository) -> Option<String> {
-    repo.config_snapshot().string(URL_KEY).map(|url| url.to_string())
-}
+pub use push::mirrored_from as upstream;
 
 /// Bring the mirror `ctx` serves up to its upstream. Blocks (network and disk): call it on a
 /// blocking thread.

@@ -59,6 +59,11 @@ pub struct Request {
 /// such a repository is refused.
 pub const MIRROR_URL_KEY: &str = "gixd.mirror.url";
 
+/// The upstream `repo` mirrors (its [`MIRROR_URL_KEY`]), if it is a mirror.
+pub fn mirrored_from(repo: &gix::Repository) -> Option<String> {
+    repo.config_snapshot().string(MIRROR_URL_KEY).map(|url| url.to_string())
+}
+
 /// Bytes a push carries for nobody to read (a mirror's sync: no client to tell).
 pub struct Silent;
 
@@ -269,8 +274,8 @@ pub fn apply(
     // 2. Each command on its own; then the LFS objects the pack's pointers name. A mirror
     // takes no client's push (the pack read is dropped with the quarantine).
     check_commands(&repo, &received, req, complete, &mut results)?;
-    if let Some(upstream) = repo.config_snapshot().string(MIRROR_URL_KEY).filter(|_| !req.from_upstream) {
-        fail_all(&mut results, Refusal::Mirror(upstream.to_string()));
+    if let Some(upstream) = mirrored_from(&repo).filter(|_| !req.from_upstream) {
+        fail_all(&mut results, Refusal::Mirror(upstream));
     }
     if let Some(refusal) = lfs_objects_missing(ctx, &repo, &quarantine, &received)?.filter(|_| !req.from_upstream) {
         fail_all(&mut results, refusal);
