@@ -254,16 +254,19 @@ pub async fn serve<O: Outlet>(
                 };
                 let len = download.bytes();
                 let gone = || std::io::Error::new(std::io::ErrorKind::BrokenPipe, "client disconnected");
+                // The answer's head: its status and size, then the data packets.
+                let sized = || {
+                    let mut w = Writer::new();
+                    w.text("status 200").text(format!("size={len}")).delim();
+                    w
+                };
                 match download {
                     super::lfs::Download::File(range, _) => {
-                        let mut w = Writer::new();
-                        w.text("status 200").text(format!("size={len}")).delim();
-                        out.send(w).await?;
+                        out.send(sized()).await?;
                         let mut at = 0usize;
                         while let Some(range) = range.as_ref().filter(|_| (at as u64) < len) {
                             let n = (len as usize - at).min(pkt::MAX_DATA);
-                            let head = Bytes::from(format!("{:04x}", n + 4).into_bytes());
-                            if !out.outlet.send_many(vec![head, range.sub(at, n).bytes()]).await {
+                            if !out.outlet.send_many(vec![data_head(n), range.sub(at, n).bytes()]).await {
                                 return Err(gone());
                             }
                             at += n;
@@ -278,9 +281,7 @@ pub async fn serve<O: Outlet>(
                                 continue;
                             }
                         };
-                        let mut w = Writer::new();
-                        w.text("status 200").text(format!("size={len}")).delim();
-                        out.send(w).await?;
+                        out.send(sized()).await?;
                         // The bucket's bytes as they come, in packets; a stream cut short ends
                         // the connection (the answer cannot be taken back).
                         let mut sent = 0u64;
@@ -288,9 +289,8 @@ pub async fn serve<O: Outlet>(
                             let Ok(data) = frame.map_err(std::io::Error::other)?.into_data() else { continue };
                             for at in (0..data.len()).step_by(pkt::MAX_DATA) {
                                 let piece = data.slice(at..data.len().min(at + pkt::MAX_DATA));
-                                let head = Bytes::from(format!("{:04x}", piece.len() + 4).into_bytes());
                                 sent += piece.len() as u64;
-                                if !out.outlet.send_many(vec![head, piece]).await {
+                                if !out.outlet.send_many(vec![data_head(piece.len()), piece]).await {
                                     return Err(gone());
                                 }
                             }
@@ -367,6 +367,12 @@ pub async fn serve<O: Outlet>(
         };
         out.send(answer).await?;
     }
+}
+
+/// The length header of a data packet of `n` bytes (the payload follows as its own chunk, so a
+/// file's pages go out without a copy).
+fn data_head(n: usize) -> Bytes {
+    Bytes::from(format!("{:04x}", n + 4).into_bytes())
 }
 
 /// An upload's data packets, hashed and written on a blocking thread as they come (through a
