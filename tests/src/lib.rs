@@ -262,6 +262,39 @@ pub fn select_request<'a>(
     }
 }
 
+/// A child process killed (and reaped) when dropped.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Where stock git keeps its programs (`git --exec-path`).
+pub fn git_exec_path() -> PathBuf {
+    let out = Command::new("git").arg("--exec-path").output().expect("git runs");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// Stock git-daemon itself (not `git daemon`, which runs it as a child a kill leaves running)
+/// serving every repository below `base` on a free loopback port, with `extra` flags; and the port.
+pub fn git_daemon(base: &Path, extra: &[&str]) -> (Killed, u16) {
+    let port = bench_support::run::free_port().expect("a free port");
+    let child = Command::new(git_exec_path().join("git-daemon"))
+        .args(["--reuseaddr", "--export-all", "--listen=127.0.0.1"])
+        .args(extra)
+        .arg(format!("--port={port}"))
+        .arg(format!("--base-path={}", base.display()))
+        .arg(base)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("git daemon starts");
+    bench_support::run::wait_for_port(port).expect("git daemon listens");
+    (Killed(child), port)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -14,9 +14,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use gixd::config::Exports;
+use gixd_tests::{Killed, git_exec_path};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
@@ -37,33 +38,9 @@ fn wait_for_port(port: u16) {
 }
 
 /// A child process killed when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn git_exec_path() -> PathBuf {
-    let out = Command::new("git").arg("--exec-path").output().expect("git runs");
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
-
 /// git daemon serving `base` on a free port, pushes enabled.
 fn git_daemon(base: &Path) -> (Killed, u16) {
-    let port = free_port();
-    let child = Command::new(git_exec_path().join("git-daemon"))
-        .args(["--reuseaddr", "--export-all", "--enable=receive-pack", "--listen=127.0.0.1"])
-        .arg(format!("--port={port}"))
-        .arg(format!("--base-path={}", base.display()))
-        .arg(base)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("git daemon starts");
-    wait_for_port(port);
-    (Killed(child), port)
+    gixd_tests::git_daemon(base, &["--enable=receive-pack"])
 }
 
 /// git http-backend as CGI behind lighttpd serving `base` under `/git`, over TLS with `tls` (its

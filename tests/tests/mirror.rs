@@ -4,41 +4,9 @@
 //! pushes, and keeping what it had when the upstream cannot be reached.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 
 use gixd::session::{State, Tally};
 use gixd_tests::git;
-
-/// Stock `git daemon` serving `dir`'s repositories on a port of its own.
-struct GitDaemon {
-    child: Child,
-    port: u16,
-}
-
-impl GitDaemon {
-    fn start(dir: &Path) -> GitDaemon {
-        let port = bench_support::run::free_port().unwrap();
-        // git-daemon itself (`git daemon` would run it as a child a kill leaves running).
-        let exec_path = String::from_utf8(git(dir, &["--exec-path"]).stdout).unwrap();
-        let child = Command::new(Path::new(exec_path.trim()).join("git-daemon"))
-            .args(["--export-all", "--reuseaddr", "--listen=127.0.0.1"])
-            .arg(format!("--port={port}"))
-            .arg(format!("--base-path={}", dir.display()))
-            .arg(dir)
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("git daemon runs");
-        bench_support::run::wait_for_port(port).unwrap();
-        GitDaemon { child, port }
-    }
-}
-
-impl Drop for GitDaemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// What `git for-each-ref` says of the repository at `git_dir`.
 fn refs(git_dir: &Path) -> String {
@@ -51,7 +19,8 @@ struct Fixture {
     upstream: PathBuf,
     work: PathBuf,
     base: PathBuf,
-    daemon: Option<GitDaemon>,
+    /// Upstream's git daemon (`None`: stopped).
+    daemon: Option<gixd_tests::Killed>,
     url: String,
 }
 
@@ -73,8 +42,8 @@ impl Fixture {
         }
         git(&work, &["tag", "-a", "v1", "-m", "v1"]);
         git(&work, &["push", "-q", upstream.to_str().unwrap(), "main", "main:other", "v1"]);
-        let daemon = GitDaemon::start(&up);
-        let url = format!("git://127.0.0.1:{}/src.git", daemon.port);
+        let (daemon, port) = gixd_tests::git_daemon(&up, &[]);
+        let url = format!("git://127.0.0.1:{port}/src.git");
         Fixture { tmp, upstream, work, base, daemon: Some(daemon), url }
     }
 
